@@ -1,0 +1,215 @@
+"""Command line: ``codesign train | sweep | cost``.
+
+  codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
+  codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
+  codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def _add_common(p: argparse.ArgumentParser):
+    p.add_argument("--dataset", default="cora", help="planetoid dataset: cora, citeseer, pubmed")
+    p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
+    p.add_argument("--model", default="gcn")
+    p.add_argument("--hw", default="h100", help="hardware preset the cost refers to")
+
+
+def _add_training(p: argparse.ArgumentParser):
+    from codesign.train import TrainConfig
+    d = TrainConfig()
+    p.add_argument("--bits", type=int, default=None, help="N-bit fake quantization of features and weights")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--gate-lr", type=float, default=d.gate_lr)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--hidden", type=int, default=d.hidden)
+    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--objective", default=d.objective, choices=["energy_j", "latency_s", "dram_bytes"])
+
+
+def _config(args, cost_weight: float, bits: Optional[int], seed: int):
+    from codesign.train import TrainConfig
+    return TrainConfig(model=args.model, hidden=args.hidden, dropout=args.dropout, lr=args.lr,
+                       weight_decay=args.weight_decay, epochs=args.epochs, bits=bits, cost_weight=cost_weight,
+                       objective=args.objective, gate_lr=args.gate_lr, seed=seed)
+
+
+def _load(args):
+    from codesign.data import load_planetoid
+    return load_planetoid(args.dataset, root=args.data_root)
+
+
+def _mean_dicts(ds: list[dict]) -> dict:
+    return {k: float(np.mean([d[k] for d in ds])) for k in ds[0]}
+
+
+def cmd_train(args) -> int:
+    from tqdm import tqdm
+
+    from codesign.hwmodel import presets
+    from codesign.train import train
+    graph, hw = _load(args), presets.get(args.hw)
+    runs = []
+    with tqdm(total=args.seeds * args.epochs, disable=args.json or None, desc="train", unit="epoch") as bar:
+        for seed in range(args.seeds):
+            cfg = _config(args, args.cost_weight, args.bits, seed)
+            runs.append(train(graph, cfg, hw, on_epoch=lambda *_: bar.update()))
+    acc = np.array([r["test_accuracy"] for r in runs])
+    out = {
+        "dataset": args.dataset, "model": args.model, "hw": args.hw, "cost_weight": args.cost_weight,
+        "bits": args.bits or 32, "seeds": args.seeds,
+        "test_accuracy": float(acc.mean()), "test_accuracy_std": float(acc.std()),
+        "val_accuracy": float(np.mean([r["val_accuracy"] for r in runs])),
+        "modeled": _mean_dicts([r["modeled"] for r in runs]),
+        "dense_modeled": runs[0]["dense_modeled"],
+        "densities": _mean_dicts([r["densities"] for r in runs]),
+        "per_seed_test_accuracy": acc.tolist(),
+        "train_time_s": float(np.mean([r["train_time_s"] for r in runs])),
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    m, dm = out["modeled"], out["dense_modeled"]
+    print(f"\n{args.model} on {args.dataset}, {args.seeds} seeds, cost weight {args.cost_weight}, "
+          f"{out['bits']}-bit, hardware {args.hw}")
+    print(f"  test accuracy   {100 * out['test_accuracy']:.2f} +- {100 * out['test_accuracy_std']:.2f} %")
+    print(f"  kept edges      {100 * out['densities']['edge']:.1f} %   kept features "
+          f"{100 * out['densities']['feature']:.1f} %")
+    print(f"  {'':14s}{'hardened':>14s}{'dense fp32':>14s}{'ratio':>8s}")
+    for k, unit in (("latency_s", "s"), ("energy_j", "J"), ("dram_bytes", "B")):
+        print(f"  {k:14s}{m[k]:14.4g}{dm[k]:14.4g}{dm[k] / m[k]:7.2f}x")
+    return 0
+
+
+def sweep_configs(args) -> list:
+    """The sweep grid: the dense FP32 reference plus every cost weight at ``--bits``, x seeds."""
+    grid = [(0.0, None)] + [(cw, args.bits) for cw in args.cost_weights]
+    return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
+
+
+def cmd_sweep(args) -> int:
+    import dataclasses
+    import datetime
+    import os
+
+    from tqdm import tqdm
+
+    from codesign.hwmodel import presets
+    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.train import train
+    graph, hw = _load(args), presets.get(args.hw)
+    name = args.name or f"{args.dataset}_{args.model}_{args.hw}"
+    path = os.path.join(args.out, f"{name}.jsonl")
+    store = ResultsStore(path)
+    done = store.done_keys()
+    todo = []
+    for cfg in sweep_configs(args):
+        config = {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)}
+        if config_key(config) not in done:
+            todo.append((cfg, config))
+    print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
+    for cfg, config in tqdm(todo, desc="sweep", unit="run"):
+        result = train(graph, cfg, hw)
+        store.append({"key": config_key(config), "config": config, **result,
+                      "code_version": code_version(),
+                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+    print(path)
+    return 0
+
+
+def cmd_cost(args) -> int:
+    from flax import nnx
+
+    from codesign import hwmodel
+    from codesign.train import TrainConfig, build_model
+    for name in ("edge_density", "feature_density"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
+    graph = _load(args)
+    model = build_model(TrainConfig(model=args.model), graph, nnx.Rngs(0), dense=True)
+    n, e = graph.n_nodes, graph.n_edges
+    workloads = {
+        "dense fp32": model.workload(n, e, hard=True),
+        f"given ({args.bits or 32}-bit, edges {args.edge_density:g}, features {args.feature_density:g})":
+            model.workload(n, e, bits=float(args.bits or 32),
+                           densities={"edge": args.edge_density, "feature": args.feature_density}),
+    }
+    out = {}
+    for hw_name in args.hw.split(","):
+        hw = hwmodel.presets.get(hw_name)
+        out[hw_name] = {}
+        for label, wl in workloads.items():
+            rep = hwmodel.estimate(wl, hw)
+            out[hw_name][label] = {**rep.summary(), "stages": {
+                k: {"latency_s": float(s.latency_s), "energy_j": float(s.energy_j),
+                    "dram_bytes": float(s.dram_bytes), "bound": s.bound} for k, s in rep.stages.items()}}
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for hw_name, per in out.items():
+        for label, rep in per.items():
+            print(f"\n{hw_name} - {args.model} on {args.dataset} - {label}: latency {rep['latency_s']:.4g} s, "
+                  f"energy {rep['energy_j']:.4g} J, DRAM {rep['dram_bytes']:.4g} B")
+            print(f"  {'stage':22s}{'latency_s':>12s}{'energy_j':>12s}{'dram_bytes':>12s}  bound")
+            for k, s in rep["stages"].items():
+                print(f"  {k:22s}{s['latency_s']:12.4g}{s['energy_j']:12.4g}{s['dram_bytes']:12.4g}  {s['bound']}")
+    return 0
+
+
+def _floats(s: str) -> list[float]:
+    return [float(v) for v in s.split(",") if v.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codesign", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train (several seeds), harden, evaluate and cost one configuration")
+    _add_common(p)
+    _add_training(p)
+    p.add_argument("--cost-weight", type=float, default=0.0)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sweep", help="accuracy-vs-cost sweep over cost weights x seeds (resumable)")
+    _add_common(p)
+    _add_training(p)
+    p.set_defaults(bits=8)
+    p.add_argument("--cost-weights", type=_floats, default=[0.0, 0.01, 0.03, 0.1, 0.3],
+                   help="comma-separated cost weights, each run at --bits (the FP32 dense reference is added)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>)")
+    p.add_argument("--out", default="results", help="results folder")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("cost", help="modeled cost per stage of the dense model and of given densities/bits")
+    _add_common(p)
+    p.add_argument("--bits", type=int, default=None)
+    p.add_argument("--edge-density", type=float, default=1.0)
+    p.add_argument("--feature-density", type=float, default=1.0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cost)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"codesign {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

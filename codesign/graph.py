@@ -1,0 +1,156 @@
+"""The `Graph` container: a COO graph with node features, labels and split masks.
+
+Edge convention (as in jraph's `GraphsTuple`): edge ``j`` carries a message from node
+``senders[j]`` to node ``receivers[j]``; aggregation sums over incoming edges of each receiver.
+An undirected graph stores both directions.
+
+`Graph` is a JAX pytree (``n_nodes`` is static metadata), so it can be passed through
+``jax.jit``. It is validated on construction whenever its arrays are concrete (not tracers):
+bad input raises a ``ValueError`` that names the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+Array = jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Graph:
+    """A graph for full-batch node classification.
+
+    Fields (``N`` nodes, ``E`` directed edges, ``F`` features):
+      senders:     int32 [E]  source node of each edge, in ``[0, N)``.
+      receivers:   int32 [E]  target node of each edge, in ``[0, N)``.
+      x:           float32 [N, F]  node features; must be finite.
+      y:           int32 [N]  class label of each node, in ``[0, n_classes)``.
+      train_mask:  bool [N]  nodes whose labels are used for training.
+      val_mask:    bool [N]  nodes used for model selection.
+      test_mask:   bool [N]  nodes used for the reported accuracy.
+      edge_weight: float32 [E] or None  weight of each edge (None means all ones).
+      edge_type:   int32 [E] or None  relation id of each edge (R-GCN).
+      n_nodes:     int (static)  N.
+
+    Raises:
+      ValueError: naming the field, if shapes disagree, indices are out of range, dtypes are
+        wrong or features/weights are not finite.
+    """
+
+    senders: Array
+    receivers: Array
+    x: Array
+    y: Array
+    train_mask: Array
+    val_mask: Array
+    test_mask: Array
+    edge_weight: Optional[Array] = None
+    edge_type: Optional[Array] = None
+    n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+    def __post_init__(self):
+        required = [self.senders, self.receivers, self.x, self.y, self.train_mask, self.val_mask, self.test_mask]
+        optional = [v for v in (self.edge_weight, self.edge_type) if v is not None]
+        # Inside jit/vmap or a pytree round trip the leaves are tracers or placeholders:
+        # validation happens at the boundary, where arrays are concrete.
+        if all(isinstance(v, (np.ndarray, jax.Array)) and not isinstance(v, jax.core.Tracer)
+               for v in required + optional):
+            validate(self)
+
+    @property
+    def n_edges(self) -> int:
+        """E, the number of directed edges."""
+        return int(self.senders.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        """F, the number of input features per node."""
+        return int(self.x.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        """1 + the largest label."""
+        return int(np.asarray(self.y).max()) + 1
+
+    def replace(self, **changes) -> "Graph":
+        """A copy with some fields replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check(cond: bool, field: str, msg: str):
+    if not cond:
+        raise ValueError(f"Graph.{field}: {msg}")
+
+
+def validate(g: Graph) -> None:
+    """Checks every field of ``g``; raises ``ValueError`` naming the first bad field."""
+    n = g.n_nodes
+    _check(isinstance(n, (int, np.integer)) and n > 0, "n_nodes", f"must be a positive int, got {n!r}")
+    for name in ("senders", "receivers"):
+        v = getattr(g, name)
+        _check(v.ndim == 1, name, f"must be 1-D [E], got shape {v.shape}")
+        _check(jnp.issubdtype(v.dtype, jnp.integer), name, f"must be integer, got {v.dtype}")
+    e = g.senders.shape[0]
+    _check(g.receivers.shape == (e,), "receivers",
+           f"shape {g.receivers.shape} does not match senders shape {g.senders.shape}")
+    if e:
+        for name in ("senders", "receivers"):
+            v = np.asarray(getattr(g, name))
+            lo, hi = int(v.min()), int(v.max())
+            _check(lo >= 0 and hi < n, name, f"index out of range [0, {n}): min {lo}, max {hi}")
+    _check(g.x.ndim == 2 and g.x.shape[0] == n, "x", f"must be [n_nodes={n}, F], got shape {g.x.shape}")
+    _check(jnp.issubdtype(g.x.dtype, jnp.floating), "x", f"must be floating, got {g.x.dtype}")
+    bad = ~np.isfinite(np.asarray(g.x))
+    _check(not bad.any(), "x", f"has {int(bad.sum())} non-finite values (NaN/inf), first at row "
+           f"{int(np.argwhere(bad)[0][0]) if bad.any() else -1}")
+    _check(g.y.shape == (n,), "y", f"must be [n_nodes={n}], got shape {g.y.shape}")
+    _check(jnp.issubdtype(g.y.dtype, jnp.integer), "y", f"must be integer, got {g.y.dtype}")
+    _check(int(np.asarray(g.y).min()) >= 0, "y", "labels must be >= 0")
+    for name in ("train_mask", "val_mask", "test_mask"):
+        v = getattr(g, name)
+        _check(v.shape == (n,), name, f"must be [n_nodes={n}], got shape {v.shape}")
+        _check(v.dtype == jnp.bool_, name, f"must be bool, got {v.dtype}")
+    if g.edge_weight is not None:
+        w = g.edge_weight
+        _check(w.shape == (e,), "edge_weight", f"must be [E={e}], got shape {w.shape}")
+        _check(bool(np.isfinite(np.asarray(w)).all()), "edge_weight", "has non-finite values")
+    if g.edge_type is not None:
+        t = g.edge_type
+        _check(t.shape == (e,), "edge_type", f"must be [E={e}], got shape {t.shape}")
+        _check(jnp.issubdtype(t.dtype, jnp.integer), "edge_type", f"must be integer, got {t.dtype}")
+        if e:
+            _check(int(np.asarray(t).min()) >= 0, "edge_type", "relation ids must be >= 0")
+
+
+def to_scipy(g: Graph, weighted: bool = True) -> sp.csr_matrix:
+    """The adjacency as a ``scipy.sparse.csr_matrix`` A[N, N] with ``A[receiver, sender] = w``.
+
+    Rows are receivers, so ``A @ X`` is sum-aggregation. Duplicate edges are summed.
+    """
+    w = np.ones(g.n_edges, np.float32) if (g.edge_weight is None or not weighted) else np.asarray(g.edge_weight)
+    return sp.csr_matrix((w, (np.asarray(g.receivers), np.asarray(g.senders))), shape=(g.n_nodes, g.n_nodes))
+
+
+def from_scipy(adj: sp.spmatrix, x, y, train_mask, val_mask, test_mask, weighted: bool = False) -> Graph:
+    """A `Graph` from an adjacency ``adj[N, N]`` (rows = receivers, columns = senders)."""
+    coo = sp.coo_matrix(adj)
+    return Graph(
+        senders=jnp.asarray(coo.col, jnp.int32), receivers=jnp.asarray(coo.row, jnp.int32),
+        x=jnp.asarray(x, jnp.float32), y=jnp.asarray(y, jnp.int32),
+        train_mask=jnp.asarray(train_mask, bool), val_mask=jnp.asarray(val_mask, bool),
+        test_mask=jnp.asarray(test_mask, bool),
+        edge_weight=jnp.asarray(coo.data, jnp.float32) if weighted else None,
+        n_nodes=int(adj.shape[0]))
+
+
+def add_self_loops(senders: Array, receivers: Array, n_nodes: int) -> tuple[Array, Array]:
+    """Appends one edge ``i -> i`` per node: returns ``(senders[E + N], receivers[E + N])``."""
+    loops = jnp.arange(n_nodes, dtype=senders.dtype)
+    return jnp.concatenate([senders, loops]), jnp.concatenate([receivers, loops])

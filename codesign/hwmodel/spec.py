@@ -1,0 +1,120 @@
+"""`HardwareSpec`: a hardware target as frozen data, and the per-op energy table.
+
+Every number carries its unit in its name. A spec is a JAX pytree whose numeric fields are
+leaves, so the cost (`codesign.hwmodel.estimate`) is differentiable with respect to continuous
+hardware parameters (bandwidths, buffer size, energies) as well as to the workload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+PJ = 1e-12  # joules per picojoule
+BITS_PER_BYTE = 8.0
+
+# Horowitz, "Computing's energy problem (and what we can do about it)", ISSCC 2014, Fig. 1.1.9
+# (45 nm, 0.9 V): energy per operation in pJ.
+HOROWITZ_INT8_MULT_PJ = 0.2
+HOROWITZ_INT8_ADD_PJ = 0.03
+HOROWITZ_FP16_MAC_PJ = 1.1 + 0.4  # fp16 mult + fp16 add
+HOROWITZ_FP32_MAC_PJ = 3.7 + 0.9  # fp32 mult + fp32 add
+# Same table: 64-bit access of a 1 MB SRAM = 100 pJ; DRAM = 1.3-2.6 nJ per 64-bit access.
+HOROWITZ_SRAM_1MB_PJ_PER_BYTE = 100.0 / 8
+HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HardwareSpec:
+    """A compute device with one DRAM level and one on-chip buffer.
+
+    Throughputs are multiply-accumulates (MAC) per second; one MAC = 2 FLOP.
+
+    Fields:
+      name: preset name (static).
+      matrix_fp32_macs_per_s, matrix_bf16_macs_per_s, matrix_int8_macs_per_s,
+      matrix_int4_macs_per_s: peak dense-GEMM rate of the matrix engine (tensor cores / SIMD FMA)
+        for operands of > 16, 9-16, 5-8 and <= 4 bits.
+      vector_fp32_macs_per_s: rate of the vector units, which run the sparse aggregation
+        (gather + multiply-add); operands of <= 16 bits run at 2x and <= 8 bits at 4x this rate
+        (SIMD lane packing).
+      dram_bw_bytes_per_s: off-chip memory bandwidth.
+      dram_energy_pj_per_byte: off-chip access energy.
+      onchip_buffer_bytes: capacity of the last-level on-chip buffer (cache/scratchpad) that
+        holds re-used feature rows during aggregation.
+      sram_energy_pj_per_byte: on-chip buffer access energy.
+      mac_energy_int8_pj, mac_energy_fp32_pj: energy of one MAC; integer MACs of b bits cost
+        ``mac_energy_int8_pj * ((b/8)**2 * m + (b/8) * (1 - m))`` with ``m`` the multiplier's
+        share at 8 bit (array multiplier ~ b^2, adder ~ b; Horowitz ISSCC'14).
+
+    Raises:
+      ValueError: naming the field, if a number is not finite and positive, or if the rates
+        are inconsistent (a narrower precision slower than a wider one).
+    """
+
+    name: str = dataclasses.field(metadata=dict(static=True))
+    matrix_fp32_macs_per_s: float
+    matrix_bf16_macs_per_s: float
+    matrix_int8_macs_per_s: float
+    matrix_int4_macs_per_s: float
+    vector_fp32_macs_per_s: float
+    dram_bw_bytes_per_s: float
+    dram_energy_pj_per_byte: float
+    onchip_buffer_bytes: float
+    sram_energy_pj_per_byte: float = HOROWITZ_SRAM_1MB_PJ_PER_BYTE
+    mac_energy_int8_pj: float = HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ
+    mac_energy_fp32_pj: float = HOROWITZ_FP32_MAC_PJ
+
+    def __post_init__(self):
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+        concrete = {k: v for k, v in values.items() if isinstance(v, (int, float))}
+        for k, v in concrete.items():
+            if not (math.isfinite(v) and v > 0):
+                raise ValueError(f"HardwareSpec({self.name!r}).{k}: must be finite and > 0, got {v!r}")
+        order = ["matrix_fp32_macs_per_s", "matrix_bf16_macs_per_s", "matrix_int8_macs_per_s",
+                 "matrix_int4_macs_per_s"]
+        for wide, narrow in zip(order, order[1:]):
+            if wide in concrete and narrow in concrete and concrete[narrow] < concrete[wide]:
+                raise ValueError(f"HardwareSpec({self.name!r}).{narrow}: {concrete[narrow]:g} is lower than "
+                                 f"{wide} = {concrete[wide]:g}; a narrower precision is never slower")
+        if ("mac_energy_int8_pj" in concrete and "mac_energy_fp32_pj" in concrete
+                and concrete["mac_energy_int8_pj"] > concrete["mac_energy_fp32_pj"]):
+            raise ValueError(f"HardwareSpec({self.name!r}).mac_energy_int8_pj: exceeds mac_energy_fp32_pj")
+
+    def replace(self, **changes) -> "HardwareSpec":
+        """A copy with some fields replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def matrix_macs_per_s(hw: HardwareSpec, bits) -> jax.Array:
+    """Peak GEMM rate (MAC/s) for operands of ``bits`` bits (piecewise constant in bits)."""
+    bits = jnp.asarray(bits, jnp.float32)
+    return jnp.where(bits <= 4, hw.matrix_int4_macs_per_s,
+                     jnp.where(bits <= 8, hw.matrix_int8_macs_per_s,
+                               jnp.where(bits <= 16, hw.matrix_bf16_macs_per_s, hw.matrix_fp32_macs_per_s)))
+
+
+def vector_macs_per_s(hw: HardwareSpec, bits) -> jax.Array:
+    """Vector-unit rate (MAC/s) for ``bits``-bit operands: 1x, 2x (<= 16 bit) or 4x (<= 8 bit)."""
+    bits = jnp.asarray(bits, jnp.float32)
+    packing = jnp.where(bits <= 8, 4.0, jnp.where(bits <= 16, 2.0, 1.0))
+    return hw.vector_fp32_macs_per_s * packing
+
+
+_INT8_MULT_SHARE = HOROWITZ_INT8_MULT_PJ / (HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ)
+
+
+def mac_energy_pj(hw: HardwareSpec, bits) -> jax.Array:
+    """Energy of one MAC in pJ at ``bits`` bits: floating point at >= 32 bits, else integer.
+
+    The integer model is smooth in ``bits`` (multiplier ~ bits^2, adder ~ bits), so its
+    gradient with respect to a learned bit-width is nonzero. Source: Horowitz ISSCC'14.
+    """
+    bits = jnp.asarray(bits, jnp.float32)
+    r = bits / 8.0
+    int_pj = hw.mac_energy_int8_pj * (_INT8_MULT_SHARE * r**2 + (1.0 - _INT8_MULT_SHARE) * r)
+    return jnp.where(bits >= 32, hw.mac_energy_fp32_pj, int_pj)

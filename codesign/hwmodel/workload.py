@@ -1,0 +1,144 @@
+"""`Workload`: the counts that hardware cost depends on, per layer and per stage.
+
+Counts are JAX arrays built from expected (differentiable) or hard densities and bit-widths,
+so gradients flow from gate logits and bit-widths into the cost.
+
+A message-passing layer ``H' = act(A_hat @ H @ W)`` (GCN; Kipf & Welling, ICLR 2017) has two
+equivalent dataflow orders, both costed (the estimator keeps the cheaper one):
+  aggregate-first:  SpMM over the K input columns, then a GEMM N x K x F;
+  combine-first:    GEMM N x K x F, then SpMM over the F output columns.
+This is the AC/CA choice of accelerator papers (e.g. AWB-GCN, MICRO 2020; HyGCN, HPCA 2020).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+INDEX_BYTES = 4  # int32 column index per stored nonzero (CSR)
+VALUE_BYTES = 4  # float32 value per stored nonzero
+BACKWARD_GEMM_FACTOR = 2.0  # dX = dY W^T and dW = X^T dY: two GEMMs of the forward's size
+BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, nnz x F MACs)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One kernel's counts.
+
+    Fields (all float32 scalars unless noted):
+      kind: "gemm" (matrix engine), "spmm" (vector units, gather + multiply-add) or
+        "elementwise" (static str).
+      macs: multiply-accumulates (elementwise: operations).
+      bits: operand bit-width that sets the compute rate and the energy per MAC.
+      compulsory_bytes: DRAM bytes if every operand is read once and every result written once.
+      reuse_bytes: extra bytes read when re-used operands (gathered feature rows) miss on chip.
+      working_set_bytes: size of the re-used operand; it hits on chip in proportion to how much
+        of it fits in the buffer.
+    """
+
+    kind: str = dataclasses.field(metadata=dict(static=True))
+    macs: jax.Array
+    bits: jax.Array
+    compulsory_bytes: jax.Array
+    reuse_bytes: jax.Array
+    working_set_bytes: jax.Array
+
+    def scaled(self, factor: float) -> "Stage":
+        """The same kernel run ``factor`` times (counts scale, bit-width does not)."""
+        return dataclasses.replace(
+            self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
+            reuse_bytes=self.reuse_bytes * factor, working_set_bytes=self.working_set_bytes)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LayerWorkload:
+    """One layer: its stages in both dataflow orders plus order-independent stages.
+
+    Fields:
+      name: layer name, e.g. "layer0" (static).
+      aggregate_first: (spmm, gemm) stages of the aggregate-then-combine order.
+      combine_first: (gemm, spmm) stages of the combine-then-aggregate order.
+      elementwise: stages present in both orders (bias, activation).
+    """
+
+    name: str = dataclasses.field(metadata=dict(static=True))
+    aggregate_first: tuple[Stage, ...]
+    combine_first: tuple[Stage, ...]
+    elementwise: tuple[Stage, ...]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model's workload on one graph: a tuple of `LayerWorkload` (forward, or forward+backward
+    when ``training``, static)."""
+
+    layers: tuple[LayerWorkload, ...]
+    training: bool = dataclasses.field(default=False, metadata=dict(static=True))
+
+
+def _f32(v) -> jax.Array:
+    return jnp.asarray(v, jnp.float32)
+
+
+def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
+    """Dense GEMM ``[m, k] @ [k, n]``: reads both operands once, writes the result once."""
+    m, k, n = _f32(m), _f32(k), _f32(n)
+    bits = jnp.maximum(_f32(a_bits), _f32(w_bits))
+    compulsory = (m * k * a_bits + k * n * w_bits + m * n * out_bits) / 8.0
+    zero = jnp.zeros((), jnp.float32)
+    return Stage("gemm", m * k * n, bits, compulsory, zero, zero)
+
+
+def spmm_stage(n_rows, nnz, width, x_bits, out_bits) -> Stage:
+    """CSR SpMM ``A[n_rows, n_rows] @ X[n_rows, width]`` with ``nnz`` stored nonzeros.
+
+    Reads the CSR structure (indptr, indices, values) and X once (compulsory); every nonzero
+    beyond the first per row re-gathers an X row (``reuse_bytes``), which misses on chip when X
+    (``working_set_bytes``) does not fit.
+    """
+    n_rows, nnz, width = _f32(n_rows), _f32(nnz), _f32(width)
+    x_bytes = n_rows * width * x_bits / 8.0
+    structure = nnz * (INDEX_BYTES + VALUE_BYTES) + (n_rows + 1) * INDEX_BYTES
+    compulsory = structure + x_bytes + n_rows * width * out_bits / 8.0
+    reuse = jnp.maximum(nnz - n_rows, 0.0) * width * x_bits / 8.0
+    return Stage("spmm", nnz * width, _f32(x_bits), compulsory, reuse, x_bytes)
+
+
+def elementwise_stage(n, width, bits) -> Stage:
+    """Bias + activation on ``[n, width]``: one op per element, read once and write once."""
+    n, width = _f32(n), _f32(width)
+    zero = jnp.zeros((), jnp.float32)
+    return Stage("elementwise", n * width, _f32(bits), 2.0 * n * width * bits / 8.0, zero, zero)
+
+
+def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
+                          training: bool = False) -> LayerWorkload:
+    """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
+
+    Args:
+      name: layer name used in reports.
+      n_nodes: N.
+      nnz: stored nonzeros of A_hat (kept edges + self-loops); float, may be an expected count.
+      in_dim: K, kept input columns (may be expected: density x width).
+      out_dim: F, output columns.
+      x_bits, w_bits, out_bits: bit-widths of input features, weights and outputs (32 = fp32).
+      training: add the backward pass (GEMM x`BACKWARD_GEMM_FACTOR`, SpMM x`BACKWARD_SPMM_FACTOR`,
+        elementwise x1 on top of the forward).
+
+    Returns:
+      `LayerWorkload` with both dataflow orders.
+    """
+    agg_then = (spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits),
+                gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
+    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),
+                 spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits))
+    elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
+    if training:
+        factor = {"gemm": 1 + BACKWARD_GEMM_FACTOR, "spmm": 1 + BACKWARD_SPMM_FACTOR, "elementwise": 2.0}
+        agg_then, comb_then, elem = ([s.scaled(factor[s.kind]) for s in stages] for stages in (agg_then, comb_then, elem))
+    return LayerWorkload(name, tuple(agg_then), tuple(comb_then), tuple(elem))

@@ -1,0 +1,138 @@
+"""Uniform fake quantization (quantize-dequantize) with a straight-through estimator.
+
+Per-tensor uniform quantization (as in B. Jacob et al., "Quantization and Training of Neural
+Networks for Efficient Integer-Arithmetic-Only Inference", CVPR 2018, with the zero point fixed
+at 0):
+
+    signed (symmetric):  qmax = 2^(bits-1) - 1,  scale = max|x| / qmax,
+                         x_hat = clip(round(x / scale), -qmax, qmax) * scale
+    unsigned:            qmax = 2^bits - 1,      scale = max(max(x), 0) / qmax,
+                         x_hat = clip(round(x / scale), 0, qmax) * scale
+
+Signed uses the symmetric range ``[-qmax, qmax]`` (``2^bits - 1`` levels; the code ``-2^(bits-1)``
+is unused). Unsigned suits non-negative tensors (ReLU outputs, bag-of-words features).
+
+Gradient: the straight-through estimator (Y. Bengio, N. Léonard, A. Courville, "Estimating or
+Propagating Gradients Through Stochastic Neurons", arXiv:1308.3432, 2013) treats ``round`` as the
+identity; as in M. Courbariaux, I. Hubara et al., "Binarized Neural Networks" (NeurIPS 2016) the
+gradient is cancelled where the value saturates, i.e. where ``x / scale`` lies more than half a
+step outside ``[lo, hi]`` (only possible with an explicit ``scale``; with the default scale every
+element is in range and ``d x_hat / d x = 1``). The scale gets no gradient: it is computed under
+``stop_gradient`` and an explicit ``scale`` is treated as a constant. Learned step sizes (LSQ,
+Esser et al., ICLR 2020) and learned bit-widths are planned in later modules, not here.
+
+``bits=None`` or ``bits >= 32`` means "not quantized": the input is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import final
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+NO_QUANT_BITS = 32
+"""Bit-widths at or above this value mean full precision (float32): fake_quant is the identity."""
+
+
+def _check_bits(bits, signed: bool) -> int | None:
+    """Validates ``bits``; returns None for "no quantization", else the int bit-width."""
+    if bits is None:
+        return None
+    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral):
+        raise ValueError(f"bits must be an int or None, got bits={bits!r} ({type(bits).__name__})")
+    bits = int(bits)
+    min_bits = 2 if signed else 1
+    if bits < min_bits:
+        raise ValueError(
+            f"bits must be >= {min_bits} for {'signed' if signed else 'unsigned'} quantization, got {bits=}"
+        )
+    return None if bits >= NO_QUANT_BITS else bits
+
+
+def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
+    """Integer code range ``(lo, hi)``: ``(-(2^(bits-1)-1), 2^(bits-1)-1)`` signed, ``(0, 2^bits-1)`` unsigned.
+
+    Raises:
+      ValueError: ``bits`` invalid (see `fake_quant`) or ``>= 32``.
+    """
+    b = _check_bits(bits, signed)
+    if b is None:
+        raise ValueError(f"bits has no integer range when not quantized, got {bits=}")
+    if signed:
+        qmax = 2 ** (b - 1) - 1
+        return -qmax, qmax
+    return 0, 2**b - 1
+
+
+def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=None) -> jax.Array:
+    """Per-tensor uniform quantize-dequantize with a straight-through gradient.
+
+    Args:
+      x: floating array [...] (any float dtype; computation in that dtype).
+      bits: bit-width, a Python int: >= 2 when ``signed``, >= 1 when unsigned; ``None`` or
+        ``>= 32`` returns ``x`` unchanged.
+      signed: symmetric signed range (True) or unsigned ``[0, 2^bits - 1]`` (False; negative
+        values are clipped to 0).
+      scale: step size (float scalar, > 0, same units as ``x``), or None to use
+        ``max|x| / qmax`` (``max(x, 0) / qmax`` unsigned). An all-zero ``x`` uses scale 1, so
+        the result is zeros, not NaN. No gradient flows into ``scale``.
+
+    Returns:
+      ``x_hat``, same shape and dtype as ``x``: values on the grid ``scale * k`` for integer
+      ``k`` in the code range; ``|x - x_hat| <= scale / 2`` for ``x / scale`` inside the range.
+
+    Raises:
+      ValueError: ``bits`` not an int >= 2 (signed) / >= 1 (unsigned) or None; ``x`` not a
+        floating array; a concrete ``scale`` that is not > 0.
+    """
+    b = _check_bits(bits, signed)
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"x must be a floating array, got x.dtype={x.dtype}")
+    if b is None:
+        return x
+    lo, hi = qrange(b, signed)
+    if scale is None:
+        amax = jnp.max(jnp.abs(x)) if signed else jnp.max(jnp.maximum(x, 0))
+        scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
+    else:
+        if isinstance(scale, numbers.Real) and not scale > 0:
+            raise ValueError(f"scale must be > 0, got {scale=!r}")
+        scale = jnp.asarray(scale, x.dtype)
+    scale = jax.lax.stop_gradient(scale)
+    v = x / scale
+    x_q = jnp.clip(jnp.round(v), lo, hi) * scale
+    # STE: identity gradient where round(v) is not clipped; zero where the value saturates.
+    passes = jax.lax.stop_gradient((v >= lo - 0.5) & (v <= hi + 0.5))
+    x_ste = x + jax.lax.stop_gradient(x_q - x)
+    return jnp.where(passes, x_ste, jax.lax.stop_gradient(x_q))
+
+
+@final
+class FakeQuant(nnx.Module):
+    """Fake-quantization layer with a fixed bit-width (`fake_quant` with the default per-tensor scale).
+
+    Attributes:
+      bits: int or None (static), read by the cost model; None or >= 32 means full precision.
+      signed: bool (static).
+
+    Example (inside your own ``nnx.Module``)::
+
+      self.q_x = FakeQuant(8, signed=False)        # in __init__: 8-bit non-negative features
+      h = self.linear(self.q_x(x))                 # in __call__
+    """
+
+    def __init__(self, bits: int | None, *, signed: bool = True):
+        """Raises:
+          ValueError: ``bits`` invalid (see `fake_quant`).
+        """
+        _check_bits(bits, signed)
+        self.bits = None if bits is None else int(bits)
+        self.signed = bool(signed)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``fake_quant(x, self.bits, signed=self.signed)``: same shape and dtype as ``x``."""
+        return fake_quant(x, self.bits, signed=self.signed)

@@ -1,0 +1,272 @@
+"""A resumable, atomic JSONL results store.
+
+One finished run is one line of a ``results/<name>.jsonl`` file: a JSON object with at least a
+``key`` field (see :func:`config_key`). Sweeps call :meth:`ResultsStore.done_keys` (or
+:meth:`ResultsStore.has`) on start-up to skip runs that already finished, and
+:meth:`ResultsStore.append` after each run.
+
+Crash safety: :meth:`ResultsStore.append` never modifies the results file in place. It writes the
+whole existing content plus the new line to a temporary file in the same directory, flushes and
+fsyncs it, then renames it onto the results file with :func:`os.replace` (atomic on POSIX and
+Windows). A crash at any point leaves either the old file or the new file, never a half-written
+one. Lines torn by other writers (e.g. ``echo >>`` or a crashed plain append) are tolerated when
+they are the final line: :meth:`ResultsStore.records` skips them with a warning.
+
+The store assumes one writer per file at a time; two processes appending concurrently to the same
+file can lose one another's records (each replaces the file with its own read-modify-write).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import subprocess
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["config_key", "code_version", "to_jsonable", "ResultsStore"]
+
+
+def to_jsonable(obj: Any) -> Any:
+    """``json.dumps`` ``default`` hook: convert numpy / JAX values into plain Python values.
+
+    Args:
+        obj: a value the standard JSON encoder does not handle.
+
+    Returns:
+        ``obj.tolist()`` for numpy/JAX arrays and numpy scalars (arrays become nested lists,
+        scalars become ``int``/``float``/``bool``); ``obj.item()`` for other objects with an
+        ``item`` method; a list for sets/frozensets (sorted when possible); ``str`` for
+        :class:`pathlib.Path`.
+
+    Raises:
+        TypeError: naming the type, if ``obj`` cannot be converted.
+    """
+    if hasattr(obj, "tolist"):  # numpy ndarray / generic scalar, jax.Array
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        try:
+            return sorted(obj)
+        except TypeError:
+            return list(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _dumps(obj: Any, **kwargs: Any) -> str:
+    return json.dumps(obj, default=to_jsonable, **kwargs)
+
+
+def config_key(config: dict) -> str:
+    """A stable identifier of a run, computed from its full configuration (seed included).
+
+    The key is the first 16 hex characters of the SHA-256 of the canonical JSON encoding of
+    ``config``: keys sorted at every level, no whitespace (``separators=(",", ":")``), numpy/JAX
+    values converted as in :func:`to_jsonable`. It therefore does not depend on dict insertion
+    order, and any change of any value (e.g. the seed) changes the key.
+
+    Args:
+        config: a JSON-serializable mapping (string keys).
+
+    Returns:
+        A 16-character lowercase hex string.
+
+    Raises:
+        TypeError: if ``config`` is not a dict or contains a value that cannot be serialized.
+    """
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict, got {type(config).__name__}")
+    canonical = _dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    out = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+    )
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The git commit of the repository that contains the ``codesign`` package.
+
+    Runs ``git rev-parse HEAD`` in the package directory and appends ``"-dirty"`` when
+    ``git status --porcelain`` reports changes (tracked or untracked files; the repository's
+    ``results/`` folder is excluded so that writing results does not mark the code dirty).
+    The value is computed once per process (the code a process runs is the code it imported).
+
+    Returns:
+        ``"<40-hex commit>"`` or ``"<commit>-dirty"``; ``"unknown"`` if git is not installed,
+        the package is not inside a git repository, the repository has no commit yet, or git fails.
+
+    Raises:
+        Nothing.
+    """
+    pkg_dir = Path(__file__).resolve().parent
+    try:
+        commit = _git(["rev-parse", "HEAD"], pkg_dir)
+        if not commit:
+            return "unknown"
+        status = _git(["status", "--porcelain", "--", ".", ":(top,exclude)results"], pkg_dir)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if status else commit
+
+
+class ResultsStore:
+    """Append-only, crash-safe store of run records in a JSONL file.
+
+    Args:
+        path: the ``.jsonl`` file (need not exist yet; parent directories are created on the
+            first :meth:`append`).
+
+    Each line of the file is one JSON object (a record) with a string ``key`` field.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"ResultsStore({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ reading
+    def _parse(self, text: str) -> tuple[list[dict], list[str]]:
+        """Parse file text into (records, good lines); a garbled final line is dropped with a
+        warning, a garbled earlier line raises ValueError."""
+        lines = text.split("\n")
+        numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
+        records: list[dict] = []
+        good: list[str] = []
+        for idx, (lineno, line) in enumerate(numbered):
+            is_last = idx == len(numbered) - 1
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec, dict):
+                    raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
+            except ValueError as err:  # json.JSONDecodeError is a ValueError
+                if is_last:
+                    warnings.warn(
+                        f"{self.path}: ignoring torn/garbled last line {lineno} ({err})",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    break
+                raise ValueError(
+                    f"{self.path}: line {lineno} is not a valid JSON object ({err})"
+                ) from err
+            records.append(rec)
+            good.append(line)
+        return records, good
+
+    def _read_text(self) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    def records(self) -> list[dict]:
+        """All records in file order.
+
+        Returns:
+            A list of dicts, one per non-blank line; ``[]`` if the file does not exist.
+
+        Raises:
+            ValueError: naming the file and the (1-based) line number, if a line other than the
+                last non-blank one is not a JSON object.
+
+        Warns:
+            RuntimeWarning: naming the file and line number, if the last non-blank line is torn
+                or garbled; that line is ignored.
+        """
+        return self._parse(self._read_text())[0]
+
+    def done_keys(self) -> set[str]:
+        """The set of ``key`` fields of all records (records without a key are skipped).
+
+        Raises/warns as :meth:`records`.
+        """
+        return {r["key"] for r in self.records() if "key" in r}
+
+    def has(self, key: str) -> bool:
+        """Whether a record with this ``key`` is stored. Raises/warns as :meth:`records`."""
+        return key in self.done_keys()
+
+    # ------------------------------------------------------------------ writing
+    def append(self, record: dict) -> None:
+        """Atomically add one record as a new line.
+
+        The existing content (minus a torn final line, which is dropped with a warning) plus the
+        new line is written to a temporary file next to :attr:`path`, flushed and fsynced, then
+        moved onto :attr:`path` with :func:`os.replace`; the directory is fsynced afterwards where
+        the OS supports it. If anything fails, the original file is left untouched and the
+        temporary file is removed. numpy/JAX scalars and arrays in ``record`` are converted to
+        plain JSON numbers/lists (see :func:`to_jsonable`).
+
+        Args:
+            record: a dict with a non-empty string ``key`` field.
+
+        Raises:
+            ValueError: if ``record`` has no ``key`` (or it is not a non-empty string), or if the
+                existing file has a garbled line before its last line (nothing is written).
+            TypeError: if ``record`` is not a dict or holds a value that cannot be serialized.
+            OSError: if the file cannot be written (the original file is unchanged).
+        """
+        if not isinstance(record, dict):
+            raise TypeError(f"record must be a dict, got {type(record).__name__}")
+        if "key" not in record:
+            raise ValueError(f"record for {self.path} has no 'key' field: keys {sorted(record)}")
+        if not isinstance(record["key"], str) or not record["key"]:
+            raise ValueError(f"record 'key' must be a non-empty string, got {record['key']!r}")
+        # Serialize first: a TypeError must not leave anything behind. allow_nan keeps NaN
+        # accuracies of diverged runs (Python's json reads them back).
+        new_line = _dumps(record, ensure_ascii=False)
+        if "\n" in new_line:  # cannot happen with json.dumps without indent; be explicit
+            raise ValueError("serialized record contains a newline")
+
+        text = self._read_text()
+        _, good = self._parse(text)  # validates; drops a torn final line (with a warning)
+        content = "".join(line + "\n" for line in good) + new_line + "\n"
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(tmp, "x", encoding="utf-8") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            if self.path.exists():
+                try:
+                    os.chmod(tmp, self.path.stat().st_mode & 0o7777)
+                except OSError:
+                    pass
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(self.path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX); silently a no-op where unsupported."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+

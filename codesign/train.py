@@ -1,0 +1,194 @@
+"""Full-batch co-design training: task loss + hardware cost term.
+
+    loss = cross_entropy(train nodes) + cost_weight * log(cost / dense_cost)
+
+``cost`` is the modeled inference cost (`codesign.hwmodel.estimate`) of the model at its
+*expected* densities and bit-widths, so its gradient reaches the gate logits; ``dense_cost`` is
+that of the dense FP32 model, so the term is scale-free (0 for the dense model). After training
+the gates are hardened (deterministic hard-concrete, exact zeros) and the hardened model is
+evaluated and costed at its hard densities.
+
+Optimizers (optax): weights use Adam with L2 weight decay on the first layer, as Kipf & Welling
+(ICLR 2017) do; gate logits (`GateLogit`) have their own Adam with a larger step, because they
+must travel several units of log-odds within a few hundred epochs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.graph import Graph
+from codesign.kernels import CooAdjacency
+from codesign.models import MODELS
+from codesign.sparsify import GateLogit
+
+OBJECTIVES = ("energy_j", "latency_s", "dram_bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of one training run (defaults: Kipf & Welling 2017 for Cora).
+
+    Fields:
+      model: key of `codesign.models.MODELS`.
+      hidden, dropout, lr, weight_decay, epochs: the usual (paper: 16, 0.5, 0.01, 5e-4, 200).
+      bits: fake-quantization bit-width of features and weights; None = fp32.
+      cost_weight: weight of the log-cost term (0 = accuracy only).
+      objective: which `CostReport` total is the cost: "energy_j", "latency_s" or "dram_bytes".
+      edge_mask, feature_mask: learn an `EdgeMask` / `FeatureMask`; None = only when cost_weight > 0.
+      gate_lr: Adam step size of the gate logits.
+      seed: PRNG seed for init, dropout and gate sampling.
+    """
+
+    model: str = "gcn"
+    hidden: int = 16
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+    bits: Optional[int] = None
+    cost_weight: float = 0.0
+    objective: str = "energy_j"
+    edge_mask: Optional[bool] = None
+    feature_mask: Optional[bool] = None
+    gate_lr: float = 0.05
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.model not in MODELS:
+            raise ValueError(f"TrainConfig.model: unknown model {self.model!r}; choose from {sorted(MODELS)}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"TrainConfig.objective: {self.objective!r} not in {OBJECTIVES}")
+        if not (self.cost_weight >= 0 and math.isfinite(self.cost_weight)):
+            raise ValueError(f"TrainConfig.cost_weight: must be finite and >= 0, got {self.cost_weight}")
+        if self.epochs < 1:
+            raise ValueError(f"TrainConfig.epochs: must be >= 1, got {self.epochs}")
+        for name in ("lr", "gate_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"TrainConfig.{name}: must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"TrainConfig.dropout: must be in [0, 1), got {self.dropout}")
+
+    @property
+    def uses_edge_mask(self) -> bool:
+        return self.cost_weight > 0 if self.edge_mask is None else self.edge_mask
+
+    @property
+    def uses_feature_mask(self) -> bool:
+        return self.cost_weight > 0 if self.feature_mask is None else self.feature_mask
+
+
+def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
+    """The model of ``cfg`` for ``graph``; ``dense=True`` gives its dense FP32 reference."""
+    return MODELS[cfg.model](
+        graph.n_features, cfg.hidden, graph.n_classes,
+        n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
+        feature_mask=False if dense else cfg.uses_feature_mask,
+        bits=None if dense else cfg.bits, dropout=cfg.dropout, rngs=rngs)
+
+
+def adjacency(graph: Graph) -> CooAdjacency:
+    """The graph's edges as a `CooAdjacency` (the models add self-loops and normalize)."""
+    return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
+
+
+def masked_accuracy(logits: jax.Array, y: jax.Array, mask: jax.Array) -> jax.Array:
+    """Fraction of ``mask`` nodes whose argmax logit equals the label (float32 scalar)."""
+    hit = (jnp.argmax(logits, -1) == y) & mask
+    return hit.sum() / jnp.maximum(mask.sum(), 1)
+
+
+def _masked_ce(logits, y, mask):
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+    return jnp.sum(ce * mask) / jnp.maximum(mask.sum(), 1)
+
+
+def _decay_mask(params):
+    """True for the first layer's parameters (weight decay on layer 1 only, as in the paper)."""
+    return jax.tree_util.tree_map_with_path(lambda path, _: "conv1" in jax.tree_util.keystr(path), params)
+
+
+def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec) -> hwmodel.CostReport:
+    """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``."""
+    ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
+    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True), hw)
+
+
+def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
+          on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
+    """Trains ``cfg``'s model on ``graph`` full-batch, hardens it, evaluates and costs it.
+
+    Args:
+      graph: a `Graph` with train/val/test masks.
+      cfg: `TrainConfig`.
+      hw: the `HardwareSpec` the cost term (and the reported cost) refers to.
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})`` (e.g. a progress bar).
+
+    Returns:
+      dict with ``test_accuracy``, ``val_accuracy``, ``train_accuracy`` (hardened model),
+      ``modeled`` / ``dense_modeled`` (``latency_s``, ``energy_j``, ``dram_bytes`` of the hardened
+      and the dense FP32 model), ``densities`` (hard kept fractions), ``bits``, ``final_loss``,
+      ``train_time_s``.
+    """
+    dense = dense_cost(cfg, graph, hw)
+    dense_c = float(getattr(dense, cfg.objective))
+    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2))
+    model.train()
+    weights = nnx.All(nnx.Param, nnx.Not(GateLogit))
+    opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
+                                             optax.adam(cfg.lr)), wrt=weights)
+    opt_g = nnx.Optimizer(model, optax.adam(cfg.gate_lr), wrt=GateLogit)
+    adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
+
+    def loss_fn(m, g, adj):
+        ce = _masked_ce(m(g.x, adj), g.y, g.train_mask)
+        ratio = getattr(hwmodel.estimate(m.workload(n, e), hw), cfg.objective) / dense_c
+        return ce + cfg.cost_weight * jnp.log(ratio), ratio
+
+    @nnx.jit
+    def step(m, opt_w, opt_g, g, adj):
+        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(
+            m, g, adj)
+        g_gates, g_weights = nnx.split_state(grads, GateLogit, ...)
+        opt_w.update(m, g_weights)
+        opt_g.update(m, g_gates)
+        return loss, ratio
+
+    t0 = time.perf_counter()
+    loss = ratio = jnp.nan
+    for epoch in range(cfg.epochs):
+        loss, ratio = step(model, opt_w, opt_g, graph, adj)
+        if on_epoch is not None:
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio})
+    jax.block_until_ready(loss)
+    train_time_s = time.perf_counter() - t0
+    if not np.isfinite(float(loss)):
+        raise FloatingPointError(f"training diverged: final loss {float(loss)} (lr={cfg.lr}, cost_weight={cfg.cost_weight})")
+
+    model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
+    logits = _eval_logits(model, graph.x, adj)
+    report = hwmodel.estimate(model.workload(n, e, hard=True), hw)
+    acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
+    return {
+        "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
+        "train_accuracy": acc(graph.train_mask),
+        "modeled": report.summary(), "dense_modeled": dense.summary(),
+        "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
+        "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
+        "train_time_s": train_time_s,
+    }
+
+
+@nnx.jit
+def _eval_logits(model, x, adj):
+    return model(x, adj)

@@ -1,0 +1,64 @@
+"""Shared pytest fixtures.
+
+* ``CODESIGN_DATA`` defaults to ``<repo>/../shared/data`` (which holds ``planetoid/ind.cora.*``),
+  so tests never download; set it yourself to use another copy.
+* ``getkey``: deterministic JAX PRNG keys, a fresh stream per test (seed 0).
+* ``planetoid_root`` / ``cora``: the data root and the loaded Cora `Graph` (session-scoped);
+  tests that use them are skipped, with the reason, when the raw files are absent.
+
+Strict dtype/rank promotion is deliberately not switched on globally; tests that want it use
+``jax.numpy_rank_promotion("raise")`` / ``jax.numpy_dtype_promotion("strict")`` as context managers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import pytest
+
+os.environ.setdefault("CODESIGN_DATA", str((Path(__file__).resolve().parent / ".." / ".." / "shared" / "data").resolve()))
+
+_PLANETOID_EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+
+
+class GetKey:
+    """``getkey()`` returns a new key on each call: ``fold_in(key(seed), call_number)``."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.calls = 0
+        self._base = jax.random.key(seed)
+
+    def __call__(self) -> jax.Array:
+        self.calls += 1
+        return jax.random.fold_in(self._base, self.calls)
+
+
+@pytest.fixture
+def getkey() -> GetKey:
+    """Deterministic keys: the same sequence in every test and on every run."""
+    return GetKey(0)
+
+
+def _has_planetoid(root: Path, name: str) -> bool:
+    return all((root / "planetoid" / f"ind.{name}.{ext}").is_file() for ext in _PLANETOID_EXTS)
+
+
+@pytest.fixture(scope="session")
+def planetoid_root() -> Path:
+    """The data root (``$CODESIGN_DATA``) holding ``planetoid/ind.cora.*``; skips if absent."""
+    root = Path(os.environ["CODESIGN_DATA"])
+    if not _has_planetoid(root, "cora"):
+        pytest.skip(f"Cora raw files not found under {root}/planetoid "
+                    "(set CODESIGN_DATA to a directory containing planetoid/ind.cora.*)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def cora(planetoid_root):
+    """Cora with the public split and row-normalized features (a `codesign.graph.Graph`)."""
+    from codesign.data import load_planetoid
+
+    return load_planetoid("cora", root=planetoid_root)
