@@ -1,0 +1,92 @@
+"""GCN model: normalization, dropout, forward shapes, co-design hooks and workload."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from codesign.kernels import CooAdjacency
+from codesign.models import GCN, gcn_normalize
+from codesign.models.dropout import HashDropout, hash_uniform_u32
+from codesign.sparsify import GateLogit
+
+
+def ring(n):
+    s = np.arange(n)
+    senders = np.concatenate([s, (s + 1) % n]).astype(np.int32)
+    receivers = np.concatenate([(s + 1) % n, s]).astype(np.int32)
+    return CooAdjacency(jnp.asarray(senders), jnp.asarray(receivers), None, n)
+
+
+def dense_gcn_matrix(adj, w):
+    a = np.zeros((adj.n_nodes, adj.n_nodes))
+    np.add.at(a, (np.asarray(adj.receivers), np.asarray(adj.senders)), np.asarray(w))
+    a += np.eye(adj.n_nodes)
+    d = a.sum(1)
+    return a / np.sqrt(d)[:, None] / np.sqrt(d)[None, :]
+
+
+def test_gcn_normalize_matches_dense_formula(getkey):
+    adj = ring(7)
+    w = jax.random.uniform(getkey(), (adj.n_edges,))
+    norm = gcn_normalize(adj, w)
+    got = np.zeros((7, 7))
+    np.add.at(got, (np.asarray(norm.receivers), np.asarray(norm.senders)), np.asarray(norm.edge_weight))
+    np.testing.assert_allclose(got, dense_gcn_matrix(adj, w), rtol=1e-5)
+
+
+def test_removed_edge_leaves_the_degree():
+    adj = ring(5)
+    w = jnp.ones(adj.n_edges).at[0].set(0.0)  # drop edge 0 -> 1
+    norm = gcn_normalize(adj, w)
+    deg_node1 = 1 + 1  # self-loop + the remaining edge 2 -> 1
+    self_loop_1 = norm.edge_weight[adj.n_edges + 1]
+    np.testing.assert_allclose(self_loop_1, 1.0 / deg_node1, rtol=1e-6)
+
+
+def test_hash_dropout_statistics_and_modes():
+    drop = HashDropout(0.3, rngs=nnx.Rngs(0))
+    x = jnp.ones((400, 500))
+    a, b = drop(x), drop(x)
+    kept = float((a > 0).mean())
+    assert abs(kept - 0.7) < 0.005  # 200k Bernoulli(0.7) draws: std 0.001
+    np.testing.assert_allclose(np.unique(np.asarray(a)), [0.0, 1 / 0.7], rtol=1e-6)
+    assert float((a != b).mean()) > 0.3  # a fresh mask per call
+    drop.eval()
+    np.testing.assert_array_equal(drop(x), x)
+    with pytest.raises(ValueError, match="rate"):
+        HashDropout(1.0, rngs=nnx.Rngs(0))
+
+
+def test_hash_bits_are_uniform():
+    h = np.asarray(hash_uniform_u32(jnp.uint32(12345), (1 << 16,)))
+    counts = np.bincount(h >> 28, minlength=16)  # top 4 bits: 16 bins of 4096 expected
+    chi2 = float(((counts - 4096.0) ** 2 / 4096.0).sum())
+    assert chi2 < 40.0  # chi-square, 15 dof: p ~ 5e-4
+
+
+def test_gcn_forward_train_eval_and_grads(getkey):
+    adj = ring(30)
+    x = jax.random.uniform(getkey(), (30, 12))
+    model = GCN(12, 8, 3, n_edges=adj.n_edges, feature_mask=True, bits=8, rngs=nnx.Rngs(0))
+    out = model(x, adj)
+    assert out.shape == (30, 3) and bool(jnp.isfinite(out).all())
+    grads = nnx.grad(lambda m: m(x, adj).sum(), argnums=nnx.DiffState(0, GateLogit))(model)
+    leaves = jax.tree.leaves(grads)
+    assert len(leaves) == 2 and all(float(jnp.abs(g).sum()) > 0 for g in leaves)
+    model.eval()
+    np.testing.assert_array_equal(model(x, adj), model(x, adj))
+
+
+def test_gcn_workload_tracks_densities_and_bits():
+    model = GCN(100, 16, 4, n_edges=50, feature_mask=True, bits=4, rngs=nnx.Rngs(0))
+    wl = model.workload(30, 50, hard=True)
+    spmm0 = wl.layers[0].combine_first[1]
+    gemm0 = wl.layers[0].combine_first[0]
+    d = model.densities(hard=True)
+    np.testing.assert_allclose(spmm0.macs, (d["edge"] * 50 + 30) * 16, rtol=1e-6)
+    np.testing.assert_allclose(gemm0.macs, 30 * d["feature"] * 100 * 16, rtol=1e-6)
+    assert float(gemm0.bits) == 4.0
+    what_if = model.workload(30, 50, densities={"edge": 0.5, "feature": 0.25})
+    np.testing.assert_allclose(what_if.layers[0].combine_first[0].macs, 30 * 25 * 16, rtol=1e-6)

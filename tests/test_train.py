@@ -1,0 +1,82 @@
+"""End-to-end training: accuracy of the dense GCN, the cost term's effect, hardening, and the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from codesign import cli
+from codesign.hwmodel import presets
+from codesign.train import TrainConfig, train
+
+
+def test_dense_gcn_reaches_paper_accuracy_on_cora(cora):
+    """Kipf & Welling report 81.5%; the skeleton's bar is a 5-seed mean >= 80.0%."""
+    accs = [train(cora, TrainConfig(seed=s), presets.get("h100"))["test_accuracy"] for s in range(5)]
+    assert np.mean(accs) >= 0.80, accs
+
+
+def test_cost_term_prunes_and_hardened_cost_is_consistent(cora):
+    hw = presets.get("h100")
+    r = train(cora, TrainConfig(seed=0, epochs=100, cost_weight=0.3, bits=8), hw)
+    d = r["densities"]
+    assert d["edge"] < 0.9 and d["feature"] < 0.9, d  # the cost term removed edges and features
+    assert r["modeled"]["energy_j"] < 0.5 * r["dense_modeled"]["energy_j"]
+    assert r["test_accuracy"] > 0.5  # still far above chance (1/7) after hardening
+    assert 0 < r["final_cost_ratio"] < 1
+
+
+def test_zero_cost_weight_has_no_masks_and_dense_cost(cora):
+    r = train(cora, TrainConfig(seed=0, epochs=2), presets.get("cpu"))
+    assert r["densities"] == {"edge": 1.0, "feature": 1.0}
+    assert r["modeled"] == r["dense_modeled"]
+
+
+@pytest.mark.parametrize("field,value", [("cost_weight", -1.0), ("epochs", 0), ("lr", 0.0),
+                                         ("objective", "watts"), ("model", "transformer"), ("dropout", 1.0)])
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_cli_train_json(cora, capsys):
+    rc = cli.main(["train", "--dataset", "cora", "--model", "gcn", "--hw", "h100", "--cost-weight", "0.1",
+                   "--bits", "8", "--epochs", "20", "--seeds", "2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"test_accuracy", "test_accuracy_std", "modeled", "dense_modeled"}
+    assert len(out["per_seed_test_accuracy"]) == 2
+    assert out["test_accuracy"] == pytest.approx(np.mean(out["per_seed_test_accuracy"]))
+    for k in ("latency_s", "energy_j", "dram_bytes"):
+        assert 0 < out["modeled"][k] < out["dense_modeled"][k]  # 8-bit is cheaper in every total
+    assert out["bits"] == 8
+
+
+def test_cli_table_and_errors(cora, capsys):
+    assert cli.main(["train", "--epochs", "2", "--seeds", "1"]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--hw", "tpu9"]) == 2
+    assert "unknown hardware preset 'tpu9'" in capsys.readouterr().err
+
+
+def test_cli_sweep_is_resumable(cora, tmp_path, capsys):
+    args = ["sweep", "--epochs", "3", "--seeds", "1", "--cost-weights", "0.1", "--out", str(tmp_path)]
+    assert cli.main(args) == 0
+    path = tmp_path / "cora_gcn_h100.jsonl"
+    first = path.read_text().splitlines()
+    assert len(first) == 2  # dense fp32 reference + one cost weight
+    rec = json.loads(first[1])
+    assert rec["config"]["cost_weight"] == 0.1 and rec["config"]["bits"] == 8
+    assert cli.main(args) == 0  # nothing left to do: the file is unchanged
+    assert path.read_text().splitlines() == first
+    assert "0 runs to do" in capsys.readouterr().err
+
+
+def test_cli_cost_json(cora, capsys):
+    assert cli.main(["cost", "--hw", "h100,cpu", "--bits", "8", "--edge-density", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"h100", "cpu"}
+    dense, given = out["h100"].values()
+    assert given["energy_j"] < dense["energy_j"]
+    assert all(s["bound"] in ("compute", "memory") for s in dense["stages"].values())
+    assert cli.main(["cost", "--edge-density", "1.5"]) == 2
