@@ -12,6 +12,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 PJ = 1e-12  # joules per picojoule
 BITS_PER_BYTE = 8.0
@@ -70,11 +71,23 @@ class HardwareSpec:
     mac_energy_fp32_pj: float = HOROWITZ_FP32_MAC_PJ
 
     def __post_init__(self):
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
-        concrete = {k: v for k, v in values.items() if isinstance(v, (int, float))}
-        for k, v in concrete.items():
+        # Python and NumPy numbers are user input and are checked (ints become floats, so that
+        # jax.grad can differentiate every field). JAX arrays are left alone: they are tracers or
+        # spec-shaped trees of gradients, whose values need not be valid hardware numbers.
+        concrete = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name == "name" or isinstance(v, jax.Array):
+                continue
+            if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
+                continue  # placeholders JAX puts in pytree round trips (None, sentinels)
+            if isinstance(v, (bool, str)) or np.ndim(v) != 0:
+                raise ValueError(f"HardwareSpec({self.name!r}).{f.name}: must be a real number, got {v!r}")
+            v = float(v)
             if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"HardwareSpec({self.name!r}).{k}: must be finite and > 0, got {v!r}")
+                raise ValueError(f"HardwareSpec({self.name!r}).{f.name}: must be finite and > 0, got {v!r}")
+            object.__setattr__(self, f.name, v)
+            concrete[f.name] = v
         order = ["matrix_fp32_macs_per_s", "matrix_bf16_macs_per_s", "matrix_int8_macs_per_s",
                  "matrix_int4_macs_per_s"]
         for wide, narrow in zip(order, order[1:]):

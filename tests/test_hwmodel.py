@@ -1,0 +1,678 @@
+"""Tests of codesign.hwmodel: hand-computed stage costs, dataflow choice, gradients (workload,
+hardware and a real model's gate logits), jit/vmap, monotonicity, validation, training counts and
+stored reference reports (``tests/data/hwmodel_reference.json``).
+
+Regenerate the stored reports deliberately (after an intended change of the cost model) with
+``python tests/test_hwmodel.py --regen`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from codesign.hwmodel import (HardwareSpec, Workload, elementwise_stage, estimate, gemm_stage,
+                              message_passing_layer, presets, smooth_max, spmm_stage, stage_cost)
+
+REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
+REFERENCE_RTOL = 1e-5
+
+CORA_NODES, CORA_EDGES = 2708, 10556  # Planetoid Cora: nodes, directed edges without self-loops
+CORA_DIMS = (1433, 16, 7)  # features, hidden (Kipf & Welling), classes
+PRESETS = ("h100", "cpu")
+
+# Horowitz ISSCC'14 (45 nm): int8 multiply 0.2 pJ, int8 add 0.03 pJ. The integer MAC energy model
+# (spec.py docstring) splits ``mac_energy_int8_pj`` into this multiplier share (~ bits^2) and
+# the adder share (~ bits).
+HOROWITZ_MULT_SHARE = 0.2 / (0.2 + 0.03)
+
+# Float32 slack for "non-decreasing": one rounding of a sum of a handful of terms.
+MONOTONE_RTOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _strict_promotion():
+    """As equinox's conftest: implicit dtype promotion and rank broadcasting are errors."""
+    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+        yield
+
+
+def tiny_spec(**changes) -> HardwareSpec:
+    """Round numbers, so every cost below can be worked out by hand."""
+    fields = dict(name="tiny", matrix_fp32_macs_per_s=1e9, matrix_bf16_macs_per_s=2e9,
+                  matrix_int8_macs_per_s=4e9, matrix_int4_macs_per_s=4e9, vector_fp32_macs_per_s=1e9,
+                  dram_bw_bytes_per_s=1e9, dram_energy_pj_per_byte=10.0, onchip_buffer_bytes=1e6,
+                  sram_energy_pj_per_byte=1.0, mac_energy_int8_pj=0.2, mac_energy_fp32_pj=4.0)
+    return HardwareSpec(**{**fields, **changes})
+
+
+def cora_gcn_workload(edge_density, feature_density, bits, training: bool = False) -> Workload:
+    """The 2-layer GCN workload on Cora (as `codesign.models.GCN.workload` builds it: fp32 logits)."""
+    n_in, hidden, n_classes = CORA_DIMS
+    nnz = edge_density * CORA_EDGES + CORA_NODES  # kept edges + self-loops
+    return Workload((
+        message_passing_layer("layer0", CORA_NODES, nnz, feature_density * n_in, hidden, bits, bits, bits,
+                              training),
+        message_passing_layer("layer1", CORA_NODES, nnz, hidden, n_classes, bits, bits, 32, training),
+    ), training)
+
+
+def _totals(report) -> jax.Array:
+    return jnp.stack([report.latency_s, report.energy_j, report.dram_bytes])
+
+
+def _cora_costs(hw: HardwareSpec, e, f, b) -> jax.Array:
+    """``[latency_s, energy_j, dram_bytes, aggregate_first layer0, aggregate_first layer1]``."""
+    r = estimate(cora_gcn_workload(e, f, b), hw)
+    return jnp.stack([r.latency_s, r.energy_j, r.dram_bytes,
+                      r.aggregate_first["layer0"], r.aggregate_first["layer1"]])
+
+
+@functools.cache
+def _cora_point(preset: str):
+    """Jitted ``(edge_density, feature_density, bits) -> _cora_costs`` on a preset (compiled once
+    per preset and shared by the tests)."""
+    return jax.jit(functools.partial(_cora_costs, presets.get(preset)))
+
+
+def _f32(*xs):
+    return tuple(jnp.float32(x) for x in xs)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Hand-computed stage costs on the tiny spec.
+# ---------------------------------------------------------------------------------------------
+
+def _hand_smooth_max(a: float, b: float) -> float:
+    return (a**16 + b**16) ** (1 / 16)
+
+
+def _hand_int_mac_pj(bits: float, int8_pj: float = 0.2) -> float:
+    r = bits / 8
+    return int8_pj * (HOROWITZ_MULT_SHARE * r * r + (1 - HOROWITZ_MULT_SHARE) * r)
+
+
+def _assert_stage(cost, *, macs, compute_s, memory_s, dram_bytes, onchip_bytes, energy_j):
+    got = {k: float(getattr(cost, k)) for k in ("macs", "compute_s", "memory_s", "dram_bytes", "onchip_bytes",
+                                                 "energy_j", "latency_s")}
+    want = dict(macs=macs, compute_s=compute_s, memory_s=memory_s, dram_bytes=dram_bytes,
+                onchip_bytes=onchip_bytes, energy_j=energy_j, latency_s=_hand_smooth_max(compute_s, memory_s))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
+
+
+def test_gemm_fp32_by_hand():
+    # [100, 200] @ [200, 50], all fp32: 1e6 MACs at 1e9 MAC/s.
+    # bytes: (100*200 + 200*50 + 100*50) * 4 = 35000 * 4 = 140000, all compulsory.
+    # energy: 1e6 * 4 pJ + 140000 B * 10 pJ/B (DRAM) + 140000 B * 1 pJ/B (SRAM) = 5.54e6 pJ.
+    cost = stage_cost(gemm_stage(100, 200, 50, 32, 32, 32), tiny_spec())
+    _assert_stage(cost, macs=1e6, compute_s=1e-3, memory_s=1.4e-4, dram_bytes=140000.0,
+                  onchip_bytes=140000.0, energy_j=5.54e-6)
+    assert cost.bound == "compute"
+
+
+def test_gemm_int8_by_hand():
+    # 8-bit operands, fp32 output: int8 rate 4e9 -> 2.5e-4 s.
+    # bytes: (20000 * 8 + 10000 * 8 + 5000 * 32) / 8 = 20000 + 10000 + 20000 = 50000.
+    # energy: 1e6 * 0.2 pJ + 50000 * 10 + 50000 * 1 = 7.5e5 pJ.
+    cost = stage_cost(gemm_stage(100, 200, 50, 8, 8, 32), tiny_spec())
+    _assert_stage(cost, macs=1e6, compute_s=2.5e-4, memory_s=5e-5, dram_bytes=50000.0, onchip_bytes=50000.0,
+                  energy_j=7.5e-7)
+
+
+def test_gemm_mixed_bits_by_hand():
+    # 16-bit activations, 4-bit weights, 16-bit output: the wider operand (16 bit) sets the rate
+    # (bf16, 2e9) and the MAC energy (integer model at 16 bit).
+    # bytes: (20000 * 16 + 10000 * 4 + 5000 * 16) / 8 = 40000 + 5000 + 10000 = 55000.
+    mac_pj = 0.2 * (HOROWITZ_MULT_SHARE * 4.0 + (1 - HOROWITZ_MULT_SHARE) * 2.0)
+    cost = stage_cost(gemm_stage(100, 200, 50, 16, 4, 16), tiny_spec())
+    _assert_stage(cost, macs=1e6, compute_s=5e-4, memory_s=5.5e-5, dram_bytes=55000.0, onchip_bytes=55000.0,
+                  energy_j=(1e6 * mac_pj + 55000 * 10 + 55000 * 1) * 1e-12)
+
+
+def test_spmm_fitting_buffer_by_hand():
+    # A: 1000 x 1000 with 5000 nonzeros; X: [1000, 16] fp32 = 64000 B < 1e6 B buffer -> all hits.
+    # structure: 5000 * (4 + 4) + 1001 * 4 = 44004; X 64000; out 64000 -> compulsory 172004.
+    # reuse: (5000 - 1000) * 16 * 4 = 256000, all on chip (miss = 0): DRAM = 172004.
+    # MACs 5000 * 16 = 80000 at the fp32 vector rate 1e9.
+    cost = stage_cost(spmm_stage(1000, 5000, 16, 32, 32), tiny_spec())
+    _assert_stage(cost, macs=80000.0, compute_s=8e-5, memory_s=1.72004e-4, dram_bytes=172004.0,
+                  onchip_bytes=428004.0, energy_j=(80000 * 4 + 172004 * 10 + 428004 * 1) * 1e-12)
+    assert cost.bound == "memory"
+
+
+def test_spmm_spilling_buffer_by_hand():
+    # A: 10000 x 10000, 1e5 nonzeros; X: [10000, 256] int8 = 2.56e6 B > 1e6 B buffer:
+    # miss = 1 - 1e6 / 2.56e6 = 0.609375.
+    # structure: 1e5 * 8 + 10001 * 4 = 840004; X 2.56e6; out 2.56e6 -> compulsory 5960004.
+    # reuse: (1e5 - 1e4) * 256 * 1 = 2.304e7 B; DRAM = 5960004 + 2.304e7 * 0.609375 = 20000004.
+    # MACs 1e5 * 256 = 2.56e7 at 4 x 1e9 (8-bit lane packing) = 6.4e-3 s.
+    cost = stage_cost(spmm_stage(10000, 100000, 256, 8, 8), tiny_spec())
+    dram = 5960004 + 2.304e7 * 0.609375
+    onchip = 5960004 + 2.304e7
+    _assert_stage(cost, macs=2.56e7, compute_s=6.4e-3, memory_s=dram / 1e9, dram_bytes=dram, onchip_bytes=onchip,
+                  energy_j=(2.56e7 * 0.2 + dram * 10 + onchip * 1) * 1e-12)
+    # A buffer large enough for X removes exactly the re-gathers from DRAM.
+    big = stage_cost(spmm_stage(10000, 100000, 256, 8, 8), tiny_spec(onchip_buffer_bytes=2.56e6))
+    np.testing.assert_allclose(float(big.dram_bytes), 5960004.0, rtol=1e-6)
+
+
+def test_spmm_fewer_nonzeros_than_rows_has_no_reuse():
+    cost = stage_cost(spmm_stage(1000, 500, 16, 32, 32), tiny_spec(onchip_buffer_bytes=1.0))
+    # 500 * 8 + 1001 * 4 + 2 * 64000 = 136004; no reuse even with a 1-byte buffer.
+    np.testing.assert_allclose(float(cost.dram_bytes), 136004.0, rtol=1e-6)
+    np.testing.assert_allclose(float(cost.onchip_bytes), 136004.0, rtol=1e-6)
+
+
+def test_elementwise_by_hand():
+    # [1000, 16] at 16 bit: 16000 ops at 2 x 1e9 (16-bit packing) = 8e-6 s;
+    # read + write 2 * 16000 * 2 B = 64000 B.
+    cost = stage_cost(elementwise_stage(1000, 16, 16), tiny_spec())
+    _assert_stage(cost, macs=16000.0, compute_s=8e-6, memory_s=6.4e-5, dram_bytes=64000.0, onchip_bytes=64000.0,
+                  energy_j=(16000 * _hand_int_mac_pj(16) + 64000 * 10 + 64000 * 1) * 1e-12)
+
+
+@pytest.mark.parametrize("bits, matrix_rate, vector_rate, mac_pj", [
+    (2, 8e9, 4e9, _hand_int_mac_pj(2)), (4, 8e9, 4e9, _hand_int_mac_pj(4)), (4.5, 4e9, 4e9, _hand_int_mac_pj(4.5)),
+    (8, 4e9, 4e9, 0.2), (9, 2e9, 2e9, _hand_int_mac_pj(9)), (16, 2e9, 2e9, _hand_int_mac_pj(16)),
+    (17, 1e9, 1e9, _hand_int_mac_pj(17)), (31.5, 1e9, 1e9, _hand_int_mac_pj(31.5)), (32, 1e9, 1e9, 4.0)])
+def test_rates_and_mac_energy_by_bits(bits, matrix_rate, vector_rate, mac_pj):
+    """Matrix rate: int4 (<= 4 bit), int8 (<= 8), bf16 (<= 16), else fp32; vector rate x4 / x2 / x1;
+    MAC energy: integer model below 32 bit, fp32 at 32. 1e6 MACs per stage."""
+    hw = tiny_spec(matrix_int4_macs_per_s=8e9)  # int4 distinguishable from int8
+    gemm = stage_cost(gemm_stage(1, 1e6, 1, bits, bits, bits), hw)
+    np.testing.assert_allclose(float(gemm.compute_s), 1e6 / matrix_rate, rtol=1e-6)
+    np.testing.assert_allclose(float(gemm.dram_bytes), (2e6 + 1) * bits / 8, rtol=1e-6)
+    # all bytes are compulsory, so each costs 10 pJ (DRAM) + 1 pJ (SRAM)
+    np.testing.assert_allclose(float(gemm.energy_j), (1e6 * mac_pj + (2e6 + 1) * bits / 8 * 11) * 1e-12, rtol=1e-6)
+    spmm = stage_cost(spmm_stage(1, 1, 1e6, bits, bits), hw)
+    np.testing.assert_allclose(float(spmm.compute_s), 1e6 / vector_rate, rtol=1e-6)
+
+
+_nonneg = st.floats(0, 1e3).map(lambda v: 0.0 if v < 1e-20 else v)  # no float32 subnormals after scaling
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=_nonneg, b=_nonneg, scale=st.sampled_from([1e-9, 1e-3, 1.0]))
+@example(a=3.0, b=3.0, scale=1e-3).via("the largest overestimate")
+@example(a=0.0, b=2.0, scale=1.0).via("one roof is zero")
+@example(a=0.0, b=0.0, scale=1.0).via("both zero")
+def test_smooth_max_bounds(a, b, scale):
+    a, b = a * scale, b * scale
+    got = float(smooth_max(jnp.float32(a), jnp.float32(b)))
+    hi = max(float(np.float32(a)), float(np.float32(b)))
+    assert hi * (1 - 1e-6) <= got <= 2 ** (1 / 16) * hi * (1 + 1e-6)
+    if min(a, b) == 0:
+        assert got == hi
+    if a == b:  # the largest overestimate
+        np.testing.assert_allclose(got, 2 ** (1 / 16) * hi, rtol=1e-6)
+
+
+def test_smooth_max_gradient_finite_at_zero():
+    g = jax.grad(lambda a: smooth_max(a, jnp.float32(2.0)))(jnp.float32(0.0))
+    assert float(g) == 0.0
+    ga, gb = jax.grad(smooth_max, argnums=(0, 1))(jnp.float32(3.0), jnp.float32(1.0))
+    np.testing.assert_allclose([float(ga), float(gb)], [1.0, 0.0], atol=1e-6)  # ~ d max / d a
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Dataflow order.
+# ---------------------------------------------------------------------------------------------
+
+def _check_report_consistent(report, layer, hw):
+    ac = [stage_cost(s, hw) for s in layer.aggregate_first]
+    ca = [stage_cost(s, hw) for s in layer.combine_first]
+    el = [stage_cost(s, hw) for s in layer.elementwise]
+    lat = lambda cs: sum(float(c.latency_s) for c in cs)
+    chosen = ac if float(report.aggregate_first[layer.name]) == 1.0 else ca
+    assert lat(chosen) == pytest.approx(min(lat(ac), lat(ca)), rel=1e-6)
+    for field in ("latency_s", "energy_j", "dram_bytes"):
+        stage_sum = sum(float(getattr(c, field)) for c in report.stages.values())
+        np.testing.assert_allclose(float(getattr(report, field)), stage_sum, rtol=1e-6, err_msg=field)
+        want = sum(float(getattr(c, field)) for c in chosen + el)
+        np.testing.assert_allclose(float(getattr(report, field)), want, rtol=1e-6, err_msg=field)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_combine_first_for_wide_input(preset):
+    hw = presets.get(preset)
+    layer = message_passing_layer("layer0", CORA_NODES, CORA_EDGES + CORA_NODES, 1433, 16, 32, 32, 32)
+    report = estimate(Workload((layer,)), hw)
+    assert float(report.aggregate_first["layer0"]) == 0.0
+    assert sorted(report.stages) == ["layer0/elementwise", "layer0/gemm", "layer0/spmm"]
+    # the aggregation ran over the 16 output columns
+    np.testing.assert_allclose(float(report.stages["layer0/spmm"].macs), (CORA_EDGES + CORA_NODES) * 16, rtol=1e-6)
+    _check_report_consistent(report, layer, hw)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_aggregate_first_for_narrow_input(preset):
+    hw = presets.get(preset)
+    nnz = 50 * CORA_NODES  # many edges
+    layer = message_passing_layer("layer0", CORA_NODES, nnz, 8, 512, 32, 32, 32)
+    report = estimate(Workload((layer,)), hw)
+    assert float(report.aggregate_first["layer0"]) == 1.0
+    np.testing.assert_allclose(float(report.stages["layer0/spmm"].macs), nnz * 8, rtol=1e-6)
+    _check_report_consistent(report, layer, hw)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Gradients against central finite differences (float32, relative step 1e-3).
+# ---------------------------------------------------------------------------------------------
+
+GRAD_POINT = (0.7, 0.4, 6.3)  # edge density, feature density, bits: away from the 4/8/16 thresholds
+
+
+@functools.cache
+def _cora_jacobian(preset: str):
+    """Jitted ``x = [edge_density, feature_density, bits] -> d[latency_s, energy_j] / dx`` ([2, 3])."""
+    point = _cora_point(preset)
+    return jax.jit(jax.jacrev(lambda x: point(x[0], x[1], x[2])[:2]))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_workload_gradients_match_finite_differences(preset):
+    point, jacobian = _cora_point(preset), _cora_jacobian(preset)
+    x0 = np.array(GRAD_POINT, np.float32)
+    jac = np.asarray(jacobian(jnp.asarray(x0)))  # [latency, energy] x [edge, feature, bits]
+    assert np.all(np.isfinite(jac))
+    # more edges, more features and more bits all cost time and energy
+    assert np.all(jac > 0), jac
+    for i in range(3):
+        h = 1e-3 * x0[i]
+        xp, xm = x0.copy(), x0.copy()
+        xp[i] += h
+        xm[i] -= h
+        vp, vm = np.asarray(point(*xp)), np.asarray(point(*xm))
+        np.testing.assert_array_equal(vp[3:], vm[3:], err_msg="FD step crossed a dataflow switch")
+        step = float(xp[i]) - float(xm[i])  # the step actually taken in float32
+        for j in range(2):
+            fd = (float(vp[j]) - float(vm[j])) / step
+            np.testing.assert_allclose(jac[j, i], fd, rtol=1e-2, err_msg=f"output {j}, input {i}")
+
+
+def _spec_leaf_fd(f, hw, field, rel=1e-3):
+    v = getattr(hw, field)
+    plus, minus = hw.replace(**{field: v * (1 + rel)}), hw.replace(**{field: v * (1 - rel)})
+    return (float(f(plus)) - float(f(minus))) / (2 * rel * v)
+
+
+def _float_leaves(hw: HardwareSpec) -> HardwareSpec:
+    """The spec with every numeric leaf a Python float (`jax.grad` rejects integer leaves)."""
+    return jax.tree.map(float, hw)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_hardware_gradients(preset):
+    hw = _float_leaves(presets.get(preset))
+    workload = cora_gcn_workload(*_f32(*GRAD_POINT))
+
+    def costs(spec):
+        r = estimate(workload, spec)
+        onchip = sum(c.onchip_bytes for c in r.stages.values())
+        return jnp.stack([r.latency_s, r.energy_j, r.dram_bytes, onchip])
+
+    totals = jax.jit(costs)
+    jac = jax.jit(jax.jacrev(costs))(hw)
+    assert isinstance(jac, HardwareSpec) and jac.name == hw.name
+    # (as a dict: a HardwareSpec of Python floats would be re-validated and reject the zeros)
+    g_lat = {f: float(getattr(jac, f)[0]) for f in _NUMERIC_FIELDS}
+    g_en = {f: float(getattr(jac, f)[1]) for f in _NUMERIC_FIELDS}
+    # more bandwidth -> less time
+    assert g_lat["dram_bw_bytes_per_s"] < 0
+    fd = _spec_leaf_fd(lambda spec: totals(spec)[0], hw, "dram_bw_bytes_per_s")
+    np.testing.assert_allclose(g_lat["dram_bw_bytes_per_s"], fd, rtol=1e-2)
+    # energy is linear in the per-byte energies: the gradient is the byte count
+    _, _, dram, onchip = np.asarray(totals(hw), np.float64)
+    np.testing.assert_allclose(g_en["dram_energy_pj_per_byte"], dram * 1e-12, rtol=1e-5)
+    np.testing.assert_allclose(g_en["sram_energy_pj_per_byte"], onchip * 1e-12, rtol=1e-5)
+    # ... and the per-byte energies do not change the time
+    assert g_lat["dram_energy_pj_per_byte"] == 0.0 and g_lat["sram_energy_pj_per_byte"] == 0.0
+    # 6.3-bit GEMMs run on the int8 engine: its rate may shorten the time, the fp32 rate cannot
+    assert g_lat["matrix_int8_macs_per_s"] <= 0.0 and g_lat["matrix_fp32_macs_per_s"] == 0.0
+
+
+def test_cpu_preset_differentiable_as_is():
+    workload = cora_gcn_workload(*_f32(*GRAD_POINT))
+    g = jax.grad(lambda spec: estimate(workload, spec).latency_s)(presets.get("cpu"))
+    assert float(g.dram_bw_bytes_per_s) < 0.0  # more bandwidth, less time
+
+
+def test_buffer_gradient_when_spilling():
+    """With X larger than the buffer, more buffer saves DRAM traffic: d energy / d buffer < 0."""
+    stage = spmm_stage(10000, 100000, 256, 8, 8)
+    energy = lambda spec: stage_cost(stage, spec).energy_j
+    g = jax.grad(energy)(tiny_spec())
+    # by hand: d dram / d buffer = -reuse / working_set = -2.304e7 / 2.56e6 = -9; x 10 pJ/B
+    np.testing.assert_allclose(float(g.onchip_buffer_bytes), -9 * 10 * 1e-12, rtol=1e-5)
+    np.testing.assert_allclose(float(g.onchip_buffer_bytes),
+                               _spec_leaf_fd(energy, tiny_spec(), "onchip_buffer_bytes"),
+                               rtol=1e-2)
+    # with the buffer large enough, the gradient is exactly zero
+    assert float(jax.grad(energy)(tiny_spec(onchip_buffer_bytes=1e7)).onchip_buffer_bytes) == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Gradient from a real model's gate logits.
+# ---------------------------------------------------------------------------------------------
+
+def test_gcn_gate_logit_gradient():
+    from codesign.models import GCN
+    from codesign.sparsify import BETA, GAMMA, ZETA, GateLogit
+
+    hw = presets.get("h100")
+    model = GCN(*CORA_DIMS, n_edges=CORA_EDGES, feature_mask=True, bits=8, rngs=nnx.Rngs(0))
+    # spread the logits, so each gate has its own gradient
+    rng = np.random.default_rng(0)
+    model.edge_mask.gate.log_alpha[...] = jnp.asarray(rng.normal(1.0, 2.0, CORA_EDGES), jnp.float32)
+    model.feature_mask.gate.log_alpha[...] = jnp.asarray(rng.normal(1.0, 2.0, CORA_DIMS[0]), jnp.float32)
+
+    def energy(m):
+        return estimate(m.workload(CORA_NODES, CORA_EDGES), hw).energy_j
+
+    grads = nnx.jit(nnx.grad(energy, argnums=nnx.DiffState(0, GateLogit)))(model)
+    edge_g = np.asarray(grads["edge_mask"]["gate"]["log_alpha"][...])
+    feat_g = np.asarray(grads["feature_mask"]["gate"]["log_alpha"][...])
+    assert edge_g.shape == (CORA_EDGES,) and feat_g.shape == (CORA_DIMS[0],)
+    assert np.all(edge_g > 0) and np.all(feat_g > 0)  # raising a logit keeps more, costs more
+
+    graphdef, gates, rest = nnx.split(model, GateLogit, ...)
+    energy_of = jax.jit(lambda g: energy(nnx.merge(graphdef, g, rest)))
+    # a random direction in the positive orthant (a sign-random direction over 10556 gates moves the
+    # mean density by ~1/sqrt(E) of that, below what a float32 difference resolves)
+    leaves, treedef = jax.tree.flatten(gates)
+    dirs = [jnp.asarray(rng.uniform(0.0, 1.0, leaf.shape), jnp.float32) for leaf in leaves]
+    eps = 0.05
+    plus = jax.tree.unflatten(treedef, [x + eps * d for x, d in zip(leaves, dirs)])
+    minus = jax.tree.unflatten(treedef, [x - eps * d for x, d in zip(leaves, dirs)])
+    fd = (float(energy_of(plus)) - float(energy_of(minus))) / (2 * eps)
+    analytic = sum(float(jnp.vdot(g, d)) for g, d in zip(jax.tree.leaves(grads), dirs))
+    np.testing.assert_allclose(analytic, fd, rtol=1e-2)
+    # chain rule, gate by gate: dE/dlogit_i = dE/d(density) * P'(logit_i) / n_gates, with
+    # P = prob_nonzero = sigmoid(logit - BETA log(-GAMMA / ZETA)) (Louizos et al. 2018, eq. 12)
+    dens = model.densities()
+    de_dx = _cora_jacobian("h100")(jnp.stack([dens["edge"], dens["feature"], jnp.float32(8.0)]))[1]
+    shift = BETA * math.log(-GAMMA / ZETA)
+    for g, logits, k, n in ((edge_g, model.edge_mask.gate.log_alpha[...], 0, CORA_EDGES),
+                            (feat_g, model.feature_mask.gate.log_alpha[...], 1, CORA_DIMS[0])):
+        p = 1.0 / (1.0 + np.exp(-(np.asarray(logits, np.float64) - shift)))
+        # rtol: float32 sigmoid slopes of saturated gates (p ~ 1 - 1e-4) carry ~1e-3 relative error
+        np.testing.assert_allclose(g, float(de_dx[k]) * p * (1 - p) / n, rtol=5e-3, atol=0)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_gcn_workload_matches_reference_builder(training):
+    """`GCN.workload` builds the workload the tests here cost (so the stored reports cover it)."""
+    from codesign.models import GCN
+
+    model = GCN(*CORA_DIMS, n_edges=CORA_EDGES, feature_mask=True, bits=8, rngs=nnx.Rngs(0))
+    densities = {"edge": jnp.float32(0.5), "feature": jnp.float32(0.3)}
+    got = model.workload(CORA_NODES, CORA_EDGES, densities=densities, training=training)
+    want = cora_gcn_workload(*_f32(0.5, 0.3, 8.0), training=training)
+    assert got.training is training
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. jit and vmap.
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_vmap_matches_loop(preset):
+    rng = np.random.default_rng(1)
+    e = rng.uniform(0, 1, 64).astype(np.float32)
+    f = rng.uniform(0, 1, 64).astype(np.float32)
+    b = rng.uniform(2, 32, 64).astype(np.float32)
+    b[:4] = [4, 8, 16, 32]  # thresholds included
+    hw = presets.get(preset)
+    batched = jax.jit(jax.vmap(lambda e, f, b: _totals(estimate(cora_gcn_workload(e, f, b), hw))))
+    got = np.asarray(batched(e, f, b))
+    assert got.shape == (64, 3)
+    point = _cora_point(preset)
+    want = np.stack([np.asarray(point(*_f32(e[i], f[i], b[i])))[:3] for i in range(64)])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert len(np.unique(got[:, 1])) == 64  # the points really differ
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_jit_matches_eager(preset):
+    hw = presets.get(preset)
+    workload = cora_gcn_workload(*_f32(0.5, 0.3, 8.0))
+    eager = estimate(workload, hw)
+    jitted = jax.jit(estimate)(workload, hw)
+    assert jax.tree.structure(eager) == jax.tree.structure(jitted)
+    for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6)
+    assert all(np.asarray(x).dtype == np.float32 for x in jax.tree.leaves(jitted))
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Monotonicity.
+# ---------------------------------------------------------------------------------------------
+
+_density = st.floats(0.0, 1.0, width=32)
+_bits = st.floats(2.0, 32.0, width=32, exclude_max=True)
+
+
+def _assert_not_cheaper(hi, lo, what):
+    hi, lo = np.asarray(hi), np.asarray(lo)
+    for k, name in enumerate(("latency_s", "energy_j", "dram_bytes")):
+        assert hi[k] >= lo[k] * (1 - MONOTONE_RTOL), f"{what}: {name} {hi[k]!r} < {lo[k]!r}"
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@settings(max_examples=30, deadline=None)
+@given(d1=_density, d2=_density, other=_density, bits=_bits)
+def test_more_edges_never_cheaper(preset, d1, d2, other, bits):
+    lo, hi = sorted((d1, d2))
+    point = _cora_point(preset)
+    _assert_not_cheaper(point(*_f32(hi, other, bits)), point(*_f32(lo, other, bits)), "edge density")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@settings(max_examples=30, deadline=None)
+@given(d1=_density, d2=_density, other=_density, bits=_bits)
+def test_more_features_never_cheaper(preset, d1, d2, other, bits):
+    lo, hi = sorted((d1, d2))
+    point = _cora_point(preset)
+    _assert_not_cheaper(point(*_f32(other, hi, bits)), point(*_f32(other, lo, bits)), "feature density")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@settings(max_examples=30, deadline=None)
+@given(b1=_bits, b2=_bits, edge=_density, feature=_density)
+def test_fewer_bits_never_more_dram_bytes(preset, b1, b2, edge, feature):
+    lo, hi = sorted((b1, b2))
+    point = _cora_point(preset)
+    dram_hi = float(point(*_f32(edge, feature, hi))[2])
+    dram_lo = float(point(*_f32(edge, feature, lo))[2])
+    assert dram_lo <= dram_hi * (1 + MONOTONE_RTOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Validation.
+# ---------------------------------------------------------------------------------------------
+
+_NUMERIC_FIELDS = ["matrix_fp32_macs_per_s", "matrix_bf16_macs_per_s", "matrix_int8_macs_per_s",
+                   "matrix_int4_macs_per_s", "vector_fp32_macs_per_s", "dram_bw_bytes_per_s",
+                   "dram_energy_pj_per_byte", "onchip_buffer_bytes", "sram_energy_pj_per_byte",
+                   "mac_energy_int8_pj", "mac_energy_fp32_pj"]
+
+
+@pytest.mark.parametrize("field", _NUMERIC_FIELDS)
+@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, -math.inf])
+def test_invalid_values_raise_naming_field(field, value):
+    with pytest.raises(ValueError, match=rf"\.{field}: must be finite and > 0"):
+        tiny_spec(**{field: value})
+
+
+def test_valid_spec_constructs():
+    hw = tiny_spec()
+    assert hw.dram_bw_bytes_per_s == 1e9 and hw.name == "tiny"
+
+
+def test_int8_slower_than_bf16_raises():
+    hw = presets.get("h100")
+    with pytest.raises(ValueError, match=r"\.matrix_int8_macs_per_s: .* lower than matrix_bf16_macs_per_s"):
+        hw.replace(matrix_int8_macs_per_s=hw.matrix_bf16_macs_per_s / 2)
+    with pytest.raises(ValueError, match=r"\.matrix_bf16_macs_per_s: "):
+        tiny_spec(matrix_bf16_macs_per_s=0.5e9)
+    with pytest.raises(ValueError, match=r"\.matrix_int4_macs_per_s: "):
+        tiny_spec(matrix_int4_macs_per_s=3e9)
+    with pytest.raises(ValueError, match=r"\.mac_energy_int8_pj: "):
+        tiny_spec(mac_energy_int8_pj=5.0)
+    tiny_spec(matrix_int8_macs_per_s=2e9, matrix_int4_macs_per_s=2e9)  # equal rates are allowed
+
+
+def test_presets_registry():
+    assert {"h100", "cpu"} <= set(presets.names())
+    assert presets.get("H100").name == "h100"
+    for name in presets.names():
+        assert presets.get(name).name == name
+    with pytest.raises(ValueError, match=r"'nope'.*known presets: .*cpu.*h100"):
+        presets.get("nope")
+
+
+def test_replace_validates():
+    hw = presets.get("h100")
+    with pytest.raises(ValueError, match=r"\.dram_bw_bytes_per_s"):
+        hw.replace(dram_bw_bytes_per_s=-1)
+    assert hw.replace(dram_bw_bytes_per_s=1e12).dram_bw_bytes_per_s == 1e12
+    assert hw.dram_bw_bytes_per_s == 3.35e12  # frozen: the original is unchanged
+
+
+@pytest.mark.parametrize("value", [np.float32(-1.0), np.int64(0), np.array(-1.0), True, "1e9", np.ones(2)])
+def test_numpy_scalars_validated(value):
+    with pytest.raises(ValueError, match=r"\.dram_bw_bytes_per_s"):
+        tiny_spec(dram_bw_bytes_per_s=value)
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Stored reference reports.
+# ---------------------------------------------------------------------------------------------
+
+REFERENCE_CONFIGS = {
+    "dense_fp32_h100": dict(preset="h100", edge_density=1.0, feature_density=1.0, bits=32.0),
+    "int8_edge0.5_feature0.3_h100": dict(preset="h100", edge_density=0.5, feature_density=0.3, bits=8.0),
+    "int8_edge0.5_feature0.3_cpu": dict(preset="cpu", edge_density=0.5, feature_density=0.3, bits=8.0),
+}
+_REPORT_FIELDS = ("latency_s", "energy_j", "dram_bytes")
+
+
+def _report_for(config: dict):
+    workload = cora_gcn_workload(*_f32(config["edge_density"], config["feature_density"], config["bits"]))
+    return estimate(workload, presets.get(config["preset"]))
+
+
+def generate_reference() -> dict:
+    """The stored reports: per configuration, totals, dataflow choices and every stage's cost."""
+    configs = {}
+    for name, config in REFERENCE_CONFIGS.items():
+        report = _report_for(config)
+        configs[name] = {
+            "config": config,
+            "totals": {k: float(getattr(report, k)) for k in _REPORT_FIELDS},
+            "aggregate_first": {k: float(v) for k, v in report.aggregate_first.items()},
+            "stages": {key: {k: float(getattr(c, k)) for k in _REPORT_FIELDS}
+                       for key, c in sorted(report.stages.items())},
+        }
+    return {
+        "what": ("Reference outputs of codesign.hwmodel.estimate for the 2-layer Cora GCN workload "
+                 f"(N={CORA_NODES}, E={CORA_EDGES}, dims {'-'.join(map(str, CORA_DIMS))}, fp32 logits) on "
+                 "hardware presets; checked by tests/test_hwmodel.py at rtol "
+                 f"{REFERENCE_RTOL:g}. Units: seconds, joules, bytes."),
+        "generated": datetime.date.today().isoformat(),
+        "regenerate": "python tests/test_hwmodel.py --regen",
+        "jax_version": jax.__version__,
+        "configs": configs,
+    }
+
+
+def test_reference_reports():
+    stored = json.loads(REFERENCE_PATH.read_text())
+    assert set(stored["configs"]) == set(REFERENCE_CONFIGS)
+    for name, config in REFERENCE_CONFIGS.items():
+        ref = stored["configs"][name]
+        assert ref["config"] == config
+        report = _report_for(config)
+        for k in _REPORT_FIELDS:
+            np.testing.assert_allclose(float(getattr(report, k)), ref["totals"][k], rtol=REFERENCE_RTOL,
+                                       err_msg=f"{name} total {k}")
+        assert {k: float(v) for k, v in report.aggregate_first.items()} == ref["aggregate_first"], name
+        assert sorted(report.stages) == sorted(ref["stages"]), name
+        for key, cost in report.stages.items():
+            for k in _REPORT_FIELDS:
+                np.testing.assert_allclose(float(getattr(cost, k)), ref["stages"][key][k], rtol=REFERENCE_RTOL,
+                                           err_msg=f"{name} {key} {k}")
+
+
+def test_reference_configs_differ():
+    """The three stored reports are not copies of one another (a guard against a bad regen)."""
+    stored = json.loads(REFERENCE_PATH.read_text())["configs"]
+    energies = [stored[n]["totals"]["energy_j"] for n in REFERENCE_CONFIGS]
+    assert len(set(energies)) == 3
+    # quantizing and sparsifying is cheaper than dense fp32 on the same hardware
+    for k in _REPORT_FIELDS:
+        assert stored["int8_edge0.5_feature0.3_h100"]["totals"][k] < stored["dense_fp32_h100"]["totals"][k]
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. Training workload.
+# ---------------------------------------------------------------------------------------------
+
+def test_training_counts():
+    nnz = jnp.float32(0.5 * CORA_EDGES + CORA_NODES)
+    args = ("layer0", CORA_NODES, nnz, jnp.float32(1433.0), 16, 8.0, 8.0, 8.0)
+    fwd = message_passing_layer(*args)
+    trn = message_passing_layer(*args, training=True)
+    three, two = np.float32(3.0), np.float32(2.0)
+    for order in ("aggregate_first", "combine_first", "elementwise"):
+        for s_f, s_t in zip(getattr(fwd, order), getattr(trn, order)):
+            assert s_t.kind == s_f.kind
+            factor = two if s_f.kind == "elementwise" else three
+            for k in ("macs", "compulsory_bytes", "reuse_bytes"):
+                assert np.asarray(getattr(s_t, k)) == np.asarray(getattr(s_f, k)) * factor, (order, s_f.kind, k)
+            assert np.asarray(s_t.working_set_bytes) == np.asarray(s_f.working_set_bytes)
+            assert np.asarray(s_t.bits) == np.asarray(s_f.bits)
+    # the forward counts themselves, by hand
+    gemm_f, spmm_f = fwd.combine_first
+    np.testing.assert_allclose(float(gemm_f.macs), CORA_NODES * 1433 * 16, rtol=1e-6)
+    np.testing.assert_allclose(float(spmm_f.macs), (0.5 * CORA_EDGES + CORA_NODES) * 16, rtol=1e-6)
+    np.testing.assert_allclose(float(trn.combine_first[0].macs), 3 * CORA_NODES * 1433 * 16, rtol=1e-6)
+    np.testing.assert_allclose(float(trn.combine_first[1].macs), 3 * (0.5 * CORA_EDGES + CORA_NODES) * 16, rtol=1e-6)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_training_costs_more(preset):
+    hw = presets.get(preset)
+    args = _f32(0.5, 0.3, 8.0)
+    inference = estimate(cora_gcn_workload(*args), hw)
+    training = estimate(cora_gcn_workload(*args, training=True), hw)
+    for k in _REPORT_FIELDS:
+        ratio = float(getattr(training, k)) / float(getattr(inference, k))
+        # every stage is scaled by 2 or 3 (latency by at most 3 as well: both roofs scale alike)
+        assert 2.0 <= ratio <= 3.0 * (1 + 1e-6), (k, ratio)
+
+
+# ---------------------------------------------------------------------------------------------
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--regen"]:
+        sys.exit(f"usage: python {sys.argv[0]} --regen   (rewrites {REFERENCE_PATH})")
+    REFERENCE_PATH.parent.mkdir(parents=True, exist_ok=True)
+    REFERENCE_PATH.write_text(json.dumps(generate_reference(), indent=2) + "\n")
+    print(f"wrote {REFERENCE_PATH}")
