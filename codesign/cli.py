@@ -143,11 +143,12 @@ def cmd_cost(args) -> int:
     graph = _load(args)
     model = build_model(TrainConfig(model=args.model), graph, nnx.Rngs(0), dense=True)
     n, e = graph.n_nodes, graph.n_edges
+    common = dict(training=args.training, locality=hwmodel.measure_locality(graph.senders, graph.receivers, n))
     workloads = {
-        "dense fp32": model.workload(n, e, hard=True),
+        "dense fp32": model.workload(n, e, hard=True, **common),
         f"given ({args.bits or 32}-bit, edges {args.edge_density:g}, features {args.feature_density:g})":
             model.workload(n, e, bits=float(args.bits or 32),
-                           densities={"edge": args.edge_density, "feature": args.feature_density}),
+                           densities={"edge": args.edge_density, "feature": args.feature_density}, **common),
     }
     out = {}
     for hw_name in args.hw.split(","):
@@ -155,7 +156,9 @@ def cmd_cost(args) -> int:
         out[hw_name] = {}
         for label, wl in workloads.items():
             rep = hwmodel.estimate(wl, hw)
-            out[hw_name][label] = {**rep.summary(), "stages": {
+            out[hw_name][label] = {**rep.summary(), "on_nmp": {k: bool(v) for k, v in rep.on_nmp.items()},
+                                   "aggregate_first": {k: bool(v) for k, v in rep.aggregate_first.items()},
+                                   "stages": {
                 k: {"latency_s": float(s.latency_s), "energy_j": float(s.energy_j),
                     "dram_bytes": float(s.dram_bytes), "bound": s.bound} for k, s in rep.stages.items()}}
     if args.json:
@@ -206,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=int, default=None)
     p.add_argument("--edge-density", type=float, default=1.0)
     p.add_argument("--feature-density", type=float, default=1.0)
+    p.add_argument("--training", action="store_true", help="cost forward + backward instead of inference")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
     return parser

@@ -118,10 +118,11 @@ def _decay_mask(params):
     return jax.tree_util.tree_map_with_path(lambda path, _: "conv1" in jax.tree_util.keystr(path), params)
 
 
-def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec) -> hwmodel.CostReport:
+def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
+               locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.CostReport:
     """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``."""
     ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
-    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True), hw)
+    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
 
 
 def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
@@ -140,7 +141,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       and the dense FP32 model), ``densities`` (hard kept fractions), ``bits``, ``final_loss``,
       ``train_time_s``.
     """
-    dense = dense_cost(cfg, graph, hw)
+    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    dense = dense_cost(cfg, graph, hw, locality)
     dense_c = float(getattr(dense, cfg.objective))
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2))
     model.train()
@@ -152,7 +154,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 
     def loss_fn(m, g, adj):
         ce = _masked_ce(m(g.x, adj), g.y, g.train_mask)
-        ratio = getattr(hwmodel.estimate(m.workload(n, e), hw), cfg.objective) / dense_c
+        ratio = getattr(hwmodel.estimate(m.workload(n, e, locality=locality), hw), cfg.objective) / dense_c
         return ce + cfg.cost_weight * jnp.log(ratio), ratio
 
     @nnx.jit
@@ -177,7 +179,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
-    report = hwmodel.estimate(model.workload(n, e, hard=True), hw)
+    report = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), hw)
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
     return {
         "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),

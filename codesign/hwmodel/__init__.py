@@ -1,11 +1,17 @@
 """Differentiable analytic hardware cost model: `HardwareSpec` + presets, `Workload`, `estimate`."""
 
 from codesign.hwmodel import presets
-from codesign.hwmodel.estimate import CostReport, StageCost, estimate, smooth_max, stage_cost
-from codesign.hwmodel.spec import HardwareSpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
-from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, elementwise_stage, gemm_stage,
-                                       message_passing_layer, spmm_stage)
+from codesign.hwmodel.area import area_mm2, peak_power_w
+from codesign.hwmodel.locality import LocalityProfile
+from codesign.hwmodel.locality import measure as measure_locality
+from codesign.hwmodel.estimate import CostReport, StageCost, estimate, nmp_stage_cost, smooth_max, stage_cost
+from codesign.hwmodel.spec import HardwareSpec, NearMemorySpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
+from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
+                                       elementwise_stage, gemm_stage, message_passing_layer, spmm_stage,
+                                       with_backward)
 
-__all__ = ["presets", "CostReport", "StageCost", "estimate", "smooth_max", "stage_cost", "HardwareSpec",
+__all__ = ["presets", "area_mm2", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
+           "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "LayerWorkload", "Stage", "Workload",
-           "elementwise_stage", "gemm_stage", "message_passing_layer", "spmm_stage"]
+           "attention_stages", "bsr_spmm_stage", "elementwise_stage", "gemm_stage", "message_passing_layer",
+           "spmm_stage", "with_backward"]

@@ -1,15 +1,23 @@
 """`estimate(workload, hw) -> CostReport`: the analytic, differentiable cost model.
 
-Per stage (roofline; Williams, Waterman & Patterson, CACM 2009):
-  compute_s = macs / rate(kind, bits)
-  dram_bytes = compulsory_bytes + reuse_bytes * miss,  miss = 1 - min(1, buffer / working_set)
-      (independent-reference capacity model: a buffer holding a fraction of a uniformly
-      re-referenced operand hits with that fraction)
-  memory_s = dram_bytes / dram_bw
-  latency_s = smooth_max(compute_s, memory_s)       (p-norm, p = `SMOOTH_MAX_P`)
-  energy_j = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
-Per layer the cheaper (lower latency) of the two dataflow orders is taken; stages run one after
-another, so latencies add. The function is pure: `jax.jit`, `jax.vmap` and `jax.grad` apply.
+Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
+  compute_s  = macs / (rate(kind, bits) * efficiency)
+  dram_bytes = compulsory_bytes + reuse_bytes * (1 - hit)       (hit: `locality.hit_rate` of the
+               buffer's capacity in rows; uniform re-reference when no profile is given)
+  memory_s   = dram_bytes / (dram_bw * dram_efficiency)
+  onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
+  latency_s  = smooth_max(compute_s, memory_s, onchip_s) + stage_overhead_s
+  energy_j   = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
+Per aggregation stage on near-memory units (`NearMemorySpec`, U units):
+  compute_s  = macs / (U * nmp_rate(bits));  nmp_s = internal bytes / (U * internal_bw)
+  link_s     = link_bytes / host_link_bw                          (features in, reduced result out)
+  latency_s  = smooth_max(compute_s, nmp_s, link_s) + stage_overhead_s
+  energy_j   = macs * nmp_mac_energy + internal bytes * internal_energy + link_bytes * link_energy
+Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
+lowest latency is kept (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
+unit run one after another; with ``overlap_units`` the host and near-memory parts of a layer
+are pipelined over row blocks (as GNNear does), so the layer takes the smooth max of the two.
+The function is pure: `jax.jit`, `jax.vmap` and `jax.grad` apply, also w.r.t. the spec.
 """
 
 from __future__ import annotations
@@ -19,23 +27,34 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from codesign.hwmodel.locality import hit_rate
 from codesign.hwmodel.spec import PJ, HardwareSpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
 from codesign.hwmodel.workload import Stage, Workload
 
 SMOOTH_MAX_P = 16.0  # overestimates max(a, b) by at most 2**(1/16) - 1 = 4.4% (when a == b)
+MATRIX_KINDS = ("gemm", "bsr")  # stages that run on the matrix engine; the rest on vector units
+BOUNDS = ("compute", "memory", "on-chip", "near-memory", "host-link")
 
 
-def smooth_max(a: jax.Array, b: jax.Array, p: float = SMOOTH_MAX_P) -> jax.Array:
-    """``(a^p + b^p)^(1/p)`` for a, b >= 0, computed without underflow; differentiable."""
-    m = jnp.maximum(jnp.maximum(a, b), jnp.finfo(jnp.float32).tiny)
-    return m * ((a / m) ** p + (b / m) ** p) ** (1.0 / p)
+def smooth_max(*xs: jax.Array, p: float = SMOOTH_MAX_P) -> jax.Array:
+    """``(sum x_i^p)^(1/p)`` for x_i >= 0, computed without underflow; differentiable."""
+    m = xs[0]
+    for x in xs[1:]:
+        m = jnp.maximum(m, x)
+    m = jnp.maximum(m, jnp.finfo(jnp.float32).tiny)
+    return m * sum((x / m) ** p for x in xs) ** (1.0 / p)
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class StageCost:
-    """Cost of one stage (float32 scalars): ``latency_s``, ``compute_s``, ``memory_s`` (s),
-    ``energy_j`` (J), ``dram_bytes``, ``onchip_bytes`` (bytes), ``macs``."""
+    """Cost of one stage (float32 scalars).
+
+    Fields: ``latency_s``; the roofline terms ``compute_s``, ``memory_s`` (DRAM), ``onchip_s``,
+    ``nmp_s`` (near-memory internal), ``link_s`` (host link) in seconds; ``energy_j`` and its
+    ``compute_energy_j`` share (J); ``dram_bytes``, ``onchip_bytes``, ``nmp_bytes``,
+    ``link_bytes``; ``macs``; ``on_nmp`` (1.0 if mapped onto near-memory units).
+    """
 
     latency_s: jax.Array
     compute_s: jax.Array
@@ -44,11 +63,19 @@ class StageCost:
     dram_bytes: jax.Array
     onchip_bytes: jax.Array
     macs: jax.Array
+    onchip_s: jax.Array = 0.0
+    nmp_s: jax.Array = 0.0
+    link_s: jax.Array = 0.0
+    compute_energy_j: jax.Array = 0.0
+    nmp_bytes: jax.Array = 0.0
+    link_bytes: jax.Array = 0.0
+    on_nmp: jax.Array = 0.0
 
     @property
     def bound(self) -> str:
-        """"compute" or "memory": which roof bounds this stage (concrete values only)."""
-        return "compute" if float(self.compute_s) >= float(self.memory_s) else "memory"
+        """Which roof bounds this stage: one of `BOUNDS` (concrete values only)."""
+        terms = dict(zip(BOUNDS, (self.compute_s, self.memory_s, self.onchip_s, self.nmp_s, self.link_s)))
+        return max(terms, key=lambda k: float(terms[k]))
 
 
 @jax.tree_util.register_dataclass
@@ -59,9 +86,11 @@ class CostReport:
     Fields:
       latency_s: end-to-end latency (s), float32 scalar.
       energy_j: dynamic energy (J), float32 scalar.
-      dram_bytes: off-chip traffic (bytes), float32 scalar.
-      stages: ``{"<layer>/<kind>": StageCost}`` for the chosen dataflow order of each layer.
-      aggregate_first: ``{"<layer>": 1.0 or 0.0}``, 1.0 where aggregate-then-combine was cheaper.
+      dram_bytes: host off-chip traffic (bytes), float32 scalar.
+      stages: ``{"<layer>/<kind>": StageCost}`` for the chosen mapping of each layer.
+      aggregate_first: ``{"<layer>": 1.0 or 0.0}``, 1.0 where aggregate-then-combine was chosen.
+      on_nmp: ``{"<layer>": 1.0 or 0.0}``, 1.0 where aggregation runs on near-memory units.
+      bytes_by_level: ``{"dram", "onchip", "nmp", "link"}`` total bytes per memory level.
     """
 
     latency_s: jax.Array
@@ -69,6 +98,8 @@ class CostReport:
     dram_bytes: jax.Array
     stages: dict
     aggregate_first: dict
+    on_nmp: dict = dataclasses.field(default_factory=dict)
+    bytes_by_level: dict = dataclasses.field(default_factory=dict)
 
     def summary(self) -> dict:
         """Plain-Python totals: ``{"latency_s", "energy_j", "dram_bytes"}`` as floats."""
@@ -76,44 +107,107 @@ class CostReport:
                 "dram_bytes": float(self.dram_bytes)}
 
 
+def _hit(stage: Stage, buffer_bytes) -> jax.Array:
+    """Fraction of re-gathered bytes that hit in a buffer of ``buffer_bytes``."""
+    if stage.working_set_rows is None or stage.reuse_distance_rows is None:
+        return jnp.minimum(1.0, buffer_bytes / jnp.maximum(stage.working_set_bytes, 1.0))
+    row_bytes = stage.working_set_bytes / jnp.maximum(stage.working_set_rows, 1.0)
+    return hit_rate(stage.reuse_distance_rows, buffer_bytes / jnp.maximum(row_bytes, 1e-9))
+
+
 def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
-    """Roofline cost of one stage on ``hw`` (see module docstring for the formulas)."""
-    rate = matrix_macs_per_s(hw, stage.bits) if stage.kind == "gemm" else vector_macs_per_s(hw, stage.bits)
+    """Roofline cost of one stage on the host of ``hw`` (see the module docstring)."""
+    if stage.kind in MATRIX_KINDS:
+        rate = matrix_macs_per_s(hw, stage.bits) * hw.matrix_efficiency
+    else:
+        rate = vector_macs_per_s(hw, stage.bits) * hw.vector_efficiency
     compute_s = stage.macs / rate
-    hit = jnp.minimum(1.0, hw.onchip_buffer_bytes / jnp.maximum(stage.working_set_bytes, 1.0))
-    dram = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - hit)
+    dram = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, hw.onchip_buffer_bytes))
     onchip = stage.compulsory_bytes + stage.reuse_bytes
-    memory_s = dram / hw.dram_bw_bytes_per_s
-    energy_j = (stage.macs * mac_energy_pj(hw, stage.bits) + dram * hw.dram_energy_pj_per_byte
-                + onchip * hw.sram_energy_pj_per_byte) * PJ
-    return StageCost(smooth_max(compute_s, memory_s), compute_s, memory_s, energy_j, dram, onchip, stage.macs)
+    memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
+    zero = jnp.zeros((), jnp.float32)
+    onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
+    compute_j = stage.macs * mac_energy_pj(hw, stage.bits) * PJ
+    energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
+    latency = smooth_max(compute_s, memory_s, onchip_s) + hw.stage_overhead_s
+    return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
+                     compute_j, zero, zero, zero)
 
 
-def _select(use_first: jax.Array, a: StageCost, b: StageCost) -> StageCost:
+def nmp_stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
+    """Cost of an aggregation stage mapped onto ``hw.nmp`` (see the module docstring).
+
+    Raises:
+      ValueError: ``hw`` has no near-memory units, or the stage is not an aggregation.
+    """
+    nmp = hw.nmp
+    if nmp is None or not stage.is_aggregation:
+        raise ValueError(f"nmp_stage_cost: needs hw.nmp and an aggregation stage, got {hw.name!r} / {stage.kind!r}")
+    bits = jnp.asarray(stage.bits, jnp.float32)
+    rate = jnp.where(bits >= 32, nmp.fp32_macs_per_s, nmp.int_macs_per_s) * nmp.units
+    compute_s = stage.macs / rate
+    internal = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, nmp.buffer_bytes))
+    nmp_s = internal / (nmp.internal_bw_bytes_per_s * nmp.units)
+    link = jnp.zeros((), jnp.float32) if stage.link_bytes is None else stage.link_bytes
+    link_s = link / nmp.host_link_bw_bytes_per_s
+    compute_j = stage.macs * nmp.mac_energy_pj * PJ
+    energy_j = compute_j + (internal * nmp.internal_energy_pj_per_byte + link * nmp.host_link_energy_pj_per_byte) * PJ
+    zero = jnp.zeros((), jnp.float32)
+    latency = smooth_max(compute_s, nmp_s, link_s) + hw.stage_overhead_s
+    return StageCost(latency, compute_s, zero, energy_j, zero, zero, stage.macs, zero, nmp_s, link_s,
+                     compute_j, internal, link, jnp.ones((), jnp.float32))
+
+
+def _candidate(stages, hw: HardwareSpec, use_nmp: bool, overlap_units: bool):
+    costs = [nmp_stage_cost(s, hw) if use_nmp and s.is_aggregation else stage_cost(s, hw) for s in stages]
+    host = sum(c.latency_s for c, s in zip(costs, stages) if not (use_nmp and s.is_aggregation))
+    near = sum(c.latency_s for c, s in zip(costs, stages) if use_nmp and s.is_aggregation)
+    if use_nmp and overlap_units:
+        latency = smooth_max(jnp.asarray(host, jnp.float32), jnp.asarray(near, jnp.float32))
+    else:
+        latency = host + near
+    return costs, latency
+
+
+def _select(use_first: jax.Array, a, b):
     return jax.tree.map(lambda x, y: jnp.where(use_first, x, y), a, b)
 
 
-def estimate(workload: Workload, hw: HardwareSpec) -> CostReport:
+def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
+             overlap_units: bool = True) -> CostReport:
     """Cost of ``workload`` on ``hw``. Pure and differentiable; see the module docstring.
 
     Args:
       workload: a `Workload` (e.g. from ``model.workload(...)``).
       hw: a `HardwareSpec` (e.g. ``codesign.hwmodel.presets.get("h100")``).
+      allow_nmp: consider mapping aggregation onto ``hw.nmp`` (when the spec has one).
+      overlap_units: pipeline host and near-memory stages of a layer (smooth max, not sum).
 
     Returns:
       `CostReport`.
     """
-    stages, agg_first = {}, {}
+    stages, agg_first, on_nmp = {}, {}, {}
+    total_latency = jnp.zeros((), jnp.float32)
     for layer in workload.layers:
-        ac = [stage_cost(s, hw) for s in layer.aggregate_first]
-        ca = [stage_cost(s, hw) for s in layer.combine_first]
-        choose_ac = sum(c.latency_s for c in ac) < sum(c.latency_s for c in ca)
-        agg_first[layer.name] = choose_ac.astype(jnp.float32)
-        by_kind_ac = {s.kind: c for s, c in zip(layer.aggregate_first, ac)}
-        by_kind_ca = {s.kind: c for s, c in zip(layer.combine_first, ca)}
-        for kind in by_kind_ac:
-            stages[f"{layer.name}/{kind}"] = _select(choose_ac, by_kind_ac[kind], by_kind_ca[kind])
-        for s in layer.elementwise:
-            stages[f"{layer.name}/{s.kind}"] = stage_cost(s, hw)
-    total = lambda field: sum(getattr(c, field) for c in stages.values())
-    return CostReport(total("latency_s"), total("energy_j"), total("dram_bytes"), stages, agg_first)
+        best = None
+        for order, order_stages in (("aggregate_first", layer.aggregate_first), ("combine_first", layer.combine_first)):
+            for use_nmp in ((False, True) if (allow_nmp and hw.nmp is not None) else (False,)):
+                costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units)
+                flags = (jnp.float32(order == "aggregate_first"), jnp.float32(use_nmp))
+                cand = ({s.kind: c for s, c in zip(order_stages, costs)}, latency, flags)
+                if best is None:
+                    best = cand
+                else:
+                    best = _select(cand[1] < best[1], cand, best)
+        by_kind, latency, (af, nm) = best
+        agg_first[layer.name], on_nmp[layer.name] = af, nm
+        for kind, c in by_kind.items():
+            stages[f"{layer.name}/{kind}"] = c
+        elem = [stage_cost(s, hw) for s in layer.elementwise]
+        for s, c in zip(layer.elementwise, elem):
+            stages[f"{layer.name}/{s.kind}"] = c
+        total_latency = total_latency + latency + sum(c.latency_s for c in elem)
+    total = lambda field: sum((getattr(c, field) for c in stages.values()), jnp.zeros((), jnp.float32))
+    levels = {"dram": total("dram_bytes"), "onchip": total("onchip_bytes"), "nmp": total("nmp_bytes"),
+              "link": total("link_bytes")}
+    return CostReport(total_latency, total("energy_j"), total("dram_bytes"), stages, agg_first, on_nmp, levels)

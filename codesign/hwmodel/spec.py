@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +29,76 @@ HOROWITZ_SRAM_1MB_PJ_PER_BYTE = 100.0 / 8
 HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
 
 
+def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
+    """Checks the numeric fields of a frozen spec dataclass; returns the concrete ones as floats.
+
+    Python and NumPy numbers are user input and are checked (ints become floats, so that jax.grad
+    can differentiate every field). JAX arrays are left alone: they are tracers or spec-shaped
+    trees of gradients, whose values need not be valid hardware numbers. None marks an absent
+    optional part.
+    """
+    concrete = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if f.name == "name" or v is None or isinstance(v, jax.Array) or dataclasses.is_dataclass(v):
+            continue
+        if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
+            continue  # placeholders JAX puts in pytree round trips (sentinels)
+        if isinstance(v, (bool, str)) or np.ndim(v) != 0:
+            raise ValueError(f"{owner}.{f.name}: must be a real number, got {v!r}")
+        v = float(v)
+        ok = math.isfinite(v) and (v >= 0 if f.name in nonnegative else v > 0)
+        if ok and f.name in fractions:
+            ok = v <= 1.0
+        if not ok:
+            need = ">= 0" if f.name in nonnegative else "in (0, 1]" if f.name in fractions else "> 0"
+            raise ValueError(f"{owner}.{f.name}: must be finite and {need}, got {v!r}")
+        object.__setattr__(obj, f.name, v)
+        concrete[f.name] = v
+    return concrete
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class NearMemorySpec:
+    """Near-memory processing (NMP) units beside the DRAM arrays (per-rank, per-bank or per-DPU).
+
+    Aggregation mapped here reads its operands over each unit's internal bandwidth; only the
+    reduced result (and the features the host writes) cross the host link.
+
+    Fields (per unit unless noted):
+      units: number of NMP units working in parallel.
+      internal_bw_bytes_per_s: DRAM bandwidth one unit sees (rank/bank/MRAM bandwidth).
+      int_macs_per_s: MAC rate for integer operands (< 32 bits).
+      fp32_macs_per_s: MAC rate for fp32 operands (software-emulated on some PIM cores).
+      mac_energy_pj: energy of one MAC on the unit.
+      internal_energy_pj_per_byte: energy of an internal DRAM access (no off-chip I/O).
+      buffer_bytes: the unit's local buffer (scratchpad/WRAM) that can keep re-used rows.
+      host_link_bw_bytes_per_s: total bandwidth between the host and all units (memory channels).
+      host_link_energy_pj_per_byte: energy per byte across that link.
+
+    Raises:
+      ValueError: naming the field, for a value that is not finite and positive.
+    """
+
+    units: float
+    internal_bw_bytes_per_s: float
+    int_macs_per_s: float
+    fp32_macs_per_s: float
+    mac_energy_pj: float
+    internal_energy_pj_per_byte: float
+    buffer_bytes: float
+    host_link_bw_bytes_per_s: float
+    host_link_energy_pj_per_byte: float
+
+    def __post_init__(self):
+        _validate_numbers(self, "NearMemorySpec")
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class HardwareSpec:
-    """A compute device with one DRAM level and one on-chip buffer.
+    """A compute device with one DRAM level, one on-chip buffer and optional near-memory units.
 
     Throughputs are multiply-accumulates (MAC) per second; one MAC = 2 FLOP.
 
@@ -51,10 +118,18 @@ class HardwareSpec:
       mac_energy_int8_pj, mac_energy_fp32_pj: energy of one MAC; integer MACs of b bits cost
         ``mac_energy_int8_pj * ((b/8)**2 * m + (b/8) * (1 - m))`` with ``m`` the multiplier's
         share at 8 bit (array multiplier ~ b^2, adder ~ b; Horowitz ISSCC'14).
+      onchip_bw_bytes_per_s: on-chip buffer bandwidth, a third roof on every stage's on-chip
+        traffic; None = not a limit.
+      matrix_efficiency, vector_efficiency, dram_efficiency: achieved fraction (0, 1] of the
+        peak rates; 1 for datasheet presets, fitted for measured ones (`calibrate`).
+      stage_overhead_s: fixed time per stage (kernel launch / op dispatch), >= 0.
+      clock_hz: core clock, used by the area/power model (None if not modeled).
+      nmp: `NearMemorySpec` or None.
 
     Raises:
-      ValueError: naming the field, if a number is not finite and positive, or if the rates
-        are inconsistent (a narrower precision slower than a wider one).
+      ValueError: naming the field, if a number is not finite and positive (efficiencies in
+        (0, 1], stage_overhead_s >= 0), or if the rates are inconsistent (a narrower precision
+        slower than a wider one, int8 MACs costlier than fp32).
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -69,25 +144,18 @@ class HardwareSpec:
     sram_energy_pj_per_byte: float = HOROWITZ_SRAM_1MB_PJ_PER_BYTE
     mac_energy_int8_pj: float = HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ
     mac_energy_fp32_pj: float = HOROWITZ_FP32_MAC_PJ
+    onchip_bw_bytes_per_s: Optional[float] = None
+    matrix_efficiency: float = 1.0
+    vector_efficiency: float = 1.0
+    dram_efficiency: float = 1.0
+    stage_overhead_s: float = 0.0
+    clock_hz: Optional[float] = None
+    nmp: Optional[NearMemorySpec] = None
 
     def __post_init__(self):
-        # Python and NumPy numbers are user input and are checked (ints become floats, so that
-        # jax.grad can differentiate every field). JAX arrays are left alone: they are tracers or
-        # spec-shaped trees of gradients, whose values need not be valid hardware numbers.
-        concrete = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name == "name" or isinstance(v, jax.Array):
-                continue
-            if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
-                continue  # placeholders JAX puts in pytree round trips (None, sentinels)
-            if isinstance(v, (bool, str)) or np.ndim(v) != 0:
-                raise ValueError(f"HardwareSpec({self.name!r}).{f.name}: must be a real number, got {v!r}")
-            v = float(v)
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"HardwareSpec({self.name!r}).{f.name}: must be finite and > 0, got {v!r}")
-            object.__setattr__(self, f.name, v)
-            concrete[f.name] = v
+        concrete = _validate_numbers(
+            self, f"HardwareSpec({self.name!r})", nonnegative=("stage_overhead_s",),
+            fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency"))
         order = ["matrix_fp32_macs_per_s", "matrix_bf16_macs_per_s", "matrix_int8_macs_per_s",
                  "matrix_int4_macs_per_s"]
         for wide, narrow in zip(order, order[1:]):

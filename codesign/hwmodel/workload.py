@@ -14,13 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
+
+from codesign.hwmodel.locality import LocalityProfile, stack_distance_rows
 
 INDEX_BYTES = 4  # int32 column index per stored nonzero (CSR)
 VALUE_BYTES = 4  # float32 value per stored nonzero
 BACKWARD_GEMM_FACTOR = 2.0  # dX = dY W^T and dW = X^T dY: two GEMMs of the forward's size
 BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, nnz x F MACs)
+AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
+SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
 
 
 @jax.tree_util.register_dataclass
@@ -35,8 +41,12 @@ class Stage:
       bits: operand bit-width that sets the compute rate and the energy per MAC.
       compulsory_bytes: DRAM bytes if every operand is read once and every result written once.
       reuse_bytes: extra bytes read when re-used operands (gathered feature rows) miss on chip.
-      working_set_bytes: size of the re-used operand; it hits on chip in proportion to how much
-        of it fits in the buffer.
+      working_set_bytes: size of the re-used operand.
+      working_set_rows: rows of the re-used operand (None: not row-structured).
+      reuse_distance_rows: float32 [Q] stack-distance quantiles (rows) of the re-references, from
+        a `LocalityProfile`; None = uniform re-reference (hit rate = buffer / working set).
+      link_bytes: bytes that cross the host link when the stage runs on near-memory units (the
+        features the host writes and the reduced result it reads); None for host-only stages.
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -45,12 +55,21 @@ class Stage:
     compulsory_bytes: jax.Array
     reuse_bytes: jax.Array
     working_set_bytes: jax.Array
+    working_set_rows: Optional[jax.Array] = None
+    reuse_distance_rows: Optional[jax.Array] = None
+    link_bytes: Optional[jax.Array] = None
 
     def scaled(self, factor: float) -> "Stage":
-        """The same kernel run ``factor`` times (counts scale, bit-width does not)."""
+        """The same kernel run ``factor`` times (counts scale; bit-width and working set do not)."""
         return dataclasses.replace(
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
-            reuse_bytes=self.reuse_bytes * factor, working_set_bytes=self.working_set_bytes)
+            reuse_bytes=self.reuse_bytes * factor,
+            link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
+
+    @property
+    def is_aggregation(self) -> bool:
+        """Sparse stages that may be mapped onto near-memory units."""
+        return self.kind in AGGREGATION_KINDS
 
 
 @jax.tree_util.register_dataclass
@@ -94,19 +113,66 @@ def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
     return Stage("gemm", m * k * n, bits, compulsory, zero, zero)
 
 
-def spmm_stage(n_rows, nnz, width, x_bits, out_bits) -> Stage:
+def _locality_fields(locality: Optional[LocalityProfile], access_scale, n_rows):
+    if locality is None:
+        return _f32(n_rows), None
+    return _f32(n_rows), stack_distance_rows(locality, _f32(access_scale))
+
+
+def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
+               access_scale=1.0) -> Stage:
     """CSR SpMM ``A[n_rows, n_rows] @ X[n_rows, width]`` with ``nnz`` stored nonzeros.
 
     Reads the CSR structure (indptr, indices, values) and X once (compulsory); every nonzero
-    beyond the first per row re-gathers an X row (``reuse_bytes``), which misses on chip when X
-    (``working_set_bytes``) does not fit.
+    beyond the first per row re-gathers an X row (``reuse_bytes``), which hits on chip according
+    to ``locality`` (measured reuse profile; None = uniform) with reuse times scaled by
+    ``access_scale`` (the kept edge fraction).
     """
     n_rows, nnz, width = _f32(n_rows), _f32(nnz), _f32(width)
     x_bytes = n_rows * width * x_bits / 8.0
+    out_bytes = n_rows * width * out_bits / 8.0
     structure = nnz * (INDEX_BYTES + VALUE_BYTES) + (n_rows + 1) * INDEX_BYTES
-    compulsory = structure + x_bytes + n_rows * width * out_bits / 8.0
     reuse = jnp.maximum(nnz - n_rows, 0.0) * width * x_bits / 8.0
-    return Stage("spmm", nnz * width, _f32(x_bits), compulsory, reuse, x_bytes)
+    rows, dist = _locality_fields(locality, access_scale, n_rows)
+    return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
+                 rows, dist, x_bytes + out_bytes)
+
+
+def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
+                   locality: Optional[LocalityProfile] = None, access_scale=1.0) -> Stage:
+    """Block-sparse (BSR) SpMM: ``nnz_blocks`` stored B x B tiles, each a dense tile product on
+    the matrix engine (B*B*width MACs, zeros inside tiles included).
+
+    Reads tile values (fp32) + one block-column index per tile, X once, and re-gathers a
+    B x width slab of X per tile beyond the first of its block row; ``locality`` is the profile
+    of the *block* gather stream (rows = block rows), None = uniform.
+    """
+    n_rows, nnzb, width = _f32(n_rows), _f32(nnz_blocks), _f32(width)
+    b = float(block_size)
+    block_rows = n_rows / b
+    x_bytes = n_rows * width * x_bits / 8.0
+    out_bytes = n_rows * width * out_bits / 8.0
+    structure = nnzb * (INDEX_BYTES + b * b * VALUE_BYTES) + (block_rows + 1) * INDEX_BYTES
+    reuse = jnp.maximum(nnzb - block_rows, 0.0) * b * width * x_bits / 8.0
+    rows, dist = _locality_fields(locality, access_scale, block_rows)
+    return Stage("bsr", nnzb * b * b * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
+                 rows, dist, x_bytes + out_bytes)
+
+
+def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
+                     locality: Optional[LocalityProfile] = None, access_scale=1.0) -> tuple[Stage, ...]:
+    """GAT attention (Velickovic et al., ICLR 2018) over ``nnz`` edges and ``heads`` heads:
+    SDDMM of per-node score terms (one add + LeakyReLU per edge and head), edge softmax
+    (`SOFTMAX_OPS_PER_EDGE`), and the attention-weighted SpMM over ``heads * head_dim`` columns."""
+    nnz, heads = _f32(nnz), _f32(heads)
+    n_rows = _f32(n_rows)
+    score_bytes = nnz * heads * 4.0  # fp32 scores written by the SDDMM, read by the softmax
+    zero = jnp.zeros((), jnp.float32)
+    sddmm = Stage("sddmm", nnz * heads * 2.0, _f32(32.0),
+                  nnz * INDEX_BYTES + 2.0 * n_rows * heads * 4.0 + score_bytes, zero, zero)
+    softmax = Stage("softmax", nnz * heads * SOFTMAX_OPS_PER_EDGE, _f32(32.0), 2.0 * score_bytes, zero, zero)
+    spmm = spmm_stage(n_rows, nnz, heads * _f32(head_dim), x_bits, out_bits, locality, access_scale)
+    return sddmm, softmax, spmm
 
 
 def elementwise_stage(n, width, bits) -> Stage:
@@ -117,7 +183,8 @@ def elementwise_stage(n, width, bits) -> Stage:
 
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
-                          training: bool = False) -> LayerWorkload:
+                          training: bool = False, locality: Optional[LocalityProfile] = None,
+                          edge_density=1.0) -> LayerWorkload:
     """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
 
     Args:
@@ -129,16 +196,27 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
       x_bits, w_bits, out_bits: bit-widths of input features, weights and outputs (32 = fp32).
       training: add the backward pass (GEMM x`BACKWARD_GEMM_FACTOR`, SpMM x`BACKWARD_SPMM_FACTOR`,
         elementwise x1 on top of the forward).
+      locality: the graph's measured `LocalityProfile` (None = uniform re-reference).
+      edge_density: kept fraction of the graph's edges (shortens reuse times).
 
     Returns:
       `LayerWorkload` with both dataflow orders.
     """
-    agg_then = (spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits),
+    agg_then = (spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits, locality, edge_density),
                 gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
     comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),
-                 spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits))
+                 spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits, locality, edge_density))
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
-        factor = {"gemm": 1 + BACKWARD_GEMM_FACTOR, "spmm": 1 + BACKWARD_SPMM_FACTOR, "elementwise": 2.0}
-        agg_then, comb_then, elem = ([s.scaled(factor[s.kind]) for s in stages] for stages in (agg_then, comb_then, elem))
+        agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))
     return LayerWorkload(name, tuple(agg_then), tuple(comb_then), tuple(elem))
+
+
+_BACKWARD = {"gemm": 1 + BACKWARD_GEMM_FACTOR, "spmm": 1 + BACKWARD_SPMM_FACTOR, "bsr": 1 + BACKWARD_SPMM_FACTOR,
+             "sddmm": 2.0, "softmax": 2.0, "elementwise": 2.0}
+
+
+def with_backward(stages) -> tuple[Stage, ...]:
+    """Forward + backward of each stage (see the ``BACKWARD_*`` factors; SDDMM/softmax/elementwise
+    backward cost one more pass each)."""
+    return tuple(s.scaled(_BACKWARD[s.kind]) for s in stages)

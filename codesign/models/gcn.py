@@ -90,17 +90,20 @@ class GCN(nnx.Module):
         return {"edge": of(self.edge_mask), "feature": of(self.feature_mask)}
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
-                 bits=None, densities: Optional[dict] = None) -> hwmodel.Workload:
+                 bits=None, densities: Optional[dict] = None,
+                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
         """The `hwmodel.Workload` of this model on a graph with ``n_nodes`` nodes and ``n_edges``
         edges (no self-loops): kept edges and features from `densities` (or the given
         ``densities`` dict, for what-if costing), bit-widths from the quantizers (``bits``
-        overrides them, e.g. with a traced array for gradients)."""
+        overrides them, e.g. with a traced array for gradients). ``locality``: the graph's measured
+        `hwmodel.LocalityProfile` (None = uniform re-reference)."""
         d = {**self.densities(hard), **(densities or {})}
         b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
         nnz = d["edge"] * n_edges + n_nodes
         k0 = d["feature"] * self.conv1.in_features
+        graph = dict(training=training, locality=locality, edge_density=d["edge"])
         return hwmodel.Workload((
-            hwmodel.message_passing_layer("layer0", n_nodes, nnz, k0, self.conv1.out_features, b, b, b, training),
+            hwmodel.message_passing_layer("layer0", n_nodes, nnz, k0, self.conv1.out_features, b, b, b, **graph),
             hwmodel.message_passing_layer("layer1", n_nodes, nnz, self.conv2.in_features,
-                                          self.conv2.out_features, b, b, FP32_BITS, training),  # fp32 logits
+                                          self.conv2.out_features, b, b, FP32_BITS, **graph),  # fp32 logits
         ), training)
