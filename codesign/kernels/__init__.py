@@ -1,7 +1,18 @@
 """Aggregation kernels: one dispatch entry (`aggregate`) over interchangeable backends."""
 
 from codesign.kernels.api import aggregate
+from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, condensed_spmm_reference, format_report
+from codesign.kernels.config import BlockSizes
 from codesign.kernels.coo import CooAdjacency
+from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
+from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_int8, bsr_spmm_int8_reference, bsr_spmm_reference
+from codesign.kernels.reorder import apply_permutation, metis_permutation, rcm_permutation
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
-__all__ = ["aggregate", "CooAdjacency", "segment_spmm", "dense_spmm"]
+__all__ = [
+    "aggregate", "CooAdjacency", "segment_spmm", "dense_spmm",
+    "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference", "format_report",
+    "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
+    "rcm_permutation", "metis_permutation", "apply_permutation",
+    "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
+]

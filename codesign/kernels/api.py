@@ -2,32 +2,66 @@
 
 from __future__ import annotations
 
+from typing import Union
+
 import jax
 
+from codesign.kernels.bsr import BlockSparseAdjacency
 from codesign.kernels.coo import CooAdjacency
+from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
+# Backends over a `CooAdjacency` (x in original node order, [N, F]).
 _IMPLS = {"segment": segment_spmm, "dense": dense_spmm}
+# Backends over a `BlockSparseAdjacency` (x in its reordered, padded order, [n_pad, F]).
+# "pallas" picks interpret mode by itself off GPU (`pallas_spmm.resolve_interpret`).
+_BSR_IMPLS = {"bsr_xla": bsr_spmm_reference, "pallas": bsr_spmm}
 
 
-def aggregate(adj: CooAdjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
+def _auto_bsr_impl() -> str:
+    return "pallas" if jax.default_backend() == "gpu" else "bsr_xla"
+
+
+def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl: str = "auto") -> jax.Array:
     """Sum-aggregation ``A @ x`` over the adjacency ``adj`` (rows = receivers).
 
     Args:
-      adj: `CooAdjacency` over N nodes.
-      x: float [N, F].
-      impl: "auto" (currently "segment"), "segment" (XLA gather + segment_sum reference) or
-        "dense" (dense N x N product; tests and tiny graphs only).
+      adj: `CooAdjacency` over N nodes, or `BlockSparseAdjacency` (BSR tiles of the reordered graph).
+      x: float [N, F] for a `CooAdjacency`; float [n_pad, F] in the reordered, padded node order
+        (``adj.permute_features(x)``) for a `BlockSparseAdjacency`.
+      impl: for a `CooAdjacency`: "auto" (currently "segment"), "segment" (XLA gather +
+        segment_sum reference) or "dense" (dense N x N product; tests and tiny graphs only).
+        For a `BlockSparseAdjacency`: "auto" ("pallas" on GPU, else "bsr_xla"), "bsr_xla" (einsum
+        over tiles + segment_sum) or "pallas" (Triton kernel; the interpreter off GPU).
 
     Returns:
-      float [N, F].
+      float [N, F] (COO) or [n_pad, F] (BSR, same order as ``x``).
 
     Raises:
-      ValueError: unknown ``impl``, or ``x`` whose first dimension is not N.
+      ValueError: unknown ``impl``, an ``impl`` that does not fit the adjacency type (the message
+        says what to pass), or ``x`` whose first dimension does not match.
     """
+    if isinstance(adj, BlockSparseAdjacency):
+        name = _auto_bsr_impl() if impl == "auto" else impl
+        if name in _IMPLS:
+            raise ValueError(f"aggregate: impl {impl!r} needs a CooAdjacency; for a BlockSparseAdjacency pass "
+                             f"impl='auto', 'bsr_xla' or 'pallas'")
+        if name not in _BSR_IMPLS:
+            raise ValueError(f"aggregate: unknown impl {impl!r}; for a BlockSparseAdjacency choose from "
+                             f"{['auto', *_BSR_IMPLS]}")
+        if x.ndim != 2 or x.shape[0] != adj.n_pad:
+            raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
+                             f"order (adj.permute_features(x)), got shape {x.shape}")
+        return _BSR_IMPLS[name](adj, x)
+    if not isinstance(adj, CooAdjacency):
+        raise ValueError(f"aggregate: adj must be a CooAdjacency or BlockSparseAdjacency, got {type(adj).__name__}")
+    if impl in _BSR_IMPLS:
+        raise ValueError(f"aggregate: impl {impl!r} needs a BlockSparseAdjacency: build one with "
+                         f"BlockSparseAdjacency.from_coo(adj, block_size) and pass x as adj.permute_features(x) "
+                         f"(or use impl='segment' / 'dense' with a CooAdjacency)")
     if x.ndim != 2 or x.shape[0] != adj.n_nodes:
         raise ValueError(f"aggregate: x must be [n_nodes={adj.n_nodes}, F], got shape {x.shape}")
     name = "segment" if impl == "auto" else impl
     if name not in _IMPLS:
-        raise ValueError(f"aggregate: unknown impl {impl!r}; choose from {['auto', *_IMPLS]}")
+        raise ValueError(f"aggregate: unknown impl {impl!r}; choose from {['auto', *_IMPLS, *_BSR_IMPLS]}")
     return _IMPLS[name](adj, x)

@@ -1,0 +1,54 @@
+"""Tile sizes and launch parameters of the Pallas block-sparse kernels (one frozen dataclass)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["BlockSizes"]
+
+_MIN_TRITON_DOT_DIM = 16  # Triton's tl.dot needs every matrix dimension >= 16
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BlockSizes:
+    """Tiling of ``bsr_spmm`` (feature axis) and its Triton launch parameters.
+
+    The node-axis tile is the BSR ``block_size`` of the adjacency, not a field here.
+
+    Attributes:
+      block_f: feature columns per program (a power of two >= 16). The kernel uses
+        ``min(block_f, next_power_of_2(F))`` (at least 16) and zero-pads F up to a multiple of it.
+      block_f_sddmm: feature columns per loop step of the tile-gradient (SDDMM) kernel, same rules.
+      num_warps: warps per program; None means 4 for B <= 32 and 8 for larger tiles.
+      num_stages: software-pipelining stages of the tile loop (Triton ``num_stages``).
+    """
+
+    block_f: int = 64
+    block_f_sddmm: int = 64
+    num_warps: int | None = None
+    num_stages: int = 2
+
+    def __post_init__(self):
+        for name in ("block_f", "block_f_sddmm"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < _MIN_TRITON_DOT_DIM or v & (v - 1):
+                raise ValueError(f"BlockSizes.{name} must be a power of two >= {_MIN_TRITON_DOT_DIM}, got {v!r}")
+        if self.num_warps is not None and (self.num_warps < 1 or self.num_warps & (self.num_warps - 1)):
+            raise ValueError(f"BlockSizes.num_warps must be a power of two >= 1 or None, got {self.num_warps!r}")
+        if self.num_stages < 1:
+            raise ValueError(f"BlockSizes.num_stages must be >= 1, got {self.num_stages!r}")
+
+    @staticmethod
+    def feature_tile(block_f: int, n_features: int) -> int:
+        """The feature tile used for ``n_features`` columns: ``max(16, min(block_f, next_pow2(F)))``."""
+        return max(_MIN_TRITON_DOT_DIM, min(block_f, _next_power_of_2(n_features)))
+
+    def warps(self, block_size: int) -> int:
+        """``num_warps`` resolved for tiles of ``block_size`` rows."""
+        if self.num_warps is not None:
+            return self.num_warps
+        return 4 if block_size <= 32 else 8
