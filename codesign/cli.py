@@ -1,4 +1,4 @@
-"""Command line: ``codesign train | sweep | cost``.
+"""Command line: ``codesign train | sweep | cost | bench``.
 
   codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
   codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
@@ -174,6 +174,18 @@ def cmd_cost(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from codesign.bench import bench_cost
+    if args.target == "cost":
+        r = bench_cost(args.points, args.hw, args.reps)
+        if args.json:
+            print(json.dumps(r))
+        else:
+            print(f"cost + gradient of {r['points']} design points on {r['hw']} (vmap): median {r['median_s']:.3f} s "
+                  f"over {args.reps} runs ({r['points_per_s']:.0f} points/s), compile {r['compile_s']:.2f} s")
+    return 0
+
+
 def _floats(s: str) -> list[float]:
     return [float(v) for v in s.split(",") if v.strip()]
 
@@ -212,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--training", action="store_true", help="cost forward + backward instead of inference")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("bench", help="benchmarks: medians of repeated runs, compile time apart")
+    p.add_argument("target", choices=["cost"], help="cost: cost model + gradient over many design points")
+    p.add_argument("--points", type=int, default=10_000)
+    p.add_argument("--hw", default="gnnear")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

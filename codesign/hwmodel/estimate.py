@@ -6,12 +6,12 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
                buffer's capacity in rows; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
   onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
-  latency_s  = smooth_max(compute_s, memory_s, onchip_s) + stage_overhead_s
+  latency_s  = smooth_max(compute_s, memory_s, onchip_s) + launches * stage_overhead_s
   energy_j   = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
 Per aggregation stage on near-memory units (`NearMemorySpec`, U units):
   compute_s  = macs / (U * nmp_rate(bits));  nmp_s = internal bytes / (U * internal_bw)
   link_s     = link_bytes / host_link_bw                          (features in, reduced result out)
-  latency_s  = smooth_max(compute_s, nmp_s, link_s) + stage_overhead_s
+  latency_s  = smooth_max(compute_s, nmp_s, link_s) + launches * stage_overhead_s
   energy_j   = macs * nmp_mac_energy + internal bytes * internal_energy + link_bytes * link_energy
 Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
 lowest latency is kept (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
@@ -129,7 +129,7 @@ def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
     compute_j = stage.macs * mac_energy_pj(hw, stage.bits) * PJ
     energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
-    latency = smooth_max(compute_s, memory_s, onchip_s) + hw.stage_overhead_s
+    latency = smooth_max(compute_s, memory_s, onchip_s) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
                      compute_j, zero, zero, zero)
 
@@ -153,7 +153,7 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
     compute_j = stage.macs * nmp.mac_energy_pj * PJ
     energy_j = compute_j + (internal * nmp.internal_energy_pj_per_byte + link * nmp.host_link_energy_pj_per_byte) * PJ
     zero = jnp.zeros((), jnp.float32)
-    latency = smooth_max(compute_s, nmp_s, link_s) + hw.stage_overhead_s
+    latency = smooth_max(compute_s, nmp_s, link_s) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, zero, energy_j, zero, zero, stage.macs, zero, nmp_s, link_s,
                      compute_j, internal, link, jnp.ones((), jnp.float32))
 

@@ -47,6 +47,7 @@ class Stage:
         a `LocalityProfile`; None = uniform re-reference (hit rate = buffer / working set).
       link_bytes: bytes that cross the host link when the stage runs on near-memory units (the
         features the host writes and the reduced result it reads); None for host-only stages.
+      launches: kernel launches the stage stands for (each pays ``stage_overhead_s``).
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -58,12 +59,14 @@ class Stage:
     working_set_rows: Optional[jax.Array] = None
     reuse_distance_rows: Optional[jax.Array] = None
     link_bytes: Optional[jax.Array] = None
+    launches: jax.Array = 1.0
 
     def scaled(self, factor: float) -> "Stage":
-        """The same kernel run ``factor`` times (counts scale; bit-width and working set do not)."""
+        """The same kernel run ``factor`` times (counts and launches scale; bit-width and working
+        set do not)."""
         return dataclasses.replace(
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
-            reuse_bytes=self.reuse_bytes * factor,
+            reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
             link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
 
     @property
@@ -121,7 +124,8 @@ def _locality_fields(locality: Optional[LocalityProfile], access_scale, n_rows):
 
 def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
                access_scale=1.0) -> Stage:
-    """CSR SpMM ``A[n_rows, n_rows] @ X[n_rows, width]`` with ``nnz`` stored nonzeros.
+    """CSR SpMM ``A[n_rows, n_rows] @ X[n_rows, width]`` with ``nnz`` stored nonzeros (a fused
+    kernel: Pallas / cuSPARSE style).
 
     Reads the CSR structure (indptr, indices, values) and X once (compulsory); every nonzero
     beyond the first per row re-gathers an X row (``reuse_bytes``), which hits on chip according
@@ -136,6 +140,22 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     rows, dist = _locality_fields(locality, access_scale, n_rows)
     return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
                  rows, dist, x_bytes + out_bytes)
+
+
+def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
+                        access_scale=1.0) -> tuple[Stage, Stage]:
+    """XLA's gather + ``segment_sum`` SpMM: the `spmm_stage` traffic plus a message buffer
+    [nnz, width] that the gather writes and the scatter-add reads back. The buffer's
+    ``2 * nnz * width * x_bits / 8`` bytes stay on chip in proportion to how much of it fits
+    (uniform capacity model), so small graphs pay nothing for it and large ones pay it in DRAM.
+
+    Returns:
+      ``(spmm, messages)``; ``messages`` is an "elementwise" stage with no arithmetic.
+    """
+    spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
+    msg = _f32(nnz) * _f32(width) * x_bits / 8.0
+    zero = jnp.zeros((), jnp.float32)
+    return spmm, Stage("elementwise", zero, _f32(x_bits), zero, 2.0 * msg, msg)
 
 
 def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,

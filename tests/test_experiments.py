@@ -1,0 +1,31 @@
+"""Smoke runs of the experiment scripts in their --quick mode (small grids): they run, write
+their results atomically, and report finite metrics. Accuracy targets live in the full runs."""
+
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hwmodel_validation_quick(tmp_path):
+    out = tmp_path / "val.json"
+    result = load("hwmodel_validation").main(["--quick", "--reps", "1", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["held_out"] == result["held_out"]
+    n = len(saved["points"])
+    assert n >= 20 and saved["held_out"]["n"] + saved["train"]["n"] == n
+    assert {p["split"] for p in saved["points"]} == {"train", "test"}
+    assert all(p["measured_s"] > 0 and np.isfinite(p["modeled_s"]) for p in saved["points"])
+    assert -1.0 <= saved["held_out"]["spearman"] <= 1.0 and saved["held_out"]["mape"] >= 0
+    f = saved["fitted"]
+    assert 0 < f["matrix_efficiency"] <= 1 and 0 < f["vector_efficiency"] <= 1 and f["stage_overhead_s"] >= 0
