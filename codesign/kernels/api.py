@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Union
 
 import jax
+import jax.numpy as jnp
 
 from codesign.kernels.bsr import BlockSparseAdjacency
 from codesign.kernels.coo import CooAdjacency
@@ -30,7 +31,9 @@ def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl
       x: float [N, F] for a `CooAdjacency`; float [n_pad, F] in the reordered, padded node order
         (``adj.permute_features(x)``) for a `BlockSparseAdjacency`.
       impl: for a `CooAdjacency`: "auto" (currently "segment"), "segment" (XLA gather +
-        segment_sum reference) or "dense" (dense N x N product; tests and tiny graphs only).
+        segment_sum reference), "dense" (dense N x N product; tests and tiny graphs only), or
+        "bsr_xla" / "pallas" when ``adj.pattern`` is set (`CooAdjacency.with_block_pattern`): the
+        edge weights are scattered into the pattern's tiles and x is permuted in and out.
         For a `BlockSparseAdjacency`: "auto" ("pallas" on GPU, else "bsr_xla"), "bsr_xla" (einsum
         over tiles + segment_sum) or "pallas" (Triton kernel; the interpreter off GPU).
 
@@ -56,9 +59,13 @@ def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl
     if not isinstance(adj, CooAdjacency):
         raise ValueError(f"aggregate: adj must be a CooAdjacency or BlockSparseAdjacency, got {type(adj).__name__}")
     if impl in _BSR_IMPLS:
-        raise ValueError(f"aggregate: impl {impl!r} needs a BlockSparseAdjacency: build one with "
-                         f"BlockSparseAdjacency.from_coo(adj, block_size) and pass x as adj.permute_features(x) "
-                         f"(or use impl='segment' / 'dense' with a CooAdjacency)")
+        if adj.pattern is None:
+            raise ValueError(f"aggregate: impl {impl!r} needs block structure: attach it with "
+                             f"adj.with_block_pattern(block_size) (or pass a BlockSparseAdjacency, or use "
+                             f"impl='segment' / 'dense')")
+        w = jnp.ones(adj.senders.shape, x.dtype) if adj.edge_weight is None else adj.edge_weight
+        bsr = adj.pattern.tiles(w)
+        return bsr.unpermute(_BSR_IMPLS[impl](bsr, bsr.permute_features(x)))
     if x.ndim != 2 or x.shape[0] != adj.n_nodes:
         raise ValueError(f"aggregate: x must be [n_nodes={adj.n_nodes}, F], got shape {x.shape}")
     name = "segment" if impl == "auto" else impl

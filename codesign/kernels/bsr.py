@@ -407,3 +407,56 @@ def format_report(adj: CooAdjacency, block_size: int, reorders=(None, "rcm")) ->
                              stored_values=tiles * block_size ** 2, nnz=int(np.asarray(fmt.tile_nnz).sum()),
                              fill_ratio=fmt.fill_ratio))
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Edge -> tile-slot map: run COO-valued models (learned edge weights) on BSR kernels
+# --------------------------------------------------------------------------------------------
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class BlockPattern:
+    """A BSR structure plus the tile slot of every entry of a COO edge list, so that per-edge
+    values computed inside a model (normalized, gated weights) become tile data by one
+    differentiable scatter-add: ``data.flat[slots[j]] += w[j]``.
+
+    Fields:
+      bsr:   `BlockSparseAdjacency` whose ``data`` is ignored (structure only).
+      slots: int32 [E]  flat index into ``data`` ([nnzb * B * B]) of COO entry ``j``.
+    """
+
+    bsr: BlockSparseAdjacency
+    slots: Array
+
+    @classmethod
+    def from_coo(cls, adj: CooAdjacency, block_size: int, reorder: Optional[str] = "rcm",
+                 self_loops: bool = False) -> "BlockPattern":
+        """The pattern of ``adj``'s entries, followed by one self-loop per node if ``self_loops``
+        (the order in which `codesign.models.gcn_normalize` appends them).
+
+        Raises:
+          ValueError: as `BlockSparseAdjacency.from_coo`.
+        """
+        s, r, _, n = _coo_numpy(adj)
+        if self_loops:
+            s = np.concatenate([s, np.arange(n)])
+            r = np.concatenate([r, np.arange(n)])
+        full = CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), None, n)
+        bsr = BlockSparseAdjacency.from_coo(full, block_size, reorder=reorder)
+        b = bsr.block_size
+        inv = np.asarray(bsr.inv_perm).astype(np.int64)
+        rr, cc = inv[r], inv[s]
+        n_block_cols = bsr.n_block_rows
+        tile_key = np.asarray(bsr.row_of_tile, np.int64) * n_block_cols + np.asarray(bsr.indices, np.int64)
+        k = np.searchsorted(tile_key, (rr // b) * n_block_cols + cc // b)  # tiles are sorted by (row, col)
+        slots = k * b * b + (rr % b) * b + cc % b
+        return cls(bsr, jnp.asarray(slots, jnp.int32))
+
+    def tiles(self, values: Array) -> BlockSparseAdjacency:
+        """The BSR matrix with per-entry ``values[E]`` summed into their slots (duplicates add)."""
+        if values.shape != self.slots.shape:
+            raise ValueError(f"BlockPattern.tiles: invalid {values.shape=} for {self.slots.shape[0]} entries "
+                             f"(was the pattern built with the same edges and self-loop setting?)")
+        b = self.bsr.block_size
+        flat = jnp.zeros((self.bsr.nnz_blocks * b * b,), values.dtype).at[self.slots].add(values)
+        return self.bsr.with_data(flat.reshape(self.bsr.nnz_blocks, b, b).astype(jnp.float32))

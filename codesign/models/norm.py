@@ -20,7 +20,8 @@ def gcn_normalize(adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) ->
         so a removed edge (weight 0) also leaves the degrees. Gradients flow into it.
 
     Returns:
-      `CooAdjacency` with E + N entries (the N self-loops last) and normalized weights.
+      `CooAdjacency` with E + N entries (the N self-loops last) and normalized weights; a block
+      pattern on ``adj`` is passed on (build it with ``self_loops=True``).
     """
     w = jnp.ones(adj.senders.shape, jnp.float32) if adj.edge_weight is None else adj.edge_weight
     if edge_weight is not None:
@@ -29,4 +30,4 @@ def gcn_normalize(adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) ->
     w = jnp.concatenate([w, jnp.ones((adj.n_nodes,), w.dtype)])
     deg = jax.ops.segment_sum(w, receivers, num_segments=adj.n_nodes)
     inv_sqrt = jax.lax.rsqrt(jnp.maximum(deg, 1e-12))
-    return CooAdjacency(senders, receivers, w * inv_sqrt[senders] * inv_sqrt[receivers], adj.n_nodes)
+    return CooAdjacency(senders, receivers, w * inv_sqrt[senders] * inv_sqrt[receivers], adj.n_nodes, adj.pattern)
