@@ -235,26 +235,43 @@ class ResultsStore:
         _, good = self._parse(text)  # validates; drops a torn final line (with a warning)
         content = "".join(line + "\n" for line in good) + new_line + "\n"
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            with open(tmp, "x", encoding="utf-8") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-            if self.path.exists():
-                try:
-                    os.chmod(tmp, self.path.stat().st_mode & 0o7777)
-                except OSError:
-                    pass
-            os.replace(tmp, self.path)
-        except BaseException:
+        write_text_atomic(self.path, content)
+
+
+def write_text_atomic(path, content: str) -> None:
+    """Writes ``content`` to ``path`` atomically: a temporary file beside it, flushed and fsynced,
+    then `os.replace` (the directory is fsynced where supported). The file's permissions are kept.
+    If anything fails the original file is untouched and the temporary file removed.
+
+    Raises:
+      OSError: the file cannot be written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
             try:
-                os.unlink(tmp)
+                os.chmod(tmp, path.stat().st_mode & 0o7777)
             except OSError:
                 pass
-            raise
-        _fsync_dir(self.path.parent)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path, obj: Any) -> None:
+    """`write_text_atomic` of ``obj`` as indented JSON (numpy/JAX values converted)."""
+    write_text_atomic(path, _dumps(obj, indent=1) + "\n")
 
 
 def _fsync_dir(directory: Path) -> None:

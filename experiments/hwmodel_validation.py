@@ -21,11 +21,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import os
 import platform
 import sys
-import tempfile
 import time
 
 import jax
@@ -36,6 +34,7 @@ import scipy.stats
 
 from codesign import hwmodel
 from codesign.data.synthetic import rmat_edges
+from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio")
@@ -143,16 +142,6 @@ def fit(f, measured, train_idx):
     return np.exp(res.x)
 
 
-def write_atomic(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small grid (CI smoke run)")
@@ -202,7 +191,7 @@ def main(argv=None) -> dict:
                     "split": "train" if i in set(train_idx.tolist()) else "test"}
                    for i, (p, m, a, b) in enumerate(zip(points, measured, after, before))],
     }
-    write_atomic(out, result)
+    write_json_atomic(out, result)
     h = result["held_out"]
     print(f"{len(points)} kernels; fitted {result['fitted']}")
     print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "

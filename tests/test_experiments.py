@@ -29,3 +29,17 @@ def test_hwmodel_validation_quick(tmp_path):
     assert -1.0 <= saved["held_out"]["spearman"] <= 1.0 and saved["held_out"]["mape"] >= 0
     f = saved["fitted"]
     assert 0 < f["matrix_efficiency"] <= 1 and 0 < f["vector_efficiency"] <= 1 and f["stage_overhead_s"] >= 0
+
+
+def test_kernel_bench_quick(tmp_path):
+    out = tmp_path / "kb.json"
+    result = load("kernel_bench").main(["--quick", "--reps", "1", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == result["rows"] and saved["pallas_timed"] is False  # CPU: no Pallas timing
+    impls = {r["impl"] for r in saved["rows"]}
+    assert {"segment", "bsr_xla", "bcsr"} <= impls
+    for r in saved["rows"]:
+        assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0 and r["gb_s"] > 0
+    for fmt in saved["formats"].values():  # reordering raises tile density; condensed tiles are denser still
+        assert fmt["bsr16_rcm_fill"] > fmt["bsr16_none_fill"]
+        assert fmt["condensed16_rcm_fill"] > fmt["bsr16_rcm_fill"]
