@@ -219,9 +219,10 @@ def _label(config: dict) -> str:
 def dense_reference(points: list[dict], x: str = "energy") -> dict | None:
     """The dense FP32 reference point of a set of groups.
 
-    Preferred: a group with ``cost_weight == 0`` and no quantization (no ``*bits*`` field below
-    32); among several, the one with the most seeds. Otherwise the mean ``dense_modeled`` cost
-    over all groups, with the accuracy of a ``cost_weight == 0`` group if there is one.
+    Preferred: a group with ``cost_weight == 0``, no quantization (no ``*bits*`` field below 32)
+    and no mask forced on (``edge_mask`` / ``feature_mask`` True); among several, the one with
+    the most seeds. Otherwise the mean ``dense_modeled`` cost over all groups, with the accuracy
+    of an unmasked ``cost_weight == 0`` group if there is one.
 
     Args:
         points: groups from :func:`load_points`.
@@ -235,7 +236,9 @@ def dense_reference(points: list[dict], x: str = "energy") -> dict | None:
         KeyError: if ``x`` is not ``"energy"`` or ``"latency"``.
     """
     field, dense_field = _X_FIELDS[x][:2]
-    zero = [p for p in points if _cost_weight(p["config"]) == 0.0]
+    # Runs with a mask forced on (edge_mask / feature_mask True) are not dense, even at weight 0.
+    zero = [p for p in points if _cost_weight(p["config"]) == 0.0
+            and not any(p["config"].get(k) is True for k in ("edge_mask", "feature_mask"))]
     dense = [p for p in zero if not _is_quantized(p["config"])]
     if dense:
         best = max(dense, key=lambda p: p["n_seeds"])

@@ -197,3 +197,14 @@ def test_main_missing_or_empty_file(tmp_path):
     with pytest.raises(SystemExit, match="no records"):
         main([str(empty), "--out", str(tmp_path)])
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_masked_zero_weight_run_is_not_the_dense_reference():
+    from paper_figures.pareto import dense_reference
+    base = {"n_seeds": 3, "acc_std": 0.01, "energy_j": 1.0, "dense_energy_j": 2.0, "latency_s": 1.0,
+            "dense_latency_s": 2.0}
+    gated = {**base, "config": {"cost_weight": 0.0, "bits": 32, "edge_mask": True}, "acc_mean": 0.70}
+    plain = {**base, "config": {"cost_weight": 0.0, "bits": 32, "edge_mask": None}, "acc_mean": 0.81}
+    assert dense_reference([gated, plain])["acc_mean"] == 0.81
+    only_gated = dense_reference([gated])
+    assert only_gated["source"] == "dense_modeled" and only_gated["acc_mean"] is None
