@@ -19,4 +19,4 @@ def test_readme_codesign_commands_parse():
     commands = re.findall(r"`?(codesign (?:train|sweep|cost)[^`&\n]*)", README)
     assert len(commands) >= 3
     for cmd in commands:
-        build_parser().parse_args(cmd.split()[1:])
+        build_parser().parse_args(cmd.split("#")[0].split()[1:])
