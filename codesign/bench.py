@@ -12,11 +12,15 @@ import numpy as np
 from codesign import hwmodel
 
 
-def _median_s(fn, reps: int) -> float:
+def median_time_s(fn, *args, reps: int, warmup: bool = True) -> float:
+    """Median wall time (s) of ``fn(*args)`` over ``reps`` runs, each waited for with
+    `jax.block_until_ready`, after one untimed warm-up (compile) run."""
+    if warmup:
+        jax.block_until_ready(fn(*args))
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn())
+        jax.block_until_ready(fn(*args))
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts))
 
@@ -52,7 +56,7 @@ def bench_cost(n_points: int = 10_000, hw_name: str = "gnnear", reps: int = 5, s
     t0 = time.perf_counter()
     out = jax.block_until_ready(fn(x))
     compile_s = time.perf_counter() - t0
-    median = _median_s(lambda: fn(x), reps)
+    median = median_time_s(fn, x, reps=reps, warmup=False)
     finite = bool(jnp.isfinite(out[0]).all() & jnp.isfinite(out[1]).all())
     return {"points": n_points, "hw": hw_name, "compile_s": compile_s, "median_s": median,
             "points_per_s": n_points / median, "finite": finite}

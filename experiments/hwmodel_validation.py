@@ -24,7 +24,6 @@ import datetime
 import os
 import platform
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -33,22 +32,12 @@ import scipy.optimize
 import scipy.stats
 
 from codesign import hwmodel
+from codesign.bench import median_time_s
 from codesign.data.synthetic import rmat_edges
 from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio")
-
-
-def median_time_s(fn, *args, reps: int) -> float:
-    """Median wall time of ``fn(*args)`` over ``reps`` runs after one warm-up (compile) run."""
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def gemm_points(quick: bool):

@@ -28,19 +28,14 @@ import numpy as np
 from jax.experimental import sparse as jsparse
 
 from codesign import hwmodel
+from codesign.bench import median_time_s
 from codesign.data.synthetic import rmat_edges
 from codesign.kernels import BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate
 from codesign.results import write_json_atomic
 
 
 def median_ms(fn, *args, reps: int) -> float:
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(ts))
+    return 1e3 * median_time_s(fn, *args, reps=reps)
 
 
 def copy_bandwidth_gb_s(reps: int) -> float:
