@@ -5,6 +5,7 @@ from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, cond
 from codesign.kernels.config import BlockSizes
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
+from codesign.kernels.pallas_condensed import choose_format, condensed_spmm, stored_tile_entries
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_int8, bsr_spmm_int8_reference, bsr_spmm_reference
 from codesign.kernels.reorder import apply_permutation, metis_permutation, rcm_permutation
 from codesign.kernels.segment import dense_spmm, segment_spmm
@@ -15,4 +16,5 @@ __all__ = [
     "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
     "rcm_permutation", "metis_permutation", "apply_permutation",
     "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
+    "condensed_spmm", "choose_format", "stored_tile_entries",
 ]

@@ -7,8 +7,9 @@ from typing import Union
 import jax
 import jax.numpy as jnp
 
-from codesign.kernels.bsr import BlockSparseAdjacency
+from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, condensed_spmm_reference
 from codesign.kernels.coo import CooAdjacency
+from codesign.kernels.pallas_condensed import condensed_spmm
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
@@ -17,13 +18,16 @@ _IMPLS = {"segment": segment_spmm, "dense": dense_spmm}
 # Backends over a `BlockSparseAdjacency` (x in its reordered, padded order, [n_pad, F]).
 # "pallas" picks interpret mode by itself off GPU (`pallas_spmm.resolve_interpret`).
 _BSR_IMPLS = {"bsr_xla": bsr_spmm_reference, "pallas": bsr_spmm}
+# Backends over `CondensedRowWindows` (TC-GNN condensed tiles; x as for BSR, [n_pad, F]).
+_CONDENSED_IMPLS = {"condensed_xla": condensed_spmm_reference, "pallas": condensed_spmm}
 
 
 def _auto_bsr_impl() -> str:
     return "pallas" if jax.default_backend() == "gpu" else "bsr_xla"
 
 
-def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl: str = "auto") -> jax.Array:
+def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows], x: jax.Array,
+              impl: str = "auto") -> jax.Array:
     """Sum-aggregation ``A @ x`` over the adjacency ``adj`` (rows = receivers).
 
     Args:
@@ -36,9 +40,12 @@ def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl
         edge weights are scattered into the pattern's tiles and x is permuted in and out.
         For a `BlockSparseAdjacency`: "auto" ("pallas" on GPU, else "bsr_xla"), "bsr_xla" (einsum
         over tiles + segment_sum) or "pallas" (Triton kernel; the interpreter off GPU).
+        For `CondensedRowWindows` (x as for BSR): "auto" ("pallas" on GPU, else "condensed_xla"),
+        "condensed_xla" (`condensed_spmm_reference`) or "pallas" (`condensed_spmm`).
+        `codesign.kernels.choose_format` says which tile format suits a graph.
 
     Returns:
-      float [N, F] (COO) or [n_pad, F] (BSR, same order as ``x``).
+      float [N, F] (COO) or [n_pad, F] (BSR / condensed, same order as ``x``).
 
     Raises:
       ValueError: unknown ``impl``, an ``impl`` that does not fit the adjacency type (the message
@@ -56,8 +63,18 @@ def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency], x: jax.Array, impl
             raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
                              f"order (adj.permute_features(x)), got shape {x.shape}")
         return _BSR_IMPLS[name](adj, x)
+    if isinstance(adj, CondensedRowWindows):
+        name = ("pallas" if jax.default_backend() == "gpu" else "condensed_xla") if impl == "auto" else impl
+        if name not in _CONDENSED_IMPLS:
+            raise ValueError(f"aggregate: unknown impl {impl!r} for CondensedRowWindows; choose from "
+                             f"{['auto', *_CONDENSED_IMPLS]}")
+        if x.ndim != 2 or x.shape[0] != adj.n_pad:
+            raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
+                             f"order (adj.permute_features(x)), got shape {x.shape}")
+        return _CONDENSED_IMPLS[name](adj, x)
     if not isinstance(adj, CooAdjacency):
-        raise ValueError(f"aggregate: adj must be a CooAdjacency or BlockSparseAdjacency, got {type(adj).__name__}")
+        raise ValueError(f"aggregate: adj must be a CooAdjacency, BlockSparseAdjacency or CondensedRowWindows, "
+                         f"got {type(adj).__name__}")
     if impl in _BSR_IMPLS:
         if adj.pattern is None:
             raise ValueError(f"aggregate: impl {impl!r} needs block structure: attach it with "

@@ -287,6 +287,19 @@ class CondensedRowWindows:
       tile_nnz:    int32 [T]  distinct graph nonzeros inside each tile.
       perm, inv_perm: int32 [N]  node reordering as in `BlockSparseAdjacency`.
       n_nodes, window, k: int (static)  N, B, K.
+
+    Slot windows, the structure of the transposed product ``A^T @ G`` (built by `from_coo`; None
+    on instances built otherwise). A *slot* ``s = t * K + j`` is one real tile column; the slots
+    are grouped by the window of the node they name (``tile_cols[t, j] // B``), sorted by node
+    then slot, and cut into rows of ``K`` (``T2`` slot tiles):
+      t_win_ptr:   int32 [W + 1]  slot tiles of node window ``v`` are ``t_win_ptr[v]:t_win_ptr[v + 1]``.
+      t_slots:     int32 [T2, K]  slot id of each entry, -1 for padding.
+      t_rows:      int32 [T2, K]  row of the entry's node inside its window (``node % B``), -1 for
+                   padding.
+    With ``P[s] = tile_data[t]^T @ G[window rows of t]`` (row ``j``), ``(A^T G)[node] = sum of P[s]
+    over the slots naming the node``: a condensed product whose tiles are 0/1 selections
+    (`codesign.kernels.pallas_condensed`). It covers every stored tile entry, not just the
+    edges, so it stays exact for any ``tile_data`` (`with_data`).
     """
 
     win_ptr: Array
@@ -300,6 +313,9 @@ class CondensedRowWindows:
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
     window: int = dataclasses.field(default=16, metadata=dict(static=True))
     k: int = dataclasses.field(default=16, metadata=dict(static=True))
+    t_win_ptr: Optional[Array] = None
+    t_slots: Optional[Array] = None
+    t_rows: Optional[Array] = None
 
     @classmethod
     def from_coo(cls, adj: CooAdjacency, window: int = 16, k: Optional[int] = None,
@@ -335,11 +351,13 @@ class CondensedRowWindows:
         col_mask[tile, slot] = True
         np.add.at(tile_data, (tile, rows % window, slot), vals)
         tile_window = np.repeat(np.arange(n_win), np.diff(win_ptr))
+        t_win_ptr, t_slots, t_rows = _slot_windows(tile_cols, col_mask, n_win, window, k)
         i32 = lambda a: jnp.asarray(a, jnp.int32)  # noqa: E731
         return cls(win_ptr=i32(win_ptr), tile_window=i32(tile_window), tile_cols=i32(tile_cols),
                    col_mask=jnp.asarray(col_mask), tile_data=jnp.asarray(tile_data),
                    tile_nnz=i32(np.bincount(tile, minlength=n_tiles)), perm=i32(perm),
-                   inv_perm=i32(inverse_permutation(perm)), n_nodes=n, window=window, k=k)
+                   inv_perm=i32(inverse_permutation(perm)), n_nodes=n, window=window, k=k,
+                   t_win_ptr=i32(t_win_ptr), t_slots=i32(t_slots), t_rows=i32(t_rows))
 
     @property
     def n_windows(self) -> int:
@@ -367,6 +385,45 @@ class CondensedRowWindows:
         vals = jnp.where(self.col_mask[:, None, :], self.tile_data, 0)
         rows = jnp.broadcast_to(rows, self.tile_data.shape)
         return jnp.zeros((self.n_pad, self.n_pad), self.tile_data.dtype).at[rows, cols].add(vals)
+
+    def with_data(self, tile_data: Array) -> "CondensedRowWindows":
+        """The same structure with new tile values ``tile_data float[T, B, K]``."""
+        if tile_data.shape != self.tile_data.shape:
+            raise ValueError(f"with_data: invalid {tile_data.shape=} for T={self.n_tiles}, B={self.window}, "
+                             f"K={self.k}")
+        return dataclasses.replace(self, tile_data=tile_data)
+
+    def permute_features(self, x: Array) -> Array:
+        """Original-order ``x[N, ...]`` -> reordered, zero-padded ``[n_pad, ...]``."""
+        if x.shape[0] != self.n_nodes:
+            raise ValueError(f"permute_features: x must have n_nodes={self.n_nodes} rows, got shape {x.shape}")
+        xr = x[self.perm]
+        return jnp.pad(xr, [(0, self.n_pad - self.n_nodes)] + [(0, 0)] * (x.ndim - 1))
+
+    def unpermute(self, y: Array) -> Array:
+        """Reordered ``y[n_pad, ...]`` -> original-order ``[N, ...]`` (padding rows dropped)."""
+        if y.shape[0] != self.n_pad:
+            raise ValueError(f"unpermute: y must have n_pad={self.n_pad} rows, got shape {y.shape}")
+        return y[self.inv_perm]
+
+
+def _slot_windows(tile_cols: np.ndarray, col_mask: np.ndarray, n_win: int, window: int,
+                  k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(t_win_ptr, t_slots, t_rows)`` of `CondensedRowWindows` (see its docstring)."""
+    slot = np.flatnonzero(col_mask.ravel())  # real slots, ascending
+    node = tile_cols.ravel()[slot].astype(np.int64)
+    order = np.argsort(node, kind="stable")  # by node, then slot: a fixed summation order
+    slot, node = slot[order], node[order]
+    win = node // window
+    per_win = np.bincount(win, minlength=n_win)
+    t_win_ptr = np.concatenate([[0], np.cumsum(-(-per_win // k))])
+    pos = np.arange(slot.size) - np.concatenate([[0], np.cumsum(per_win)])[:-1][win]
+    tile = t_win_ptr[win] + pos // k
+    t_slots = np.full((int(t_win_ptr[-1]), k), -1, np.int64)
+    t_rows = np.full((int(t_win_ptr[-1]), k), -1, np.int64)
+    t_slots[tile, pos % k] = slot
+    t_rows[tile, pos % k] = node % window
+    return t_win_ptr, t_slots, t_rows
 
 
 def condensed_spmm_reference(adj: CondensedRowWindows, x: Array) -> Array:
