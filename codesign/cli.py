@@ -22,17 +22,31 @@ def _add_common(p: argparse.ArgumentParser):
     p.add_argument("--hw", default="h100", help="hardware preset the cost refers to")
 
 
+# Training flags that default to the model's `MODEL_DEFAULTS` entry (then `TrainConfig`'s default)
+# when not given: flag destination -> TrainConfig field.
+_MODEL_DEFAULTED = ("epochs", "lr", "gate_lr", "weight_decay", "hidden", "dropout", "objective", "heads", "aggr",
+                    "k_hops", "alpha", "select", "weight_decay_scope")
+
+
 def _add_training(p: argparse.ArgumentParser):
-    from codesign.train import TrainConfig
-    d = TrainConfig()
+    from codesign.train import DECAY_SCOPES, SELECTIONS
+    dflt = " (default: the model's MODEL_DEFAULTS, else TrainConfig's)"
     p.add_argument("--bits", type=int, default=None, help="N-bit fake quantization of features and weights")
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--gate-lr", type=float, default=d.gate_lr)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--dropout", type=float, default=d.dropout)
-    p.add_argument("--objective", default=d.objective, choices=["energy_j", "latency_s", "dram_bytes"])
+    p.add_argument("--epochs", type=int, default=None, help="training epochs" + dflt)
+    p.add_argument("--lr", type=float, default=None, help="Adam step size of the weights" + dflt)
+    p.add_argument("--gate-lr", type=float, default=None, help="Adam step size of the gate logits" + dflt)
+    p.add_argument("--weight-decay", type=float, default=None, help="L2 weight decay" + dflt)
+    p.add_argument("--weight-decay-scope", choices=DECAY_SCOPES, default=None,
+                   help="weight decay on the first layer or on all weights" + dflt)
+    p.add_argument("--hidden", type=int, default=None, help="hidden width (GAT: per head)" + dflt)
+    p.add_argument("--dropout", type=float, default=None, help="dropout rate" + dflt)
+    p.add_argument("--objective", default=None, choices=["energy_j", "latency_s", "dram_bytes"])
+    p.add_argument("--select", choices=SELECTIONS, default=None,
+                   help="evaluate the last epoch's weights or the best-validation epoch's" + dflt)
+    p.add_argument("--heads", type=int, default=None, help="GAT: first-layer attention heads" + dflt)
+    p.add_argument("--aggr", choices=["mean", "max"], default=None, help="GraphSAGE aggregator" + dflt)
+    p.add_argument("--k-hops", type=int, default=None, help="APPNP: propagation steps K" + dflt)
+    p.add_argument("--alpha", type=float, default=None, help="APPNP: teleport probability" + dflt)
     for mask in ("edge", "feature"):
         p.add_argument(f"--{mask}-mask", choices=sorted(_SWITCH), default="auto",
                        help=f"learn a {mask} mask: on, off, or auto (on when --cost-weight > 0)")
@@ -42,11 +56,12 @@ _SWITCH = {"auto": None, "on": True, "off": False}
 
 
 def _config(args, cost_weight: float, bits: Optional[int], seed: int):
+    """The `TrainConfig` of the parsed flags: given flags, then ``MODEL_DEFAULTS[args.model]``,
+    then `TrainConfig`'s defaults (`TrainConfig.for_model`)."""
     from codesign.train import TrainConfig
-    return TrainConfig(model=args.model, hidden=args.hidden, dropout=args.dropout, lr=args.lr,
-                       weight_decay=args.weight_decay, epochs=args.epochs, bits=bits, cost_weight=cost_weight,
-                       objective=args.objective, gate_lr=args.gate_lr, seed=seed,
-                       edge_mask=_SWITCH[args.edge_mask], feature_mask=_SWITCH[args.feature_mask])
+    given = {k: getattr(args, k) for k in _MODEL_DEFAULTED if getattr(args, k) is not None}
+    return TrainConfig.for_model(args.model, **given, bits=bits, cost_weight=cost_weight, seed=seed,
+                                 edge_mask=_SWITCH[args.edge_mask], feature_mask=_SWITCH[args.feature_mask])
 
 
 def _load(args):
@@ -64,10 +79,10 @@ def cmd_train(args) -> int:
     from codesign.hwmodel import presets
     from codesign.train import train
     graph, hw = _load(args), presets.get(args.hw)
+    configs = [_config(args, args.cost_weight, args.bits, seed) for seed in range(args.seeds)]
     runs = []
-    with tqdm(total=args.seeds * args.epochs, disable=args.json or None, desc="train", unit="epoch") as bar:
-        for seed in range(args.seeds):
-            cfg = _config(args, args.cost_weight, args.bits, seed)
+    with tqdm(total=sum(c.epochs for c in configs), disable=args.json or None, desc="train", unit="epoch") as bar:
+        for cfg in configs:
             runs.append(train(graph, cfg, hw, on_epoch=lambda *_: bar.update()))
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
@@ -102,6 +117,19 @@ def sweep_configs(args) -> list:
     return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
 
 
+def run_key(dataset: str, hw: str, cfg) -> str:
+    """A run's identity in a results file: dataset, hardware and the `TrainConfig` fields that
+    differ from their defaults, so that adding a field (with a default) keeps old keys valid."""
+    import dataclasses
+
+    from codesign.results import config_key
+    from codesign.train import TrainConfig
+    default = TrainConfig()
+    changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+               if getattr(cfg, f.name) != getattr(default, f.name)}
+    return config_key({"dataset": dataset, "hw": hw, **changed})
+
+
 def cmd_sweep(args) -> int:
     import dataclasses
     import datetime
@@ -110,7 +138,7 @@ def cmd_sweep(args) -> int:
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.results import ResultsStore, code_version
     from codesign.train import train
     graph, hw = _load(args), presets.get(args.hw)
     name = args.name or f"{args.dataset}_{args.model}_{args.hw}"
@@ -120,12 +148,12 @@ def cmd_sweep(args) -> int:
     todo = []
     for cfg in sweep_configs(args):
         config = {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)}
-        if config_key(config) not in done:
+        if run_key(args.dataset, args.hw, cfg) not in done:
             todo.append((cfg, config))
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):
         result = train(graph, cfg, hw)
-        store.append({"key": config_key(config), "config": config, **result,
+        store.append({"key": run_key(args.dataset, args.hw, cfg), "config": config, **result,
                       "code_version": code_version(),
                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
     print(path)
@@ -141,7 +169,7 @@ def cmd_cost(args) -> int:
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     graph = _load(args)
-    model = build_model(TrainConfig(model=args.model), graph, nnx.Rngs(0), dense=True)
+    model = build_model(TrainConfig.for_model(args.model), graph, nnx.Rngs(0), dense=True)
     n, e = graph.n_nodes, graph.n_edges
     common = dict(training=args.training, locality=hwmodel.measure_locality(graph.senders, graph.receivers, n))
     workloads = {

@@ -9,13 +9,15 @@ the gates are hardened (deterministic hard-concrete, exact zeros) and the harden
 evaluated and costed at its hard densities.
 
 Optimizers (optax): weights use Adam with L2 weight decay on the first layer, as Kipf & Welling
-(ICLR 2017) do; gate logits (`GateLogit`) have their own Adam with a larger step, because they
-must travel several units of log-odds within a few hundred epochs.
+(ICLR 2017) do (``weight_decay_scope="all"``: on every weight, as GAT, GraphSAGE and GIN do);
+gate logits (`GateLogit`) have their own Adam with a larger step, because they must travel
+several units of log-odds within a few hundred epochs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import time
 from typing import Callable, Optional
@@ -29,10 +31,13 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.kernels import CooAdjacency
-from codesign.models import MODELS
+from codesign.models import MODEL_DEFAULTS, MODELS
 from codesign.sparsify import GateLogit
 
 OBJECTIVES = ("energy_j", "latency_s", "dram_bytes")
+SELECTIONS = ("last", "best_val")
+DECAY_SCOPES = ("first", "all")
+MODEL_OPTIONS = ("heads", "aggr", "k_hops", "alpha")  # TrainConfig fields passed to the model when not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +53,17 @@ class TrainConfig:
       edge_mask, feature_mask: learn an `EdgeMask` / `FeatureMask`; None = only when cost_weight > 0.
       gate_lr: Adam step size of the gate logits.
       seed: PRNG seed for init, dropout and gate sampling.
+      heads, aggr, k_hops, alpha: model options (GAT heads; GraphSAGE aggregator "mean"/"max";
+        APPNP steps and teleport probability), passed to the model's constructor when not None
+        (None = the model's default).
+      select: which weights are evaluated: "last" (after the final epoch) or "best_val" (those of
+        the epoch with the highest validation accuracy of the deterministic (eval-mode) model,
+        ties broken by lower validation loss). With ``cost_weight > 0`` the best-validation epoch
+        may come before the gates have finished pruning; cost sweeps may prefer "last".
+      weight_decay_scope: "first" (the model's first layer, ``FIRST_LAYER``, default "conv1") or
+        "all" (every weight and bias; gate logits never).
+
+    `for_model` builds a config from a model's `codesign.models.MODEL_DEFAULTS`.
     """
 
     model: str = "gcn"
@@ -63,6 +79,27 @@ class TrainConfig:
     feature_mask: Optional[bool] = None
     gate_lr: float = 0.05
     seed: int = 0
+    heads: Optional[int] = None
+    aggr: Optional[str] = None
+    k_hops: Optional[int] = None
+    alpha: Optional[float] = None
+    select: str = "last"
+    weight_decay_scope: str = "first"
+
+    @classmethod
+    def for_model(cls, model: str, **overrides) -> "TrainConfig":
+        """``model``'s `MODEL_DEFAULTS`, then ``overrides``, then the field defaults.
+
+        Raises:
+          ValueError: unknown ``model`` or an invalid field (see the field checks).
+        """
+        if model not in MODELS:
+            raise ValueError(f"TrainConfig.model: unknown model {model!r}; choose from {sorted(MODELS)}")
+        return cls(model=model, **{**MODEL_DEFAULTS.get(model, {}), **overrides})
+
+    def model_options(self) -> dict:
+        """The model-specific constructor keywords of this config (`MODEL_OPTIONS` that are set)."""
+        return {k: getattr(self, k) for k in MODEL_OPTIONS if getattr(self, k) is not None}
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -78,6 +115,14 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}: must be > 0, got {getattr(self, name)}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"TrainConfig.dropout: must be in [0, 1), got {self.dropout}")
+        if self.select not in SELECTIONS:
+            raise ValueError(f"TrainConfig.select: {self.select!r} not in {SELECTIONS}")
+        if self.weight_decay_scope not in DECAY_SCOPES:
+            raise ValueError(f"TrainConfig.weight_decay_scope: {self.weight_decay_scope!r} not in {DECAY_SCOPES}")
+        accepted = inspect.signature(MODELS[self.model].__init__).parameters
+        for name in self.model_options():
+            if name not in accepted:
+                raise ValueError(f"TrainConfig.{name}: model {self.model!r} has no option {name!r}")
 
     @property
     def uses_edge_mask(self) -> bool:
@@ -94,7 +139,7 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
         graph.n_features, cfg.hidden, graph.n_classes,
         n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
         feature_mask=False if dense else cfg.uses_feature_mask,
-        bits=None if dense else cfg.bits, dropout=cfg.dropout, rngs=rngs)
+        bits=None if dense else cfg.bits, dropout=cfg.dropout, rngs=rngs, **cfg.model_options())
 
 
 def adjacency(graph: Graph) -> CooAdjacency:
@@ -113,9 +158,13 @@ def _masked_ce(logits, y, mask):
     return jnp.sum(ce * mask) / jnp.maximum(mask.sum(), 1)
 
 
-def _decay_mask(params):
-    """True for the first layer's parameters (weight decay on layer 1 only, as in the paper)."""
-    return jax.tree_util.tree_map_with_path(lambda path, _: "conv1" in jax.tree_util.keystr(path), params)
+def _decay_mask(scope: str, first_layer: str = "conv1"):
+    """The `optax.add_decayed_weights` mask: True for the first layer's parameters (``scope="first"``:
+    weight decay on layer 1 only, as Kipf & Welling do) or for all of them (``"all"``)."""
+    def mask(params):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: scope == "all" or first_layer in jax.tree_util.keystr(path), params)
+    return mask
 
 
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
@@ -139,7 +188,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       dict with ``test_accuracy``, ``val_accuracy``, ``train_accuracy`` (hardened model),
       ``modeled`` / ``dense_modeled`` (``latency_s``, ``energy_j``, ``dram_bytes`` of the hardened
       and the dense FP32 model), ``densities`` (hard kept fractions), ``bits``, ``final_loss``,
-      ``train_time_s``.
+      ``train_time_s``, ``selected_epoch`` (the evaluated epoch: the last, or the best-validation
+      one with ``cfg.select="best_val"``).
     """
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
@@ -147,7 +197,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2))
     model.train()
     weights = nnx.All(nnx.Param, nnx.Not(GateLogit))
-    opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask=_decay_mask),
+    decay = _decay_mask(cfg.weight_decay_scope, getattr(model, "FIRST_LAYER", "conv1"))
+    opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask=decay),
                                              optax.adam(cfg.lr)), wrt=weights)
     opt_g = nnx.Optimizer(model, optax.adam(cfg.gate_lr), wrt=GateLogit)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
@@ -168,12 +219,19 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 
     t0 = time.perf_counter()
     loss = ratio = jnp.nan
+    best = _BestVal.start(model) if cfg.select == "best_val" else None
     for epoch in range(cfg.epochs):
         loss, ratio = step(model, opt_w, opt_g, graph, adj)
+        if best is not None:
+            model.eval()  # validation forward: no dropout, deterministic gates
+            best = _track_best(model, graph, adj, best, epoch)
+            model.train()
         if on_epoch is not None:
             on_epoch(epoch, {"loss": loss, "cost_ratio": ratio})
     jax.block_until_ready(loss)
     train_time_s = time.perf_counter() - t0
+    if best is not None:
+        nnx.update(model, best.params)
     if not np.isfinite(float(loss)):
         raise FloatingPointError(f"training diverged: final loss {float(loss)} (lr={cfg.lr}, cost_weight={cfg.cost_weight})")
 
@@ -187,10 +245,39 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "modeled": report.summary(), "dense_modeled": dense.summary(),
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
-        "train_time_s": train_time_s,
+        "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
     }
 
 
 @nnx.jit
 def _eval_logits(model, x, adj):
     return model(x, adj)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _BestVal:
+    """The best-validation epoch so far: ``val_accuracy``, ``val_loss`` (float32 scalars), ``epoch``
+    (int32 scalar, -1 before the first) and a copy of the model's `nnx.Param` state then."""
+
+    val_accuracy: jax.Array
+    val_loss: jax.Array
+    epoch: jax.Array
+    params: nnx.State
+
+    @classmethod
+    def start(cls, model) -> "_BestVal":
+        return cls(jnp.float32(-1.0), jnp.float32(jnp.inf), jnp.int32(-1),
+                   jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)))
+
+
+@nnx.jit
+def _track_best(model, g, adj, best: _BestVal, epoch) -> _BestVal:
+    """``best`` updated with the (eval-mode) ``model`` of ``epoch`` if its validation accuracy is
+    higher, or equal with a lower validation loss. On device: no host sync per epoch."""
+    logits = model(g.x, adj)
+    acc, loss = masked_accuracy(logits, g.y, g.val_mask), _masked_ce(logits, g.y, g.val_mask)
+    better = (acc > best.val_accuracy) | ((acc == best.val_accuracy) & (loss < best.val_loss))
+    pick = lambda new, old: jnp.where(better, new, old)
+    return _BestVal(pick(acc, best.val_accuracy), pick(loss, best.val_loss), pick(jnp.int32(epoch), best.epoch),
+                    jax.tree.map(pick, nnx.state(model, nnx.Param), best.params))

@@ -226,3 +226,15 @@ def test_bench_cost_small():
     from codesign.bench import bench_cost
     r = bench_cost(n_points=64, hw_name="upmem", reps=1)
     assert r["finite"] and r["points"] == 64 and r["median_s"] > 0
+
+
+def test_repeated_stage_kinds_in_a_layer_all_count():
+    g = gemm_stage(100, 100, 100, 32.0, 32.0, 32.0)
+    e = hwmodel.elementwise_stage(100, 100, 32.0)
+    from codesign.hwmodel import LayerWorkload
+    two = Workload((LayerWorkload("l", (g, g), (g, g), (e, e)),))
+    one = Workload((LayerWorkload("l", (g,), (g,), (e,)),))
+    r2, r1 = estimate(two, HardwareSpec(**HOST)), estimate(one, HardwareSpec(**HOST))
+    assert set(r2.stages) == {"l/gemm", "l/gemm1", "l/elementwise", "l/elementwise1"}
+    np.testing.assert_allclose(r2.energy_j, 2 * r1.energy_j, rtol=1e-6)
+    np.testing.assert_allclose(r2.latency_s, 2 * r1.latency_s, rtol=1e-6)

@@ -169,6 +169,20 @@ def _candidate(stages, hw: HardwareSpec, use_nmp: bool, overlap_units: bool):
     return costs, latency
 
 
+def _stage_names(stages, taken=()) -> list[str]:
+    """Stage names within a layer: the kind, with a counter from the second of a kind on
+    ("gemm", "gemm1", ...), so no stage's cost is dropped from the totals. The two dataflow orders
+    hold the same kinds, so their names match and one can be selected for the other."""
+    names, seen = [], set(taken)
+    for s in stages:
+        name, i = s.kind, 1
+        while name in seen:
+            name, i = f"{s.kind}{i}", i + 1
+        seen.add(name)
+        names.append(name)
+    return names
+
+
 def _select(use_first: jax.Array, a, b):
     return jax.tree.map(lambda x, y: jnp.where(use_first, x, y), a, b)
 
@@ -194,7 +208,7 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
             for use_nmp in ((False, True) if (allow_nmp and hw.nmp is not None) else (False,)):
                 costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units)
                 flags = (jnp.float32(order == "aggregate_first"), jnp.float32(use_nmp))
-                cand = ({s.kind: c for s, c in zip(order_stages, costs)}, latency, flags)
+                cand = (dict(zip(_stage_names(order_stages), costs)), latency, flags)
                 if best is None:
                     best = cand
                 else:
@@ -204,8 +218,8 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
         for kind, c in by_kind.items():
             stages[f"{layer.name}/{kind}"] = c
         elem = [stage_cost(s, hw) for s in layer.elementwise]
-        for s, c in zip(layer.elementwise, elem):
-            stages[f"{layer.name}/{s.kind}"] = c
+        for name, c in zip(_stage_names(layer.elementwise, taken=by_kind), elem):
+            stages[f"{layer.name}/{name}"] = c
         total_latency = total_latency + latency + sum(c.latency_s for c in elem)
     total = lambda field: sum((getattr(c, field) for c in stages.values()), jnp.zeros((), jnp.float32))
     levels = {"dram": total("dram_bytes"), "onchip": total("onchip_bytes"), "nmp": total("nmp_bytes"),

@@ -1,0 +1,129 @@
+"""APPNP: "Predict then Propagate" (Klicpera, Bojchevski & Günnemann, "Predict then Propagate:
+Graph Neural Networks meet Personalized PageRank", ICLR 2019) in Flax NNX, with co-design hooks.
+
+A two-layer MLP predicts per-node logits ``H = f(X)``; K steps of approximate personalized
+PageRank then propagate them (paper eq. 5):
+
+    Z^(0) = H,    Z^(k+1) = (1 - alpha) A_hat Z^(k) + alpha H,    logits = Z^(K)
+
+with ``A_hat = D^-1/2 (A + I) D^-1/2`` (`codesign.models.norm.gcn_normalize`; an edge mask's
+gates multiply the edge weights before normalizing) and every ``A_hat Z`` one
+`codesign.kernels.aggregate` call. ``alpha = 1`` gives the MLP alone.
+
+Departures from the paper (documented choices): the propagation runs in fp32 (the logits are not
+fake-quantized between steps, as GCN's last aggregation is fp32 here); no dropout on ``A_hat``
+during propagation (the paper drops adjacency entries at each step; PyG's ``APPNP`` defaults to
+none and its Cora benchmark uses none).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.dropout import HashDropout
+from codesign.models.gin import FP32_BITS, QuantLinear, dense_layer, mask_densities
+from codesign.models.norm import gcn_normalize
+from codesign.sparsify import EdgeMask, FeatureMask
+
+AXPY_OPS_PER_ELEMENT = 2.0  # (1 - alpha) * agg + alpha * H: one multiply-add and one scale
+
+
+class APPNP(nnx.Module):
+    """MLP (``dropout -> lin1 -> ReLU -> dropout -> lin2``) followed by K personalized-PageRank
+    propagation steps, with optional edge mask, feature mask and N-bit fake quantization of the
+    MLP's features and weights.
+
+    Args:
+      in_features, hidden, n_classes: MLP widths (paper: hidden 64).
+      n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
+      feature_mask: if True, a `FeatureMask` gating the input columns.
+      bits: fake-quantization bit-width of the MLP's features and weights (None = fp32).
+      dropout: dropout rate on each MLP layer's input (paper: 0.5).
+      k_hops: K, propagation steps (paper: 10).
+      alpha: teleport probability in [0, 1] (paper: 0.1).
+
+    Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
+
+    Raises:
+      ValueError: ``k_hops < 0`` or ``alpha`` outside [0, 1].
+    """
+
+    FIRST_LAYER = "lin1"  # the paper's L2 regularization acts on this layer only
+
+    def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
+                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
+                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", rngs: nnx.Rngs):
+        if not (isinstance(k_hops, int) and k_hops >= 0):
+            raise ValueError(f"APPNP: k_hops must be an int >= 0, got {k_hops!r}")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"APPNP: alpha must be in [0, 1], got {alpha}")
+        self.bits, self.k_hops, self.alpha, self.impl = bits, k_hops, float(alpha), impl
+        self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
+        self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
+        self.dropout = HashDropout(dropout, rngs=rngs)
+        self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
+        self.lin2 = QuantLinear(hidden, n_classes, bits=bits, rngs=rngs)  # ReLU outputs >= 0
+
+    def mlp(self, x: jax.Array) -> jax.Array:
+        """``H = lin2(dropout(ReLU(lin1(dropout(mask(x))))))``: [N, in_features] -> [N, n_classes]."""
+        if self.feature_mask is not None:
+            x = self.feature_mask(x)
+        h = jax.nn.relu(self.lin1(self.dropout(x)))
+        return self.lin2(self.dropout(h))
+
+    def propagate(self, h: jax.Array, adj: CooAdjacency) -> jax.Array:
+        """K steps of ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``; ``adj`` is normalized."""
+        step = lambda _, z: (1.0 - self.alpha) * aggregate(adj, z, impl=self.impl) + self.alpha * h
+        return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
+
+    def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        h = self.mlp(x)
+        if self.alpha == 1.0:  # Z = H exactly: skip the propagation
+            return h
+        return self.propagate(h, gcn_normalize(adj, self.edge_mask() if self.edge_mask is not None else None))
+
+    def densities(self, hard: bool = False) -> dict:
+        """Kept fractions ``{"edge": ..., "feature": ...}`` (see `GCN.densities`)."""
+        return mask_densities(self.edge_mask, self.feature_mask, hard)
+
+    def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
+                 bits=None, densities: Optional[dict] = None,
+                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
+        """The `hwmodel.Workload` (arguments as `GCN.workload`):
+
+          ``mlp0``, ``mlp1``: the MLP's GEMMs N x K x hidden and N x hidden x C (+ bias/ReLU);
+            ``mlp1`` writes fp32 logits.
+          ``prop0`` .. ``prop{K-1}``: one fp32 SpMM over ``A_hat`` (nnz = kept edges + N) on C
+            columns and the teleport update (2 ops per element: read the aggregate and H, write Z).
+        """
+        d = {**self.densities(hard), **(densities or {})}
+        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        c = self.lin2.out_features
+        layers = [dense_layer("mlp0", n_nodes, d["feature"] * self.lin1.in_features, self.lin1.out_features,
+                              b, b, b, training=training),
+                  dense_layer("mlp1", n_nodes, self.lin2.in_features, c, b, b, FP32_BITS, training=training)]
+        if self.alpha == 1.0:
+            return hwmodel.Workload(tuple(layers), training)
+        nnz = d["edge"] * n_edges + n_nodes
+        spmm = (hwmodel.spmm_stage(n_nodes, nnz, c, FP32_BITS, FP32_BITS, locality, d["edge"]),)
+        elem = (axpy_stage(n_nodes, c, FP32_BITS),)
+        if training:
+            spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
+        layers += [hwmodel.LayerWorkload(f"prop{k}", spmm, spmm, elem) for k in range(self.k_hops)]
+        return hwmodel.Workload(tuple(layers), training)
+
+
+def axpy_stage(n, width, bits) -> hwmodel.Stage:
+    """``Z = (1 - alpha) * S + alpha * H`` on [n, width]: `AXPY_OPS_PER_ELEMENT` ops per element;
+    reads S and H, writes Z."""
+    n, width = jnp.asarray(n, jnp.float32), jnp.asarray(width, jnp.float32)
+    zero = jnp.zeros((), jnp.float32)
+    bits = jnp.asarray(bits, jnp.float32)
+    return hwmodel.Stage("elementwise", AXPY_OPS_PER_ELEMENT * n * width, bits, 3.0 * n * width * bits / 8.0,
+                         zero, zero)

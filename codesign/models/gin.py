@@ -1,0 +1,191 @@
+"""Graph isomorphism network (Xu, Hu, Leskovec & Jegelka, "How Powerful are Graph Neural
+Networks?", ICLR 2019) for node classification in Flax NNX, with co-design hooks.
+
+A GIN layer (eq. 4.1, GIN-eps) is ``h_i' = MLP((1 + eps) h_i + sum_{j in N(i)} h_j)`` with a
+learnable scalar ``eps`` and a two-layer MLP ``Linear -> ReLU -> Linear``. The sum and the
+``(1 + eps)`` self term are one `codesign.kernels.aggregate` call over the adjacency with
+self-loops of weight ``1 + eps``; an edge mask's gates multiply the edge weights (a removed edge
+contributes nothing, the self term stays).
+
+This module also holds `QuantLinear`, the fake-quantized dense layer that GIN, GraphSAGE and
+APPNP share.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.graph import add_self_loops
+from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.dropout import HashDropout
+from codesign.quant import FakeQuant
+from codesign.sparsify import EdgeMask, FeatureMask
+
+FP32_BITS = 32
+
+
+class QuantLinear(nnx.Module):
+    """``y = Q(x) @ Q(W) + b`` with per-tensor fake quantization Q (`FakeQuant`).
+
+    Args:
+      in_features, out_features: K and F.
+      bits: bit-width of ``x`` and ``W`` (None = fp32).
+      signed_input: quantize ``x`` on a signed grid (False for non-negative inputs: bag-of-words
+        features, ReLU outputs; values below 0 would be clipped to 0).
+      use_bias: add a bias ``b [F]`` (zeros at init).
+
+    Weights use Glorot-uniform init. Shapes: ``x [N, K] -> [N, F]``; `quantize` and `combine`
+    expose the two halves so a caller can aggregate between the GEMM and the bias.
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, bits: Optional[int] = None,
+                 signed_input: bool = False, use_bias: bool = True, rngs: nnx.Rngs):
+        self.in_features, self.out_features = in_features, out_features
+        init = jax.nn.initializers.glorot_uniform()
+        self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32)) if use_bias else None
+        self.quant_x = FakeQuant(bits, signed=signed_input)
+        self.quant_w = FakeQuant(bits, signed=True)
+
+    def combine(self, x: jax.Array) -> jax.Array:
+        """``Q(x) @ Q(W)`` without the bias: [N, K] -> [N, F]."""
+        return self.quant_x(x) @ self.quant_w(self.kernel[...])
+
+    def add_bias(self, y: jax.Array) -> jax.Array:
+        return y if self.bias is None else y + self.bias[...]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.add_bias(self.combine(x))
+
+
+def gin_adjacency(adj: CooAdjacency, eps: jax.Array, edge_weight: Optional[jax.Array] = None) -> CooAdjacency:
+    """``A + (1 + eps) I`` as a `CooAdjacency` with E + N entries (self-loops last).
+
+    Args:
+      adj: E edges, no self-loops; its own weights (None = 1) are kept.
+      eps: float scalar (GIN's learnable epsilon); gradients flow into it.
+      edge_weight: float [E] or None, multiplied into the edge weights (an edge mask's gates).
+    """
+    w = jnp.ones(adj.senders.shape, jnp.float32) if adj.edge_weight is None else adj.edge_weight
+    if edge_weight is not None:
+        w = w * edge_weight
+    senders, receivers = add_self_loops(adj.senders, adj.receivers, adj.n_nodes)
+    w = jnp.concatenate([w, jnp.broadcast_to(1.0 + eps, (adj.n_nodes,)).astype(w.dtype)])
+    return CooAdjacency(senders, receivers, w, adj.n_nodes)
+
+
+class GINConv(nnx.Module):
+    """``h' = lin2(ReLU(lin1((1 + eps) h_i + sum_j h_j)))`` (Xu et al. 2019, eq. 4.1).
+
+    ``lin1`` is linear, so ``A' (X W1) = (A' X) W1``: like `GCNConv`, the layer aggregates the
+    narrower of ``X`` [N, K] and ``X W1`` [N, hidden]; ``lin1``'s bias is added after aggregating
+    (the exact GIN formula). ``eps`` is an `nnx.Param` initialised to 0 (GIN-eps).
+
+    Shapes: ``x [N, in_features], adj`` (E edges, no self-loops) ``-> [N, out_features]``.
+    """
+
+    def __init__(self, in_features: int, hidden: int, out_features: int, *, bits: Optional[int] = None,
+                 impl: str = "auto", rngs: nnx.Rngs):
+        self.impl = impl
+        self.eps = nnx.Param(jnp.zeros((), jnp.float32))
+        self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
+        self.lin2 = QuantLinear(hidden, out_features, bits=bits, rngs=rngs)  # ReLU outputs >= 0
+        self.in_features, self.hidden, self.out_features = in_features, hidden, out_features
+
+    def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> jax.Array:
+        a = gin_adjacency(adj, self.eps[...], edge_weight)
+        if self.hidden <= self.in_features:  # combine first: aggregate the narrower matrix
+            h = aggregate(a, self.lin1.combine(x), impl=self.impl)
+        else:
+            h = self.lin1.combine(aggregate(a, x, impl=self.impl))
+        return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
+
+
+class GIN(nnx.Module):
+    """Two GIN-eps layers for node classification with optional edge mask, feature mask and
+    N-bit fake quantization: ``GINConv(in, hidden, hidden) -> ReLU -> dropout ->
+    GINConv(hidden, hidden, n_classes)``, dropout also on the input.
+
+    Args:
+      in_features, hidden, n_classes: widths (hidden is also each MLP's inner width).
+      n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
+      feature_mask: if True, a `FeatureMask` gating the input columns.
+      bits: fake-quantization bit-width of features and weights (None = fp32).
+      dropout: dropout rate on each layer's input.
+
+    Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
+    """
+
+    def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
+                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
+                 impl: str = "auto", rngs: nnx.Rngs):
+        self.bits = bits
+        self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
+        self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
+        self.dropout = HashDropout(dropout, rngs=rngs)
+        self.conv1 = GINConv(in_features, hidden, hidden, bits=bits, impl=impl, rngs=rngs)
+        self.conv2 = GINConv(hidden, hidden, n_classes, bits=bits, impl=impl, rngs=rngs)
+
+    def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        gates = self.edge_mask() if self.edge_mask is not None else None
+        if self.feature_mask is not None:
+            x = self.feature_mask(x)
+        h = jax.nn.relu(self.conv1(self.dropout(x), adj, gates))
+        return self.conv2(self.dropout(h), adj, gates)
+
+    def densities(self, hard: bool = False) -> dict:
+        """Kept fractions ``{"edge": ..., "feature": ...}`` (see `GCN.densities`)."""
+        return mask_densities(self.edge_mask, self.feature_mask, hard)
+
+    def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
+                 bits=None, densities: Optional[dict] = None,
+                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
+        """The `hwmodel.Workload` (arguments as `GCN.workload`). Per GIN layer ``l``:
+
+          ``layer{l}``:     SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
+                            both orders, + bias/ReLU (`hwmodel.message_passing_layer`);
+          ``layer{l}.mlp``: ``lin2``'s GEMM N x hidden x out + bias (and ReLU).
+        The logits (``layer1.mlp``) are fp32.
+        """
+        d = {**self.densities(hard), **(densities or {})}
+        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        nnz = d["edge"] * n_edges + n_nodes
+        graph = dict(training=training, locality=locality, edge_density=d["edge"])
+        layers = []
+        for i, (conv, k) in enumerate(((self.conv1, d["feature"] * self.conv1.in_features),
+                                       (self.conv2, self.conv2.in_features))):
+            out_bits = FP32_BITS if i == 1 else b
+            layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, conv.hidden, b, b, b, **graph))
+            layers.append(dense_layer(f"layer{i}.mlp", n_nodes, conv.hidden, conv.out_features, b, b, out_bits,
+                                      training=training))
+        return hwmodel.Workload(tuple(layers), training)
+
+
+def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool) -> dict:
+    """``{"edge": ..., "feature": ...}`` kept fractions (float32 scalars; 1.0 without a mask):
+    expected (differentiable) when ``hard=False``, of the deterministic hard masks otherwise."""
+    def of(mask):
+        if mask is None:
+            return jnp.ones((), jnp.float32)
+        return mask.hard_density() if hard else mask.expected_density()
+    return {"edge": of(edge_mask), "feature": of(feature_mask)}
+
+
+def dense_layer(name: str, n_nodes: int, in_dim, out_dim, x_bits, w_bits, out_bits, *,
+                training: bool = False) -> hwmodel.LayerWorkload:
+    """A graph-free layer ``act(X @ W + b)``: one GEMM (the same in both dataflow orders) and the
+    bias/activation elementwise stage; backward added when ``training``.
+
+    Each `hwmodel.LayerWorkload` may hold one stage per kind (the estimator keys stages by
+    ``"<layer>/<kind>"``), so a model layer with two GEMMs is split into two named layers.
+    """
+    gemm = (hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),)
+    elem = (hwmodel.elementwise_stage(n_nodes, out_dim, out_bits),)
+    if training:
+        gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
+    return hwmodel.LayerWorkload(name, gemm, gemm, elem)
