@@ -14,7 +14,8 @@ each model's paper / reference setting on Cora; fields not listed take `TrainCon
 from codesign.models.appnp import APPNP
 from codesign.models.gat import GAT, GATConv
 from codesign.models.gcn import GCN, GCNConv
-from codesign.models.gin import GIN, GINConv, QuantLinear
+from codesign.models.gin import GIN, GINConv
+from codesign.models.layers import QuantLinear
 from codesign.models.norm import gcn_normalize
 from codesign.models.rgcn import RGCN, RGCNConv
 from codesign.models.sage import GraphSAGE, SAGEConv

@@ -36,7 +36,7 @@ from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate, csr_by_receiver, gat_aggregate
 from codesign.models.dropout import HashDropout
-from codesign.models.gin import FP32_BITS, mask_densities
+from codesign.models.layers import FP32_BITS, mask_densities
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 

@@ -17,11 +17,11 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.dropout import HashDropout
+from codesign.models.layers import FP32_BITS, mask_densities
 from codesign.models.norm import gcn_normalize
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 
-FP32_BITS = 32
 
 
 class GCNConv(nnx.Module):
@@ -83,11 +83,7 @@ class GCN(nnx.Module):
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (float32 scalars; 1.0 without a mask).
         ``hard=False``: expected (differentiable); ``hard=True``: of the deterministic hard masks."""
-        def of(mask):
-            if mask is None:
-                return jnp.ones((), jnp.float32)
-            return mask.hard_density() if hard else mask.expected_density()
-        return {"edge": of(self.edge_mask), "feature": of(self.feature_mask)}
+        return mask_densities(self.edge_mask, self.feature_mask, hard)
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,

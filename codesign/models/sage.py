@@ -28,7 +28,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.dropout import HashDropout
-from codesign.models.gin import FP32_BITS, QuantLinear, mask_densities
+from codesign.models.layers import FP32_BITS, QuantLinear, mask_densities
 from codesign.sparsify import EdgeMask, FeatureMask
 
 AGGREGATORS = ("mean", "max")
