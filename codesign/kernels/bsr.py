@@ -81,6 +81,21 @@ def _reordered_csr(adj: CooAdjacency, block_size: int, reorder, n_parts) -> tupl
     return csr, perm, n
 
 
+def _permute_features(fmt, x: Array) -> Array:
+    """``x[N, ...]`` in original order -> ``[n_pad, ...]`` in ``fmt``'s node order, zero-padded
+    (``fmt``: any format with ``perm``, ``n_nodes``, ``n_pad``)."""
+    if x.shape[0] != fmt.n_nodes:
+        raise ValueError(f"permute_features: x must have n_nodes={fmt.n_nodes} rows, got shape {x.shape}")
+    return jnp.pad(x[fmt.perm], [(0, fmt.n_pad - fmt.n_nodes)] + [(0, 0)] * (x.ndim - 1))
+
+
+def _unpermute(fmt, y: Array) -> Array:
+    """Inverse of `_permute_features`: ``y[n_pad, ...]`` -> original order ``[N, ...]``."""
+    if y.shape[0] != fmt.n_pad:
+        raise ValueError(f"unpermute: y must have n_pad={fmt.n_pad} rows, got shape {y.shape}")
+    return y[fmt.inv_perm]
+
+
 # --------------------------------------------------------------------------------------------
 # BSR
 # --------------------------------------------------------------------------------------------
@@ -252,16 +267,11 @@ class BlockSparseAdjacency:
 
     def permute_features(self, x: Array) -> Array:
         """Original-order ``x[N, ...]`` -> reordered, zero-padded ``[n_pad, ...]``."""
-        if x.shape[0] != self.n_nodes:
-            raise ValueError(f"permute_features: x must have n_nodes={self.n_nodes} rows, got shape {x.shape}")
-        xr = x[self.perm]
-        return jnp.pad(xr, [(0, self.n_pad - self.n_nodes)] + [(0, 0)] * (x.ndim - 1))
+        return _permute_features(self, x)
 
     def unpermute(self, y: Array) -> Array:
         """Reordered ``y[n_pad, ...]`` -> original-order ``[N, ...]`` (padding rows dropped)."""
-        if y.shape[0] != self.n_pad:
-            raise ValueError(f"unpermute: y must have n_pad={self.n_pad} rows, got shape {y.shape}")
-        return y[self.inv_perm]
+        return _unpermute(self, y)
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,16 +405,11 @@ class CondensedRowWindows:
 
     def permute_features(self, x: Array) -> Array:
         """Original-order ``x[N, ...]`` -> reordered, zero-padded ``[n_pad, ...]``."""
-        if x.shape[0] != self.n_nodes:
-            raise ValueError(f"permute_features: x must have n_nodes={self.n_nodes} rows, got shape {x.shape}")
-        xr = x[self.perm]
-        return jnp.pad(xr, [(0, self.n_pad - self.n_nodes)] + [(0, 0)] * (x.ndim - 1))
+        return _permute_features(self, x)
 
     def unpermute(self, y: Array) -> Array:
         """Reordered ``y[n_pad, ...]`` -> original-order ``[N, ...]`` (padding rows dropped)."""
-        if y.shape[0] != self.n_pad:
-            raise ValueError(f"unpermute: y must have n_pad={self.n_pad} rows, got shape {y.shape}")
-        return y[self.inv_perm]
+        return _unpermute(self, y)
 
 
 def _slot_windows(tile_cols: np.ndarray, col_mask: np.ndarray, n_win: int, window: int,
