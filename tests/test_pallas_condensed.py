@@ -6,7 +6,6 @@ Same pattern as ``tests/test_pallas_spmm.py``: one test class parameterized by `
 compiled variant is a subclass that only runs where ``jax.default_backend() == "gpu"``.
 """
 
-import re
 
 import jax
 import jax.numpy as jnp
@@ -19,8 +18,9 @@ from codesign.kernels import (BlockSizes, BlockSparseAdjacency, CondensedRowWind
                               choose_format, condensed_spmm, condensed_spmm_reference, segment_spmm,
                               stored_tile_entries)
 
-ON_GPU = jax.default_backend() == "gpu"
-TRITON_CALL_TARGETS = ("__gpu$xla.gpu.triton", "triton_kernel_call")  # jaxlib <= 0.10.2 / newer
+
+
+from pallas_testing import ON_GPU, lowered_text, rel_err, triton_calls  # noqa: E402
 
 
 def make_adj(pattern: str, window: int, seed: int = 0, n_windows: int = 4) -> CooAdjacency:
@@ -50,11 +50,6 @@ def make_adj(pattern: str, window: int, seed: int = 0, n_windows: int = 4) -> Co
 def make_cw(pattern: str, window: int, k=None, seed: int = 0) -> tuple[CooAdjacency, CondensedRowWindows]:
     adj = make_adj(pattern, window, seed)
     return adj, CondensedRowWindows.from_coo(adj, window=window, k=k, reorder="rcm" if pattern == "random" else None)
-
-
-def rel_err(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 class PallasCondensedTest:
@@ -245,15 +240,6 @@ class TritonLoweringTest:
 
     __test__ = True
 
-    @staticmethod
-    def lowered_text(fn, *args) -> str:
-        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-
-    @staticmethod
-    def triton_calls(text: str) -> list[str]:
-        targets = re.findall(r"custom_call @([\w$.]+)|call_target_name = \"([\w$.]+)\"", text)
-        return [t for pair in targets for t in pair if t and any(t.startswith(n) for n in TRITON_CALL_TARGETS)]
-
     @pytest.mark.parametrize("window,k", [(16, 16), (32, 32), (16, 32)])
     @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
     def test_forward_and_grad_lower_to_triton(self, window, k, dtype):
@@ -264,9 +250,9 @@ class TritonLoweringTest:
             return condensed_spmm(cw.with_data(d), x, interpret=False)
 
         grad = jax.grad(lambda d, x: fwd(d, x).astype(jnp.float32).sum(), argnums=(0, 1))
-        fwd_text = self.lowered_text(fwd, cw.tile_data, x)
-        assert len(self.triton_calls(fwd_text)) == 1, fwd_text[:2000]
-        grad_text = self.lowered_text(grad, cw.tile_data, x)
-        assert len(self.triton_calls(grad_text)) == 4  # forward, tile^T dY, slot-window sum, SDDMM
+        fwd_text = lowered_text(fwd, cw.tile_data, x)
+        assert len(triton_calls(fwd_text)) == 1, fwd_text[:2000]
+        grad_text = lowered_text(grad, cw.tile_data, x)
+        assert len(triton_calls(grad_text)) == 4  # forward, tile^T dY, slot-window sum, SDDMM
         for text in (fwd_text, grad_text):
             assert "tpu_custom_call" not in text

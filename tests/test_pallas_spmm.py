@@ -5,7 +5,6 @@ Pattern of JAX's ``tests/pallas/gpu_ops_test.py``: one test class parameterized 
 the compiled variant is a subclass that only runs where ``jax.default_backend() == "gpu"``.
 """
 
-import re
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +15,9 @@ from jax.test_util import check_grads
 from codesign.kernels import (BlockSizes, BlockSparseAdjacency, CooAdjacency, aggregate, bsr_spmm, bsr_spmm_int8,
                               bsr_spmm_int8_reference, bsr_spmm_reference, dense_spmm, segment_spmm)
 
-ON_GPU = jax.default_backend() == "gpu"
-TRITON_CALL_TARGETS = ("__gpu$xla.gpu.triton", "triton_kernel_call")  # jaxlib <= 0.10.2 / newer
+
+
+from pallas_testing import ON_GPU, lowered_text, rel_err, triton_calls  # noqa: E402
 
 
 def make_adj(pattern: str, block_size: int, seed: int = 0, n_block_rows: int = 4) -> CooAdjacency:
@@ -42,11 +42,6 @@ def make_adj(pattern: str, block_size: int, seed: int = 0, n_block_rows: int = 4
         raise ValueError(pattern)
     w = rng.normal(size=s.shape).astype(np.float32)
     return CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), jnp.asarray(w), n)
-
-
-def rel_err(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
 class PallasSpmmTest:
@@ -208,15 +203,6 @@ class TritonLoweringTest:
 
     __test__ = True
 
-    @staticmethod
-    def lowered_text(fn, *args) -> str:
-        return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
-
-    @staticmethod
-    def triton_calls(text: str) -> list[str]:
-        targets = re.findall(r"custom_call @([\w$.]+)|call_target_name = \"([\w$.]+)\"", text)
-        return [t for pair in targets for t in pair if t and any(t.startswith(n) for n in TRITON_CALL_TARGETS)]
-
     @pytest.mark.parametrize("block_size", [16, 32, 64])
     @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
     def test_forward_and_grad_lower_to_triton(self, block_size, dtype):
@@ -227,15 +213,15 @@ class TritonLoweringTest:
             return bsr_spmm(bsr.with_data(d), x, interpret=False)
 
         grad = jax.grad(lambda d, x: fwd(d, x).astype(jnp.float32).sum(), argnums=(0, 1))
-        fwd_text = self.lowered_text(fwd, bsr.data, x)
-        assert len(self.triton_calls(fwd_text)) == 1, fwd_text[:2000]
-        grad_text = self.lowered_text(grad, bsr.data, x)
-        assert len(self.triton_calls(grad_text)) == 3  # forward, A^T dY, block SDDMM
+        fwd_text = lowered_text(fwd, bsr.data, x)
+        assert len(triton_calls(fwd_text)) == 1, fwd_text[:2000]
+        grad_text = lowered_text(grad, bsr.data, x)
+        assert len(triton_calls(grad_text)) == 3  # forward, A^T dY, block SDDMM
         for text in (fwd_text, grad_text):
             assert "tpu_custom_call" not in text
 
     def test_int8_lowers_to_triton(self):
         bsr = BlockSparseAdjacency.from_coo(make_adj("random", 32, seed=8), 32, reorder="rcm")
         x_q, scales = jnp.zeros((bsr.n_pad, 64), jnp.int8), jnp.ones((bsr.n_pad,), jnp.float32)
-        text = self.lowered_text(lambda x_q, s: bsr_spmm_int8(bsr, x_q, s, interpret=False), x_q, scales)
-        assert len(self.triton_calls(text)) == 1
+        text = lowered_text(lambda x_q, s: bsr_spmm_int8(bsr, x_q, s, interpret=False), x_q, scales)
+        assert len(triton_calls(text)) == 1
