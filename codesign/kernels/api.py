@@ -26,6 +26,13 @@ def _auto_bsr_impl() -> str:
     return "pallas" if jax.default_backend() == "gpu" else "bsr_xla"
 
 
+def _check_padded(adj, x) -> None:
+    """``x`` must be [n_pad, F] in a block format's reordered, padded node order."""
+    if x.ndim != 2 or x.shape[0] != adj.n_pad:
+        raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
+                         f"order (adj.permute_features(x)), got shape {x.shape}")
+
+
 def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows], x: jax.Array,
               impl: str = "auto") -> jax.Array:
     """Sum-aggregation ``A @ x`` over the adjacency ``adj`` (rows = receivers).
@@ -59,18 +66,14 @@ def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows
         if name not in _BSR_IMPLS:
             raise ValueError(f"aggregate: unknown impl {impl!r}; for a BlockSparseAdjacency choose from "
                              f"{['auto', *_BSR_IMPLS]}")
-        if x.ndim != 2 or x.shape[0] != adj.n_pad:
-            raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
-                             f"order (adj.permute_features(x)), got shape {x.shape}")
+        _check_padded(adj, x)
         return _BSR_IMPLS[name](adj, x)
     if isinstance(adj, CondensedRowWindows):
         name = ("pallas" if jax.default_backend() == "gpu" else "condensed_xla") if impl == "auto" else impl
         if name not in _CONDENSED_IMPLS:
             raise ValueError(f"aggregate: unknown impl {impl!r} for CondensedRowWindows; choose from "
                              f"{['auto', *_CONDENSED_IMPLS]}")
-        if x.ndim != 2 or x.shape[0] != adj.n_pad:
-            raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
-                             f"order (adj.permute_features(x)), got shape {x.shape}")
+        _check_padded(adj, x)
         return _CONDENSED_IMPLS[name](adj, x)
     if not isinstance(adj, CooAdjacency):
         raise ValueError(f"aggregate: adj must be a CooAdjacency, BlockSparseAdjacency or CondensedRowWindows, "
