@@ -1,5 +1,65 @@
-"""Quantization: fake quantization with a straight-through estimator (LSQ / learned bits planned)."""
+"""Quantization: fake quantization with a straight-through estimator, learned step sizes (LSQ),
+learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), integer
+export and post-training-quantization baselines (`codesign.quant.baselines`).
 
+Every quantizer module follows one protocol: ``q(x) -> x_hat`` (same shape and dtype),
+``expected_bits()`` (float32 scalar, the mean bit-width the cost model prices) and
+``hard_bits()`` (deployed integer bit-width(s)); the free functions `expected_bits` /
+`hard_bits` also accept `FakeQuant` and None (32 bits). Learned step sizes are `QuantStep`
+variables and learned bit-width parameters `BitParam` variables (both ``nnx.Param``
+subclasses), so optimizers can treat them separately.
+"""
+
+from codesign.quant.baselines import calibrate_ptq, calibrate_scale, prepare_ptq
+from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, protection_probs,
+                                   protective_mask)
+from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
+                                   quantize_to_int, unpack_int4)
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, fake_quant, qrange
+from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, bits_from_range, code_bits, expected_bits,
+                                         hard_bits, learned_bit_codes, learned_bit_quant)
+from codesign.quant.lsq import (LSQQuant, QuantStep, lsq_codes, lsq_init_step, lsq_quant, lsq_range, round_ste,
+                                scale_grad)
 
-__all__ = ["NO_QUANT_BITS", "FakeQuant", "fake_quant", "qrange"]
+__all__ = [
+    "NO_QUANT_BITS",
+    "FakeQuant",
+    "fake_quant",
+    "qrange",
+    # learned step size (LSQ)
+    "QuantStep",
+    "LSQQuant",
+    "lsq_quant",
+    "lsq_codes",
+    "lsq_init_step",
+    "lsq_range",
+    "round_ste",
+    "scale_grad",
+    # learned bit-widths
+    "BitParam",
+    "LearnedBitQuant",
+    "learned_bit_quant",
+    "learned_bit_codes",
+    "bits_from_range",
+    "code_bits",
+    # quantizer protocol helpers
+    "expected_bits",
+    "hard_bits",
+    # degree-aware
+    "DegreeQuant",
+    "protective_mask",
+    "protection_probs",
+    "degree_cdf",
+    "a2q_init_bits",
+    # export
+    "QuantizedTensor",
+    "quantize_to_int",
+    "quantize_rows_int8",
+    "export_quantizer",
+    "pack_int4",
+    "unpack_int4",
+    # post-training quantization
+    "calibrate_scale",
+    "calibrate_ptq",
+    "prepare_ptq",
+]
