@@ -120,6 +120,9 @@ def test_per_node_init_shapes_and_rows():
 def test_per_tensor_unsigned_init():
     x = _normal(2, (50,))
     q = LearnedBitQuant(3.0, signed=False)
+    _summary(q, jnp.zeros_like(x))  # e.g. a shape-inference call on dummy data: range 1
+    assert float(q.qmax[...]) == 1.0
+    q.reset()
     y, _, mean_bits, hb, _, _ = _summary(q, x)
     np.testing.assert_allclose(q.qmax[...], np.max(np.asarray(x)), rtol=1e-6)
     np.testing.assert_allclose(q.step[...], np.max(np.asarray(x)) / 7.0, rtol=1e-6)

@@ -267,6 +267,11 @@ class LearnedBitQuant(nnx.Module):
             raise ValueError(f"target_bits must be a finite float > 0, got {target_bits=!r}")
         return jnp.square(jnp.maximum(self.expected_bits() - float(target_bits), 0.0))
 
+    def reset(self) -> None:
+        """Marks the parameters as uninitialised: the next call re-initialises ``d`` and ``q_max``
+        from its data (e.g. after a shape-inference call on dummy data)."""
+        self.initialized[...] = jnp.asarray(False)
+
     def _check_x(self, x) -> jax.Array:
         x = _check_float(x)
         if self.per_node is not None and (x.ndim != 2 or x.shape[0] != self.per_node):

@@ -257,9 +257,9 @@ class LSQQuant(nnx.Module):
 
     The step is initialised from the data at the first call (`lsq_init_step`), unless
     ``init_scale`` is given. The flag ``initialized`` is an ``nnx.Variable`` and the update is a
-    ``jax.lax.cond`` on it when traced, so this also works when the first call is traced inside ``nnx.jit`` /
-    ``nnx.grad``: that call writes the initial step into the module (the step gets a zero gradient
-    on that first call, because the forward pass used the data-derived value).
+    ``jax.lax.cond`` on it when traced, so this also works when the first call is traced inside
+    ``nnx.jit`` / ``nnx.grad``: that call writes the initial step into the module (the step gets a
+    zero gradient on that first call, because the forward pass used the data-derived value).
 
     Quantizer protocol: ``__call__(x) -> x_hat``; ``expected_bits()`` = float32 ``bits``;
     ``hard_bits()`` = ``bits``. No train/eval difference (no ``deterministic`` attribute).
@@ -310,7 +310,8 @@ class LSQQuant(nnx.Module):
         if init_method == "percentile" and self.percentile is None:
             raise ValueError("percentile must be given when init_method='percentile'")
         self.init_method = init_method
-        self.step = QuantStep(jnp.asarray(np.full(shape, 1.0 if init_scale is None else float(init_scale), np.float32)))
+        s0 = np.full(shape, 1.0 if init_scale is None else float(init_scale), np.float32)  # host: no compile
+        self.step = QuantStep(jnp.asarray(s0))
         self.initialized = nnx.Variable(jnp.asarray(init_scale is not None))
 
     def step_size(self) -> jax.Array:
