@@ -1,12 +1,37 @@
 """Full-batch co-design training: task loss + hardware cost term.
 
-    loss = cross_entropy(train nodes) + cost_weight * log(cost / dense_cost)
+    penalty mode:  loss = cross_entropy(train nodes) + cost_weight * log(cost / dense_cost)
+    budget mode:   loss = cross_entropy(train nodes) + lam * log(cost / (budget * dense_cost))
 
 ``cost`` is the modeled inference cost (`codesign.hwmodel.estimate`) of the model at its
 *expected* densities and bit-widths, so its gradient reaches the gate logits; ``dense_cost`` is
 that of the dense FP32 model, so the term is scale-free (0 for the dense model). After training
 the gates are hardened (deterministic hard-concrete, exact zeros) and the hardened model is
 evaluated and costed at its hard densities.
+
+Budget mode (``TrainConfig.budget``) enforces ``cost <= budget * dense_cost`` with a Lagrange
+multiplier ``lam >= 0`` on the constraint ``g = log(hard_cost / (budget * dense_cost)) <= 0``,
+updated once per epoch by projected dual ascent with a proportional term -- the PI multiplier
+update of Sohrabi et al., "On PI Controllers for Updating Lagrange Multipliers in Constrained
+Optimization", ICML 2024:
+
+    xi  <- max(0, xi + budget_lr * g * [|g| < budget_band])      (integral, conditional)
+    lam  = max(0, xi + budget_kp * g)                            (plus proportional)
+
+Three choices, each measured on Cora GCN (feature mask + 8 bits, h100 energy, budget 0.1):
+  * ``g`` uses the *hardened* cost (deterministic gates), the proxy-Lagrangian of Cotter et al.
+    (ALT 2019), while the gradient uses the expected cost: the expected cost (P(z > 0) per
+    gate) stays above the hardened one, and a multiplier driven by it over-prunes (hardened
+    cost 0.36-0.72 of the budget).
+  * Plain dual ascent (``budget_kp = 0``) winds up while the gates travel towards the pruning
+    threshold and then over-prunes (0.68 of the budget); the proportional term drops ``lam``
+    the epoch the hardened cost falls under the budget.
+  * The integral only moves within ``budget_band`` of the budget (conditional integration, the
+    anti-windup of K. J. Astrom & T. Hagglund, "PID Controllers", 1995, sec. 3.5), so it only
+    removes the steady-state error near the budget.
+Measured: hardened cost 0.96-1.02 of a 0.1 budget (2 seeds). With per-element Adam every
+gate with a positive multiplier moves at full speed, so a loose budget (0.2, where 8-bit alone
+is at 0.21) ends under it (0.83-0.85), and a tight one (0.05) needs more than 200 epochs.
 
 Optimizers (optax): weights use Adam with L2 weight decay on the first layer, as Kipf & Welling
 (ICLR 2017) do (``weight_decay_scope="all"``: on every weight, as GAT, GraphSAGE and GIN do);
@@ -20,7 +45,7 @@ import dataclasses
 import inspect
 import math
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +62,7 @@ from codesign.sparsify import GateLogit
 OBJECTIVES = ("energy_j", "latency_s", "dram_bytes")
 SELECTIONS = ("last", "best_val")
 DECAY_SCOPES = ("first", "all")
+GATE_OPTIMIZERS = ("adam", "tensor_adam")
 MODEL_OPTIONS = ("heads", "aggr", "k_hops", "alpha")  # TrainConfig fields passed to the model when not None
 
 
@@ -62,6 +88,13 @@ class TrainConfig:
         may come before the gates have finished pruning; cost sweeps may prefer "last".
       weight_decay_scope: "first" (the model's first layer, ``FIRST_LAYER``, default "conv1") or
         "all" (every weight and bias; gate logits never).
+      budget: if set, a fraction in (0, 1]: train under the constraint ``cost <= budget *
+        dense_cost`` (Lagrange multiplier, see the module docstring) instead of the fixed
+        ``cost_weight`` penalty (which must then be 0). Masks default to on.
+      budget_lr, budget_kp, budget_band: the multiplier's integral gain, proportional gain and
+        integration band (units of the log cost ratio), see the module docstring.
+      gate_optimizer: "adam" (per-element) or "tensor_adam" (per-tensor second moment,
+        `scale_by_tensor_rms`) for the gate logits.
 
     `for_model` builds a config from a model's `codesign.models.MODEL_DEFAULTS`.
     """
@@ -85,6 +118,11 @@ class TrainConfig:
     alpha: Optional[float] = None
     select: str = "last"
     weight_decay_scope: str = "first"
+    budget: Optional[float] = None
+    budget_lr: float = 0.1
+    budget_kp: float = 2.0
+    gate_optimizer: str = "adam"
+    budget_band: float = 0.5
 
     @classmethod
     def for_model(cls, model: str, **overrides) -> "TrainConfig":
@@ -119,18 +157,34 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.select: {self.select!r} not in {SELECTIONS}")
         if self.weight_decay_scope not in DECAY_SCOPES:
             raise ValueError(f"TrainConfig.weight_decay_scope: {self.weight_decay_scope!r} not in {DECAY_SCOPES}")
+        if self.budget is not None:
+            if not (0 < self.budget <= 1):
+                raise ValueError(f"TrainConfig.budget: must be a fraction in (0, 1] of the dense cost, got {self.budget}")
+            if self.cost_weight != 0:
+                raise ValueError(f"TrainConfig.budget: set either budget or cost_weight, not both "
+                                 f"(got budget={self.budget}, cost_weight={self.cost_weight})")
+        for name in ("budget_lr", "budget_kp", "budget_band"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"TrainConfig.{name}: must be >= 0, got {getattr(self, name)}")
+        if self.gate_optimizer not in GATE_OPTIMIZERS:
+            raise ValueError(f"TrainConfig.gate_optimizer: {self.gate_optimizer!r} not in {GATE_OPTIMIZERS}")
         accepted = inspect.signature(MODELS[self.model].__init__).parameters
         for name in self.model_options():
             if name not in accepted:
                 raise ValueError(f"TrainConfig.{name}: model {self.model!r} has no option {name!r}")
 
     @property
+    def costed(self) -> bool:
+        """True when the loss has a cost term (a positive ``cost_weight`` or a ``budget``)."""
+        return self.cost_weight > 0 or self.budget is not None
+
+    @property
     def uses_edge_mask(self) -> bool:
-        return self.cost_weight > 0 if self.edge_mask is None else self.edge_mask
+        return self.costed if self.edge_mask is None else self.edge_mask
 
     @property
     def uses_feature_mask(self) -> bool:
-        return self.cost_weight > 0 if self.feature_mask is None else self.feature_mask
+        return self.costed if self.feature_mask is None else self.feature_mask
 
 
 def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
@@ -167,6 +221,49 @@ def _decay_mask(scope: str, first_layer: str = "conv1"):
     return mask
 
 
+class _TensorRmsState(NamedTuple):
+    count: jax.Array
+    nu: optax.Updates
+
+
+def scale_by_tensor_rms(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-12) -> optax.GradientTransformation:
+    """Adam with one second-moment scalar per tensor instead of one per element.
+
+    ``m = b1 m + (1 - b1) g``, ``v = b2 v + (1 - b2) mean(g^2)`` (a scalar per leaf), update
+    ``m_hat / (sqrt(v_hat) + eps)`` with Adam's bias corrections (Kingma & Ba, ICLR 2015, Alg. 1).
+
+    Why our own: per-element Adam gives every gate logit the same step size whatever its
+    gradient, so gates that the task needs and gates it does not move together, and a whole mask
+    crosses the pruning threshold in the same few epochs. Normalizing per tensor keeps the
+    step scale-free (the cost gradient per gate is ~1/E) while keeping the *relative* gradient
+    magnitudes inside a mask, so the gates the loss cares least about close first. optax has
+    per-element (``scale_by_adam``) and factored (``scale_by_factored_rms``, >= 2-D only) second
+    moments, not a per-tensor one.
+    """
+    def init(params):
+        return (optax.trace(b1).init(params), _TensorRmsState(
+            jnp.zeros((), jnp.int32), jax.tree.map(lambda p: jnp.zeros((), jnp.float32), params)))
+
+    def update(updates, state, params=None):
+        trace_state, rms = state
+        m, trace_state = optax.trace(b1).update(jax.tree.map(lambda g: (1 - b1) * g, updates), trace_state)
+        count = rms.count + 1
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.mean(jnp.square(g)), rms.nu, updates)
+        c1, c2 = 1 - b1 ** count, 1 - b2 ** count
+        out = jax.tree.map(lambda mi, v: (mi / c1) / (jnp.sqrt(v / c2) + eps), m, nu)
+        return out, (trace_state, _TensorRmsState(count, nu))
+
+    return optax.GradientTransformation(init, update)
+
+
+def gate_optimizer(cfg: "TrainConfig") -> optax.GradientTransformation:
+    """The optimizer of the gate logits: Adam (``cfg.gate_optimizer="adam"``) or Adam with a
+    per-tensor second moment (``"tensor_adam"``, `scale_by_tensor_rms`), step ``cfg.gate_lr``."""
+    if cfg.gate_optimizer == "adam":
+        return optax.adam(cfg.gate_lr)
+    return optax.chain(scale_by_tensor_rms(), optax.scale(-cfg.gate_lr))
+
+
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
                locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.CostReport:
     """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``."""
@@ -194,40 +291,52 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
     dense_c = float(getattr(dense, cfg.objective))
+    if cfg.budget is not None:
+        _check_budget_feasible(cfg, graph, hw, locality, dense_c)
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2))
     model.train()
     weights = nnx.All(nnx.Param, nnx.Not(GateLogit))
     decay = _decay_mask(cfg.weight_decay_scope, getattr(model, "FIRST_LAYER", "conv1"))
     opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask=decay),
                                              optax.adam(cfg.lr)), wrt=weights)
-    opt_g = nnx.Optimizer(model, optax.adam(cfg.gate_lr), wrt=GateLogit)
+    opt_g = nnx.Optimizer(model, gate_optimizer(cfg), wrt=GateLogit)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
-    def loss_fn(m, g, adj):
+    log_budget = 0.0 if cfg.budget is None else math.log(cfg.budget)
+
+    def loss_fn(m, g, adj, lam):
         ce = _masked_ce(m(g.x, adj), g.y, g.train_mask)
         ratio = getattr(hwmodel.estimate(m.workload(n, e, locality=locality), hw), cfg.objective) / dense_c
-        return ce + cfg.cost_weight * jnp.log(ratio), ratio
+        weight = cfg.cost_weight if cfg.budget is None else lam[1]
+        return ce + weight * (jnp.log(ratio) - log_budget), ratio
 
     @nnx.jit
-    def step(m, opt_w, opt_g, g, adj):
+    def step(m, opt_w, opt_g, g, adj, lam):
         (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(
-            m, g, adj)
+            m, g, adj, lam)
         g_gates, g_weights = nnx.split_state(grads, GateLogit, ...)
         opt_w.update(m, g_weights)
         opt_g.update(m, g_gates)
-        return loss, ratio
+        if cfg.budget is not None:  # PI multiplier update on the hardened cost (module docstring)
+            hard = getattr(hwmodel.estimate(m.workload(n, e, hard=True, locality=locality), hw),
+                           cfg.objective) / dense_c
+            gap = jnp.log(hard) - log_budget
+            xi = jnp.maximum(0.0, lam[0] + cfg.budget_lr * gap * (jnp.abs(gap) < cfg.budget_band))
+            lam = jnp.stack([xi, jnp.maximum(0.0, xi + cfg.budget_kp * gap)])  # [integral, multiplier]
+        return loss, ratio, lam
 
     t0 = time.perf_counter()
     loss = ratio = jnp.nan
+    lam = jnp.zeros((2,), jnp.float32)
     best = _BestVal.start(model) if cfg.select == "best_val" else None
     for epoch in range(cfg.epochs):
-        loss, ratio = step(model, opt_w, opt_g, graph, adj)
+        loss, ratio, lam = step(model, opt_w, opt_g, graph, adj, lam)
         if best is not None:
             model.eval()  # validation forward: no dropout, deterministic gates
             best = _track_best(model, graph, adj, best, epoch)
             model.train()
         if on_epoch is not None:
-            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio})
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": lam[1]})
     jax.block_until_ready(loss)
     train_time_s = time.perf_counter() - t0
     if best is not None:
@@ -245,8 +354,21 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "modeled": report.summary(), "dense_modeled": dense.summary(),
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
-        "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
+        "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
     }
+
+
+def _check_budget_feasible(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
+                           locality, dense_c: float) -> None:
+    """Raises ValueError when ``cfg.budget`` is below the cost floor: the modeled cost with every
+    mask the config learns fully closed (the cost left by self-loops, kept layers, the bits)."""
+    model = build_model(cfg, graph, nnx.Rngs(0))
+    closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
+    floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
+                                                          locality=locality), hw), cfg.objective)) / dense_c
+    if cfg.budget < floor:
+        raise ValueError(f"TrainConfig.budget: infeasible budget {cfg.budget:g}: the {cfg.model} model with every "
+                         f"learned mask closed still costs {floor:.4g} x the dense {cfg.objective} on {hw.name}")
 
 
 @nnx.jit

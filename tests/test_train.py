@@ -89,3 +89,34 @@ def test_sweep_run_key_ignores_fields_left_at_their_defaults():
     assert run_key("cora", "h100", cfg) == run_key("cora", "h100", dataclasses.replace(cfg))
     assert run_key("cora", "h100", cfg) != run_key("cora", "h100", dataclasses.replace(cfg, seed=3))
     assert run_key("cora", "h100", cfg) != run_key("cora", "gnnear", cfg)
+
+
+def test_budget_mode_lands_at_the_budget(cora):
+    """PI multiplier on the hardened cost: 0.96-1.02 of a 0.1 budget measured on 2 seeds (train.py)."""
+    r = train(cora, TrainConfig(seed=0, budget=0.1, bits=8, edge_mask=False), presets.get("h100"))
+    ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
+    assert 0.9 <= ratio / 0.1 <= 1.05, ratio
+    assert r["densities"]["feature"] < 0.6  # the 8-bit model alone is at 0.21: the mask did the rest
+    assert r["test_accuracy"] > 0.75
+
+
+def test_budget_mode_multiplier_stays_zero_when_the_budget_is_loose(cora):
+    r = train(cora, TrainConfig(seed=0, epochs=20, budget=0.9, bits=8), presets.get("h100"))
+    assert r["multiplier"] == 0.0  # 8-bit is already at 0.21 of the dense cost: constraint inactive
+    assert r["densities"]["feature"] > 0.9
+
+
+@pytest.mark.parametrize("kw,match", [(dict(budget=0.0), "budget"), (dict(budget=1.5), "budget"),
+                                      (dict(budget=0.1, cost_weight=1.0), "either budget or cost_weight"),
+                                      (dict(budget_kp=-1.0), "budget_kp"),
+                                      (dict(gate_optimizer="sgd"), "gate_optimizer")])
+def test_bad_budget_config(kw, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kw)
+
+
+def test_infeasible_budget_is_refused_before_training(cora):
+    # Only the feature mask learns: the aggregation of the second layer and the 8-bit GEMMs stay.
+    cfg = TrainConfig(budget=1e-4, bits=8, edge_mask=False)
+    with pytest.raises(ValueError, match="infeasible budget"):
+        train(cora, cfg, presets.get("h100"))
