@@ -1,4 +1,9 @@
-"""Learnable sparsity: hard-concrete (L0) gates and the mask layers built on them."""
+"""Learnable sparsity: hard-concrete (L0) gates and the mask layers built on them.
+
+Every mask implements `Sparsifier` (``expected_density``, ``hard_mask``, ``hard_density``); edge
+masks also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=None)``,
+``expected_edge_density``, ``hard_edge_mask``, ``hard_edge_density``).
+"""
 
 from codesign.sparsify.hard_concrete import (
     BETA,
@@ -10,7 +15,7 @@ from codesign.sparsify.hard_concrete import (
     prob_nonzero,
     sample,
 )
-from codesign.sparsify.masks import EdgeMask, FeatureMask
+from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, Sparsifier
 
 __all__ = [
     "BETA",
@@ -21,6 +26,9 @@ __all__ = [
     "deterministic",
     "prob_nonzero",
     "sample",
+    "Sparsifier",
+    "EdgeSparsifier",
     "EdgeMask",
     "FeatureMask",
+    "ChannelMask",
 ]
