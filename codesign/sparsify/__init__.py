@@ -5,6 +5,7 @@ masks also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=N
 ``expected_edge_density``, ``hard_edge_mask``, ``hard_edge_density``).
 """
 
+from codesign.sparsify.block import BlockEdgeMask
 from codesign.sparsify.hard_concrete import (
     BETA,
     GAMMA,
@@ -29,6 +30,7 @@ __all__ = [
     "Sparsifier",
     "EdgeSparsifier",
     "EdgeMask",
+    "BlockEdgeMask",
     "FeatureMask",
     "ChannelMask",
 ]
