@@ -1,9 +1,19 @@
-"""Learnable sparsity: hard-concrete (L0) gates and the mask layers built on them.
+"""Learnable sparsity: hard-concrete (L0) gates and the sparsifiers built on them.
 
-Every mask implements `Sparsifier` (``expected_density``, ``hard_mask``, ``hard_density``); edge
-masks also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=None)``,
+Every sparsifier implements `Sparsifier` (``expected_density``, ``hard_mask``, ``hard_density``);
+edge sparsifiers also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=None)``,
 ``expected_edge_density``, ``hard_edge_mask``, ``hard_edge_density``).
+
+* gates: `HardConcreteGate`, `sample`, `deterministic`, `prob_nonzero`, `GateLogit`.
+* masks: `EdgeMask` (per edge), `BlockEdgeMask` (per B x B adjacency tile), `EdgeScorer` (MLP
+  on endpoint features, PTDNet), `FeatureMask` (input features), `ChannelMask` (hidden channels).
+* temperature: `temperature_schedule`, `set_temperature`.
+
+``GATE_PARAMS = nnx.Any(GateLogit, ScorerParam)`` selects the parameters of the gate optimizer
+group (gate logits and scorer weights); ``nnx.All(nnx.Param, nnx.Not(GATE_PARAMS))`` the rest.
 """
+
+from flax import nnx
 
 from codesign.sparsify.block import BlockEdgeMask
 from codesign.sparsify.hard_concrete import (
@@ -17,6 +27,11 @@ from codesign.sparsify.hard_concrete import (
     sample,
 )
 from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, Sparsifier
+from codesign.sparsify.schedule import set_temperature, temperature_schedule
+from codesign.sparsify.scorer import EdgeScorer, ScorerLogits, ScorerParam
+
+GATE_PARAMS = nnx.Any(GateLogit, ScorerParam)
+"""Filter of the gate optimizer group: `GateLogit` and `ScorerParam` variables."""
 
 __all__ = [
     "BETA",
@@ -31,6 +46,12 @@ __all__ = [
     "EdgeSparsifier",
     "EdgeMask",
     "BlockEdgeMask",
+    "EdgeScorer",
+    "ScorerParam",
+    "ScorerLogits",
     "FeatureMask",
     "ChannelMask",
+    "GATE_PARAMS",
+    "temperature_schedule",
+    "set_temperature",
 ]
