@@ -1,4 +1,4 @@
-"""Learnable sparsity: hard-concrete (L0) gates and the sparsifiers built on them.
+"""Learnable sparsity: hard-concrete (L0) gates, the sparsifiers built on them, and pruning baselines.
 
 Every sparsifier implements `Sparsifier` (``expected_density``, ``hard_mask``, ``hard_density``);
 edge sparsifiers also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=None)``,
@@ -8,6 +8,8 @@ edge sparsifiers also `EdgeSparsifier` (``edge_gates(x, senders, receivers, dete
 * masks: `EdgeMask` (per edge), `BlockEdgeMask` (per B x B adjacency tile), `EdgeScorer` (MLP
   on endpoint features, PTDNet), `FeatureMask` (input features), `ChannelMask` (hidden channels).
 * temperature: `temperature_schedule`, `set_temperature`.
+* baselines: `random_edge_removal`, `DropEdge`, UGS's `magnitude_prune`,
+  `global_magnitude_prune`, `UGSSchedule`, `EdgeWeightMask`.
 
 ``GATE_PARAMS = nnx.Any(GateLogit, ScorerParam)`` selects the parameters of the gate optimizer
 group (gate logits and scorer weights); ``nnx.All(nnx.Param, nnx.Not(GATE_PARAMS))`` the rest.
@@ -15,6 +17,19 @@ group (gate logits and scorer weights); ``nnx.All(nnx.Param, nnx.Not(GATE_PARAMS
 
 from flax import nnx
 
+from codesign.sparsify.baselines import (
+    UGS_GRAPH_RATE,
+    UGS_WEIGHT_RATE,
+    DropEdge,
+    EdgeWeightMask,
+    MaskWeight,
+    PruneMask,
+    UGSSchedule,
+    global_magnitude_prune,
+    magnitude_prune,
+    prune_count,
+    random_edge_removal,
+)
 from codesign.sparsify.block import BlockEdgeMask
 from codesign.sparsify.hard_concrete import (
     BETA,
@@ -54,4 +69,15 @@ __all__ = [
     "GATE_PARAMS",
     "temperature_schedule",
     "set_temperature",
+    "random_edge_removal",
+    "DropEdge",
+    "prune_count",
+    "magnitude_prune",
+    "global_magnitude_prune",
+    "UGSSchedule",
+    "UGS_GRAPH_RATE",
+    "UGS_WEIGHT_RATE",
+    "EdgeWeightMask",
+    "MaskWeight",
+    "PruneMask",
 ]
