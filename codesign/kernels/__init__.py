@@ -4,6 +4,7 @@ from codesign.kernels.api import aggregate
 from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, condensed_spmm_reference, format_report
 from codesign.kernels.config import BlockSizes
 from codesign.kernels.coo import CooAdjacency
+from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, with_csr_pattern
 from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
 from codesign.kernels.pallas_condensed import choose_format, condensed_spmm, stored_tile_entries
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_int8, bsr_spmm_int8_reference, bsr_spmm_reference
@@ -17,4 +18,5 @@ __all__ = [
     "rcm_permutation", "metis_permutation", "apply_permutation",
     "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
     "condensed_spmm", "choose_format", "stored_tile_entries",
+    "CsrPattern", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate",
 ]

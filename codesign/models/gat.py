@@ -17,6 +17,13 @@ Two paths compute the attention-weighted aggregation, with the same result when 
     in plain JAX, then the paper's dropout on the normalized coefficients (training only), then
     one SpMM over a head-expanded adjacency (node ``n``, head ``h`` -> row ``n * H + h``). Used
     whenever the model has an edge mask (training and inference) or attention dropout is active.
+  * CSR path (CPU, when the adjacency carries a `codesign.kernels.CsrPattern` built with
+    ``self_loops=True`` and ``impl="auto"``): the edge path computed over the edges in CSR order
+    (sorted by receiver, so the segment reductions run on sorted ids), with the H-head SpMM and
+    its backward run by scipy's CSR kernel (`codesign.kernels.csr_spmm`). Used in training and
+    inference. Same values as the other paths up to summation order; attention dropout draws its
+    mask over the CSR-ordered [E', H] array, so for one seed it drops other coefficients than the
+    edge path does.
 
 Edge mask: the gate of edge ``j -> i`` multiplies its unnormalized attention weight
 ``exp(e_ij)`` and the softmax is renormalized over the row (equivalently, ``log g_ij`` is added to
@@ -34,7 +41,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.graph import add_self_loops
-from codesign.kernels import CooAdjacency, aggregate, csr_by_receiver, gat_aggregate
+from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, mask_densities
 from codesign.quant import FakeQuant
@@ -44,7 +51,8 @@ NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
 
 
 def edge_attention(senders: jax.Array, receivers: jax.Array, n_nodes: int, s_src: jax.Array, s_dst: jax.Array,
-                   gate: Optional[jax.Array] = None, *, negative_slope: float = NEGATIVE_SLOPE) -> jax.Array:
+                   gate: Optional[jax.Array] = None, *, negative_slope: float = NEGATIVE_SLOPE,
+                   indices_are_sorted: bool = False) -> jax.Array:
     """Attention coefficients ``alpha [E, H]``: a gated, numerically stable softmax over each
     receiver's incoming edges (the row maximum is subtracted before ``exp``).
 
@@ -53,18 +61,20 @@ def edge_attention(senders: jax.Array, receivers: jax.Array, n_nodes: int, s_src
       n_nodes: N.
       s_src, s_dst: float [N, H] score terms ``<a_src, h_j>`` and ``<a_dst, h_i>``.
       gate: float [E] in [0, 1] or None (= 1); multiplies ``exp(e_ij)`` before normalizing.
+      indices_are_sorted: ``receivers`` is non-decreasing (CSR order); passed to the segment ops.
 
     Returns:
       float32 [E, H]; every row with a positive total weight sums to 1, other rows are 0.
     """
     z = s_dst[receivers].astype(jnp.float32) + s_src[senders].astype(jnp.float32)  # [E, H]
     e = jnp.where(z > 0, z, negative_slope * z)
-    e_max = jax.ops.segment_max(e, receivers, num_segments=n_nodes)  # -inf on empty rows
+    seg = dict(num_segments=n_nodes, indices_are_sorted=indices_are_sorted)
+    e_max = jax.ops.segment_max(e, receivers, **seg)  # -inf on empty rows
     e_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(e_max), e_max, 0.0))  # shift-invariant
     p = jnp.exp(e - e_max[receivers])
     if gate is not None:
         p = p * gate[:, None].astype(p.dtype)
-    denom = jax.ops.segment_sum(p, receivers, num_segments=n_nodes)
+    denom = jax.ops.segment_sum(p, receivers, **seg)
     denom = jnp.where(denom > 0, denom, 1.0)
     return p / denom[receivers]
 
@@ -91,7 +101,8 @@ class GATConv(nnx.Module):
         the softmax stay fp32).
       signed_input: quantize the input on a signed grid (ELU outputs can be negative).
       attn_dropout: dropout rate on the normalized attention coefficients (training only; paper 0.6).
-      impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas").
+      impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas");
+        "auto" also takes the CSR path on CPU when ``loops.pattern`` is a `CsrPattern`.
 
     Shapes: ``x [N, K], loops (E' edges incl. self-loops) -> [N, H*F] or [N, F]``.
     Parameters use Glorot-uniform init; the bias starts at 0.
@@ -119,13 +130,19 @@ class GATConv(nnx.Module):
                  fused_graph=None) -> jax.Array:
         """``loops``: the edges with self-loops (receivers = rows); ``gate``: float [E'] or None;
         ``fused_graph``: what to hand `gat_aggregate` (a `CsrByReceiver` built once per forward
-        for the Pallas path; None = ``loops``)."""
+        for the Pallas path; None = ``loops``). A `CsrPattern` in ``loops.pattern`` (E' entries)
+        selects the CSR path on CPU with ``impl="auto"``."""
         n = x.shape[0]
         h = (self.quant_x(x) @ self.quant_w(self.kernel[...])).reshape(n, self.heads, self.out_features)
-        s_src = jnp.einsum("nhf,hf->nh", h, self.att_src[...])
-        s_dst = jnp.einsum("nhf,hf->nh", h, self.att_dst[...])
+        s_src = jnp.sum(h * self.att_src[...], axis=-1)  # [N, H]; an einsum here transposes h on CPU
+        s_dst = jnp.sum(h * self.att_dst[...], axis=-1)
         dropout_active = not self.attn_dropout.deterministic and self.attn_dropout.rate > 0
-        if gate is None and not dropout_active:
+        if self._uses_csr(loops):
+            p = loops.pattern
+            alpha = edge_attention(p.indices, p.rows, n, s_src, s_dst, None if gate is None else gate[p.perm],
+                                   negative_slope=self.negative_slope, indices_are_sorted=True)
+            out = csr_spmm(p, self.attn_dropout(alpha), h)
+        elif gate is None and not dropout_active:
             out = gat_aggregate(loops if fused_graph is None else fused_graph, h, s_src, s_dst,
                                 negative_slope=self.negative_slope, impl=self.impl)
         else:
@@ -136,6 +153,14 @@ class GATConv(nnx.Module):
             out = aggregate(a, h.reshape(n * self.heads, self.out_features)).reshape(h.shape)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
+
+    def _uses_csr(self, loops: CooAdjacency) -> bool:
+        if not isinstance(loops.pattern, CsrPattern) or self.impl != "auto" or jax.default_backend() != "cpu":
+            return False
+        if loops.pattern.n_entries != loops.n_edges:
+            raise ValueError(f"GATConv: loops.pattern has {loops.pattern.n_entries} entries for {loops.n_edges} "
+                             f"edges with self-loops: build it with with_csr_pattern(adj, self_loops=True)")
+        return True
 
 
 class GAT(nnx.Module):
@@ -152,7 +177,8 @@ class GAT(nnx.Module):
       dropout: dropout rate on each layer's input (paper: 0.6).
       heads: first-layer heads (paper: 8); out_heads: output-layer heads, averaged (paper: 1).
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
-      impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise).
+      impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise; on CPU the
+        CSR path when ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges, no self-loops)
     -> logits [N, n_classes]``.
@@ -177,7 +203,8 @@ class GAT(nnx.Module):
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
         senders, receivers = add_self_loops(adj.senders, adj.receivers, adj.n_nodes)
-        loops = CooAdjacency(senders, receivers, None, adj.n_nodes)
+        csr = adj.pattern if isinstance(adj.pattern, CsrPattern) else None  # built with self_loops=True
+        loops = CooAdjacency(senders, receivers, None, adj.n_nodes, csr)
         gate = None
         if self.edge_mask is not None:
             gate = jnp.concatenate([self.edge_mask(), jnp.ones((adj.n_nodes,), jnp.float32)])
