@@ -57,12 +57,17 @@ from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.kernels import CooAdjacency
 from codesign.models import MODEL_DEFAULTS, MODELS
-from codesign.sparsify import GateLogit
+from codesign.models.layers import QUANTIZERS
+from codesign.quant import BitParam, QuantStep
+from codesign.sparsify import GATE_PARAMS, BlockEdgeMask, DropEdge, EdgeScorer
 
 OBJECTIVES = ("energy_j", "latency_s", "dram_bytes")
 SELECTIONS = ("last", "best_val")
 DECAY_SCOPES = ("first", "all")
 GATE_OPTIMIZERS = ("adam", "tensor_adam")
+EDGE_SPARSIFIERS = ("edge", "block", "scorer", "dropedge")
+QUANT_PARAMS = nnx.Any(QuantStep, BitParam)
+"""Filter of the quantizer optimizer group: learned step sizes and bit-width ranges."""
 MODEL_OPTIONS = ("heads", "aggr", "k_hops", "alpha")  # TrainConfig fields passed to the model when not None
 
 
@@ -95,6 +100,17 @@ class TrainConfig:
         integration band (units of the log cost ratio), see the module docstring.
       gate_optimizer: "adam" (per-element) or "tensor_adam" (per-tensor second moment,
         `scale_by_tensor_rms`) for the gate logits.
+      edge_sparsifier: what the edge mask is when one is learned: "edge" (`EdgeMask`, a gate
+        per edge), "block" (`BlockEdgeMask`, a gate per ``block_size`` tile after ``reorder``;
+        the aggregation is then costed as the BSR kernel), "scorer" (`EdgeScorer`, PTDNet-style
+        MLP on endpoint features) or "dropedge" (`DropEdge` at ``dropedge_rate``, a baseline:
+        random in training, all edges at test time). GCN only for all but "edge".
+      channel_mask: learn a `ChannelMask` on the hidden channels (GCN).
+      quantizer: `codesign.models.layers.QUANTIZERS` kind ("fixed", "lsq", "learned",
+        "degree", "a2q"; GCN only for all but "fixed"); ``bits`` is the initial width of learned ones.
+      quant_lr: relative step of the quantizer parameters (`QuantStep`, `BitParam`): Adam
+        directions scaled by each tensor's RMS (`optax.scale_by_param_block_rms`), so a step
+        changes a step size or range by about ``quant_lr`` of its value whatever its units.
 
     `for_model` builds a config from a model's `codesign.models.MODEL_DEFAULTS`.
     """
@@ -123,6 +139,13 @@ class TrainConfig:
     budget_kp: float = 2.0
     gate_optimizer: str = "adam"
     budget_band: float = 0.5
+    edge_sparsifier: str = "edge"
+    block_size: int = 16
+    reorder: Optional[str] = "rcm"
+    channel_mask: bool = False
+    quantizer: str = "fixed"
+    quant_lr: float = 0.02
+    dropedge_rate: float = 0.2
 
     @classmethod
     def for_model(cls, model: str, **overrides) -> "TrainConfig":
@@ -166,6 +189,16 @@ class TrainConfig:
         for name in ("budget_lr", "budget_kp", "budget_band"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"TrainConfig.{name}: must be >= 0, got {getattr(self, name)}")
+        if self.edge_sparsifier not in EDGE_SPARSIFIERS:
+            raise ValueError(f"TrainConfig.edge_sparsifier: {self.edge_sparsifier!r} not in {EDGE_SPARSIFIERS}")
+        if self.quantizer not in QUANTIZERS:
+            raise ValueError(f"TrainConfig.quantizer: {self.quantizer!r} not in {QUANTIZERS}")
+        if self.bits is not None and self.bits < 1:
+            raise ValueError(f"TrainConfig.bits: must be >= 1 or None, got {self.bits}")
+        if not self.quant_lr > 0:
+            raise ValueError(f"TrainConfig.quant_lr: must be > 0, got {self.quant_lr}")
+        if not 0 <= self.dropedge_rate < 1:
+            raise ValueError(f"TrainConfig.dropedge_rate: must be in [0, 1), got {self.dropedge_rate}")
         if self.gate_optimizer not in GATE_OPTIMIZERS:
             raise ValueError(f"TrainConfig.gate_optimizer: {self.gate_optimizer!r} not in {GATE_OPTIMIZERS}")
         accepted = inspect.signature(MODELS[self.model].__init__).parameters
@@ -188,12 +221,38 @@ class TrainConfig:
 
 
 def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
-    """The model of ``cfg`` for ``graph``; ``dense=True`` gives its dense FP32 reference."""
-    return MODELS[cfg.model](
-        graph.n_features, cfg.hidden, graph.n_classes,
-        n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
-        feature_mask=False if dense else cfg.uses_feature_mask,
-        bits=None if dense else cfg.bits, dropout=cfg.dropout, rngs=rngs, **cfg.model_options())
+    """The model of ``cfg`` for ``graph``; ``dense=True`` gives its dense FP32 reference.
+
+    Raises:
+      ValueError: a co-design option (``edge_sparsifier`` other than "edge", ``channel_mask``,
+        ``quantizer`` other than "fixed") that ``cfg.model`` does not take.
+    """
+    kw = dict(n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
+              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.bits)
+    if not dense:
+        if cfg.uses_edge_mask and cfg.edge_sparsifier != "edge":
+            kw["edge_sparsifier"] = _edge_sparsifier(cfg, graph, rngs)
+        if cfg.channel_mask:
+            kw["channel_mask"] = True
+        if cfg.quantizer != "fixed":
+            kw["quantizer"] = cfg.quantizer
+            if cfg.quantizer in ("degree", "a2q"):
+                kw["in_degree"] = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) + 1
+    accepted = inspect.signature(MODELS[cfg.model].__init__).parameters
+    for name in ("edge_sparsifier", "channel_mask", "quantizer"):
+        if name in kw and name not in accepted:
+            raise ValueError(f"TrainConfig.{name}: model {cfg.model!r} does not take a {name}")
+    return MODELS[cfg.model](graph.n_features, cfg.hidden, graph.n_classes, dropout=cfg.dropout, rngs=rngs,
+                             **kw, **cfg.model_options())
+
+
+def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
+    if cfg.edge_sparsifier == "block":
+        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size,
+                                        cfg.reorder, self_loops=True, rngs=rngs)
+    if cfg.edge_sparsifier == "scorer":
+        return EdgeScorer(graph.n_features, rngs=rngs)
+    return DropEdge(graph.n_edges, cfg.dropedge_rate, rngs=rngs)
 
 
 def adjacency(graph: Graph) -> CooAdjacency:
@@ -293,13 +352,15 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     dense_c = float(getattr(dense, cfg.objective))
     if cfg.budget is not None:
         _check_budget_feasible(cfg, graph, hw, locality, dense_c)
-    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2))
+    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
     model.train()
-    weights = nnx.All(nnx.Param, nnx.Not(GateLogit))
+    weights = nnx.All(nnx.Param, nnx.Not(nnx.Any(GATE_PARAMS, QUANT_PARAMS)))
     decay = _decay_mask(cfg.weight_decay_scope, getattr(model, "FIRST_LAYER", "conv1"))
     opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(cfg.weight_decay, mask=decay),
                                              optax.adam(cfg.lr)), wrt=weights)
-    opt_g = nnx.Optimizer(model, gate_optimizer(cfg), wrt=GateLogit)
+    opt_g = nnx.Optimizer(model, gate_optimizer(cfg), wrt=GATE_PARAMS)
+    opt_q = nnx.Optimizer(model, optax.chain(optax.scale_by_adam(), optax.scale_by_param_block_rms(1e-12),
+                                             optax.scale(-cfg.quant_lr)), wrt=QUANT_PARAMS)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
     log_budget = 0.0 if cfg.budget is None else math.log(cfg.budget)
@@ -311,12 +372,13 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         return ce + weight * (jnp.log(ratio) - log_budget), ratio
 
     @nnx.jit
-    def step(m, opt_w, opt_g, g, adj, lam):
+    def step(m, opt_w, opt_g, opt_q, g, adj, lam):
         (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(
             m, g, adj, lam)
-        g_gates, g_weights = nnx.split_state(grads, GateLogit, ...)
+        g_gates, g_quant, g_weights = nnx.split_state(grads, GATE_PARAMS, QUANT_PARAMS, ...)
         opt_w.update(m, g_weights)
         opt_g.update(m, g_gates)
+        opt_q.update(m, g_quant)
         if cfg.budget is not None:  # PI multiplier update on the hardened cost (module docstring)
             hard = getattr(hwmodel.estimate(m.workload(n, e, hard=True, locality=locality), hw),
                            cfg.objective) / dense_c
@@ -330,7 +392,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     lam = jnp.zeros((2,), jnp.float32)
     best = _BestVal.start(model) if cfg.select == "best_val" else None
     for epoch in range(cfg.epochs):
-        loss, ratio, lam = step(model, opt_w, opt_g, graph, adj, lam)
+        loss, ratio, lam = step(model, opt_w, opt_g, opt_q, graph, adj, lam)
         if best is not None:
             model.eval()  # validation forward: no dropout, deterministic gates
             best = _track_best(model, graph, adj, best, epoch)
@@ -353,7 +415,9 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "train_accuracy": acc(graph.train_mask),
         "modeled": report.summary(), "dense_modeled": dense.summary(),
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
-        "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
+        "bits": cfg.bits or 32,
+        "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()} if hasattr(model, "layer_bits") else {},
+        "final_loss": float(loss), "final_cost_ratio": float(ratio),
         "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
     }
 

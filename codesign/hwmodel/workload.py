@@ -204,7 +204,7 @@ def elementwise_stage(n, width, bits) -> Stage:
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
                           training: bool = False, locality: Optional[LocalityProfile] = None,
-                          edge_density=1.0) -> LayerWorkload:
+                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None) -> LayerWorkload:
     """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
 
     Args:
@@ -218,14 +218,24 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
         elementwise x1 on top of the forward).
       locality: the graph's measured `LocalityProfile` (None = uniform re-reference).
       edge_density: kept fraction of the graph's edges (shortens reuse times).
+      nnz_blocks, block_size: if given, the aggregation runs as the block-sparse (BSR) kernel
+        over ``nnz_blocks`` kept B x B tiles (`bsr_spmm_stage`, uniform block re-reference) --
+        the workload of a `codesign.sparsify.BlockEdgeMask` model -- instead of the COO SpMM.
 
     Returns:
       `LayerWorkload` with both dataflow orders.
     """
-    agg_then = (spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits, locality, edge_density),
-                gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
-    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),
-                 spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits, locality, edge_density))
+    if (nnz_blocks is None) != (block_size is None):
+        raise ValueError(f"message_passing_layer: give both nnz_blocks and block_size or neither, "
+                         f"got {nnz_blocks=}, {block_size=}")
+    if nnz_blocks is None:
+        def agg(width, bits_in, bits_out):
+            return spmm_stage(n_nodes, nnz, width, bits_in, bits_out, locality, edge_density)
+    else:
+        def agg(width, bits_in, bits_out):
+            return bsr_spmm_stage(n_nodes, nnz_blocks, block_size, width, bits_in, bits_out)
+    agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
+    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
         agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))

@@ -1,9 +1,10 @@
 """Graph convolutional network (Kipf & Welling, "Semi-Supervised Classification with Graph
 Convolutional Networks", ICLR 2017) in Flax NNX, with co-design hooks.
 
-A layer is a composition (STYLE.md 1): [feature mask] -> dropout -> fake-quantize features and
-weights -> combine (GEMM) -> aggregate (`codesign.kernels.aggregate`) -> bias. The edge mask's
-gates multiply the edge weights before normalization.
+A layer is a composition (STYLE.md 1): [feature mask] -> dropout -> quantize features and
+weights -> combine (GEMM) -> aggregate (`codesign.kernels.aggregate`) -> bias [-> channel mask].
+The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`, `BlockEdgeMask`,
+`EdgeScorer`, `DropEdge`, `EdgeWeightMask`) multiply the edge weights before normalization.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, mask_densities
+from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
 from codesign.models.norm import gcn_normalize
-from codesign.quant import FakeQuant
-from codesign.sparsify import EdgeMask, FeatureMask
+from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 
 
 
@@ -32,16 +32,22 @@ class GCNConv(nnx.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, *, bits: Optional[int] = None,
-                 impl: str = "auto", rngs: nnx.Rngs):
+                 quantizer: str = "fixed", in_degree=None, impl: str = "auto", rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
-        self.quant_x = FakeQuant(bits, signed=False)  # inputs are >= 0 (bag-of-words, ReLU)
-        self.quant_w = FakeQuant(bits, signed=True)
+        # inputs are >= 0 (bag-of-words, ReLU): unsigned grid
+        self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
+        self.quant_w = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
-    def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+    def __call__(self, x: jax.Array, adj: CooAdjacency, dropout: Optional[nnx.Module] = None) -> jax.Array:
+        """``dropout`` (optional) is applied to the *quantized* input: a learned step size is
+        then fitted to the un-scaled values that inference sees (dropout's 1/(1-p) scaling before
+        the quantizer made LSQ steps rounding test-time features to zero on Cora)."""
         x, w = self.quant_x(x), self.quant_w(self.kernel[...])
+        if dropout is not None:
+            x = dropout(x)
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
             out = aggregate(adj, x @ w, impl=self.impl)
         else:
@@ -50,56 +56,86 @@ class GCNConv(nnx.Module):
 
 
 class GCN(nnx.Module):
-    """Two-layer GCN for node classification with optional edge mask, feature mask and
-    N-bit fake quantization.
+    """Two-layer GCN for node classification with optional edge sparsifier, feature mask, channel
+    mask and quantizers.
 
     Args:
       in_features, hidden, n_classes: layer widths (paper: hidden = 16).
-      n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
+      n_edges: if given (and no ``edge_sparsifier``), an `EdgeMask` with one hard-concrete gate
+        per edge (E, no self-loops).
+      edge_sparsifier: any `codesign.sparsify.EdgeSparsifier` module (`BlockEdgeMask`,
+        `EdgeScorer`, `DropEdge`, ...) whose ``edge_gates`` multiply the edge weights.
       feature_mask: if True, a `FeatureMask` gating the ``in_features`` input columns.
-      bits: fake-quantization bit-width of features and weights (None = fp32).
+      channel_mask: if True, a `ChannelMask` gating the ``hidden`` channels (shrinks the first
+        GEMM's output and the second GEMM's input).
+      bits: bit-width of features and weights (None = fp32); the initial one for learned kinds.
+      quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
+      in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
       dropout: dropout rate on each layer's input (paper: 0.5).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
-                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 impl: str = "auto", rngs: nnx.Rngs):
+                 edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
+                 channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
+                 in_degree=None, dropout: float = 0.5, impl: str = "auto", rngs: nnx.Rngs):
         self.bits = bits
-        self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
+        if edge_sparsifier is None and n_edges:
+            edge_sparsifier = EdgeMask(n_edges, rngs=rngs)
+        self.edge_mask = edge_sparsifier
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
+        self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.conv1 = GCNConv(in_features, hidden, bits=bits, impl=impl, rngs=rngs)
-        self.conv2 = GCNConv(hidden, n_classes, bits=bits, impl=impl, rngs=rngs)
+        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, rngs=rngs)
+        self.conv1 = GCNConv(in_features, hidden, **q)
+        self.conv2 = GCNConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
-        adj = gcn_normalize(adj, self.edge_mask() if self.edge_mask is not None else None)
+        gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
+        adj = gcn_normalize(adj, gates)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.relu(self.conv1(self.dropout(x), adj))
-        return self.conv2(self.dropout(h), adj)
+        h = jax.nn.relu(self.conv1(x, adj, self.dropout))
+        if self.channel_mask is not None:
+            h = self.channel_mask(h)
+        return self.conv2(h, adj, self.dropout)
 
     def densities(self, hard: bool = False) -> dict:
-        """Kept fractions ``{"edge": ..., "feature": ...}`` (float32 scalars; 1.0 without a mask).
-        ``hard=False``: expected (differentiable); ``hard=True``: of the deterministic hard masks."""
-        return mask_densities(self.edge_mask, self.feature_mask, hard)
+        """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask;
+        float32 scalars; 1.0 without a mask). ``hard=False``: expected (differentiable);
+        ``hard=True``: of the deterministic hard masks."""
+        return mask_densities(self.edge_mask, self.feature_mask, hard, self.channel_mask)
+
+    def layer_bits(self, hard: bool = False) -> dict:
+        """Mean bit-widths (float32 scalars) ``{"x0", "w0", "x1", "w1"}`` of each layer's input
+        features and weights: expected (differentiable for learned bit-widths) or deployed."""
+        return {"x0": quant_bits(self.conv1.quant_x, hard), "w0": quant_bits(self.conv1.quant_w, hard),
+                "x1": quant_bits(self.conv2.quant_x, hard), "w1": quant_bits(self.conv2.quant_w, hard)}
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
         """The `hwmodel.Workload` of this model on a graph with ``n_nodes`` nodes and ``n_edges``
-        edges (no self-loops): kept edges and features from `densities` (or the given
-        ``densities`` dict, for what-if costing), bit-widths from the quantizers (``bits``
-        overrides them, e.g. with a traced array for gradients). ``locality``: the graph's measured
-        `hwmodel.LocalityProfile` (None = uniform re-reference)."""
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        edges (no self-loops): kept edges, features and channels from `densities` (or the given
+        ``densities`` dict, for what-if costing), bit-widths from the quantizers (`layer_bits`;
+        ``bits`` overrides them all, e.g. with a traced array for gradients). With a
+        `BlockEdgeMask` the aggregation is costed as the BSR kernel over the kept tiles.
+        ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference)."""
+        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        if bits is not None:
+            b = jnp.asarray(bits, jnp.float32)
+            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), b)
+        else:
+            lb = self.layer_bits(hard)
         nnz = d["edge"] * n_edges + n_nodes
         k0 = d["feature"] * self.conv1.in_features
-        graph = dict(training=training, locality=locality, edge_density=d["edge"])
+        width = d["channel"] * self.conv1.out_features
+        tiles = kept_tiles(self.edge_mask, hard)
+        block = {} if tiles is None else dict(nnz_blocks=tiles, block_size=self.edge_mask.block_size)
+        graph = dict(training=training, locality=locality, edge_density=d["edge"], **block)
         return hwmodel.Workload((
-            hwmodel.message_passing_layer("layer0", n_nodes, nnz, k0, self.conv1.out_features, b, b, b, **graph),
-            hwmodel.message_passing_layer("layer1", n_nodes, nnz, self.conv2.in_features,
-                                          self.conv2.out_features, b, b, FP32_BITS, **graph),  # fp32 logits
+            hwmodel.message_passing_layer("layer0", n_nodes, nnz, k0, width, lb["x0"], lb["w0"], lb["x1"], **graph),
+            hwmodel.message_passing_layer("layer1", n_nodes, nnz, width, self.conv2.out_features,
+                                          lb["x1"], lb["w1"], FP32_BITS, **graph),  # fp32 logits
         ), training)

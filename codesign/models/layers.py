@@ -1,5 +1,5 @@
-"""Pieces shared by the models: a fake-quantized linear layer, mask densities, the workload of
-a graph-free dense layer."""
+"""Pieces shared by the models: the quantizer factory, a fake-quantized linear layer, mask
+densities and bit-widths as the cost model sees them, the workload of a graph-free dense layer."""
 
 from __future__ import annotations
 
@@ -10,10 +10,87 @@ import jax.numpy as jnp
 from flax import nnx
 
 from codesign import hwmodel
+from codesign import quant as q
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 
 FP32_BITS = 32
+QUANTIZERS = ("fixed", "lsq", "learned", "degree", "a2q")
+"""Quantizer kinds of `make_quantizer`."""
+A2Q_MIN_BITS, A2Q_MAX_BITS = 2, 8
+"""Bounds of the per-node bit-widths of ``quantizer="a2q"`` (A^2Q, Zhu et al., ICLR 2023, search
+bit-widths in [1, 8]; 2 keeps the signed grid non-degenerate)."""
+
+
+def make_quantizer(kind: str, bits: Optional[int], *, signed: bool, node_wise: bool,
+                   in_degree=None, rngs: Optional[nnx.Rngs] = None) -> nnx.Module:
+    """The quantizer of one tensor of a layer.
+
+    Args:
+      kind: one of `QUANTIZERS`:
+        "fixed"   `FakeQuant` (per-tensor max scale, STE; Jacob et al., CVPR 2018);
+        "lsq"     `LSQQuant` (learned step size; Esser et al., ICLR 2020);
+        "learned" `LearnedBitQuant`, one learned bit-width per tensor (Uhlich et al., ICLR 2020);
+        "degree"  Degree-Quant (Tailor et al., ICLR 2021): `DegreeQuant` with protective masking
+                  on node-wise tensors, `FakeQuant` on weights;
+        "a2q"     A^2Q-style (Zhu et al., ICLR 2023): one learned bit-width per node on node-wise
+                  tensors, initialised by in-degree (`a2q_init_bits`), one per tensor on weights.
+      bits: initial / fixed bit-width; None = no quantization (always a `FakeQuant(None)`).
+      signed: signed grid (weights, signed activations) or unsigned (ReLU outputs, bag-of-words).
+      node_wise: the tensor is ``[N, F]`` node features (rows = nodes); needed by "degree", "a2q".
+      in_degree: int [N] in-degrees (with self-loops) of the graph; required by node-wise
+        "degree" / "a2q".
+      rngs: `nnx.Rngs` (its ``quant`` stream, else ``default``) for "degree".
+
+    Raises:
+      ValueError: unknown ``kind``; ``in_degree`` missing where it is required.
+    """
+    if kind not in QUANTIZERS:
+        raise ValueError(f"quantizer: unknown kind {kind!r}; choose from {QUANTIZERS}")
+    if bits is None or bits >= FP32_BITS:
+        return FakeQuant(None, signed=signed)
+    if kind in ("degree", "a2q") and node_wise and in_degree is None:
+        raise ValueError(f"quantizer {kind!r} on node features needs the graph's in_degree [N]")
+    if kind == "lsq":
+        # LSQ's 2 mean|x| / sqrt(Qp) initial step clips almost every nonzero of a sparse
+        # activation (bag-of-words rows, ReLU outputs: mean|x| is mostly zeros); measured on Cora
+        # GCN at 4 bits it saturated both layers' inputs and training never left ln(7). Node
+        # features start from the max-calibrated step instead, weights from the paper's.
+        return q.LSQQuant(bits, signed=signed, init_method="max" if node_wise else "lsq")
+    if kind == "learned" or (kind == "a2q" and not node_wise):
+        return q.LearnedBitQuant(float(bits), signed=signed, max_bits=max(bits, A2Q_MAX_BITS))
+    if kind == "degree" and node_wise:
+        return q.DegreeQuant(bits, jnp.asarray(in_degree), signed=signed, rngs=rngs)
+    if kind == "a2q":
+        lo = A2Q_MIN_BITS if signed else 1
+        init = q.a2q_init_bits(jnp.asarray(in_degree), float(bits), lo, max(bits, A2Q_MAX_BITS))
+        return q.LearnedBitQuant(init, signed=signed, per_node=int(init.shape[0]), min_bits=lo,
+                                 max_bits=max(bits, A2Q_MAX_BITS))
+    return FakeQuant(bits, signed=signed)
+
+
+def quant_bits(quantizer, hard: bool) -> jax.Array:
+    """Mean bit-width (float32 scalar) of the values ``quantizer`` emits: expected (differentiable
+    for learned bit-widths) when ``hard=False``, the deployed integer bits otherwise (the mean over
+    nodes for per-node bit-widths; traffic is linear in bits, so the mean is exact for bytes)."""
+    if hard:
+        return jnp.mean(jnp.asarray(q.hard_bits(quantizer), jnp.float32))
+    return q.expected_bits(quantizer)
+
+
+def edge_density(sparsifier, hard: bool) -> jax.Array:
+    """Kept fraction of the graph's edges (float32 scalar; 1.0 without a sparsifier): expected
+    (differentiable) or of the hardened mask, for any `codesign.sparsify.EdgeSparsifier`."""
+    if sparsifier is None:
+        return jnp.ones((), jnp.float32)
+    return sparsifier.hard_edge_density() if hard else sparsifier.expected_edge_density()
+
+
+def kept_tiles(sparsifier, hard: bool):
+    """Kept B x B tiles (float32 scalar) of a `codesign.sparsify.BlockEdgeMask`, else None."""
+    if sparsifier is None or not hasattr(sparsifier, "expected_kept_tiles"):
+        return None
+    return sparsifier.hard_kept_tiles() if hard else sparsifier.expected_kept_tiles()
 
 
 class QuantLinear(nnx.Module):
@@ -50,14 +127,20 @@ class QuantLinear(nnx.Module):
         return self.add_bias(self.combine(x))
 
 
-def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool) -> dict:
-    """``{"edge": ..., "feature": ...}`` kept fractions (float32 scalars; 1.0 without a mask):
-    expected (differentiable) when ``hard=False``, of the deterministic hard masks otherwise."""
+def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool,
+                   channel_mask=None) -> dict:
+    """``{"edge": ..., "feature": ...}`` (plus ``"channel"`` when a channel mask is given) kept
+    fractions (float32 scalars; 1.0 without a mask): expected (differentiable) when
+    ``hard=False``, of the deterministic hard masks otherwise. ``edge`` is the kept fraction of
+    *edges* for any edge sparsifier (`edge_density`)."""
     def of(mask):
         if mask is None:
             return jnp.ones((), jnp.float32)
         return mask.hard_density() if hard else mask.expected_density()
-    return {"edge": of(edge_mask), "feature": of(feature_mask)}
+    out = {"edge": edge_density(edge_mask, hard), "feature": of(feature_mask)}
+    if channel_mask is not None:
+        out["channel"] = of(channel_mask)
+    return out
 
 
 def dense_layer(name: str, n_nodes: int, in_dim, out_dim, x_bits, w_bits, out_bits, *,
