@@ -417,6 +417,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32,
         "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()} if hasattr(model, "layer_bits") else {},
+        "tiles": _tile_stats(model),
         "final_loss": float(loss), "final_cost_ratio": float(ratio),
         "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
     }
@@ -433,6 +434,17 @@ def _check_budget_feasible(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareS
     if cfg.budget < floor:
         raise ValueError(f"TrainConfig.budget: infeasible budget {cfg.budget:g}: the {cfg.model} model with every "
                          f"learned mask closed still costs {floor:.4g} x the dense {cfg.objective} on {hw.name}")
+
+
+def _tile_stats(model) -> Optional[dict]:
+    """Hardened tile counts of a `BlockEdgeMask` model: ``kept`` and ``total`` B x B tiles (the
+    kernel's nnz_blocks after and before pruning) and ``kept_fraction``; None for other models."""
+    mask = getattr(model, "edge_mask", None)
+    if not isinstance(mask, BlockEdgeMask):
+        return None
+    kept = float(mask.hard_kept_tiles())
+    return {"kept": kept, "total": mask.n_tiles, "kept_fraction": kept / mask.n_tiles,
+            "gated": mask.n_gated_tiles, "block_size": mask.block_size}
 
 
 @nnx.jit

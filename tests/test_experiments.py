@@ -43,3 +43,23 @@ def test_kernel_bench_quick(tmp_path):
     for fmt in saved["formats"].values():  # reordering raises tile density; condensed tiles are denser still
         assert fmt["bsr16_rcm_fill"] > fmt["bsr16_none_fill"]
         assert fmt["condensed16_rcm_fill"] > fmt["bsr16_rcm_fill"]
+
+
+def test_sparsify_quant_quick_is_resumable(tmp_path, cora):
+    mod = load("sparsify_quant")
+    rows = mod.main(["--quick", "--out", str(tmp_path)])
+    assert [r["method"] for r in rows] == list(mod.QUICK_METHODS)
+    path = tmp_path / "cora_gcn_sparsify_quant_quick.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(mod.QUICK_METHODS)
+    block = next(r for r in rows if r["method"] == "block_mask_cw1")
+    assert 0 < block["kept_tiles"] <= 1 and 0 < block["test_accuracy"] <= 1
+    mod.main(["--quick", "--out", str(tmp_path)])  # everything done: nothing appended
+    assert path.read_text().splitlines() == lines
+
+
+def test_sparsify_quant_random_edges_keeps_the_asked_fraction(cora):
+    from codesign.hwmodel import presets
+    mod = load("sparsify_quant")
+    _, r = mod.run_one(cora, "random_edges_0.5", 0, presets.get("h100"), epochs=2)
+    assert abs(r["densities"]["edge"] - 0.5) < 1e-3

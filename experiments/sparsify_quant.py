@@ -1,0 +1,137 @@
+"""Issue-5 numbers: every sparsifier and quantizer of codesign on one dataset and model, x seeds.
+
+    python experiments/sparsify_quant.py                      # Cora GCN, 5 seeds, all methods
+    python experiments/sparsify_quant.py --methods fp32,int4_qat --seeds 2
+    python experiments/sparsify_quant.py --quick              # CI smoke run (2 methods, 1 seed, 5 epochs)
+
+Writes one record per (method, seed) to ``results/<dataset>_<model>_sparsify_quant.jsonl``
+(resumable: finished runs are skipped; records are appended atomically with the config and the
+code version) and prints a summary table (mean +- std over seeds of test accuracy, kept edges /
+tiles / features, hardened bits, modeled energy vs the dense FP32 model on ``--hw``).
+
+Methods are `TrainConfig` overrides (``METHODS``), plus ``random_edges_<p>``: the FP32 model
+trained and tested on the graph with a random ``p`` of its edges kept
+(`codesign.sparsify.random_edge_removal`), the reference every learned edge mask should beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+from pathlib import Path
+
+import numpy as np
+
+METHODS = {
+    "fp32": {},
+    "int8_qat": dict(bits=8),
+    "int4_qat": dict(bits=4),
+    "int4_lsq": dict(bits=4, quantizer="lsq"),
+    "int4_degree_quant": dict(bits=4, quantizer="degree"),
+    "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    "edge_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False),
+    "edge_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False),
+    "block_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
+    "block_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
+    "edge_scorer_cw0.1": dict(cost_weight=0.1, edge_mask=True, feature_mask=False, edge_sparsifier="scorer"),
+    "dropedge_0.5": dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge", dropedge_rate=0.5),
+    "random_edges_0.5": {},
+    "feature_channel_cw1": dict(cost_weight=1.0, edge_mask=False, feature_mask=True, channel_mask=True),
+}
+QUICK_METHODS = ("fp32", "block_mask_cw1")
+
+
+def _keep_random_edges(graph, keep: float, seed: int):
+    import jax
+
+    from codesign.graph import Graph
+    from codesign.sparsify import random_edge_removal
+    keep_mask = np.asarray(random_edge_removal(jax.random.key(seed), graph.n_edges, keep))
+    fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}
+    for name in ("senders", "receivers", "edge_weight", "edge_type"):
+        if fields.get(name) is not None:
+            fields[name] = np.asarray(fields[name])[keep_mask]
+    return Graph(**fields)
+
+
+def run_one(graph, method: str, seed: int, hw, epochs):
+    from codesign.train import TrainConfig, train
+    over = dict(METHODS[method])
+    if epochs is not None:
+        over["epochs"] = epochs
+    cfg = TrainConfig(seed=seed, **over)
+    g = graph
+    if method.startswith("random_edges_"):
+        g = _keep_random_edges(graph, float(method.rsplit("_", 1)[1]), seed)
+    r = train(g, cfg, hw)
+    if g is not graph:  # cost and densities relative to the full graph
+        r["densities"]["edge"] = g.n_edges / graph.n_edges
+    return cfg, r
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """Per method: mean / std of test accuracy over seeds, mean kept fractions, bits, energy ratio."""
+    rows = []
+    for method in dict.fromkeys(r["method"] for r in records):
+        rs = [r for r in records if r["method"] == method]
+        acc = np.array([r["test_accuracy"] for r in rs])
+        energy = np.mean([r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"] for r in rs])
+        bits = [np.mean(list(r["layer_bits"].values())) if r.get("layer_bits") else r["bits"] for r in rs]
+        rows.append(dict(method=method, seeds=len(rs), test_accuracy=float(acc.mean()),
+                         test_accuracy_std=float(acc.std()),
+                         edge=float(np.mean([r["densities"]["edge"] for r in rs])),
+                         feature=float(np.mean([r["densities"]["feature"] for r in rs])),
+                         kept_tiles=float(np.mean([r["tiles"]["kept_fraction"] if r.get("tiles") else np.nan
+                                                   for r in rs])),
+                         mean_bits=float(np.mean(bits)), energy_ratio=float(energy)))
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    from tqdm import tqdm
+
+    from codesign.data import load_planetoid
+    from codesign.hwmodel import presets
+    from codesign.results import ResultsStore, code_version, config_key
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="cora")
+    p.add_argument("--hw", default="h100")
+    p.add_argument("--methods", default=None, help="comma-separated subset of " + ",".join(METHODS))
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=None, help="override every method's epochs")
+    p.add_argument("--out", default="results")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 methods, 1 seed, 5 epochs")
+    args = p.parse_args(argv)
+    methods = list(QUICK_METHODS) if args.quick else (args.methods.split(",") if args.methods else list(METHODS))
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+    seeds, epochs = (1, 5) if args.quick else (args.seeds, args.epochs)
+    graph, hw = load_planetoid(args.dataset), presets.get(args.hw)
+    suffix = "_quick" if args.quick else ""
+    store = ResultsStore(Path(args.out) / f"{args.dataset}_gcn_sparsify_quant{suffix}.jsonl")
+    done = store.done_keys()
+    todo = [(m, s) for m in methods for s in range(seeds)
+            if config_key(dict(dataset=args.dataset, hw=args.hw, method=m, seed=s, epochs=epochs)) not in done]
+    print(f"{len(todo)} runs to do, {len(done)} already in {store.path}", file=sys.stderr)
+    for method, seed in tqdm(todo, desc="sparsify_quant", unit="run"):
+        cfg, r = run_one(graph, method, seed, hw, epochs)
+        store.append({"key": config_key(dict(dataset=args.dataset, hw=args.hw, method=method, seed=seed, epochs=epochs)),
+                      "method": method, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)},
+                      **r, "code_version": code_version(),
+                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+    records = [r for r in store.records() if r["method"] in methods]
+    rows = summarize(records)
+    print(f"\n{'method':22s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
+          f"{'energy':>8s}")
+    for r in rows:
+        print(f"{r['method']:22s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
+              f"{r['edge']:8.3f}{r['kept_tiles']:7.3f}{r['feature']:9.3f}{r['mean_bits']:6.2f}{r['energy_ratio']:8.3f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
