@@ -60,6 +60,8 @@ def _config(args, cost_weight: float, bits: Optional[int], seed: int):
     then `TrainConfig`'s defaults (`TrainConfig.for_model`)."""
     from codesign.train import TrainConfig
     given = {k: getattr(args, k) for k in _MODEL_DEFAULTED if getattr(args, k) is not None}
+    if getattr(args, "budget", None) is not None:
+        given["budget"] = args.budget
     return TrainConfig.for_model(args.model, **given, bits=bits, cost_weight=cost_weight, seed=seed,
                                  edge_mask=_SWITCH[args.edge_mask], feature_mask=_SWITCH[args.feature_mask])
 
@@ -87,6 +89,7 @@ def cmd_train(args) -> int:
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
         "dataset": args.dataset, "model": args.model, "hw": args.hw, "cost_weight": args.cost_weight,
+        "budget": args.budget,
         "bits": args.bits or 32, "seeds": args.seeds,
         "test_accuracy": float(acc.mean()), "test_accuracy_std": float(acc.std()),
         "val_accuracy": float(np.mean([r["val_accuracy"] for r in runs])),
@@ -202,8 +205,37 @@ def cmd_cost(args) -> int:
     return 0
 
 
+def _bench_train(args) -> int:
+    from pathlib import Path
+
+    from codesign.bench_train import RmatSpec, bench_train, format_table
+    from codesign.results import write_json_atomic
+    to_stdout = args.json == "-"
+    log = (lambda s: print(s, file=sys.stderr)) if to_stdout else print
+    result = bench_train(graphs=_names(args.graphs), models=_names(args.models), impls=_names(args.impls),
+                         rounds=args.rounds, epochs=args.epochs,
+                         pyg_venv=None if args.no_pyg else Path(args.pyg_venv).expanduser(),
+                         create_venv=args.create_venv, data_root=args.data_root,
+                         rmat=RmatSpec(scale=args.rmat_scale, draws=args.rmat_draws, features=args.rmat_features),
+                         log=log)
+    if to_stdout:
+        print(json.dumps(result))
+        return 0
+    print(format_table(result))
+    if args.json:
+        write_json_atomic(args.json, result)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _names(s: str) -> list[str]:
+    return [v.strip() for v in s.split(",") if v.strip()]
+
+
 def cmd_bench(args) -> int:
     from codesign.bench import bench_cost
+    if args.target == "train":
+        return _bench_train(args)
     if args.target == "cost":
         r = bench_cost(args.points, args.hw, args.reps)
         if args.json:
@@ -227,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     _add_training(p)
     p.add_argument("--cost-weight", type=float, default=0.0)
+    p.add_argument("--budget", type=float, default=None,
+                   help="train under cost <= BUDGET x the dense FP32 model's cost (Lagrange multiplier); "
+                        "replaces --cost-weight")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=cmd_train)
@@ -253,12 +288,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cost)
 
+    from codesign.bench_train import DEFAULT_VENV
     p = sub.add_parser("bench", help="benchmarks: medians of repeated runs, compile time apart")
-    p.add_argument("target", choices=["cost"], help="cost: cost model + gradient over many design points")
-    p.add_argument("--points", type=int, default=10_000)
-    p.add_argument("--hw", default="gnnear")
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("target", choices=["cost", "train"],
+                   help="cost: cost model + gradient over many design points; train: GCN/GAT training "
+                        "s/epoch and peak memory next to PyG on Cora and R-MAT")
+    p.add_argument("--points", type=int, default=10_000, help="cost: design points")
+    p.add_argument("--hw", default="gnnear", help="cost: hardware preset")
+    p.add_argument("--reps", type=int, default=5, help="cost: timed repetitions")
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
+                   help="without PATH: print one JSON object instead of a table; train: --json PATH also "
+                        "writes the result there (atomically)")
+    p.add_argument("--graphs", default="cora,rmat", help="train: comma-separated, from cora, rmat")
+    p.add_argument("--models", default="gcn,gat", help="train: comma-separated, from gcn, gat")
+    p.add_argument("--impls", default="auto",
+                   help="train: codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR "
+                        "where faster), segment (XLA segment_sum only)")
+    p.add_argument("--rounds", type=int, default=3, help="train: interleaved repetitions of every configuration")
+    p.add_argument("--epochs", type=int, default=None, help="train: timed epochs per run (default: cora 50, rmat 10)")
+    p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="train: virtual environment with torch_geometric")
+    p.add_argument("--create-venv", action="store_true", help="train: create --pyg-venv if it is missing")
+    p.add_argument("--no-pyg", action="store_true", help="train: codesign side only")
+    p.add_argument("--data-root", default=None, help="train: folder holding planetoid/ (Cora)")
+    p.add_argument("--rmat-scale", type=int, default=17, help="train: R-MAT graph with 2**scale nodes")
+    p.add_argument("--rmat-draws", type=int, default=1_100_000, help="train: R-MAT edges drawn (before symmetrizing)")
+    p.add_argument("--rmat-features", type=int, default=64, help="train: R-MAT feature width")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -12,6 +12,7 @@ from jax.test_util import check_grads
 
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_pattern, csr_spmm, segment_spmm, with_csr_pattern
 from codesign.kernels import csr_cpu
+from codesign.kernels.api import CSR_AUTO_MIN_WORK
 from codesign.kernels.csr_cpu import csr_aggregate
 from codesign.models import GAT, GCN
 
@@ -115,15 +116,19 @@ def test_one_thread_and_many_agree(getkey, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_auto_picks_csr_only_with_a_pattern(getkey, monkeypatch):
+def test_auto_picks_csr_with_a_pattern_on_large_products(getkey, monkeypatch):
     calls = []
     spmm_host = csr_cpu._spmm_host
     monkeypatch.setattr(csr_cpu, "_spmm_host", lambda *a: calls.append(1) or spmm_host(*a))
-    adj = random_adj(getkey(), 10, 30)
-    x = jax.random.normal(getkey(), (10, 2))
-    np.testing.assert_allclose(aggregate(with_csr_pattern(adj), x), aggregate(adj, x), rtol=1e-5, atol=1e-5)
+    big = random_adj(getkey(), 1000, 20000)
+    x = jax.random.normal(getkey(), (1000, 64))  # 20000 x 64 >= CSR_AUTO_MIN_WORK
+    assert big.n_edges * 64 >= CSR_AUTO_MIN_WORK
+    np.testing.assert_allclose(aggregate(with_csr_pattern(big), x), aggregate(big, x), rtol=1e-4, atol=1e-4)
     assert len(calls) == 1  # the "auto" call with a pattern; the other ran segment_sum
-    jax.vmap(lambda x: aggregate(with_csr_pattern(adj), x))(jnp.stack([x, 2 * x]))  # batching works
+    small = with_csr_pattern(random_adj(getkey(), 10, 30))
+    aggregate(small, x[:10])  # too small: segment_sum despite the pattern
+    assert len(calls) == 1
+    jax.vmap(lambda x: aggregate(small, x, impl="csr_scipy"))(jnp.stack([x[:10], 2 * x[:10]]))  # batching works
     assert len(calls) == 3
 
 
@@ -157,7 +162,7 @@ def _grads_close(a, b):
         np.testing.assert_allclose(u, v, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("model_cls,kw,edge_mask", [(GCN, {}, True), (GAT, {"heads": 2}, False),
+@pytest.mark.parametrize("model_cls,kw,edge_mask", [(GCN, {"impl": "csr_scipy"}, True), (GAT, {"heads": 2}, False),
                                                     (GAT, {"heads": 2}, True)])
 def test_models_match_the_reference_path(getkey, model_cls, kw, edge_mask):
     """Eval mode (no dropout, deterministic gates): the CSR path gives the values and parameter
@@ -166,10 +171,11 @@ def test_models_match_the_reference_path(getkey, model_cls, kw, edge_mask):
     adj = simple_adj(getkey(), 40, 200)
     cadj = with_csr_pattern(adj, self_loops=True)
     x = jax.random.uniform(getkey(), (40, 12))
-    m = model_cls(12, 8, 3, n_edges=adj.n_edges if edge_mask else None, rngs=nnx.Rngs(0), **kw)
-    m.eval()
+    make = lambda **more: model_cls(12, 8, 3, n_edges=adj.n_edges if edge_mask else None, rngs=nnx.Rngs(0), **more)
+    m_csr, m_ref = make(**kw), make(**{k: v for k, v in kw.items() if k != "impl"})  # same init
+    m_csr.eval(), m_ref.eval()
     value_and_grad = nnx.jit(nnx.value_and_grad(lambda m, a: jnp.sum(jnp.tanh(m(x, a)))))
-    (v_csr, g_csr), (v_ref, g_ref) = value_and_grad(m, cadj), value_and_grad(m, adj)
+    (v_csr, g_csr), (v_ref, g_ref) = value_and_grad(m_csr, cadj), value_and_grad(m_ref, adj)
     np.testing.assert_allclose(v_csr, v_ref, rtol=1e-5)
     for u, v in zip(jax.tree.leaves(g_csr), jax.tree.leaves(g_ref)):
         np.testing.assert_allclose(u, v, rtol=2e-4, atol=2e-5)

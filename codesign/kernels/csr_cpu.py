@@ -2,7 +2,7 @@
 
 Why this exists: on this project's 2-core CPU, XLA's gather + ``segment_sum`` (`segment_spmm`)
 runs ``A @ X`` over an R-MAT graph with 131k nodes and 2.2M entries at F = 64 in 280-440 ms;
-scipy's compiled CSR kernel (``csr_matvecs``) takes 110 ms on one core (measured 2026-11-23).
+scipy's compiled CSR kernel (``csr_matvecs``) takes 110 ms on one core (measured 2026-11-22).
 scipy is the library doing the work; this module is the glue: a CSR structure built once per
 graph on the host (`CsrPattern`), a `jax.custom_vjp` (`csr_spmm`) whose backward runs the
 transposed product on the precomputed transposed structure, and a thread pool that runs
@@ -11,7 +11,14 @@ independent (head, row-block) pieces on all cores (scipy's kernels release the G
 Edge values are not part of the pattern: they are passed through the callback on every call
 (``data``, in CSR order), so learned, gated or attention-weighted edges work, and their gradient
 (an SDDMM, ``d data[e] = <dY[row_e], X[col_e]>``) is computed on the host too, only when the
-values are being differentiated.
+values are being differentiated. scipy has no SDDMM; it is NumPy here (gathers in 4096-edge
+blocks that stay in cache, the sum over F as a BLAS gemv: 130 ms for 2.2M entries x 8 heads x 8
+on one core, against 1 s for XLA's gather + reduce).
+
+Costs of the glue: `jax.pure_callback` copies every array operand into a JAX buffer (about
+45 ms per 64 MiB here), so the structure is closed over (`HostCsr`) instead of passed, values go
+across head-major ([H, E], transposed once by XLA and kept for the backward), and the backward's
+two cotangents come from one callback, so ``dY`` crosses once.
 
 Multi-head form (GAT): ``data [E, H]`` and ``x [N, H, F]`` give
 ``out[i, h] = sum_{e in row i} data[e, h] * x[col_e, h]``, H products sharing one structure.
@@ -169,8 +176,9 @@ def _row_blocks(indptr: np.ndarray, n_blocks: int) -> list[tuple[int, int]]:
 
 
 def _spmm_host(indptr, indices, data, x, src_perm=None):
-    """``out[i, h] = sum_{e in row i} data'[e, h] x[indices[e], h]`` with ``data' = data[src_perm]``
-    (``src_perm`` None: ``data`` itself). data [E, H], x [N, H, F] -> [N_rows, H, F]."""
+    """``out[i, h] = sum_{e in row i} data'[h, e] x[indices[e], h]`` with ``data' = data[:, src_perm]``
+    (``src_perm`` None: ``data`` itself). data [H, E] (head-major: each head's values contiguous,
+    so the per-head gathers and slices stay in one array), x [N, H, F] -> [N_rows, H, F]."""
     indptr, indices, data, x = (np.asarray(a) for a in (indptr, indices, data, x))
     src_perm = None if src_perm is None else np.asarray(src_perm)
     n_rows, (n_cols, heads, f) = indptr.shape[0] - 1, x.shape
@@ -181,8 +189,8 @@ def _spmm_host(indptr, indices, data, x, src_perm=None):
         lo, hi = int(indptr[r0]), int(indptr[r1])
         if hi == lo:
             return
-        col = data[:, h]
-        vals = np.ascontiguousarray(col[lo:hi] if src_perm is None else np.take(col, src_perm[lo:hi]), x.dtype)
+        vals = data[h, lo:hi] if src_perm is None else np.take(data[h], src_perm[lo:hi])
+        vals = np.ascontiguousarray(vals, x.dtype)
         a = sp.csr_matrix((vals, indices[lo:hi], indptr[r0:r1 + 1] - lo), shape=(r1 - r0, n_cols))
         out[r0:r1, h] = a @ np.ascontiguousarray(x[:, h])
 
@@ -211,43 +219,48 @@ def _callback(fn, result_shape_dtypes, *args):
     return jax.pure_callback(fn, result_shape_dtypes, *args, vmap_method="sequential")
 
 
-def _bwd_host(host: HostCsr, need_data: bool, need_x: bool, data, x, g):
-    """Both cotangents in one callback, so ``g`` crosses to the host once."""
-    out = []
+def _bwd_host(host: HostCsr, need_data: bool, need_x: bool, g, *args):
+    """The cotangents asked for in one callback, so ``g`` crosses to the host once. ``args``:
+    ``x`` [N, H, F] if ``need_data``, then ``data`` [H, E] if ``need_x``."""
+    args, out = list(args), []
     if need_data:
-        out.append(_sddmm_host(host.rows, host.indices, g, x))
+        out.append(_sddmm_host(host.rows, host.indices, g, args.pop(0)))
     if need_x:
-        out.append(_spmm_host(host.t_indptr, host.t_indices, data, g, host.t_perm))
+        out.append(_spmm_host(host.t_indptr, host.t_indices, args.pop(0), g, host.t_perm))
     return tuple(out)
 
 
 # ------------------------------------------------------------------------------------ JAX side
 
-def _spmm(p: CsrPattern, data, x):
+def _spmm(p: CsrPattern, data_hm, x):
+    """data_hm: [H, E] (head-major)."""
     fn = functools.partial(_spmm_host, p.host.indptr, p.host.indices)
-    return _callback(fn, jax.ShapeDtypeStruct((p.n_nodes, *x.shape[1:]), x.dtype), data, x)
+    return _callback(fn, jax.ShapeDtypeStruct((p.n_nodes, *x.shape[1:]), x.dtype), data_hm, x)
 
 
 @jax.custom_vjp
 def _csr_spmm3(p: CsrPattern, data, x):
-    return _spmm(p, data, x)
+    return _spmm(p, data.T, x)
 
 
 def _fwd(p, data, x):
     # symbolic_zeros=True: every leaf arrives as a CustomVJPPrimal (value, perturbed)
     p = jax.tree.map(lambda leaf: leaf.value, p)
-    return _spmm(p, data.value, x.value), (p, data.value, x.value, data.perturbed, x.perturbed)
+    data_hm = data.value.T  # one transpose, kept for the backward
+    return _spmm(p, data_hm, x.value), (p, data_hm, x.value, data.perturbed, x.perturbed)
 
 
 def _bwd(res, g):
-    p, data, x, need_data, need_x = res
+    p, data_hm, x, need_data, need_x = res
     zero_p = jax.tree.map(lambda a: np.zeros(a.shape, jax.dtypes.float0), p)
-    d_data, d_x = jnp.zeros_like(data), jnp.zeros_like(x)
+    data = jax.ShapeDtypeStruct(data_hm.shape[::-1], data_hm.dtype)  # [E, H]
+    d_data, d_x = jnp.zeros(data.shape, data.dtype), jnp.zeros_like(x)
     if isinstance(g, jax.custom_derivatives.SymbolicZero) or not (need_data or need_x):
         return zero_p, d_data, d_x
     shapes = ([jax.ShapeDtypeStruct(data.shape, x.dtype)] if need_data else []) + \
              ([jax.ShapeDtypeStruct(x.shape, x.dtype)] if need_x else [])
-    out = list(_callback(functools.partial(_bwd_host, p.host, need_data, need_x), tuple(shapes), data, x, g))
+    args = ([x] if need_data else []) + ([data_hm] if need_x else [])
+    out = list(_callback(functools.partial(_bwd_host, p.host, need_data, need_x), tuple(shapes), g, *args))
     if need_data:
         d_data = out.pop(0).astype(data.dtype)
     if need_x:

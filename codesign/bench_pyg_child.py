@@ -1,0 +1,135 @@
+"""The PyG side of ``codesign bench train``: a standalone script run by the PyG virtual
+environment's python (it imports torch, torch_geometric and NumPy only, never codesign).
+
+    <venv>/bin/python codesign/bench_pyg_child.py SPEC.json
+
+SPEC.json (written by `codesign.bench_train`): ``graph_npz`` (senders, receivers, x, y,
+train_mask, n_nodes), ``model`` ("gcn" | "gat"), ``hidden``, ``heads``, ``out_heads``,
+``dropout``, ``lr``, ``weight_decay``, ``epochs``, ``seed``, ``threads``. Prints one JSON line:
+``epoch_s`` (list, s), ``first_step_s``, ``baseline_rss_mib``, ``peak_mib``,
+``peak_first_step_mib``, ``peak_reset``, ``final_loss``, ``versions``.
+
+The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/gat.py``):
+``GCNConv`` / ``GATConv`` on ``edge_index`` (self-loops and normalization done by the layers on
+every call, as codesign's models do), ``torch.optim.Adam`` with L2 ``weight_decay`` (the same
+update as optax ``add_decayed_weights`` followed by ``adam``).
+
+Timing and memory follow `codesign.bench_train` exactly (the helpers below are copies, so the
+two sides share one definition): an epoch is forward + backward + optimizer step, timed with
+``time.perf_counter``; the first epoch is timed apart (``first_step_s``); memory is the peak
+resident set size (VmHWM) over the timed epochs minus the RSS measured after imports and loading
+the graph into framework tensors, with the high-water mark reset (``/proc/self/clear_refs``)
+after that baseline and again after the first epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+_MIB = float(1 << 20)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _rss_mib() -> float:
+    return _status_kib("VmRSS") * 1024 / _MIB
+
+
+def _peak_mib() -> float:
+    return _status_kib("VmHWM") * 1024 / _MIB
+
+
+def main(spec_path: str) -> dict:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    import torch_geometric
+    from torch_geometric.nn import GATConv, GCNConv
+
+    torch.set_num_threads(int(spec["threads"]))
+    torch.manual_seed(int(spec["seed"]))
+    g = np.load(spec["graph_npz"])
+    x = torch.from_numpy(g["x"].astype(np.float32))
+    y = torch.from_numpy(g["y"].astype(np.int64))
+    train_mask = torch.from_numpy(g["train_mask"].astype(bool))
+    edge_index = torch.from_numpy(np.stack([g["senders"], g["receivers"]]).astype(np.int64))  # row 0 = source
+    del g
+    baseline = _rss_mib()
+    reset = _reset_peak()
+
+    n_in, n_cls, hidden, p = x.shape[1], int(y.max()) + 1, int(spec["hidden"]), float(spec["dropout"])
+
+    class GCN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GCNConv(n_in, hidden), GCNConv(hidden, n_cls)
+
+        def forward(self, x, edge_index):
+            h = F.relu(self.conv1(F.dropout(x, p, self.training), edge_index))
+            return self.conv2(F.dropout(h, p, self.training), edge_index)
+
+    class GAT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            heads, out_heads = int(spec["heads"]), int(spec["out_heads"])
+            self.conv1 = GATConv(n_in, hidden, heads=heads, dropout=p)
+            self.conv2 = GATConv(hidden * heads, n_cls, heads=out_heads, concat=False, dropout=p)
+
+        def forward(self, x, edge_index):
+            h = F.elu(self.conv1(F.dropout(x, p, self.training), edge_index))
+            return self.conv2(F.dropout(h, p, self.training), edge_index)
+
+    model = {"gcn": GCN, "gat": GAT}[spec["model"]]()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=float(spec["lr"]), weight_decay=float(spec["weight_decay"]))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(x, edge_index)
+        loss = F.cross_entropy(out[train_mask], y[train_mask])
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    t0 = time.perf_counter()
+    step()
+    first_step_s = time.perf_counter() - t0
+    peak_first, resident = _peak_mib() - baseline, _rss_mib() - baseline
+    _reset_peak()
+    epoch_s, loss = [], float("nan")
+    for _ in range(int(spec["epochs"])):
+        t0 = time.perf_counter()
+        loss = step()
+        epoch_s.append(time.perf_counter() - t0)
+    return {"epoch_s": epoch_s, "first_step_s": first_step_s, "baseline_rss_mib": baseline,
+            "peak_mib": _peak_mib() - baseline, "peak_first_step_mib": peak_first,
+            "resident_after_first_step_mib": resident, "peak_reset": reset,
+            "final_loss": loss, "threads": torch.get_num_threads(),
+            "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+                         "python": sys.version.split()[0]}}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {os.path.basename(sys.argv[0])} SPEC.json")
+    print(json.dumps(main(sys.argv[1])))

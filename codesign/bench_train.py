@@ -1,0 +1,451 @@
+"""``codesign bench train``: full-batch training speed and peak memory of codesign's GCN and GAT
+next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run.
+
+What is measured (both sides, same definitions):
+  * epoch: one full-batch training step = forward + backward + Adam update (with L2 weight
+    decay), dropout active. ``epoch_s``: wall time of each timed epoch (``time.perf_counter``;
+    codesign waits with `jax.block_until_ready`, torch on CPU is synchronous).
+  * compile: codesign's ``jax.jit`` trace + lower + compile time, measured apart
+    (``compile_s``, ahead-of-time ``.lower().compile()``); ``first_step_s`` is the first
+    execution after it (PyG: the first epoch, which includes its warm-up). Neither is in the
+    per-epoch median.
+  * memory: ``peak_mib`` = peak resident set size (VmHWM) over the timed epochs minus the RSS
+    after imports and after the graph is in the framework's arrays (``baseline_rss_mib``); the
+    high-water mark is reset (``/proc/self/clear_refs``) at the baseline and after the first
+    epoch, so the peak covers model, optimizer state, per-graph structures built after the
+    baseline (codesign's `CsrPattern`) and the largest transient of an epoch, not the compiler.
+    ``peak_first_step_mib`` is the same over the first epoch (XLA compilation included);
+    ``resident_after_first_step_mib`` the RSS left after it (model, optimizer state, compiled
+    code), over the same baseline.
+    Each (graph, model, side) runs in a fresh subprocess.
+  * repetition: ``rounds`` rounds; in each, every configuration runs both sides back to back
+    (order alternating between rounds), so background load hits both alike. Medians pool the
+    epochs of all rounds; the per-round speedups are reported too.
+
+Models (same hyper-parameters on both sides): GCN (Kipf & Welling 2017): 2 layers, hidden 16 on
+Cora and 64 on R-MAT, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT (Veličković et
+al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and attention, lr
+0.005, weight decay 5e-4. Graphs: Cora (public split) and an R-MAT graph (scale 17: 131,072
+nodes, 2,033,118 directed edges after symmetrization and de-duplication, 64 N(0,1) features,
+8 random classes, 60 % train nodes).
+
+codesign's side either attaches a `codesign.kernels.CsrPattern` to the adjacency (impl "auto", the
+default: aggregation with ``impl="auto"`` then runs scipy's CSR kernel on CPU where the product is
+large enough, and GAT its CSR path) or not (impl "segment": XLA gather + segment_sum only).
+The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+GRAPHS = ("cora", "rmat")
+MODELS = ("gcn", "gat")
+IMPLS = ("auto", "segment")
+DEFAULT_EPOCHS = {"cora": 50, "rmat": 10}
+DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codesign" / "pyg-venv"
+# Installed into the venv only when its python cannot import torch (the +cpu local version exists
+# only as a CPU wheel, so pip fails rather than fetch a CUDA build).
+TORCH_CPU_REQUIREMENT = "torch==2.13.0+cpu"
+_CHILD_SCRIPT = Path(__file__).with_name("bench_pyg_child.py")
+_MIB = float(1 << 20)
+
+
+@dataclasses.dataclass(frozen=True)
+class RmatSpec:
+    """The R-MAT benchmark graph: `codesign.data.rmat_graph` arguments.
+
+    Fields: scale (N = 2**scale), draws (edges drawn before symmetrization/de-duplication),
+    features (F), classes (C), seed.
+    """
+
+    scale: int = 17
+    draws: int = 1_100_000
+    features: int = 64
+    classes: int = 8
+    seed: int = 0
+
+
+def model_spec(graph: str, model: str) -> dict:
+    """Hyper-parameters of ``model`` on ``graph`` (identical for both sides).
+
+    Raises:
+      ValueError: unknown ``graph`` or ``model``.
+    """
+    if graph not in GRAPHS:
+        raise ValueError(f"bench train: unknown graph {graph!r}; choose from {GRAPHS}")
+    if model == "gcn":
+        return {"model": "gcn", "hidden": 16 if graph == "cora" else 64, "heads": 1, "out_heads": 1,
+                "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
+    if model == "gat":
+        return {"model": "gat", "hidden": 8, "heads": 8, "out_heads": 1, "dropout": 0.6, "lr": 0.005,
+                "weight_decay": 5e-4}
+    raise ValueError(f"bench train: unknown model {model!r}; choose from {MODELS}")
+
+
+def n_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ------------------------------------------------------------------------- memory (both sides)
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_peak() -> bool:
+    """Resets VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _rss_mib() -> float:
+    return _status_kib("VmRSS") * 1024 / _MIB
+
+
+def _peak_mib() -> float:
+    return _status_kib("VmHWM") * 1024 / _MIB
+
+
+# ------------------------------------------------------------------------------ codesign side
+
+def run_codesign(spec: dict) -> dict:
+    """One codesign training benchmark in this process (call it in a fresh one).
+
+    Args:
+      spec: ``graph_npz``, ``impl`` ("auto" | "segment"), ``epochs``, ``seed`` and the
+        `model_spec` fields.
+
+    Returns:
+      ``epoch_s`` (list), ``compile_s``, ``first_step_s``, ``baseline_rss_mib``, ``peak_mib``,
+      ``peak_first_step_mib``, ``peak_reset``, ``final_loss``, ``versions``.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from codesign.kernels import CooAdjacency, with_csr_pattern
+    from codesign.models import GAT, GCN
+
+    if spec["impl"] not in IMPLS:
+        raise ValueError(f"bench train: unknown impl {spec['impl']!r}; choose from {IMPLS}")
+    g = np.load(spec["graph_npz"])
+    n = int(g["n_nodes"])
+    x, y = jnp.asarray(g["x"], jnp.float32), jnp.asarray(g["y"], jnp.int32)
+    mask = jnp.asarray(g["train_mask"], jnp.float32)
+    adj = CooAdjacency(jnp.asarray(g["senders"], jnp.int32), jnp.asarray(g["receivers"], jnp.int32), None, n)
+    del g
+    jax.block_until_ready((x, y, mask, adj))
+    baseline = _rss_mib()
+    reset = _reset_peak()
+
+    if spec["impl"] == "auto":  # per-graph host structure: counted in the training memory
+        adj = with_csr_pattern(adj, self_loops=True)
+    seed, p, n_cls = int(spec["seed"]), float(spec["dropout"]), int(y.max()) + 1
+    rngs = nnx.Rngs(params=seed, dropout=seed + 1)
+    if spec["model"] == "gcn":
+        model = GCN(x.shape[1], int(spec["hidden"]), n_cls, dropout=p, rngs=rngs)
+    else:
+        model = GAT(x.shape[1], int(spec["hidden"]), n_cls, heads=int(spec["heads"]),
+                    out_heads=int(spec["out_heads"]), dropout=p, rngs=rngs)
+    model.train()
+    tx = optax.chain(optax.add_decayed_weights(float(spec["weight_decay"])), optax.adam(float(spec["lr"])))
+    graphdef, state = nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+
+    def loss_fn(m, x, y, mask, adj):
+        ce = optax.softmax_cross_entropy_with_integer_labels(m(x, adj), y)
+        return jnp.sum(ce * mask) / jnp.maximum(mask.sum(), 1.0)
+
+    def step(state, x, y, mask, adj):
+        m, opt = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(loss_fn)(m, x, y, mask, adj)
+        opt.update(m, grads)
+        return nnx.state((m, opt)), loss
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=0).lower(state, x, y, mask, adj).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, loss = jax.block_until_ready(compiled(state, x, y, mask, adj))
+    first_step_s = time.perf_counter() - t0
+    peak_first, resident = _peak_mib() - baseline, _rss_mib() - baseline
+    _reset_peak()
+    epoch_s = []
+    for _ in range(int(spec["epochs"])):
+        t0 = time.perf_counter()
+        state, loss = jax.block_until_ready(compiled(state, x, y, mask, adj))
+        epoch_s.append(time.perf_counter() - t0)
+    import flax
+    import scipy
+    return {"epoch_s": epoch_s, "compile_s": compile_s, "first_step_s": first_step_s, "baseline_rss_mib": baseline,
+            "peak_mib": _peak_mib() - baseline, "peak_first_step_mib": peak_first,
+            "resident_after_first_step_mib": resident, "peak_reset": reset,
+            "final_loss": float(loss),
+            "versions": {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__,
+                         "scipy": scipy.__version__, "numpy": np.__version__, "python": sys.version.split()[0]}}
+
+
+# --------------------------------------------------------------------------------- PyG venv
+
+def _venv_python(venv: Path) -> Path:
+    return Path(venv) / "bin" / "python"
+
+
+def pyg_versions(python: Path) -> Optional[dict]:
+    """``{"torch", "torch_geometric", "torch_cuda"}`` as seen by ``python``, or None if it cannot
+    import both."""
+    code = ("import json, torch, torch_geometric; print(json.dumps({'torch': torch.__version__, "
+            "'torch_geometric': torch_geometric.__version__, 'torch_cuda': torch.version.cuda}))")
+    try:
+        out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+
+
+def ensure_pyg_venv(venv: Path, create: bool, log: Callable[[str], None] = print) -> tuple[Optional[Path], str]:
+    """The python of a virtual environment that imports torch and torch_geometric.
+
+    With ``create``, makes it if needed (idempotent): ``python -m venv --system-site-packages``
+    (so a CPU torch installed beside codesign is reused), then ``pip install torch_geometric``
+    (pure Python in 2.x; no torch_scatter / torch_sparse / pyg_lib extensions) with torch pinned
+    to the version the venv sees by a constraints file, so pip never swaps in another torch
+    build. If the venv sees no torch at all, ``TORCH_CPU_REQUIREMENT`` is installed first.
+
+    Returns:
+      ``(python, message)``; python is None (and message says why) when the PyG side cannot run.
+
+    Raises:
+      RuntimeError: ``create`` was asked and a step failed (the message has pip's output tail).
+    """
+    venv = Path(venv).expanduser()
+    py = _venv_python(venv)
+    if py.exists() and (v := pyg_versions(py)) is not None:
+        return py, f"PyG venv {venv}: torch {v['torch']}, torch_geometric {v['torch_geometric']}"
+    if not create:
+        return None, (f"PyG side skipped: no virtual environment with torch and torch_geometric at {venv} "
+                      f"(pass --create-venv to create it, or --pyg-venv PATH)")
+
+    def run(cmd, what):
+        log(f"  {what}: {' '.join(map(str, cmd))}")
+        r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"bench train: {what} failed ({r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+
+    log(f"creating the PyG virtual environment at {venv}")
+    if not py.exists():
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        run([sys.executable, "-m", "venv", "--system-site-packages", venv], "venv")
+    torch_version = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True)
+    if torch_version.returncode != 0:
+        run([py, "-m", "pip", "install", TORCH_CPU_REQUIREMENT], "install CPU torch")
+        torch_version = subprocess.run([str(py), "-c", "import torch; print(torch.__version__)"],
+                                       capture_output=True, text=True, check=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(f"torch=={torch_version.stdout.strip()}\n")
+    try:
+        run([py, "-m", "pip", "install", "-c", f.name, "torch_geometric"], "install torch_geometric")
+    finally:
+        os.unlink(f.name)
+    v = pyg_versions(py)
+    if v is None:
+        raise RuntimeError(f"bench train: {py} still cannot import torch and torch_geometric")
+    return py, f"PyG venv {venv} created: torch {v['torch']}, torch_geometric {v['torch_geometric']}"
+
+
+# ---------------------------------------------------------------------------------- graphs
+
+def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec()):
+    """The benchmark `Graph`: ``"cora"`` (`load_planetoid`) or ``"rmat"`` (`rmat_graph` of ``rmat``).
+
+    Raises:
+      ValueError: unknown name; FileNotFoundError: Cora files missing (see `load_planetoid`).
+    """
+    if name == "cora":
+        from codesign.data import load_planetoid
+        return load_planetoid("cora", root=data_root)
+    if name == "rmat":
+        from codesign.data import rmat_graph
+        return rmat_graph(rmat.scale, rmat.draws, n_features=rmat.features, n_classes=rmat.classes, seed=rmat.seed)
+    raise ValueError(f"bench train: unknown graph {name!r}; choose from {GRAPHS}")
+
+
+def save_graph_npz(graph, path: Path) -> dict:
+    """Writes what both sides load (senders, receivers, x, y, train_mask, n_nodes) and returns the
+    graph's sizes: ``n_nodes``, ``n_edges``, ``n_features``, ``n_classes``, ``isolated_nodes``."""
+    s, r = np.asarray(graph.senders), np.asarray(graph.receivers)
+    np.savez(path, senders=s, receivers=r, x=np.asarray(graph.x, np.float32), y=np.asarray(graph.y),
+             train_mask=np.asarray(graph.train_mask), n_nodes=np.int64(graph.n_nodes))
+    deg = np.bincount(np.concatenate([s, r]), minlength=graph.n_nodes)
+    return {"n_nodes": int(graph.n_nodes), "n_edges": int(s.shape[0]), "n_features": int(graph.x.shape[1]),
+            "n_classes": int(np.asarray(graph.y).max()) + 1, "isolated_nodes": int((deg == 0).sum())}
+
+
+# -------------------------------------------------------------------------------- the run
+
+def _child(cmd: list, spec: dict, spec_path: Path, env: dict) -> dict:
+    spec_path.write_text(json.dumps(spec))
+    r = subprocess.run([*map(str, cmd), str(spec_path)], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"bench train: child {cmd[0]} failed ({r.returncode}) on {spec['model']}:\n"
+                           f"{(r.stdout + r.stderr)[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _summary(runs: list[dict]) -> dict:
+    """Pools the epochs of all rounds: median s/epoch; per-round medians; medians of compile and
+    first-step times; the largest peak over rounds (the same rule for both sides)."""
+    med = lambda k: float(np.median([r[k] for r in runs]))
+    out = {"epoch_s_median": float(np.median(np.concatenate([r["epoch_s"] for r in runs]))),
+           "round_epoch_s_median": [float(np.median(r["epoch_s"])) for r in runs],
+           "first_step_s": med("first_step_s"), "peak_mib": float(max(r["peak_mib"] for r in runs)),
+           "peak_first_step_mib": float(max(r["peak_first_step_mib"] for r in runs)),
+           "baseline_rss_mib": med("baseline_rss_mib"),
+           "resident_after_first_step_mib": med("resident_after_first_step_mib"),
+           "peak_reset": all(r["peak_reset"] for r in runs),
+           "final_loss": [r["final_loss"] for r in runs], "epoch_s": [r["epoch_s"] for r in runs]}
+    if "compile_s" in runs[0]:
+        out["compile_s"] = med("compile_s")
+    return out
+
+
+def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
+                impls: Sequence[str] = ("auto",), rounds: int = 3, epochs: Optional[int] = None,
+                pyg_venv: Optional[Path] = DEFAULT_VENV, create_venv: bool = False,
+                data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec(), seed: int = 0,
+                log: Callable[[str], None] = print) -> dict:
+    """Runs the benchmark (see the module docstring) and returns its JSON-able result.
+
+    Args:
+      graphs: subset of ``GRAPHS``; models: subset of ``MODELS``; impls: codesign aggregation
+        backends to time (subset of ``IMPLS``).
+      rounds: repetitions (>= 1); epochs: timed epochs per run (None: ``DEFAULT_EPOCHS[graph]``).
+      pyg_venv: the PyG virtual environment (None: skip the PyG side); create_venv: create it if
+        missing (`ensure_pyg_venv`).
+      data_root: Planetoid root for Cora (None: ``$CODESIGN_DATA`` or the cache).
+      rmat: the R-MAT graph. seed: model init and dropout seed (both sides).
+      log: progress lines.
+
+    Returns:
+      dict with ``date``, ``machine`` (cpu count, platform, load averages at start and end),
+      ``versions``, ``settings``, ``pyg`` (status message), ``graphs`` (sizes) and ``results``:
+      one entry per (graph, model) with ``codesign`` (per impl, `_summary`), ``pyg`` (or None),
+      ``speedup`` (PyG median / codesign median, per impl), ``round_speedups`` and
+      ``memory_ratio`` (codesign peak / PyG peak).
+
+    Raises:
+      ValueError: naming a bad argument; RuntimeError: a child run failed.
+    """
+    for name, vals, allowed in (("graphs", graphs, GRAPHS), ("models", models, MODELS), ("impls", impls, IMPLS)):
+        bad = [v for v in vals if v not in allowed]
+        if bad or not vals:
+            raise ValueError(f"bench train: {name} must be a non-empty subset of {allowed}, got {list(vals)}")
+    if rounds < 1 or (epochs is not None and epochs < 1):
+        raise ValueError(f"bench train: rounds and epochs must be >= 1, got rounds={rounds}, epochs={epochs}")
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    load_start = os.getloadavg()
+    pyg_py, pyg_note = (None, "PyG side disabled") if pyg_venv is None else ensure_pyg_venv(pyg_venv, create_venv, log)
+    log(pyg_note)
+    threads = n_cpus()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    sides = [("codesign", impl) for impl in impls] + ([("pyg", None)] if pyg_py else [])
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="codesign_bench_train_") as tmp:
+        sizes = {}
+        for gname in graphs:
+            sizes[gname] = save_graph_npz(build_graph(gname, data_root, rmat), Path(tmp) / f"{gname}.npz")
+            log(f"graph {gname}: {sizes[gname]}")
+        for rnd in range(rounds):
+            for gname in graphs:
+                for model in models:
+                    base = {**model_spec(gname, model), "graph_npz": str(Path(tmp) / f"{gname}.npz"),
+                            "epochs": epochs or DEFAULT_EPOCHS[gname], "seed": seed, "threads": threads}
+                    for side, impl in (sides if rnd % 2 == 0 else sides[::-1]):
+                        if side == "pyg":
+                            cmd, spec = [pyg_py, _CHILD_SCRIPT], base
+                        else:
+                            cmd, spec = [sys.executable, "-m", "codesign.bench_train", "child"], {**base, "impl": impl}
+                        r = _child(cmd, spec, Path(tmp) / "spec.json", env)
+                        runs.setdefault((gname, model, side, impl), []).append(r)
+                        log(f"round {rnd + 1}/{rounds} {gname} {model} {side}{'/' + impl if impl else ''}: "
+                            f"{np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB")
+    results, versions = [], {}
+    for gname in graphs:
+        for model in models:
+            entry = {"graph": gname, "model": model, **model_spec(gname, model), "codesign": {}, "pyg": None,
+                     "speedup": {}, "round_speedups": {}, "memory_ratio": {}}
+            pyg_runs = runs.get((gname, model, "pyg", None))
+            if pyg_runs:
+                entry["pyg"] = _summary(pyg_runs)
+                versions.update(pyg_runs[0]["versions"])
+            for impl in impls:
+                cs = runs[(gname, model, "codesign", impl)]
+                versions.update({k: v for k, v in cs[0]["versions"].items() if k != "python"})
+                entry["codesign"][impl] = s = _summary(cs)
+                if entry["pyg"]:
+                    p = entry["pyg"]
+                    entry["speedup"][impl] = p["epoch_s_median"] / s["epoch_s_median"]
+                    entry["round_speedups"][impl] = [a / b for a, b in zip(p["round_epoch_s_median"],
+                                                                           s["round_epoch_s_median"])]
+                    entry["memory_ratio"][impl] = s["peak_mib"] / p["peak_mib"] if p["peak_mib"] > 0 else None
+            results.append(entry)
+    return {"date": started, "versions": {**versions, "python": sys.version.split()[0]},
+            "machine": {"cpu_count": threads, "platform": platform.platform(), "processor": platform.processor(),
+                        "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg())},
+            "settings": {"rounds": rounds, "epochs": {g: epochs or DEFAULT_EPOCHS[g] for g in graphs},
+                         "impls": list(impls), "seed": seed, "rmat": dataclasses.asdict(rmat), "threads": threads},
+            "pyg": pyg_note, "graphs": sizes, "results": results}
+
+
+def format_table(result: dict) -> str:
+    """The result as a text table: one row per (graph, model, codesign impl)."""
+    head = (f"{'graph':6s} {'model':5s} {'impl':10s} {'codesign s/ep':>13s} {'PyG s/ep':>9s} {'speedup':>8s} "
+            f"{'rounds':>15s} {'compile s':>9s} {'cs MiB':>7s} {'PyG MiB':>8s} {'mem ratio':>9s}")
+    lines = [head, "-" * len(head)]
+    for e in result["results"]:
+        p = e["pyg"]
+        for impl, s in e["codesign"].items():
+            sp, mr = e["speedup"].get(impl), e["memory_ratio"].get(impl)
+            rs = e["round_speedups"].get(impl) or []
+            lines.append(
+                f"{e['graph']:6s} {e['model']:5s} {impl:10s} {s['epoch_s_median']:13.4f} "
+                f"{p['epoch_s_median'] if p else float('nan'):9.4f} {sp if sp else float('nan'):7.2f}x "
+                f"{(f'{min(rs):.2f}-{max(rs):.2f}x' if rs else '-'):>15s} {s['compile_s']:9.2f} {s['peak_mib']:7.0f} "
+                f"{p['peak_mib'] if p else float('nan'):8.0f} {mr if mr else float('nan'):9.2f}")
+    return "\n".join(lines)
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    if len(argv) != 2 or argv[0] != "child":
+        print("usage: python -m codesign.bench_train child SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    print(json.dumps(run_codesign(spec)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
