@@ -1,0 +1,306 @@
+"""UGS-style baseline trainer: iterative magnitude pruning of the adjacency and the weights with
+rewinding (Chen et al., "A Unified Lottery Ticket Hypothesis for Graph Neural Networks", ICML 2021,
+Alg. 1; code github.com/VITA-Group/Unified-LTH-GNN, ``NodeClassification/main_pruning_imp.py``,
+``pruning.py``, ``net.py``).
+
+One round ``k = 1, 2, ...`` (`ugs_prune`):
+
+1. *get mask* (``run_get_mask``): a GCN with a trainable per-edge graph mask ``m_g``
+   (`EdgeWeightMask`) and one trainable elementwise mask ``m_theta`` per kernel (`WeightMask`),
+   both initialized to 1 on the entries still kept (0 on the pruned ones, which stay 0: their
+   gradients are 0), is trained from the *initial* weights (rewound; pruned weights zeroed) with
+   ``CE + s1 ||m_g||_1 + s2 sum_l ||m_theta_l||_1``; the mask values are taken at the epoch of best
+   validation accuracy (UGS calls ``get_final_mask_epoch`` whenever the validation accuracy
+   improves);
+2. *prune*: ``graph_rate`` of the remaining edges with the smallest ``|m_g|``
+   (`magnitude_prune`) and ``weight_rate`` of the remaining weights with the smallest
+   ``|m_theta|``, one threshold across both layers (`global_magnitude_prune`);
+3. *evaluate the ticket* (``run_fix_mask``, the number UGS reports): retrain from the rewound
+   initial weights with the binary masks fixed, and report the test accuracy at the epoch of best
+   validation accuracy.
+
+Settings of the official Cora command (``NodeClassification/README.md``): hidden 512, Adam
+lr 0.008, weight decay 8e-5 (torch Adam's L2 term, on every parameter, masks included),
+200 epochs in both stages (``--total_epoch 200``; ``run_fix_mask`` hard-codes 200),
+``--s1 1e-2 --s2 1e-2``, ``--pruning_percent_adj 0.05 --pruning_percent_wei 0.2``,
+``--init_soft_mask_type all_one`` (masks set to 1 plus relative noise 1e-5; here exactly 1,
+`magnitude_prune` breaks ties by index). These are `ugs_prune`'s defaults.
+
+Differences from the official code, kept on purpose (the model is this package's `GCN`):
+  * the GCN has biases and applies dropout 0.5 to both layers' inputs (UGS: no bias, dropout
+    only on the hidden layer);
+  * combine-then-aggregate with ``D^-1/2 (A m_g + I) D^-1/2`` (UGS: ``A m_g`` then the same
+    normalization, aggregate-then-combine; the same function);
+  * masks are per directed edge of the edge list, self-loops are not masked (UGS masks the dense
+    ``A`` without self-loops: the same set of entries on Cora);
+  * exact prune counts (`prune_count`, rounded) instead of a threshold at ``int(n * p)``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.graph import Graph
+from codesign.models.gcn import GCN
+from codesign.sparsify.baselines import (UGS_GRAPH_RATE, UGS_WEIGHT_RATE, EdgeWeightMask, MaskWeight, PruneMask,
+                                         UGSSchedule, _check_fraction, global_magnitude_prune, magnitude_prune)
+from codesign.train import _masked_ce, adjacency, masked_accuracy
+
+UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2=1e-2)
+"""The official Cora GCN command's settings (Unified-LTH-GNN ``NodeClassification/README.md``)."""
+
+LAYERS = ("conv1", "conv2")
+
+
+class WeightMask(nnx.Module):
+    """UGS's weight mask ``m_theta`` of one kernel: trainable values ``weight`` (`MaskWeight`,
+    float32 [F_in, F_out], init 1) times a fixed binary ``keep`` (`PruneMask`, bool [F_in, F_out];
+    UGS's ``weight_mask_train`` / ``weight_mask_fixed``)."""
+
+    def __init__(self, shape: tuple[int, int]):
+        self.weight = MaskWeight(jnp.ones(shape, jnp.float32))
+        self.keep = PruneMask(jnp.ones(shape, bool))
+
+    def gates(self) -> jax.Array:
+        """float32 [F_in, F_out]: ``weight * keep``."""
+        return self.weight[...] * self.keep[...].astype(jnp.float32)
+
+    def l1_norm(self) -> jax.Array:
+        """float32 scalar ``sum |weight * keep|`` (times ``s2`` in the loss)."""
+        return jnp.sum(jnp.abs(self.gates()))
+
+
+class UGSGCN(nnx.Module):
+    """`GCN` with an `EdgeWeightMask` (``gcn.edge_mask``) and a `WeightMask` per kernel
+    (``mask1``, ``mask2``): the forward uses ``kernel * mask.gates()`` in place of each kernel.
+
+    Shapes: ``__call__(x float32 [N, F], adj CooAdjacency E edges) -> logits float32 [N, C]``.
+    """
+
+    def __init__(self, n_features: int, hidden: int, n_classes: int, n_edges: int, *, dropout: float,
+                 rngs: nnx.Rngs):
+        self.gcn = GCN(n_features, hidden, n_classes, edge_sparsifier=EdgeWeightMask(n_edges), dropout=dropout,
+                       rngs=rngs)
+        self.mask1 = WeightMask(self.gcn.conv1.kernel.shape)
+        self.mask2 = WeightMask(self.gcn.conv2.kernel.shape)
+
+    def pairs(self):
+        """``[(conv1, mask1), (conv2, mask2)]``."""
+        return [(self.gcn.conv1, self.mask1), (self.gcn.conv2, self.mask2)]
+
+    def __call__(self, x: jax.Array, adj) -> jax.Array:
+        raw = [conv.kernel[...] for conv, _ in self.pairs()]
+        try:  # the GCN reads its kernels: swap in the masked ones for this call
+            for (conv, mask), w in zip(self.pairs(), raw):
+                conv.kernel[...] = w * mask.gates()
+            return self.gcn(x, adj)
+        finally:
+            for (conv, _), w in zip(self.pairs(), raw):
+                conv.kernel[...] = w
+
+    def effective_kernels(self) -> list[jax.Array]:
+        """float32 kernels as the forward uses them: ``kernel * weight_mask * keep``."""
+        return [conv.kernel[...] * mask.gates() for conv, mask in self.pairs()]
+
+    def l1_terms(self) -> tuple[jax.Array, jax.Array]:
+        """``(||m_g||_1, sum_l ||m_theta_l||_1)``, float32 scalars."""
+        return self.gcn.edge_mask.l1_norm(), self.mask1.l1_norm() + self.mask2.l1_norm()
+
+
+def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional[Sequence] = None, *,
+                 hidden: int = UGS_CORA["hidden"], dropout: float = 0.5) -> UGSGCN:
+    """The rewound model of a ticket: the initial weights of ``seed`` (the same every round), the
+    pruned kernel entries zeroed, the keep masks set and the trainable masks reset to them
+    (UGS: ``rewind_weight[...mask_train] = rewind_weight[...mask_fixed] = final_mask``).
+
+    Args:
+      graph: the `Graph` (E = ``graph.n_edges`` directed edges).
+      seed: initialization (``params``) and dropout (``dropout`` = seed + 1) streams.
+      edge_keep: bool [E] or None (all kept).
+      weight_keeps: ``[bool [F, hidden], bool [hidden, C]]`` or None (all kept).
+
+    Returns:
+      `UGSGCN` in training mode.
+    """
+    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout,
+                   rngs=nnx.Rngs(params=seed, dropout=seed + 1))
+    em = model.gcn.edge_mask
+    if edge_keep is not None:
+        em.keep[...] = jnp.asarray(edge_keep, bool)
+        em.weight[...] = em.keep[...].astype(jnp.float32)
+    if weight_keeps is not None:
+        for (conv, mask), keep in zip(model.pairs(), weight_keeps, strict=True):
+            mask.keep[...] = jnp.asarray(keep, bool)
+            mask.weight[...] = mask.keep[...].astype(jnp.float32)
+            conv.kernel[...] = conv.kernel[...] * mask.keep[...]
+    model.train()
+    return model
+
+
+@nnx.jit(static_argnames=("train_masks",))
+def _step(model, opt, graph, adj, s1, s2, train_masks: bool):
+    def loss_fn(m):
+        loss = _masked_ce(m(graph.x, adj), graph.y, graph.train_mask)
+        if train_masks:
+            l1_g, l1_w = m.l1_terms()
+            loss = loss + s1 * l1_g + s2 * l1_w
+        return loss
+
+    wrt = nnx.Param if train_masks else nnx.All(nnx.Param, nnx.Not(MaskWeight))
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt))(model)
+    opt.update(model, grads)
+    return loss
+
+
+@nnx.jit
+def _evaluate(model, graph, adj):
+    logits = model(graph.x, adj)
+    return masked_accuracy(logits, graph.y, graph.val_mask), masked_accuracy(logits, graph.y, graph.test_mask)
+
+
+def fit(model: UGSGCN, graph: Graph, *, train_masks: bool, epochs: int, lr: float, weight_decay: float,
+        s1: float = 0.0, s2: float = 0.0) -> dict:
+    """Full-batch training of ``model`` (in place), UGS's loop: Adam (lr, L2 ``weight_decay`` on
+    every trained parameter, as torch's ``Adam(weight_decay=...)``), one evaluation per epoch,
+    the epoch with the best (strictly improving) validation accuracy selected.
+
+    Args:
+      train_masks: True: the get-mask stage (weights and `MaskWeight` masks trained, L1 ``s1`` on
+        the graph mask and ``s2`` on the weight masks); False: the fixed-mask retraining.
+
+    Returns:
+      ``{"val_accuracy", "test_accuracy", "epoch"}`` at the best-validation epoch, and with
+      ``train_masks`` ``"masks"``: ``(edge float32 [E], [kernel masks])`` trained mask values at
+      that epoch (``weight * keep``).
+    """
+    wrt = nnx.Param if train_masks else nnx.All(nnx.Param, nnx.Not(MaskWeight))
+    opt = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(weight_decay), optax.adam(lr)), wrt=wrt)
+    adj = adjacency(graph)
+    s1, s2 = jnp.float32(s1), jnp.float32(s2)
+    best = {"val_accuracy": 0.0, "test_accuracy": 0.0, "epoch": -1}
+    for epoch in range(epochs):
+        model.train()
+        _step(model, opt, graph, adj, s1, s2, train_masks=train_masks)
+        model.eval()
+        val, test = (float(a) for a in _evaluate(model, graph, adj))
+        if val > best["val_accuracy"]:
+            best.update(val_accuracy=val, test_accuracy=test, epoch=epoch)
+            if train_masks:
+                best["masks"] = (model.gcn.edge_mask.edge_gates(), [mask.gates() for _, mask in model.pairs()])
+    model.train()
+    if train_masks and "masks" not in best:  # validation accuracy never above 0: the last masks
+        best["masks"] = (model.gcn.edge_mask.edge_gates(), [mask.gates() for _, mask in model.pairs()])
+    return best
+
+
+def ugs_counted_macs(n_nodes: int, kept_edges: int, weight_nnz: Sequence[int], in_widths: Sequence[int]) -> int:
+    """MACs of a sparse GCN counted as UGS does (GEMM MACs x weight density + aggregation MACs x
+    edge density, in UGS's aggregate-then-combine order, ``net.py``): per layer ``l``,
+    ``N * nnz(W_l) + (kept_edges + N) * F_in_l`` (self-loops kept). Unstructured weight sparsity
+    is counted as saved work here; `hwmodel` does not model it."""
+    return int(sum(n_nodes * int(w) + (int(kept_edges) + n_nodes) * int(f) for w, f in zip(weight_nnz, in_widths)))
+
+
+def _cost(model: UGSGCN, graph: Graph, hw, dense_report) -> dict:
+    report = hwmodel.estimate(model.gcn.workload(graph.n_nodes, graph.n_edges, hard=True), hw)
+    return {"energy_ratio": float(report.energy_j / dense_report.energy_j),
+            "latency_ratio": float(report.latency_s / dense_report.latency_s)}
+
+
+def _check_rounds(rounds) -> int:
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise ValueError(f"rounds must be a non-negative int, got rounds={rounds!r}")
+    return rounds
+
+
+def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS_CORA["epochs"],
+              hw: Optional[hwmodel.HardwareSpec] = None, graph_rate: float = UGS_GRAPH_RATE,
+              weight_rate: float = UGS_WEIGHT_RATE, s1: float = UGS_CORA["s1"], s2: float = UGS_CORA["s2"],
+              hidden: int = UGS_CORA["hidden"], lr: float = UGS_CORA["lr"],
+              weight_decay: float = UGS_CORA["weight_decay"], dropout: float = 0.5, dense_round: bool = True,
+              on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
+    """UGS iterative magnitude pruning with rewinding (module docstring), ``rounds`` rounds.
+
+    Args:
+      graph: a `Graph` with train/val/test masks.
+      rounds: number of pruning rounds (>= 0); after ``k`` the nominal sparsities are
+        ``1 - (1 - graph_rate)^k`` and ``1 - (1 - weight_rate)^k`` (`UGSSchedule`).
+      seed: the initialization (rewound to every round) and dropout seed.
+      epochs: epochs of each stage (UGS: 200 and 200).
+      hw: `HardwareSpec` for the modeled cost (default ``presets.get("h100")``).
+      graph_rate, weight_rate: fractions of the remaining edges / weights pruned per round, in [0, 1].
+      s1, s2: L1 coefficients on the graph / weight masks (UGS Cora: 1e-2, 1e-2).
+      hidden, lr, weight_decay, dropout: the GCN and optimizer (UGS Cora: 512, 0.008, 8e-5, 0.5).
+      dense_round: also record round 0, the unpruned model trained the same way (fixed all-one masks).
+      on_round: optional callback with each round's record as it finishes.
+
+    Returns:
+      One dict per round: ``round``, ``graph_sparsity`` / ``weight_sparsity`` (measured pruned
+      fractions of the E edges / of the kernel entries; biases are not masked and not counted),
+      ``nominal_graph_sparsity`` / ``nominal_weight_sparsity``, ``test_accuracy`` /
+      ``val_accuracy`` / ``best_epoch`` of the fixed-mask retraining (UGS's reported number),
+      ``mask_stage_test_accuracy`` (best-val test accuracy of the get-mask stage, None in round 0),
+      ``kept_edges``, ``weight_nnz`` (per layer), ``energy_ratio`` / ``latency_ratio`` (modeled on
+      ``hw`` vs the dense GCN; only edges shrink it), ``ugs_counted_macs`` / ``dense_ugs_counted_macs``
+      / ``ugs_macs_ratio``, ``time_s``.
+
+    Raises:
+      ValueError: a rate outside [0, 1], ``rounds`` not a non-negative int, ``epochs < 1``.
+    """
+    graph_rate, weight_rate = _check_fraction(graph_rate, "graph_rate"), _check_fraction(weight_rate, "weight_rate")
+    rounds = _check_rounds(rounds)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got epochs={epochs!r}")
+    if hw is None:
+        hw = hwmodel.presets.get("h100")
+    schedule = UGSSchedule(graph_rate, weight_rate)
+    dense = GCN(graph.n_features, hidden, graph.n_classes, dropout=dropout, rngs=nnx.Rngs(0))
+    dense_report = hwmodel.estimate(dense.workload(graph.n_nodes, graph.n_edges, hard=True), hw)
+    in_widths = (graph.n_features, hidden)
+    dense_macs = ugs_counted_macs(graph.n_nodes, graph.n_edges, [graph.n_features * hidden, hidden * graph.n_classes],
+                                  in_widths)
+    train_kw = dict(epochs=epochs, lr=lr, weight_decay=weight_decay)
+    edge_keep = jnp.ones((graph.n_edges,), bool)
+    weight_keeps = [jnp.ones((graph.n_features, hidden), bool), jnp.ones((hidden, graph.n_classes), bool)]
+    records = []
+    for k in range(0 if dense_round else 1, rounds + 1):
+        t0 = time.perf_counter()
+        mask_stage = None
+        if k > 0:
+            model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout)
+            got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
+            mask_stage = got["test_accuracy"]
+            edge_scores, weight_scores = got["masks"]
+            edge_keep = magnitude_prune(edge_scores, edge_keep, graph_rate)
+            weight_keeps = global_magnitude_prune(weight_scores, weight_keeps, weight_rate)
+        model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout)
+        res = fit(model, graph, train_masks=False, **train_kw)
+        kept = int(np.count_nonzero(np.asarray(edge_keep)))
+        nnz = [int(np.count_nonzero(np.asarray(w))) for w in weight_keeps]
+        total = sum(int(np.size(w)) for w in weight_keeps)
+        macs = ugs_counted_macs(graph.n_nodes, kept, nnz, in_widths)
+        g_nom, w_nom = schedule.sparsity(k)
+        rec = {"round": k, "seed": seed,
+               "graph_sparsity": 1.0 - kept / graph.n_edges, "weight_sparsity": 1.0 - sum(nnz) / total,
+               "nominal_graph_sparsity": g_nom, "nominal_weight_sparsity": w_nom,
+               "test_accuracy": res["test_accuracy"], "val_accuracy": res["val_accuracy"],
+               "best_epoch": res["epoch"], "mask_stage_test_accuracy": mask_stage,
+               "kept_edges": kept, "weight_nnz": nnz, **_cost(model, graph, hw, dense_report),
+               "ugs_counted_macs": macs, "dense_ugs_counted_macs": dense_macs, "ugs_macs_ratio": macs / dense_macs,
+               "time_s": time.perf_counter() - t0}
+        if not all(math.isfinite(v) for v in (rec["energy_ratio"], rec["test_accuracy"])):
+            rec["warning"] = "non-finite result"
+        records.append(rec)
+        if on_round is not None:
+            on_round(rec)
+    return records

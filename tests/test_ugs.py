@@ -1,0 +1,86 @@
+"""Tests of the UGS-style baseline trainer (`codesign.sparsify.ugs`) on a tiny cSBM graph."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from codesign.data.synthetic import csbm
+from codesign.sparsify.baselines import global_magnitude_prune, magnitude_prune, prune_count
+from codesign.sparsify.ugs import build_ticket, fit, ugs_counted_macs, ugs_prune
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return csbm(60, 12, 4.0, 0.8, 1.0, n_classes=3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def records(graph):
+    return ugs_prune(graph, 2, seed=0, epochs=4, hidden=8, graph_rate=0.1, weight_rate=0.3)
+
+
+def test_sparsity_follows_schedule(graph, records):
+    assert [r["round"] for r in records] == [0, 1, 2]
+    e, w = graph.n_edges, graph.n_features * 8 + 8 * graph.n_classes
+    for r in records:
+        kept_e, kept_w = e, w
+        for _ in range(r["round"]):
+            kept_e -= prune_count(kept_e, 0.1)
+            kept_w -= prune_count(kept_w, 0.3)
+        assert r["kept_edges"] == kept_e and sum(r["weight_nnz"]) == kept_w
+        assert r["graph_sparsity"] == pytest.approx(r["nominal_graph_sparsity"], abs=1.0 / e)
+        assert r["weight_sparsity"] == pytest.approx(r["nominal_weight_sparsity"], abs=1.0 / w)
+        assert 0.0 <= r["test_accuracy"] <= 1.0
+    assert records[0]["energy_ratio"] == pytest.approx(1.0) and records[0]["ugs_macs_ratio"] == 1.0
+    assert records[2]["ugs_macs_ratio"] < records[1]["ugs_macs_ratio"] < 1.0
+    assert records[2]["energy_ratio"] <= 1.0
+
+
+def _pruned_keeps(graph, hidden=8):
+    rng = np.random.default_rng(0)
+    edge = magnitude_prune(jnp.asarray(rng.normal(size=graph.n_edges)), jnp.ones(graph.n_edges, bool), 0.4)
+    shapes = [(graph.n_features, hidden), (hidden, graph.n_classes)]
+    ws = global_magnitude_prune([jnp.asarray(rng.normal(size=s)) for s in shapes], [jnp.ones(s, bool) for s in shapes], 0.5)
+    return edge, ws
+
+
+def test_rewind_restores_initial_weights_of_kept_entries(graph):
+    edge, ws = _pruned_keeps(graph)
+    fresh = build_ticket(graph, 3, hidden=8)
+    ticket = build_ticket(graph, 3, edge, ws, hidden=8)
+    for (c0, _), (c1, m1), keep in zip(fresh.pairs(), ticket.pairs(), ws):
+        np.testing.assert_array_equal(np.asarray(c1.kernel[...]), np.asarray(c0.kernel[...] * keep))
+        np.testing.assert_array_equal(np.asarray(m1.weight[...]), np.asarray(keep, np.float32))
+    np.testing.assert_array_equal(np.asarray(ticket.gcn.edge_mask.weight[...]), np.asarray(edge, np.float32))
+
+
+@pytest.mark.parametrize("train_masks", [False, True])
+def test_pruned_entries_stay_zero_after_training(graph, train_masks):
+    edge, ws = _pruned_keeps(graph)
+    model = build_ticket(graph, 1, edge, ws, hidden=8)
+    before = [np.asarray(c.kernel[...]) for c, _ in model.pairs()]
+    out = fit(model, graph, train_masks=train_masks, epochs=5, lr=0.01, weight_decay=5e-4, s1=1e-2, s2=1e-2)
+    assert (out["epoch"] >= 0) or out["val_accuracy"] == 0.0
+    for w, keep, b in zip(model.effective_kernels(), ws, before):
+        assert np.all(np.asarray(w)[~np.asarray(keep)] == 0)
+        assert not np.allclose(np.asarray(w)[np.asarray(keep)], b[np.asarray(keep)])  # kept ones trained
+    gates = np.asarray(model.gcn.edge_mask.edge_gates())
+    assert np.all(gates[~np.asarray(edge)] == 0)
+    if train_masks:
+        e_scores, w_scores = out["masks"]
+        assert np.all(np.asarray(e_scores)[~np.asarray(edge)] == 0)
+        for s, keep in zip(w_scores, ws):
+            assert np.all(np.asarray(s)[~np.asarray(keep)] == 0)
+    else:
+        np.testing.assert_array_equal(gates, np.asarray(edge, np.float32))  # fixed masks not trained
+
+
+@pytest.mark.parametrize("kw", [dict(graph_rate=1.5), dict(weight_rate=-0.1), dict(graph_rate="x"),
+                                dict(rounds=-1), dict(epochs=0)])
+def test_bad_arguments(graph, kw):
+    with pytest.raises(ValueError):
+        ugs_prune(graph, **{"rounds": 1, "epochs": 1, **kw})
+
+
+def test_ugs_counted_macs():
+    assert ugs_counted_macs(10, 30, [6, 4], [3, 2]) == 10 * 6 + 40 * 3 + 10 * 4 + 40 * 2
