@@ -219,3 +219,26 @@ def test_call_errors():
         q(jnp.ones((3, 2), jnp.int32))
     with pytest.raises(ValueError, match="target_bits"):
         q.bits_penalty(0.0)
+
+
+def test_cap_and_pin_range_project_onto_data():
+    """cap_range: q_max <= amax, d <= amax / L(min_bits); pin_range: q_max = amax per row with d
+    rescaled so the bit-width is kept; defaults leave the parameters alone."""
+    x = jnp.asarray([[0.0, 0.2], [0.1, 0.4]], jnp.float32)
+    q = LearnedBitQuant(3.0, signed=False, init_qmax=2.0, cap_range=True)
+    q(x)
+    np.testing.assert_allclose(float(q.range_max()), 0.4, rtol=1e-6)
+    q.step[...] = jnp.asarray(5.0)
+    q(x)
+    assert float(q.step[...]) <= 0.4 + 1e-7
+    p = LearnedBitQuant(3.0, signed=False, per_node=2, pin_range=True)
+    p(x)
+    b0 = np.asarray(p.bits())
+    p.qmax[...] = p.qmax[...] * 0.5
+    p.step[...] = p.step[...] * 0.5
+    p(2.0 * x)
+    np.testing.assert_allclose(np.asarray(p.range_max()), [0.4, 0.8], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(p.bits()), b0, rtol=1e-5)
+    free = LearnedBitQuant(3.0, signed=False, init_qmax=2.0)
+    free(x)
+    np.testing.assert_allclose(float(free.range_max()), 2.0, rtol=1e-6)

@@ -265,3 +265,17 @@ def test_prepare_ptq_recalibrates_lsq_steps():
     np.testing.assert_allclose(net.q2.step[...], h.max() / 7, rtol=1e-6)
     with pytest.raises(ValueError, match="method"):
         prepare_ptq(net, "lsq")
+
+
+def test_cap_step_projects_onto_max_grid():
+    """cap_step: a step above amax / Qp is projected back at the next call (written to the module)."""
+    x = jnp.asarray([[0.0, 0.5, 1.5]], jnp.float32)
+    q = LSQQuant(4, signed=False, init_scale=0.3, cap_step=True)   # cap = 1.5 / 15 = 0.1
+    q(x)
+    np.testing.assert_allclose(float(q.step[...]), 0.1, rtol=1e-6)
+    q.step[...] = jnp.asarray(0.05)                                 # below the cap: untouched
+    q(x)
+    np.testing.assert_allclose(float(q.step[...]), 0.05, rtol=1e-6)
+    free = LSQQuant(4, signed=False, init_scale=0.3)                # default: no projection
+    free(x)
+    np.testing.assert_allclose(float(free.step[...]), 0.3, rtol=1e-6)

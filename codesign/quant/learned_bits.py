@@ -180,7 +180,8 @@ class LearnedBitQuant(nnx.Module):
     """
 
     def __init__(self, init_bits=4.0, *, signed: bool = True, per_node: Optional[int] = None,
-                 min_bits: Optional[int] = None, max_bits: int = 8, init_qmax: Optional[float] = None):
+                 min_bits: Optional[int] = None, max_bits: int = 8, init_qmax: Optional[float] = None,
+                 cap_range: bool = False, pin_range: bool = False):
         """Args:
           init_bits: initial continuous bit-width: a float, or a float array [per_node] (one per
             node), within ``[min_bits, max_bits]``.
@@ -190,6 +191,21 @@ class LearnedBitQuant(nnx.Module):
             smallest allowed).
           max_bits: upper bound, int in ``[min_bits, 16]``.
           init_qmax: initial range (float > 0); None means data-dependent at the first call.
+          cap_range: at every call, project the stored parameters onto the admissible set
+            ``q_max <= amax`` and ``d <= amax / L(min_bits)`` with ``amax`` the max of ``|x|``
+            (unsigned: ``max(x, 0)``) of that call, per tensor or row, and write them back
+            (Uhlich et al. 2020 constrain parameters to admissible ranges; this box is ours). A
+            range above the data max only adds unused codes (bits the cost model pays for) and
+            acts as a gain on ``x``; a step above ``amax / L(min_bits)`` rounds the whole tensor
+            or row to 0. `make_quantizer` turns it on for node features (measured reason there).
+          pin_range: like ``cap_range``, but ``q_max`` is set to ``amax`` itself at every call
+            and ``d`` is rescaled by the same factor (the bit-width is kept), so only the
+            bit-width is learned and the range follows the data. Hidden features grow by an
+            order of magnitude during training from their epoch-0 initialisation: with ``d``
+            left in place the bits of Cora's per-node hidden tensor rose from 4 to 7. With
+            ``per_node`` a learned ``q_max`` is a free gain on every node's row (N parameters the
+            task loss can fit); measured on Cora GCN (A^2Q-style per-node bits on the hidden
+            features) train accuracy 99 % and test 37.5 % (2 seeds). Implies ``cap_range``.
 
         Raises:
           ValueError: any argument outside the ranges above, ``init_bits`` not finite, or an
@@ -221,6 +237,8 @@ class LearnedBitQuant(nnx.Module):
         self.qmax = BitParam(jnp.asarray(q0))
         self.step = QuantStep(jnp.asarray((q0 / levels(b0.astype(np.float64), self.signed)).astype(np.float32)))
         self.initialized = nnx.Variable(jnp.asarray(init_qmax is not None))
+        self.cap_range = bool(cap_range) or bool(pin_range)
+        self.pin_range = bool(pin_range)
 
     def _derived(self) -> dict:
         return _derived_params(self.step[...], self.qmax[...], signed=self.signed, min_bits=self.min_bits,
@@ -299,6 +317,10 @@ class LearnedBitQuant(nnx.Module):
         q, d = _init_once(self.initialized[...], (self.qmax[...], self.step[...]), data_init)
         self.qmax[...], self.step[...] = q, d
         self.initialized[...] = jnp.asarray(True)
+        if self.cap_range:
+            self.qmax[...], self.step[...] = _cap_range(jax.lax.stop_gradient(x), self.qmax[...], self.step[...],
+                                                        signed=self.signed, per_row=self.per_node is not None,
+                                                        min_bits=self.min_bits, pin=self.pin_range)
         p = self._derived()
         return learned_bit_quant(x, self._per_row(p["d"]), self._per_row(p["qmax"]), signed=self.signed)
 
@@ -311,6 +333,23 @@ def _data_init(x: jax.Array, init_bits: jax.Array, *, signed: bool, per_row: boo
     amax = jnp.max(vals, axis=1) if per_row else jnp.max(vals)
     q0 = jnp.where(amax > 0, amax, 1.0)
     return q0, q0 / levels(init_bits, signed)
+
+
+@functools.partial(jax.jit, static_argnames=("signed", "per_row", "min_bits", "pin"))
+def _cap_range(x: jax.Array, qmax: jax.Array, step: jax.Array, *, signed: bool, per_row: bool,
+               min_bits: int, pin: bool = False) -> tuple[jax.Array, jax.Array]:
+    """``(min(|q_max|, amax), min(|d|, amax / L(min_bits)))`` (`LearnedBitQuant` ``cap_range``;
+    ``q_max = amax`` with ``pin``), per tensor or row; unchanged where ``amax`` is 0 (an all-zero
+    row has nothing to fit)."""
+    vals = (jnp.abs(x) if signed else jnp.maximum(x, 0)).astype(jnp.float32)
+    amax = jnp.max(vals, axis=1) if per_row else jnp.max(vals)
+    ok = amax > 0
+    q = jnp.where(ok, amax if pin else jnp.minimum(jnp.abs(qmax), amax), qmax)
+    d = jnp.abs(step)
+    if pin:  # rescale d with q_max: the bit-width log2(q/d + 1) is kept, only the range follows the data
+        d = d * (amax / jnp.maximum(jnp.abs(qmax), 1e-30))
+    d = jnp.where(ok, jnp.minimum(d, amax / levels(min_bits, signed)), step)
+    return q.astype(qmax.dtype), d.astype(step.dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("signed", "min_bits", "max_bits"))

@@ -251,6 +251,14 @@ def _lsq_init_step(x, *, qp, signed, per_channel, method, percentile):
     return jnp.where(stat > 0, stat, 1.0).astype(jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnames=("qp", "signed", "per_channel"))
+def _cap_step(x: jax.Array, step: jax.Array, *, qp: int, signed: bool, per_channel: bool) -> jax.Array:
+    """``min(|step|, amax / Qp)`` (`LSQQuant` ``cap_step``); unchanged where ``amax`` is 0. The
+    projection is in the forward pass, so the gradient flows to the (projected) step as usual."""
+    cap = _calib_amax(x, signed=signed, per_channel=per_channel) * (1.0 / qp)
+    return jnp.where(cap > 0, jnp.minimum(jnp.abs(step), cap), step).astype(step.dtype)
+
+
 @final
 class LSQQuant(nnx.Module):
     """LSQ fake-quantization layer with a learned step size (`QuantStep`).
@@ -278,7 +286,7 @@ class LSQQuant(nnx.Module):
 
     def __init__(self, bits: int, *, signed: bool = True, per_channel: bool = False,
                  n_channels: Optional[int] = None, init_scale: Optional[float] = None,
-                 init_method: str = "lsq", percentile: Optional[float] = None):
+                 init_method: str = "lsq", percentile: Optional[float] = None, cap_step: bool = False):
         """Args:
           bits: int in [2, 16] signed, [1, 16] unsigned.
           signed: code range (see `lsq_range`).
@@ -287,6 +295,15 @@ class LSQQuant(nnx.Module):
           init_scale: initial step (float > 0); None means data-dependent at the first call.
           init_method: data-dependent initialisation, one of `INIT_METHODS` (default the paper's).
           percentile: for ``init_method="percentile"``, in (0, 100].
+          cap_step: at every call, project the stored step onto ``(0, amax / Qp]`` with ``amax``
+            the max of ``|x|`` (unsigned: ``max(x, 0)``) of that call, per tensor or column, and
+            write it back (projected gradient descent, like the admissible-range constraint of
+            Uhlich et al., ICLR 2020, Sec. 2). A larger step leaves the top codes unused and
+            only acts as a gain on ``x``. Our addition, for sparse non-negative activations
+            (`make_quantizer` turns it on for node features): on Cora GCN at 4 bits the
+            bag-of-words step drifted from max/Qp = 0.067 to 0.093 under the task gradient (a
+            gain the first layer's weight decay does not see), rounding every entry of rows
+            with > 21 words to 0; test accuracy 76.5 % (2 seeds) vs 80.95 % fixed.
 
         Raises:
           ValueError: invalid ``bits``, ``n_channels`` (missing or < 1 when ``per_channel``),
@@ -310,6 +327,7 @@ class LSQQuant(nnx.Module):
         if init_method == "percentile" and self.percentile is None:
             raise ValueError("percentile must be given when init_method='percentile'")
         self.init_method = init_method
+        self.cap_step = bool(cap_step)
         s0 = np.full(shape, 1.0 if init_scale is None else float(init_scale), np.float32)  # host: no compile
         self.step = QuantStep(jnp.asarray(s0))
         self.initialized = nnx.Variable(jnp.asarray(init_scale is not None))
@@ -339,6 +357,9 @@ class LSQQuant(nnx.Module):
         # The statistic (a sort for percentiles) is only computed on the first call.
         self.step[...] = _init_once(self.initialized[...], self.step[...], data_init)
         self.initialized[...] = jnp.asarray(True)
+        if self.cap_step:
+            self.step[...] = _cap_step(jax.lax.stop_gradient(x), self.step[...], qp=lsq_range(self.bits, self.signed)[1],
+                                       signed=self.signed, per_channel=self.per_channel)
         return lsq_quant(x, self.step_size(), self.bits, signed=self.signed)
 
     def expected_bits(self) -> jax.Array:
