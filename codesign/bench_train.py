@@ -306,12 +306,15 @@ def save_graph_npz(graph, path: Path) -> dict:
 # -------------------------------------------------------------------------------- the run
 
 def _child(cmd: list, spec: dict, spec_path: Path, env: dict) -> dict:
+    """Runs one side in a fresh process; adds the 1-minute load average before and after it
+    (``loadavg``: other work on the machine slows both sides, see the module docstring)."""
     spec_path.write_text(json.dumps(spec))
+    load_before = os.getloadavg()[0]
     r = subprocess.run([*map(str, cmd), str(spec_path)], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"bench train: child {cmd[0]} failed ({r.returncode}) on {spec['model']}:\n"
                            f"{(r.stdout + r.stderr)[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "loadavg": [load_before, os.getloadavg()[0]]}
 
 
 def _summary(runs: list[dict]) -> dict:
@@ -325,7 +328,8 @@ def _summary(runs: list[dict]) -> dict:
            "baseline_rss_mib": med("baseline_rss_mib"),
            "resident_after_first_step_mib": med("resident_after_first_step_mib"),
            "peak_reset": all(r["peak_reset"] for r in runs),
-           "final_loss": [r["final_loss"] for r in runs], "epoch_s": [r["epoch_s"] for r in runs]}
+           "final_loss": [r["final_loss"] for r in runs], "epoch_s": [r["epoch_s"] for r in runs],
+           "loadavg": [r["loadavg"] for r in runs]}
     if "compile_s" in runs[0]:
         out["compile_s"] = med("compile_s")
     return out
@@ -391,7 +395,8 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                         r = _child(cmd, spec, Path(tmp) / "spec.json", env)
                         runs.setdefault((gname, model, side, impl), []).append(r)
                         log(f"round {rnd + 1}/{rounds} {gname} {model} {side}{'/' + impl if impl else ''}: "
-                            f"{np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB")
+                            f"{np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB, "
+                            f"load {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}")
     results, versions = [], {}
     for gname in graphs:
         for model in models:

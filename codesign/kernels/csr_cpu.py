@@ -206,12 +206,15 @@ def _sddmm_host(rows, indices, g, x):
     ones = np.ones((f,), x.dtype)
     x2, g2 = x.reshape(x.shape[0], heads * f), g.reshape(g.shape[0], heads * f)
 
-    def job(lo, hi):
-        prod = np.take(x2, indices[lo:hi], axis=0)
-        prod *= np.take(g2, rows[lo:hi], axis=0)
-        out[lo:hi] = (prod.reshape(-1, f) @ ones).reshape(-1, heads)  # BLAS gemv: fast sum over F
+    def job(start, stop):  # one contiguous range per thread, in cache-sized blocks
+        for lo in range(start, stop, _SDDMM_CHUNK):
+            hi = min(lo + _SDDMM_CHUNK, stop)
+            prod = np.take(x2, indices[lo:hi], axis=0)
+            prod *= np.take(g2, rows[lo:hi], axis=0)
+            out[lo:hi] = (prod.reshape(-1, f) @ ones).reshape(-1, heads)  # BLAS gemv: fast sum over F
 
-    _run([functools.partial(job, lo, min(lo + _SDDMM_CHUNK, n_edges)) for lo in range(0, n_edges, _SDDMM_CHUNK)])
+    cuts = np.linspace(0, n_edges, n_host_threads() + 1).astype(np.int64)
+    _run([functools.partial(job, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
     return out
 
 
