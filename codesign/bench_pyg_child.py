@@ -14,8 +14,8 @@ The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/g
 every call, as codesign's models do), ``torch.optim.Adam`` with L2 ``weight_decay`` (the same
 update as optax ``add_decayed_weights`` followed by ``adam``).
 
-Timing and memory follow `codesign.bench_train` exactly (the helpers below are copies, so the
-two sides share one definition): an epoch is forward + backward + optimizer step, timed with
+Timing and memory follow `codesign.bench_train` exactly (`codesign.bench_train` imports the
+memory helpers below, so the two sides share one definition): an epoch is forward + backward + optimizer step, timed with
 ``time.perf_counter``; the first epoch is timed apart (``first_step_s``); memory is the peak
 resident set size (VmHWM) over the timed epochs minus the RSS measured after imports and loading
 the graph into framework tensors, with the high-water mark reset (``/proc/self/clear_refs``)
@@ -40,7 +40,8 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def _reset_peak() -> bool:
+def reset_peak() -> bool:
+    """Resets VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -49,11 +50,13 @@ def _reset_peak() -> bool:
         return False
 
 
-def _rss_mib() -> float:
+def rss_mib() -> float:
+    """Resident set size of this process (VmRSS), MiB."""
     return _status_kib("VmRSS") * 1024 / _MIB
 
 
-def _peak_mib() -> float:
+def peak_mib() -> float:
+    """Peak resident set size of this process since start or the last `reset_peak` (VmHWM), MiB."""
     return _status_kib("VmHWM") * 1024 / _MIB
 
 
@@ -74,8 +77,8 @@ def main(spec_path: str) -> dict:
     train_mask = torch.from_numpy(g["train_mask"].astype(bool))
     edge_index = torch.from_numpy(np.stack([g["senders"], g["receivers"]]).astype(np.int64))  # row 0 = source
     del g
-    baseline = _rss_mib()
-    reset = _reset_peak()
+    baseline = rss_mib()
+    reset = reset_peak()
 
     n_in, n_cls, hidden, p = x.shape[1], int(y.max()) + 1, int(spec["hidden"]), float(spec["dropout"])
 
@@ -114,15 +117,15 @@ def main(spec_path: str) -> dict:
     t0 = time.perf_counter()
     step()
     first_step_s = time.perf_counter() - t0
-    peak_first, resident = _peak_mib() - baseline, _rss_mib() - baseline
-    _reset_peak()
+    peak_first, resident = peak_mib() - baseline, rss_mib() - baseline
+    reset_peak()
     epoch_s, loss = [], float("nan")
     for _ in range(int(spec["epochs"])):
         t0 = time.perf_counter()
         loss = step()
         epoch_s.append(time.perf_counter() - t0)
     return {"epoch_s": epoch_s, "first_step_s": first_step_s, "baseline_rss_mib": baseline,
-            "peak_mib": _peak_mib() - baseline, "peak_first_step_mib": peak_first,
+            "peak_mib": peak_mib() - baseline, "peak_first_step_mib": peak_first,
             "resident_after_first_step_mib": resident, "peak_reset": reset,
             "final_loss": loss, "threads": torch.get_num_threads(),
             "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,

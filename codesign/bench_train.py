@@ -51,6 +51,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from codesign.bench_pyg_child import peak_mib, reset_peak, rss_mib  # one memory definition, both sides
+
 GRAPHS = ("cora", "rmat")
 MODELS = ("gcn", "gat")
 IMPLS = ("auto", "segment")
@@ -60,7 +62,6 @@ DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / 
 # only as a CPU wheel, so pip fails rather than fetch a CUDA build).
 TORCH_CPU_REQUIREMENT = "torch==2.13.0+cpu"
 _CHILD_SCRIPT = Path(__file__).with_name("bench_pyg_child.py")
-_MIB = float(1 << 20)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,34 +100,6 @@ def n_cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-# ------------------------------------------------------------------------- memory (both sides)
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-def _reset_peak() -> bool:
-    """Resets VmHWM to the current RSS (Linux >= 4.0); False where that is not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _rss_mib() -> float:
-    return _status_kib("VmRSS") * 1024 / _MIB
-
-
-def _peak_mib() -> float:
-    return _status_kib("VmHWM") * 1024 / _MIB
-
-
 # ------------------------------------------------------------------------------ codesign side
 
 def run_codesign(spec: dict) -> dict:
@@ -157,8 +130,8 @@ def run_codesign(spec: dict) -> dict:
     adj = CooAdjacency(jnp.asarray(g["senders"], jnp.int32), jnp.asarray(g["receivers"], jnp.int32), None, n)
     del g
     jax.block_until_ready((x, y, mask, adj))
-    baseline = _rss_mib()
-    reset = _reset_peak()
+    baseline = rss_mib()
+    reset = reset_peak()
 
     if spec["impl"] == "auto":  # per-graph host structure: counted in the training memory
         adj = with_csr_pattern(adj, self_loops=True)
@@ -189,8 +162,8 @@ def run_codesign(spec: dict) -> dict:
     t0 = time.perf_counter()
     state, loss = jax.block_until_ready(compiled(state, x, y, mask, adj))
     first_step_s = time.perf_counter() - t0
-    peak_first, resident = _peak_mib() - baseline, _rss_mib() - baseline
-    _reset_peak()
+    peak_first, resident = peak_mib() - baseline, rss_mib() - baseline
+    reset_peak()
     epoch_s = []
     for _ in range(int(spec["epochs"])):
         t0 = time.perf_counter()
@@ -199,7 +172,7 @@ def run_codesign(spec: dict) -> dict:
     import flax
     import scipy
     return {"epoch_s": epoch_s, "compile_s": compile_s, "first_step_s": first_step_s, "baseline_rss_mib": baseline,
-            "peak_mib": _peak_mib() - baseline, "peak_first_step_mib": peak_first,
+            "peak_mib": peak_mib() - baseline, "peak_first_step_mib": peak_first,
             "resident_after_first_step_mib": resident, "peak_reset": reset,
             "final_loss": float(loss),
             "versions": {"jax": jax.__version__, "flax": flax.__version__, "optax": optax.__version__,
