@@ -350,9 +350,9 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
     dense_c = float(getattr(dense, cfg.objective))
-    if cfg.budget is not None:
-        _check_budget_feasible(cfg, graph, hw, locality, dense_c)
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
+    if cfg.budget is not None:
+        _check_budget_feasible(cfg, model, graph, hw, locality, dense_c)
     model.train()
     weights = nnx.All(nnx.Param, nnx.Not(nnx.Any(GATE_PARAMS, QUANT_PARAMS)))
     decay = _decay_mask(cfg.weight_decay_scope, getattr(model, "FIRST_LAYER", "conv1"))
@@ -423,11 +423,11 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     }
 
 
-def _check_budget_feasible(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
+def _check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.HardwareSpec,
                            locality, dense_c: float) -> None:
-    """Raises ValueError when ``cfg.budget`` is below the cost floor: the modeled cost with every
-    mask the config learns fully closed (the cost left by self-loops, kept layers, the bits)."""
-    model = build_model(cfg, graph, nnx.Rngs(0))
+    """Raises ValueError when ``cfg.budget`` is below the cost floor: the modeled cost of the
+    untrained ``model`` with every mask the config learns fully closed (the cost left by
+    self-loops, kept layers, the bits)."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
     floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
                                                           locality=locality), hw), cfg.objective)) / dense_c

@@ -120,3 +120,20 @@ def test_infeasible_budget_is_refused_before_training(cora):
     cfg = TrainConfig(budget=1e-4, bits=8, edge_mask=False)
     with pytest.raises(ValueError, match="infeasible budget"):
         train(cora, cfg, presets.get("h100"))
+
+
+def test_tensor_rms_keeps_relative_gradient_sizes_and_is_scale_free():
+    """`scale_by_tensor_rms`: one second moment per tensor, so inside a tensor the update keeps the
+    gradient's proportions (per-element Adam would make every entry ~1), and scaling the whole
+    gradient leaves the update unchanged."""
+    import jax.numpy as jnp
+    from codesign.train import scale_by_tensor_rms
+    opt = scale_by_tensor_rms()
+    params = {"a": jnp.zeros(4)}
+    g = {"a": jnp.array([1e-4, 2e-4, -4e-4, 0.0])}
+    u, _ = opt.update(g, opt.init(params), params)
+    u_big, _ = opt.update({"a": 1e3 * g["a"]}, opt.init(params), params)
+    np.testing.assert_allclose(np.asarray(u["a"]), np.asarray(u_big["a"]), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(u["a"]) / float(u["a"][0]), [1.0, 2.0, -4.0, 0.0], rtol=1e-5)
+    rms = float(jnp.sqrt(jnp.mean(jnp.square(g["a"]))))
+    np.testing.assert_allclose(np.asarray(u["a"]), np.asarray(g["a"]) / rms, rtol=1e-4)  # first step: g / rms(g)
