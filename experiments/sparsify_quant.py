@@ -47,14 +47,11 @@ QUICK_METHODS = ("fp32", "block_mask_cw1")
 def _keep_random_edges(graph, keep: float, seed: int):
     import jax
 
-    from codesign.graph import Graph
     from codesign.sparsify import random_edge_removal
     keep_mask = np.asarray(random_edge_removal(jax.random.key(seed), graph.n_edges, keep))
-    fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}
-    for name in ("senders", "receivers", "edge_weight", "edge_type"):
-        if fields.get(name) is not None:
-            fields[name] = np.asarray(fields[name])[keep_mask]
-    return Graph(**fields)
+    edge_fields = ("senders", "receivers", "edge_weight", "edge_type")
+    return graph.replace(**{name: np.asarray(getattr(graph, name))[keep_mask]
+                            for name in edge_fields if getattr(graph, name, None) is not None})
 
 
 def run_one(graph, method: str, seed: int, hw, epochs):
@@ -114,12 +111,14 @@ def main(argv=None) -> list[dict]:
     suffix = "_quick" if args.quick else ""
     store = ResultsStore(Path(args.out) / f"{args.dataset}_gcn_sparsify_quant{suffix}.jsonl")
     done = store.done_keys()
-    todo = [(m, s) for m in methods for s in range(seeds)
-            if config_key(dict(dataset=args.dataset, hw=args.hw, method=m, seed=s, epochs=epochs)) not in done]
+    def key(method, seed):
+        return config_key(dict(dataset=args.dataset, hw=args.hw, method=method, seed=seed, epochs=epochs))
+
+    todo = [(m, s) for m in methods for s in range(seeds) if key(m, s) not in done]
     print(f"{len(todo)} runs to do, {len(done)} already in {store.path}", file=sys.stderr)
     for method, seed in tqdm(todo, desc="sparsify_quant", unit="run"):
         cfg, r = run_one(graph, method, seed, hw, epochs)
-        store.append({"key": config_key(dict(dataset=args.dataset, hw=args.hw, method=method, seed=seed, epochs=epochs)),
+        store.append({"key": key(method, seed),
                       "method": method, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)},
                       **r, "code_version": code_version(),
                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
