@@ -35,8 +35,10 @@ is at 0.21) ends under it (0.83-0.85), and a tight one (0.05) needs more than 20
 
 Optimizers (optax): weights use Adam with L2 weight decay on the first layer, as Kipf & Welling
 (ICLR 2017) do (``weight_decay_scope="all"``: on every weight, as GAT, GraphSAGE and GIN do);
-gate logits (`GateLogit`) have their own Adam with a larger step, because they must travel
-several units of log-odds within a few hundred epochs.
+gate parameters (`codesign.sparsify.GATE_PARAMS`: gate logits and `EdgeScorer` weights) have their
+own Adam with a larger step, because they must travel several units of log-odds within a few
+hundred epochs; quantizer parameters (`QUANT_PARAMS`: LSQ steps, learned bit-width ranges) a third
+optimizer with steps relative to their size, since their units differ per tensor.
 """
 
 from __future__ import annotations
