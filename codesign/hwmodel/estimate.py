@@ -106,6 +106,36 @@ class CostReport:
         return {"latency_s": float(self.latency_s), "energy_j": float(self.energy_j),
                 "dram_bytes": float(self.dram_bytes)}
 
+    def breakdown(self, hw: HardwareSpec) -> dict:
+        """Plain-Python per-stage costs for tables and figures (concrete values only).
+
+        Returns ``{"<layer>/<kind>": {...}}`` with, per stage: ``latency_s``, ``compute_s``,
+        ``memory_s`` (DRAM roof), ``energy_j`` and its split ``compute_j`` (host or near-memory
+        MACs), ``dram_j`` (host DRAM), ``onchip_j`` (host SRAM), ``nmp_j`` (near-memory internal
+        accesses), ``link_j`` (host <-> near-memory link), which sum to ``energy_j``; ``macs``,
+        ``dram_bytes``, ``onchip_bytes``, ``nmp_bytes``, ``link_bytes``; ``on_nmp`` (bool) and
+        ``bound`` (one of `BOUNDS`). ``hw`` must be the spec the report was computed on (its
+        per-byte energies split the memory energy; see the module docstring).
+        """
+        out = {}
+        for name, c in self.stages.items():
+            on_nmp = bool(float(c.on_nmp) > 0.5)
+            pj = lambda nbytes, per_byte: float(nbytes) * per_byte * PJ
+            split = dict(dram_j=0.0, onchip_j=0.0, nmp_j=0.0, link_j=0.0)
+            if on_nmp:
+                split.update(nmp_j=pj(c.nmp_bytes, hw.nmp.internal_energy_pj_per_byte),
+                             link_j=pj(c.link_bytes, hw.nmp.host_link_energy_pj_per_byte))
+            else:
+                split.update(dram_j=pj(c.dram_bytes, hw.dram_energy_pj_per_byte),
+                             onchip_j=pj(c.onchip_bytes, hw.sram_energy_pj_per_byte))
+            out[name] = {"latency_s": float(c.latency_s), "compute_s": float(c.compute_s),
+                         "memory_s": float(c.memory_s), "energy_j": float(c.energy_j),
+                         "compute_j": float(c.compute_energy_j), **split, "macs": float(c.macs),
+                         "dram_bytes": float(c.dram_bytes), "onchip_bytes": float(c.onchip_bytes),
+                         "nmp_bytes": float(c.nmp_bytes), "link_bytes": float(c.link_bytes),
+                         "on_nmp": on_nmp, "bound": c.bound}
+        return out
+
 
 def _hit(stage: Stage, buffer_bytes) -> jax.Array:
     """Fraction of re-gathered bytes that hit in a buffer of ``buffer_bytes``."""
