@@ -1,0 +1,162 @@
+"""Helpers shared by the figure scripts: Agg figures, atomic PNG + PDF output, input discovery.
+
+Figures are built on a `matplotlib.figure.Figure` with its own Agg canvas (pyplot's global
+backend is never touched), so the scripts run headless and in the same process as the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Iterable, Sequence
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = REPO_ROOT / "results"
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+DPI = 200  # PNG resolution of the paper figures
+QUICK_DPI = 60  # PNG resolution of --quick smoke runs
+QUICK_SUFFIX = "_quick"
+
+__all__ = ["REPO_ROOT", "DEFAULT_RESULTS", "DEFAULT_OUT", "DPI", "QUICK_DPI", "new_figure",
+           "save_figure", "load_json_object", "prefer_quick_or_full", "add_common_args"]
+
+
+def new_figure(nrows: int, ncols: int, panel_w_in: float = 4.2, panel_h_in: float = 3.4,
+               **subplot_kw):
+    """A figure of ``nrows x ncols`` panels on an Agg canvas.
+
+    Args:
+        nrows, ncols: panel grid (>= 1 each).
+        panel_w_in, panel_h_in: size of one panel in inches.
+        subplot_kw: passed to `Figure.subplots` (e.g. ``sharey=True``).
+
+    Returns:
+        ``(fig, axes)`` with ``axes`` a 2-D numpy array of Axes, shape ``(nrows, ncols)``.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(panel_w_in * ncols, panel_h_in * nrows))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **subplot_kw)
+    return fig, axes
+
+
+def save_figure(fig, out_dir: str | os.PathLike, name: str, dpi: int = DPI) -> list[Path]:
+    """Write ``<out_dir>/<name>.png`` and ``.pdf`` atomically (temporary file, then `os.replace`).
+
+    Args:
+        fig: a `matplotlib.figure.Figure`.
+        out_dir: output folder (created).
+        name: file name without extension.
+        dpi: PNG resolution (dots per inch).
+
+    Returns:
+        ``[png_path, pdf_path]``.
+
+    Raises:
+        OSError: if a file cannot be written (an existing file is left as it was).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in ("png", "pdf"):
+        path = out / f"{name}.{fmt}"
+        tmp = out / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.{fmt}.tmp"
+        try:
+            fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight",
+                        metadata={"CreationDate": None} if fmt == "pdf" else None)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        paths.append(path)
+    return paths
+
+
+def load_json_object(path: str | os.PathLike) -> dict:
+    """Read a JSON file holding one object.
+
+    Raises:
+        ValueError: naming the file (and the line/column of a syntax error), if the file is not
+            valid JSON or does not hold an object.
+        FileNotFoundError: if the file does not exist.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from err
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _base_stem(path: Path) -> str:
+    stem = path.stem
+    return stem[: -len(QUICK_SUFFIX)] if stem.endswith(QUICK_SUFFIX) else stem
+
+
+def prefer_quick_or_full(paths: Iterable[Path], quick: bool) -> list[Path]:
+    """One file per result: of ``X.ext`` and ``X_quick.ext`` in the same folder keep one.
+
+    Args:
+        paths: candidate files.
+        quick: keep the ``_quick`` file when both exist (else the full one). A file whose
+            partner is absent is always kept.
+
+    Returns:
+        The kept paths, sorted.
+    """
+    by_base: dict[tuple[Path, str, str], dict[bool, Path]] = {}
+    for p in paths:
+        p = Path(p)
+        by_base.setdefault((p.parent, _base_stem(p), p.suffix), {})[p.stem.endswith(QUICK_SUFFIX)] = p
+    kept = []
+    for pair in by_base.values():
+        kept.append(pair.get(quick, pair.get(not quick)))
+    return sorted(kept)
+
+
+def is_quick(path: Path) -> bool:
+    """Whether a results file is the output of an experiment's ``--quick`` run."""
+    return Path(path).stem.endswith(QUICK_SUFFIX)
+
+
+def add_common_args(parser, out_default: Path = DEFAULT_OUT) -> None:
+    """Add ``--out DIR`` and ``--dpi N`` to an `argparse.ArgumentParser`."""
+    parser.add_argument("--out", type=Path, default=out_default,
+                        help=f"output folder (default {out_default})")
+    parser.add_argument("--dpi", type=int, default=DPI, help=f"PNG resolution (default {DPI})")
+
+
+def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[str]]:
+    """Handles and labels with repeated labels dropped (first kept), order preserved."""
+    seen: dict[str, object] = {}
+    for h, lab in zip(handles, labels):
+        if lab and not lab.startswith("_") and lab not in seen:
+            seen[lab] = h
+    return list(seen.values()), list(seen)
+
+
+# Marker / colour of each method in every figure (co-design family filled, baselines hollow).
+METHOD_STYLE = {
+    "codesign": dict(color="C3", marker="o", label="co-design (edges+features+bits)"),
+    "edge_only": dict(color="C1", marker="s", label="co-design: edges only"),
+    "quant_only": dict(color="C6", marker="D", label="co-design: bits only"),
+    "dense": dict(color="k", marker="*", label="dense FP32"),
+    "int8": dict(color="C7", marker="v", label="INT8 (PTQ/QAT)"),
+    "int4": dict(color="C5", marker="^", label="INT4"),
+    "ugs_int8": dict(color="C0", marker="P", label="UGS + INT8"),
+    "degree_quant": dict(color="C2", marker="X", label="Degree-Quant"),
+    "random_edges": dict(color="C8", marker="<", label="random edge removal"),
+    "dropedge": dict(color="C9", marker=">", label="DropEdge"),
+}
+
+
+def method_style(method: str) -> dict:
+    """``{"color", "marker", "label"}`` of a method (a grey dot labelled by name if unknown)."""
+    return dict(METHOD_STYLE.get(method, dict(color="0.4", marker=".", label=method)))
