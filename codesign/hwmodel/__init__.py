@@ -16,3 +16,7 @@ __all__ = ["presets", "area_mm2", "peak_power_w", "LocalityProfile", "measure_lo
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "LayerWorkload", "Stage", "Workload",
            "attention_stages", "bsr_spmm_stage", "elementwise_stage", "gemm_stage", "message_passing_layer",
            "segment_spmm_stages", "spmm_stage", "with_backward"]
+from codesign.hwmodel import comm
+from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage
+
+__all__ += ["comm", "CommCost", "CommStage", "LinkSpec", "communication_cost", "communication_stage"]

@@ -1,0 +1,297 @@
+"""Graph partitioning with halo (boundary) bookkeeping for partitioned full-batch training.
+
+A `Partition` splits the N nodes of a graph into P parts (METIS k-way through pymetis: G. Karypis,
+V. Kumar, "A Fast and High Quality Multilevel Scheme for Partitioning Irregular Graphs", SIAM J.
+Sci. Comput. 20(1), 1998), pads every part to the same block size B (static shapes for
+`jax.shard_map`) and lays out, for every device, the edges it aggregates and the rows it must
+send to and receive from every other device.
+
+Ring schedule (as SAR's sequential aggregation over remote partitions; Mostafa, "Sequential
+Aggregation and Rematerialization", MLSys 2022): at step ``s = 1 .. P-1`` device ``q`` sends to
+device ``(q + s) % P`` the rows of its block that the receiver's edges read (its *halo rows* for
+that receiver); device ``p`` thus receives from ``(p - s) % P``. Step 0 is the local edges.
+
+Every edge lives with its **receiver's** part (the receiver owns the sum, the edge's weight and
+gate). Edge slots of a device are grouped by step: step ``s`` occupies slots
+``[edge_offsets[s], edge_offsets[s] + edge_lengths[s])`` on every device, ``edge_lengths[s]`` the
+largest count over devices (padding slots have weight 0 and ``edge_id = -1``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+METHODS = ("metis", "contiguous")
+"""Partitioners: "metis" (pymetis k-way, minimizes the edge cut) or "contiguous" (node-id ranges;
+a baseline and a fallback where pymetis is not installed)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """A P-way node partition with a padded block layout and a ring halo-exchange plan (numpy, host).
+
+    Node layout: part ``p`` holds its nodes (ascending original id) in rows ``[0, n_local[p])`` of a
+    block of ``block_size`` rows; rows beyond are padding.
+
+    Fields (P parts, B = block_size, N nodes, E edges):
+      n_parts: P.
+      n_nodes: N.
+      n_edges: E (edges of the input, self-loops not included).
+      part: int32 [N]  part of each node.
+      local_row: int32 [N]  row of each node inside its part's block.
+      node_id: int32 [P, B]  original node of each block row; -1 for padding rows.
+      n_local: int32 [P]  real rows per part.
+      block_size: B = max(n_local) (>= 1).
+      send_rows: tuple of P-1 int32 arrays [P, H_s] (s = 1..P-1): ``send_rows[s-1][q]`` are the
+        local rows device q sends at step s (to device (q+s) % P), ascending, padded with row 0.
+      halo_counts: int64 [P, P]  ``halo_counts[q, p]``: real rows q sends to p (0 on the diagonal).
+      edge_offsets, edge_lengths: int tuples of length P: slot range of each step (see module doc).
+      senders: int32 [P, S]  per edge slot: a local row (step 0) or a row of the step's received
+        halo buffer (step s > 0); 0 for padding.
+      receivers: int32 [P, S]  local row of each edge's receiver; 0 for padding.
+      edge_id: int32 [P, S]  original index of each edge slot in the input edge list; -1 padding.
+      edge_cut: edges (directed) whose endpoints are in different parts.
+      method: the partitioner used.
+
+    ``S = sum(edge_lengths)``. Build with `partition_graph`.
+    """
+
+    n_parts: int
+    n_nodes: int
+    n_edges: int
+    part: np.ndarray
+    local_row: np.ndarray
+    node_id: np.ndarray
+    n_local: np.ndarray
+    block_size: int
+    send_rows: tuple
+    halo_counts: np.ndarray
+    edge_offsets: tuple
+    edge_lengths: tuple
+    senders: np.ndarray
+    receivers: np.ndarray
+    edge_id: np.ndarray
+    edge_cut: int
+    method: str
+
+    @property
+    def halo_sizes(self) -> tuple:
+        """H_s, the padded rows every device sends at step s = 1..P-1 (ints)."""
+        return tuple(int(r.shape[1]) for r in self.send_rows)
+
+    @property
+    def edge_slots(self) -> int:
+        """S, edge slots per device (padding included)."""
+        return int(self.senders.shape[1])
+
+    def step_source(self, p: int, s: int) -> int:
+        """The device that device ``p`` receives from at step ``s``: ``(p - s) % P``."""
+        return (p - s) % self.n_parts
+
+    def to_blocks(self, values: np.ndarray, fill=0) -> np.ndarray:
+        """Node values ``[N, ...]`` in the block layout ``[P, B, ...]`` (padding rows = ``fill``).
+
+        Raises:
+          ValueError: ``values`` whose first dimension is not N.
+        """
+        values = np.asarray(values)
+        if values.ndim < 1 or values.shape[0] != self.n_nodes:
+            raise ValueError(f"Partition.to_blocks: values must be [n_nodes={self.n_nodes}, ...], got {values.shape}")
+        out = np.full((self.n_parts, self.block_size) + values.shape[1:], fill, values.dtype)
+        out[self.part, self.local_row] = values
+        return out
+
+    def from_blocks(self, blocks: np.ndarray) -> np.ndarray:
+        """Inverse of `to_blocks`: ``[P, B, ...] -> [N, ...]`` in original node order (padding dropped)."""
+        return np.asarray(blocks)[self.part, self.local_row]
+
+    def edges_to_slots(self, values: np.ndarray, fill=0) -> np.ndarray:
+        """Edge values ``[E, ...]`` (input edge order) in the slot layout ``[P, S, ...]``."""
+        values = np.asarray(values)
+        if values.ndim < 1 or values.shape[0] != self.n_edges:
+            raise ValueError(f"Partition.edges_to_slots: values must be [n_edges={self.n_edges}, ...], "
+                             f"got {values.shape}")
+        out = np.full(self.edge_id.shape + values.shape[1:], fill, values.dtype)
+        valid = self.edge_id >= 0
+        out[valid] = values[self.edge_id[valid]]
+        return out
+
+    def slots_to_edges(self, slots: np.ndarray) -> np.ndarray:
+        """Inverse of `edges_to_slots`: ``[P, S, ...] -> [E, ...]`` in input edge order."""
+        slots = np.asarray(slots)
+        valid = self.edge_id >= 0
+        out = np.zeros((self.n_edges,) + slots.shape[2:], slots.dtype)
+        out[self.edge_id[valid]] = slots[valid]
+        return out
+
+    def summary(self) -> dict:
+        """Plain-Python statistics: parts, block size, real/padded halo rows, edge cut, slots."""
+        return {"n_parts": self.n_parts, "method": self.method, "block_size": self.block_size,
+                "n_local": self.n_local.tolist(), "edge_cut": self.edge_cut,
+                "edge_cut_fraction": self.edge_cut / max(self.n_edges, 1),
+                "halo_rows": int(self.halo_counts.sum()),
+                "halo_rows_padded": int(sum(self.halo_sizes) * self.n_parts),
+                "edge_slots": self.edge_slots, "edge_lengths": list(self.edge_lengths)}
+
+
+def _check_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"partition_graph: {name} must be an int, got {value!r}")
+    return int(value)
+
+
+def metis_parts(senders: np.ndarray, receivers: np.ndarray, n_nodes: int, n_parts: int, seed: int = 0,
+                balance_edges: bool = True) -> np.ndarray:
+    """METIS k-way part of every node (int32 [N]) of the symmetrized graph (self-loops and
+    duplicates dropped), through pymetis.
+
+    ``balance_edges``: vertex weight = in-degree + 1, so that parts hold about the same number
+    of edges (the aggregation work and edge memory of a device; every edge lives with its
+    receiver), then nodes without any edge are dealt to the parts with the fewest nodes, which
+    evens out the block size without touching the cut. Unweighted METIS balances node counts
+    only, and on R-MAT graphs puts the dense core into one part (scale 14, 8 parts: one part held
+    66 % of the edges; with the weights the largest part holds 1.04x the mean, measured).
+
+    Raises:
+      ImportError: pymetis is not installed (use ``method="contiguous"``).
+    """
+    try:
+        import pymetis
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("partition_graph(method='metis') needs pymetis (pip install pymetis); "
+                          "method='contiguous' needs nothing") from e
+    a = sp.coo_matrix((np.ones(len(senders), np.int8), (senders, receivers)), shape=(n_nodes, n_nodes))
+    a = (a + a.T).tocsr()
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a.sort_indices()
+    opts = pymetis.Options(seed=seed)
+    xadj, adjncy = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+    in_deg = np.bincount(receivers, minlength=n_nodes)
+    kw = dict(options=opts, recursive=False)
+    if balance_edges:
+        kw["vweights"] = (in_deg + 1).astype(np.int64).tolist()
+    if hasattr(pymetis, "CSRAdjacency"):
+        res = pymetis.part_graph(n_parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), **kw)
+    else:  # older pymetis
+        res = pymetis.part_graph(n_parts, xadj=xadj, adjncy=adjncy, **kw)
+    part = np.asarray(res[1], np.int32)
+    if balance_edges:
+        part = _deal_isolated(part, np.diff(a.indptr) == 0, n_parts)
+    return part
+
+
+def _deal_isolated(part: np.ndarray, isolated: np.ndarray, n_parts: int) -> np.ndarray:
+    """Reassigns edgeless nodes so that node counts are as even as possible (no edge moves)."""
+    part = part.copy()
+    iso = np.flatnonzero(isolated)
+    counts = np.bincount(part[~isolated], minlength=n_parts)
+    for v in iso:  # to the currently smallest part
+        p = int(np.argmin(counts))
+        part[v] = p
+        counts[p] += 1
+    return part
+
+
+def partition_graph(senders, receivers, n_nodes: int, n_parts: int, method: str = "metis",
+                    seed: int = 0, parts: Optional[np.ndarray] = None) -> Partition:
+    """Partitions a graph into ``n_parts`` parts and plans its ring halo exchange.
+
+    Args:
+      senders, receivers: int [E] edge list (edge j: ``senders[j] -> receivers[j]``; the graph
+        need not be symmetric; self-loops are kept as local edges).
+      n_nodes: N.
+      n_parts: P >= 1, at most N.
+      method: one of `METHODS`.
+      seed: METIS random seed.
+      parts: optional int [N] part of every node (overrides ``method``; for tests and for
+        partitions computed elsewhere).
+
+    Returns:
+      `Partition`.
+
+    Raises:
+      ValueError: P < 1 or P > N, unknown ``method``, edge indices out of range, or ``parts``
+        of the wrong shape or out of range.
+    """
+    n_nodes, n_parts = _check_int(n_nodes, "n_nodes"), _check_int(n_parts, "n_parts")
+    if n_nodes < 1:
+        raise ValueError(f"partition_graph: n_nodes must be >= 1, got {n_nodes}")
+    if n_parts < 1:
+        raise ValueError(f"partition_graph: n_parts must be >= 1, got {n_parts}")
+    if n_parts > n_nodes:
+        raise ValueError(f"partition_graph: n_parts={n_parts} exceeds the number of nodes {n_nodes}")
+    if method not in METHODS:
+        raise ValueError(f"partition_graph: unknown method {method!r}; choose from {METHODS}")
+    s, r = np.asarray(senders, np.int64).ravel(), np.asarray(receivers, np.int64).ravel()
+    if s.shape != r.shape:
+        raise ValueError(f"partition_graph: senders {s.shape} and receivers {r.shape} differ in shape")
+    if s.size and (min(s.min(), r.min()) < 0 or max(s.max(), r.max()) >= n_nodes):
+        raise ValueError(f"partition_graph: edge index out of range [0, {n_nodes})")
+    if parts is not None:
+        part = np.asarray(parts, np.int32)
+        if part.shape != (n_nodes,) or part.min() < 0 or part.max() >= n_parts:
+            raise ValueError(f"partition_graph: parts must be int [n_nodes={n_nodes}] in [0, {n_parts}), "
+                             f"got shape {part.shape}")
+        method = "given"
+    elif n_parts == 1:
+        part = np.zeros(n_nodes, np.int32)
+    elif method == "metis":
+        part = metis_parts(s, r, n_nodes, n_parts, seed)
+    else:
+        part = (np.arange(n_nodes, dtype=np.int64) * n_parts // n_nodes).astype(np.int32)
+    return _layout(s, r, n_nodes, n_parts, part, method)
+
+
+def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.ndarray, method: str) -> Partition:
+    P = n_parts
+    order = np.lexsort((np.arange(n_nodes), part))  # nodes by (part, id)
+    n_local = np.bincount(part, minlength=P).astype(np.int32)
+    starts = np.concatenate([[0], np.cumsum(n_local)[:-1]])
+    local_row = np.empty(n_nodes, np.int32)
+    local_row[order] = np.arange(n_nodes) - np.repeat(starts, n_local)
+    B = max(int(n_local.max()), 1)
+    node_id = np.full((P, B), -1, np.int32)
+    node_id[part[order], local_row[order]] = order
+
+    ps, pr = part[s], part[r]
+    step = (pr - ps) % P  # ring step at which the sender's rows reach the receiver
+    # Halo rows: unique (sender node, receiving part) pairs across parts, grouped by step.
+    send_rows, halo_counts = [], np.zeros((P, P), np.int64)
+    halo_slot = np.zeros(s.shape[0], np.int64)  # row of the received buffer each cross edge reads
+    for st in range(1, P):
+        sel = np.flatnonzero(step == st)
+        per_q = []
+        for q in range(P):
+            e_q = sel[ps[sel] == q]
+            rows, inv = np.unique(local_row[s[e_q]], return_inverse=True)
+            halo_slot[e_q] = inv
+            halo_counts[q, (q + st) % P] = rows.size
+            per_q.append(rows)
+        h = max(max(len(x) for x in per_q), 0)
+        buf = np.zeros((P, h), np.int32)
+        for q, rows in enumerate(per_q):
+            buf[q, :len(rows)] = rows
+        send_rows.append(buf)
+
+    # Edge slots per receiving device, grouped by step.
+    lengths = [int(max(np.sum((pr == p) & (step == st)) for p in range(P))) for st in range(P)]
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(int)
+    S = max(int(sum(lengths)), 1)
+    snd, rcv, eid = np.zeros((P, S), np.int32), np.zeros((P, S), np.int32), np.full((P, S), -1, np.int32)
+    src_row = np.where(step == 0, local_row[s], halo_slot)
+    for p in range(P):
+        for st in range(P):
+            e = np.flatnonzero((pr == p) & (step == st))
+            o = offsets[st]
+            snd[p, o:o + e.size] = src_row[e]
+            rcv[p, o:o + e.size] = local_row[r[e]]
+            eid[p, o:o + e.size] = e
+    return Partition(P, n_nodes, int(s.shape[0]), part, local_row, node_id, n_local, B, tuple(send_rows),
+                     halo_counts, tuple(int(o) for o in offsets), tuple(lengths), snd, rcv, eid,
+                     int(np.sum(ps != pr)), method)

@@ -1,0 +1,177 @@
+"""Partitioned full-batch co-design training over a device mesh (``codesign train --devices P``).
+
+The loop of `codesign.train.train` (three optimizer groups, penalty-mode cost term) with the
+loss of `codesign.distributed.gcn` and a partition-aware cost: compute of the busiest device plus
+the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`):
+
+    latency_s = estimate(workload of the busiest device).latency_s + comm.latency_s
+    energy_j  = estimate(workload of the whole graph).energy_j   + comm.energy_j
+    dram_bytes = estimate(workload of the whole graph).dram_bytes
+
+so the cost term trades accuracy for communication too (int8 halo rows cost a quarter of the
+bytes; a channel mask shrinks the hidden width; fewer bits shrink compute).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.distributed.gcn import PartitionedEdgeMask, halo_widths, logits_and_loss, shard_graph
+from codesign.distributed.mesh import make_mesh
+from codesign.distributed.partition import Partition, partition_graph
+from codesign.graph import Graph
+from codesign.hwmodel import comm
+from codesign.sparsify import GATE_PARAMS
+
+
+def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = False,
+                padded: bool = False) -> tuple:
+    """The `comm.CommStage` of each GCN layer of ``model`` on ``part``.
+
+    ``padded=False``: the halo rows the edges read (``part.halo_counts``); ``padded=True``: the
+    rows the static-shape ring ships (what the compiled program's ``collective-permute`` ops
+    move; `codesign.distributed.collective_permute_bytes` counts them). Exchanged values are
+    float32 (int8 + a float32 scale per row with ``int8``); the backward re-fetch is modeled when
+    the model has edge gates (their gradient reads the halo rows).
+    """
+    rows = comm.padded_rows(part.halo_sizes, part.n_parts) if padded else part.halo_counts
+    refetch = model.edge_mask is not None
+    bits = 8.0 if int8 else 32.0
+    return tuple(comm.communication_stage(f"layer{i}", rows, w, bits, training=training, refetch=refetch, int8=int8)
+                 for i, w in enumerate(halo_widths(model)))
+
+
+def partitioned_cost(model, part: Partition, hw: hwmodel.HardwareSpec, link: comm.LinkSpec, *,
+                     hard: bool = False, training: bool = False, int8: bool = False,
+                     locality: Optional[hwmodel.LocalityProfile] = None) -> dict:
+    """Modeled cost (float32 scalars) of ``model`` partitioned as ``part`` (module docstring):
+    ``latency_s``, ``energy_j``, ``dram_bytes``, ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``."""
+    per_device_edges = int(np.max(np.sum(part.edge_id >= 0, axis=1)))
+    busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
+                                              locality=locality), hw)
+    whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
+                                            locality=locality), hw)
+    c = comm.communication_cost(comm_stages(model, part, training=training, int8=int8), link)
+    return {"latency_s": busiest.latency_s + c.latency_s, "energy_j": whole.energy_j + c.energy_j,
+            "dram_bytes": whole.dram_bytes, "comm_bytes": c.bytes, "comm_latency_s": c.latency_s,
+            "comm_energy_j": c.energy_j}
+
+
+def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.Rngs):
+    """``cfg``'s GCN (`codesign.train.build_model`) with its edge mask, if any, as a
+    `PartitionedEdgeMask` on ``mesh``.
+
+    Raises:
+      ValueError: a config the partitioned trainer does not support (model other than "gcn",
+        quantizer other than "fixed", edge sparsifier other than "edge", budget mode,
+        ``select="best_val"``).
+    """
+    from codesign.train import build_model
+    bad = {"model": (cfg.model, "gcn"), "quantizer": (cfg.quantizer, "fixed"), "select": (cfg.select, "last")}
+    if cfg.uses_edge_mask:
+        bad["edge_sparsifier"] = (cfg.edge_sparsifier, "edge")
+    for name, (got, want) in bad.items():
+        if got != want:
+            raise ValueError(f"distributed training: TrainConfig.{name}={got!r} is not supported (only {want!r})")
+    if cfg.budget is not None:
+        raise ValueError("distributed training: TrainConfig.budget is not supported; use cost_weight")
+    model = build_model(dataclasses.replace(cfg, edge_mask=False), graph, rngs)
+    if cfg.uses_edge_mask:
+        mask = PartitionedEdgeMask(part, mesh, rngs=rngs)
+        # the model was built without an edge mask, so the attribute is static until marked as data
+        model.edge_mask = nnx.data(mask) if hasattr(nnx, "data") else mask
+    return model
+
+
+def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: int, *,
+                      link: str = "nvlink4", int8_halo: bool = False, method: str = "metis",
+                      on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
+    """Trains ``cfg``'s GCN on ``graph`` partitioned over ``n_devices`` devices (full batch).
+
+    Args:
+      graph: `Graph` with train/val/test masks.
+      cfg: `codesign.train.TrainConfig` (see `build_partitioned_model` for what is supported).
+      hw: `HardwareSpec` of each device.
+      n_devices: P, devices of the mesh (``jax.devices()[:P]``).
+      link: `codesign.hwmodel.comm.LINKS` preset between devices.
+      int8_halo: exchange halo rows as int8 + per-row scales.
+      method: partitioner (`codesign.distributed.METHODS`).
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})``.
+
+    Returns:
+      dict like `codesign.train.train` (``test_accuracy``, ``val_accuracy``, ``train_accuracy``,
+      ``modeled``, ``dense_modeled``, ``densities``, ``final_loss``, ``train_time_s``) plus
+      ``devices``, ``partition`` (`Partition.summary`) and ``comm_bytes_per_epoch``.
+
+    Raises:
+      ValueError: unsupported config, P < 1, P > available devices, or P > nodes.
+    """
+    from codesign.train import _decay_mask, gate_optimizer, masked_accuracy, QUANT_PARAMS
+    mesh = make_mesh(n_devices)
+    part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, n_devices, method)
+    sg = shard_graph(graph, part, mesh)
+    lk = comm.get_link(link)
+    model = build_partitioned_model(cfg, graph, part, mesh,
+                                    nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
+    dense_model = build_partitioned_model(dataclasses.replace(cfg, bits=None, cost_weight=0.0, edge_mask=False,
+                                                              feature_mask=False, channel_mask=False),
+                                          graph, part, mesh, nnx.Rngs(0))
+    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    dense = {k: float(v) for k, v in partitioned_cost(dense_model, part, hw, lk, hard=True, locality=locality).items()}
+    dense_c = dense[cfg.objective]
+
+    model.train()
+    weights = nnx.All(nnx.Param, nnx.Not(nnx.Any(GATE_PARAMS, QUANT_PARAMS)))
+    opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(
+        cfg.weight_decay, mask=_decay_mask(cfg.weight_decay_scope)), optax.adam(cfg.lr)), wrt=weights)
+    opt_g = nnx.Optimizer(model, gate_optimizer(cfg), wrt=GATE_PARAMS)
+
+    def loss_fn(m):
+        ce = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[1]
+        ratio = partitioned_cost(m, part, hw, lk, int8=int8_halo, locality=locality)[cfg.objective] / dense_c
+        return ce + cfg.cost_weight * jnp.log(ratio), ratio
+
+    @nnx.jit
+    def step(m, opt_w, opt_g):
+        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(m)
+        g_gates, g_weights = nnx.split_state(grads, GATE_PARAMS, ...)
+        opt_w.update(m, g_weights)
+        opt_g.update(m, g_gates)
+        return loss, ratio
+
+    t0 = time.perf_counter()
+    loss = ratio = jnp.nan
+    for epoch in range(cfg.epochs):
+        loss, ratio = step(model, opt_w, opt_g)
+        if on_epoch is not None:
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio})
+    jax.block_until_ready(loss)
+    train_time_s = time.perf_counter() - t0
+    if not math.isfinite(float(loss)):
+        raise FloatingPointError(f"distributed training diverged: final loss {float(loss)}")
+
+    model.eval()
+    logits = nnx.jit(lambda m: logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0])(model)
+    logits = part.from_blocks(np.asarray(logits))
+    acc = lambda mask: float(masked_accuracy(jnp.asarray(logits), graph.y, mask))
+    hard = {k: float(v) for k, v in partitioned_cost(model, part, hw, lk, hard=True, int8=int8_halo,
+                                                     locality=locality).items()}
+    epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, part, training=True, int8=int8_halo)))
+    return {
+        "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
+        "train_accuracy": acc(graph.train_mask), "modeled": hard, "dense_modeled": dense,
+        "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
+        "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
+        "train_time_s": train_time_s, "devices": n_devices, "link": link, "int8_halo": int8_halo,
+        "partition": part.summary(), "comm_bytes_per_epoch": epoch_bytes,
+    }
