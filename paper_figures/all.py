@@ -8,7 +8,7 @@ Usage (from the repository root)::
 Inputs under ``--results`` (default ``results/``) and what is drawn from them (into ``--out``,
 default ``paper_figures/out/``; PNG + PDF each):
 
-- ``*_tradeoff.jsonl`` (experiments/tradeoff.py): `tradeoff` (accuracy vs modeled energy and
+- ``<dataset>_tradeoff[_budget].jsonl`` (experiments/tradeoff.py): `tradeoff` (accuracy vs modeled energy and
   latency, a panel per hardware), `breakdown` (stacked energy), `roofline`, and `summary`
   (``<results>/summary.md``);
 - ``<dataset>_<model>_<hw>[_*].jsonl`` (``codesign sweep``): `pareto`;
@@ -47,7 +47,7 @@ def sweep_inputs(results: Path, quick: bool = False) -> list[Path]:
     hw = "|".join(re.escape(h) for h in presets.names())
     pat = re.compile(rf"^[A-Za-z0-9-]+_[A-Za-z0-9-]+_({hw})(_[A-Za-z0-9_-]+)?\.jsonl$")
     return prefer_quick_or_full([p for p in results.glob("*.jsonl") if pat.match(p.name)
-                                 and not p.stem.removesuffix("_quick").endswith("_tradeoff")], quick)
+                                 and not summary.TRADEOFF_NAME.match(p.name)], quick)
 
 
 class _Report:
@@ -84,7 +84,7 @@ def run_all(results: Path, out: Path, quick: bool = False, dpi: int = DPI,
     rep = _Report()
     trade = summary.find_inputs(results, quick)
     if not trade:
-        rep.skipped.append(f"tradeoff, breakdown, roofline, summary: no {results}/*_tradeoff.jsonl "
+        rep.skipped.append(f"tradeoff, breakdown, roofline, summary: no {results}/<dataset>_tradeoff[_budget].jsonl "
                            "(experiments/tradeoff.py writes it)")
     loaded = []
     for f in trade:

@@ -144,7 +144,8 @@ def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[
 
 # Marker / colour of each method in every figure (co-design family filled, baselines hollow).
 METHOD_STYLE = {
-    "codesign": dict(color="C3", marker="o", label="co-design (edges+features+bits)"),
+    "codesign": dict(color="#b2182b", marker="o", label="co-design (edges+features+channels+bits)"),
+    "codesign_int8": dict(color="#ef8a62", marker="h", label="co-design: features+channels, INT8"),
     "edge_only": dict(color="C1", marker="s", label="co-design: edges only"),
     "quant_only": dict(color="C6", marker="D", label="co-design: bits only"),
     "dense": dict(color="k", marker="*", label="dense FP32"),

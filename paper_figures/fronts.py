@@ -12,7 +12,7 @@ run per line::
      "dense_breakdown": {...},                         # same for the dense FP32 model (optional)
      "densities": {...}, "layer_bits": {...}, ...}
 
-Runs that differ only in ``seed`` are one point (mean ± std over seeds). Accuracies of points
+Runs that differ only in ``seed`` (also in nested config objects) are one point (mean ± std over seeds). Accuracies of points
 are in percent; costs are modeled (J, s, bytes) and ``*_ratio`` is cost / dense FP32 cost on the
 same hardware (lower is cheaper); a "reduction" is its inverse, dense cost / cost.
 """
@@ -34,10 +34,10 @@ __all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "COSTS", "family", "read_records"
            "load_or_exit", "panels", "dense_point", "front", "front_dominates", "best_reduction_within",
            "representatives", "min_bits"]
 
-CODESIGN_METHODS = ("codesign", "edge_only", "quant_only")
+CODESIGN_METHODS = ("codesign", "codesign_int8", "edge_only", "quant_only")
 DENSE_METHOD = "dense"
 # Display order of the known methods; methods not listed follow in alphabetical order.
-METHOD_ORDER = ("codesign", "edge_only", "quant_only", "dense", "int8", "int4", "ugs_int8",
+METHOD_ORDER = ("codesign", "codesign_int8", "edge_only", "quant_only", "dense", "int8", "int4", "ugs_int8",
                 "degree_quant", "random_edges", "dropedge")
 # Display order of hardware targets (GPU, then accelerators); others follow alphabetically.
 HW_ORDER = ("h100", "a100", "cpu", "hygcn", "gnnear", "upmem", "hbm_pim")
@@ -147,7 +147,7 @@ def _parse(rec: dict, where: str) -> dict:
     for f in ("dataset", "model", "method", "hw"):
         if not isinstance(config.get(f), str) or not config[f]:
             raise ValueError(f"{where}: field 'config.{f}' must be a non-empty string, got {config.get(f)!r}")
-    for f in ("cost_weight", "budget"):
+    for f in ("cost_weight", "budget", "keep", "round"):
         if config.get(f) is not None:
             _number(config[f], f"config.{f}", where)
     if "test_accuracy" not in rec:
@@ -163,6 +163,12 @@ def _parse(rec: dict, where: str) -> dict:
             "dense_breakdown": _breakdown(rec, "dense_breakdown", where),
             "densities": _numbers_dict(rec, "densities", where),
             "layer_bits": _numbers_dict(rec, "layer_bits", where)}
+
+
+def _without_seed(config: dict) -> dict:
+    """``config`` without its ``seed`` fields, at any depth (the nested ``train`` config of a
+    tradeoff record repeats the seed)."""
+    return {k: _without_seed(v) if isinstance(v, dict) else v for k, v in config.items() if k != "seed"}
 
 
 def _mean_breakdown(items: list[dict | None]) -> dict | None:
@@ -192,8 +198,9 @@ def load_tradeoff(path: str | Path) -> list[dict]:
 
     Returns:
         One dict per point, in file order of first appearance: ``dataset``, ``model``, ``hw``,
-        ``method``, ``family`` (see `family`), ``cost_weight``/``budget`` (float or None),
-        ``config`` (without ``seed``), ``group_key``, ``n_seeds``, ``seeds``, ``lines`` (1-based
+        ``method``, ``family`` (see `family`), the method's level ``cost_weight``/``budget``/
+        ``keep`` (float or None) / ``round`` (UGS pruning round or None), ``config`` (without
+        ``seed`` fields), ``group_key``, ``n_seeds``, ``seeds``, ``lines`` (1-based
         line numbers), ``acc_pct``/``acc_pct_std`` (test accuracy in %, mean and sample std,
         ddof=1, 0 for one seed; NaN if a run diverged), ``val_acc_pct``, the means of
         ``energy_j``/``latency_s``/``dram_bytes`` (modeled) and of ``dense_energy_j``/
@@ -212,7 +219,7 @@ def load_tradeoff(path: str | Path) -> list[dict]:
     groups: dict[str, dict] = {}
     for lineno, rec in read_records(path):
         run = _parse(rec, f"{path}:{lineno}")
-        base = {k: v for k, v in run["config"].items() if k != "seed"}
+        base = _without_seed(run["config"])
         g = groups.setdefault(config_key(base), {"config": base, "runs": [], "lines": [], "seeds": []})
         g["runs"].append(run)
         g["lines"].append(lineno)
@@ -229,6 +236,8 @@ def load_tradeoff(path: str | Path) -> list[dict]:
             "family": family(cfg["method"]),
             "cost_weight": None if cfg.get("cost_weight") is None else float(cfg["cost_weight"]),
             "budget": None if cfg.get("budget") is None else float(cfg["budget"]),
+            "keep": None if cfg.get("keep") is None else float(cfg["keep"]),
+            "round": cfg.get("round"),
             "config": cfg, "group_key": gkey, "n_seeds": len(runs),
             "seeds": sorted(g["seeds"], key=lambda s: (s is None, s if isinstance(s, (int, float)) else 0)),
             "lines": g["lines"],
@@ -413,13 +422,3 @@ def representatives(points: Sequence[dict], loss_pts: float = 1.0) -> dict[str, 
 def min_bits(point: dict) -> float:
     """The narrowest bit-width in a point's ``layer_bits`` (32.0 when it has none)."""
     return min(point["layer_bits"].values(), default=32.0)
-
-
-def point_label(p: dict) -> str:
-    """Short text for a point: method and its knob (cost weight / budget)."""
-    parts = [p["method"]]
-    if p["budget"] is not None:
-        parts.append(f"budget {p['budget']:g}")
-    elif p["cost_weight"] is not None and p["family"] == "codesign":
-        parts.append(f"λ={p['cost_weight']:g}")
-    return " ".join(parts)

@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python paper_figures/summary.py [FILE.jsonl ...] [--results DIR] [--md PATH] [--loss-pts 1.0]
 
 Reads tradeoff JSONL files (format: `paper_figures.fronts`; without FILE arguments
-``<results>/*_tradeoff.jsonl``) and writes, atomically, one markdown file (default
+``<results>/<dataset>_tradeoff[_budget].jsonl``) and writes, atomically, one markdown file (default
 ``<results>/summary.md``) with, per (dataset, model, hardware):
 
 - the dense FP32 reference: accuracy and modeled energy / latency;
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -37,12 +38,14 @@ from codesign.results import write_text_atomic  # noqa: E402
 __all__ = ["find_inputs", "render", "main"]
 
 UGS_METHOD = "ugs_int8"
+# <dataset>_tradeoff[_budget][_quick].jsonl, as experiments/tradeoff.py names its outputs
+TRADEOFF_NAME = re.compile(r"^[A-Za-z0-9-]+_tradeoff(_budget)?(_quick)?\.jsonl$")
 
 
 def find_inputs(results: Path, quick: bool = False) -> list[Path]:
-    """``results/*_tradeoff.jsonl`` (and ``*_tradeoff_quick.jsonl``), one per result (the quick
-    one only when ``quick`` or when it has no full partner)."""
-    found = list(results.glob("*_tradeoff.jsonl")) + list(results.glob("*_tradeoff_quick.jsonl"))
+    """``results/<dataset>_tradeoff[_budget][_quick].jsonl``, one per result (the quick one only
+    when ``quick`` or when it has no full partner)."""
+    found = [p for p in results.glob("*_tradeoff*.jsonl") if TRADEOFF_NAME.match(p.name)]
     return prefer_quick_or_full(found, quick)
 
 
@@ -60,6 +63,10 @@ def _setting(p: dict) -> str:
         parts.append(f"budget {p['budget']:g}")
     elif p["cost_weight"] is not None and p["family"] == "codesign":
         parts.append(f"λ={p['cost_weight']:g}")
+    if p["keep"] is not None:
+        parts.append(f"keep {p['keep']:g}")
+    if p["round"] is not None:
+        parts.append(f"round {p['round']}")
     for k in ("edge", "feature", "channel"):
         v = p["densities"].get(k)
         if v is not None and v < 1.0:
@@ -87,13 +94,14 @@ def _panel(lines: list[str], key: tuple[str, str, str], pts: list[dict], loss_pt
     methods = sorted({p["method"] for p in pts}, key=fronts.method_sort_key)
     ok = [p for p in pts if not math.isnan(p["acc_pct"])]
 
-    if dense is not None:
+    others = [m for m in methods if m != fronts.DENSE_METHOD]
+    if dense is not None and not others:
+        lines += ["No other method than dense on this hardware yet.", ""]
+    elif dense is not None:
         lines += [f"Largest energy reduction within {loss_pts:g} pt of dense accuracy:", "",
                   "| method | energy reduction | latency reduction | test acc (%) | setting |",
                   "|---|---:|---:|---:|---|"]
-        for m in methods:
-            if m == fronts.DENSE_METHOD:
-                continue
+        for m in others:
             mp = [p for p in ok if p["method"] == m]
             best = fronts.best_point_within(mp, dense["acc_pct"], "energy", loss_pts)
             if best is None:

@@ -9,7 +9,8 @@ energy, modeled latency), one figure with a panel per hardware: test accuracy (%
 over seeds) against cost relative to the dense FP32 model on that hardware (log axis; left is
 cheaper), each method a series, the Pareto fronts of the co-design family (codesign, edge_only,
 quant_only) and of the baselines (all other methods but dense) as step lines, the dense point
-and a "dense - 1 pt" line. Writes ``<out>/<stem>_<model>_<cost>.png`` and ``.pdf`` (``stem``:
+and a "dense - 1 pt" line. The accuracy axis reaches ``--span-pts`` (25) points below dense;
+collapsed models below that are arrows on its floor, labelled with their accuracy. Writes ``<out>/<stem>_<model>_<cost>.png`` and ``.pdf`` (``stem``:
 the input's file name without ``.jsonl``; ``_<dataset>`` is added after it when the file holds
 several datasets).
 """
@@ -30,8 +31,11 @@ from paper_figures.common import DPI, add_common_args, dedupe_legend, method_sty
 
 __all__ = ["draw", "main"]
 
+DEFAULT_SPAN_PTS = 25.0  # accuracy axis: down to this many points below dense
 
-def _panel(ax, points: list[dict], cost: str) -> None:
+
+def _panel(ax, points: list[dict], cost: str, floor_pct: float | None) -> None:
+    """One hardware's panel; points below ``floor_pct`` are drawn as arrows on the floor."""
     ratio = fronts.COSTS[cost][2]
     dense = fronts.dense_point(points)
     methods = sorted({p["method"] for p in points}, key=fronts.method_sort_key)
@@ -42,6 +46,15 @@ def _panel(ax, points: list[dict], cost: str) -> None:
             continue
         st = method_style(m)
         filled = fronts.family(m) != "baseline"
+        low = [p for p in pts if floor_pct is not None and p["acc_pct"] < floor_pct]
+        for k, p in enumerate(low):  # stacked labels: collapsed points often share a cost
+            ax.plot(p[ratio], floor_pct, marker="v", ms=6, color=st["color"], ls="none", zorder=4,
+                    clip_on=False)
+            ax.annotate(f"{p['acc_pct']:.0f}%", (p[ratio], floor_pct), xytext=(0, 5 + 7 * k),
+                        textcoords="offset points", ha="center", fontsize=6, color=st["color"])
+        pts = [p for p in pts if p not in low]
+        if not pts:
+            continue
         ax.errorbar([p[ratio] for p in pts], [p["acc_pct"] for p in pts],
                     yerr=[p["acc_pct_std"] for p in pts], ls="none", marker=st["marker"],
                     ms=11 if m == fronts.DENSE_METHOD else 5, color=st["color"],
@@ -60,7 +73,8 @@ def _panel(ax, points: list[dict], cost: str) -> None:
     ax.grid(True, which="both", alpha=0.25)
 
 
-def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI) -> list[Path]:
+def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI,
+         span_pts: float = DEFAULT_SPAN_PTS) -> list[Path]:
     """Draw the figures of one cost for all (dataset, model) pairs in ``points``.
 
     Args:
@@ -69,6 +83,9 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
         out: output folder (created).
         stem: file name prefix.
         dpi: PNG resolution.
+        span_pts: the accuracy axis reaches this many percentage points below the best dense
+            accuracy of the figure; points below (collapsed models) are drawn as arrows on its
+            floor, labelled with their accuracy. ``inf``: no floor.
 
     Returns:
         The written paths (PNG and PDF per figure).
@@ -84,11 +101,18 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
     written = []
     for (dataset, model), per_hw in by_dm.items():
         fig, axes = new_figure(1, len(per_hw), panel_w_in=3.8, panel_h_in=3.3, sharey=True)
+        dense_accs = [d["acc_pct"] for d in map(fronts.dense_point, per_hw.values()) if d is not None]
+        accs = [p["acc_pct"] for pts in per_hw.values() for p in pts if not math.isnan(p["acc_pct"])]
+        floor = None
+        if dense_accs and math.isfinite(span_pts) and min(accs) < max(dense_accs) - span_pts:
+            floor = max(dense_accs) - span_pts
         for ax, (hw, pts) in zip(axes[0], per_hw.items()):
-            _panel(ax, pts, cost)
+            _panel(ax, pts, cost, floor)
             ax.set_title(hw)
             ax.set_xlabel(f"modeled {words} / dense FP32 (log; left = cheaper)", fontsize=8)
         axes[0, 0].set_ylabel("test accuracy (%)")
+        if floor is not None:
+            axes[0, 0].set_ylim(floor, max(accs) + 2.0)
         handles, labels = [], []
         for ax in axes[0]:
             h, lab = ax.get_legend_handles_labels()
@@ -117,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(prog="tradeoff.py", description=__doc__.split("\n")[0])
     parser.add_argument("results", type=Path, help="results/<dataset>_tradeoff.jsonl")
     parser.add_argument("--cost", default="energy,latency", help="comma-separated: energy,latency")
+    parser.add_argument("--span-pts", type=float, default=DEFAULT_SPAN_PTS,
+                        help="accuracy axis reaches this far below dense (points); lower ones are arrows "
+                             f"on the floor (default {DEFAULT_SPAN_PTS:g}; inf = all)")
     add_common_args(parser)
     args = parser.parse_args(argv)
     costs = [c for c in args.cost.split(",") if c]
@@ -126,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     points = fronts.load_or_exit(args.results, "tradeoff.py")
     written = []
     for c in costs:
-        written += draw(points, c, args.out, args.results.stem, args.dpi)
+        written += draw(points, c, args.out, args.results.stem, args.dpi, args.span_pts)
     for p in written:
         print(f"wrote {p}")
     return written
