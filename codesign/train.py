@@ -47,7 +47,7 @@ import dataclasses
 import inspect
 import math
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -91,8 +91,13 @@ class TrainConfig:
         (None = the model's default).
       select: which weights are evaluated: "last" (after the final epoch) or "best_val" (those of
         the epoch with the highest validation accuracy of the deterministic (eval-mode) model,
-        ties broken by lower validation loss). With ``cost_weight > 0`` the best-validation epoch
-        may come before the gates have finished pruning; cost sweeps may prefer "last".
+        ties broken by lower validation loss). With a cost term the selection is cost-aware
+        (`_track_best`): penalty mode keeps the epoch of the lowest validation *objective*
+        (validation cross-entropy + ``cost_weight`` x log hardened cost ratio), budget mode the
+        best validation accuracy among the epochs whose hardened cost meets the budget (the
+        least violating one while none does). Selecting on accuracy alone picked an epoch before
+        the gates had moved (hard-concrete gates need ~100 epochs to cross the pruning threshold
+        at ``gate_lr`` 0.05): GAT / GraphSAGE at cost weight 0.3 reported densities 1.0.
       weight_decay_scope: "first" (the model's first layer, ``FIRST_LAYER``, default "conv1") or
         "all" (every weight and bias; gate logits never).
       budget: if set, a fraction in (0, 1]: train under the constraint ``cost <= budget *
@@ -106,10 +111,13 @@ class TrainConfig:
         per edge), "block" (`BlockEdgeMask`, a gate per ``block_size`` tile after ``reorder``;
         the aggregation is then costed as the BSR kernel), "scorer" (`EdgeScorer`, PTDNet-style
         MLP on endpoint features) or "dropedge" (`DropEdge` at ``dropedge_rate``, a baseline:
-        random in training, all edges at test time). GCN only for all but "edge".
-      channel_mask: learn a `ChannelMask` on the hidden channels (GCN).
+        random in training, all edges at test time). GCN, GAT and GraphSAGE only for all but
+        "edge" (for GraphSAGE the tiles are those of the graph without self-loops).
+      channel_mask: learn a `ChannelMask` on the hidden channels (GCN, GraphSAGE; GAT: the
+        heads x hidden concatenated channels of its first layer).
       quantizer: `codesign.models.layers.QUANTIZERS` kind ("fixed", "lsq", "learned",
-        "degree", "a2q"; GCN only for all but "fixed"); ``bits`` is the initial width of learned ones.
+        "degree", "a2q"; GCN, GAT and GraphSAGE only for all but "fixed"); ``bits`` is the
+        initial width of learned ones.
       quant_lr: relative step of the quantizer parameters (`QuantStep`, `BitParam`): Adam
         directions scaled by each tensor's RMS (`optax.scale_by_param_block_rms`), so a step
         changes a step size or range by about ``quant_lr`` of its value whatever its units.
@@ -250,8 +258,8 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
 
 def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
     if cfg.edge_sparsifier == "block":
-        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size,
-                                        cfg.reorder, self_loops=True, rngs=rngs)
+        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size, cfg.reorder,
+                                        self_loops=getattr(MODELS[cfg.model], "SELF_LOOPS", True), rngs=rngs)
     if cfg.edge_sparsifier == "scorer":
         return EdgeScorer(graph.n_features, rngs=rngs)
     return DropEdge(graph.n_edges, cfg.dropedge_rate, rngs=rngs)
@@ -333,7 +341,8 @@ def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
 
 
 def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
-          on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
+          on_epoch: Optional[Callable[[int, dict], None]] = None,
+          also_cost: Sequence[hwmodel.HardwareSpec] = ()) -> dict:
     """Trains ``cfg``'s model on ``graph`` full-batch, hardens it, evaluates and costs it.
 
     Args:
@@ -341,13 +350,17 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       cfg: `TrainConfig`.
       hw: the `HardwareSpec` the cost term (and the reported cost) refers to.
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})`` (e.g. a progress bar).
+      also_cost: more `HardwareSpec` targets to cost the hardened model on (training only ever
+        sees ``hw``), e.g. to place one trained baseline on every target's front.
 
     Returns:
       dict with ``test_accuracy``, ``val_accuracy``, ``train_accuracy`` (hardened model),
       ``modeled`` / ``dense_modeled`` (``latency_s``, ``energy_j``, ``dram_bytes`` of the hardened
       and the dense FP32 model), ``densities`` (hard kept fractions), ``bits``, ``final_loss``,
       ``train_time_s``, ``selected_epoch`` (the evaluated epoch: the last, or the best-validation
-      one with ``cfg.select="best_val"``).
+      one with ``cfg.select="best_val"``), ``breakdown`` / ``dense_breakdown`` (per-stage costs,
+      `hwmodel.CostReport.breakdown`), and ``by_hw``: ``{name: {"modeled", "dense_modeled",
+      "breakdown", "dense_breakdown"}}`` for ``hw`` and every ``also_cost`` target.
     """
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
@@ -381,23 +394,25 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         opt_w.update(m, g_weights)
         opt_g.update(m, g_gates)
         opt_q.update(m, g_quant)
-        if cfg.budget is not None:  # PI multiplier update on the hardened cost (module docstring)
+        hard = jnp.ones((), jnp.float32)  # hardened cost ratio of the updated model (cost-aware selection)
+        if cfg.costed:
             hard = getattr(hwmodel.estimate(m.workload(n, e, hard=True, locality=locality), hw),
                            cfg.objective) / dense_c
+        if cfg.budget is not None:  # PI multiplier update on the hardened cost (module docstring)
             gap = jnp.log(hard) - log_budget
             xi = jnp.maximum(0.0, lam[0] + cfg.budget_lr * gap * (jnp.abs(gap) < cfg.budget_band))
             lam = jnp.stack([xi, jnp.maximum(0.0, xi + cfg.budget_kp * gap)])  # [integral, multiplier]
-        return loss, ratio, lam
+        return loss, ratio, lam, hard
 
     t0 = time.perf_counter()
     loss = ratio = jnp.nan
     lam = jnp.zeros((2,), jnp.float32)
     best = _BestVal.start(model) if cfg.select == "best_val" else None
     for epoch in range(cfg.epochs):
-        loss, ratio, lam = step(model, opt_w, opt_g, opt_q, graph, adj, lam)
+        loss, ratio, lam, hard = step(model, opt_w, opt_g, opt_q, graph, adj, lam)
         if best is not None:
             model.eval()  # validation forward: no dropout, deterministic gates
-            best = _track_best(model, graph, adj, best, epoch)
+            best = _track_best(model, graph, adj, best, epoch, *_selection_terms(cfg, hard))
             model.train()
         if on_epoch is not None:
             on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": lam[1]})
@@ -410,18 +425,25 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
-    report = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), hw)
+    by_hw = {}
+    for target in (hw, *also_cost):
+        rep = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), target)
+        ref = dense if target is hw else dense_cost(cfg, graph, target, locality)
+        by_hw[target.name] = {"modeled": rep.summary(), "dense_modeled": ref.summary(),
+                              "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target)}
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
     return {
         "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
         "train_accuracy": acc(graph.train_mask),
-        "modeled": report.summary(), "dense_modeled": dense.summary(),
+        "modeled": by_hw[hw.name]["modeled"], "dense_modeled": dense.summary(),
+        "breakdown": by_hw[hw.name]["breakdown"], "dense_breakdown": by_hw[hw.name]["dense_breakdown"],
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32,
         "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()} if hasattr(model, "layer_bits") else {},
         "tiles": _tile_stats(model),
         "final_loss": float(loss), "final_cost_ratio": float(ratio),
         "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
+        "by_hw": by_hw,
     }
 
 
@@ -457,27 +479,54 @@ def _eval_logits(model, x, adj):
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class _BestVal:
-    """The best-validation epoch so far: ``val_accuracy``, ``val_loss`` (float32 scalars), ``epoch``
-    (int32 scalar, -1 before the first) and a copy of the model's `nnx.Param` state then."""
+    """The best-validation epoch so far: ``val_accuracy``, ``val_loss`` (float32 scalars; the
+    loss includes the penalty-mode cost term), ``epoch`` (int32 scalar, -1 before the first), a
+    copy of the model's `nnx.Param` state then, and its budget ``violation`` (float32 scalar,
+    see `_selection_terms`)."""
 
     val_accuracy: jax.Array
     val_loss: jax.Array
     epoch: jax.Array
     params: nnx.State
+    violation: jax.Array
 
     @classmethod
     def start(cls, model) -> "_BestVal":
         return cls(jnp.float32(-1.0), jnp.float32(jnp.inf), jnp.int32(-1),
-                   jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)))
+                   jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)), jnp.float32(jnp.inf))
+
+
+def _selection_terms(cfg: TrainConfig, hard_ratio: jax.Array) -> tuple:
+    """``(cost_term, violation, by_objective)`` of `_track_best` for ``cfg`` at the epoch's hardened
+    cost ratio (float32 scalar, cost / dense cost):
+
+      no cost term: ``(0, 0, False)``: best validation accuracy, ties by validation loss;
+      penalty mode: ``(cost_weight * log(ratio), 0, True)``: lowest validation objective (the
+        training loss's form evaluated on the validation nodes);
+      budget mode: ``(0, max(0, log(ratio / budget)), False)``: the least violating epoch, and
+        among feasible ones (violation 0) the best validation accuracy.
+    """
+    zero = jnp.zeros((), jnp.float32)
+    if cfg.budget is not None:
+        return zero, jnp.maximum(0.0, jnp.log(hard_ratio) - math.log(cfg.budget)), jnp.asarray(False)
+    if cfg.cost_weight > 0:
+        return cfg.cost_weight * jnp.log(hard_ratio), zero, jnp.asarray(True)
+    return zero, zero, jnp.asarray(False)
 
 
 @nnx.jit
-def _track_best(model, g, adj, best: _BestVal, epoch) -> _BestVal:
-    """``best`` updated with the (eval-mode) ``model`` of ``epoch`` if its validation accuracy is
-    higher, or equal with a lower validation loss. On device: no host sync per epoch."""
+def _track_best(model, g, adj, best: _BestVal, epoch, cost_term=0.0, violation=0.0, by_objective=False) -> _BestVal:
+    """``best`` updated with the (eval-mode) ``model`` of ``epoch`` if it is better: with
+    ``by_objective``, a lower validation loss + ``cost_term``; otherwise a lower ``violation``
+    (budget mode: how far the hardened cost is above the budget, 0 when within), then a higher
+    validation accuracy, then a lower validation loss (see `_selection_terms`). On device: no
+    host sync per epoch."""
     logits = model(g.x, adj)
-    acc, loss = masked_accuracy(logits, g.y, g.val_mask), _masked_ce(logits, g.y, g.val_mask)
-    better = (acc > best.val_accuracy) | ((acc == best.val_accuracy) & (loss < best.val_loss))
+    acc = masked_accuracy(logits, g.y, g.val_mask)
+    loss = _masked_ce(logits, g.y, g.val_mask) + cost_term
+    by_acc = (acc > best.val_accuracy) | ((acc == best.val_accuracy) & (loss < best.val_loss))
+    better = jnp.where(by_objective, loss < best.val_loss,
+                       (violation < best.violation) | ((violation == best.violation) & by_acc))
     pick = lambda new, old: jnp.where(better, new, old)
     return _BestVal(pick(acc, best.val_accuracy), pick(loss, best.val_loss), pick(jnp.int32(epoch), best.epoch),
-                    jax.tree.map(pick, nnx.state(model, nnx.Param), best.params))
+                    jax.tree.map(pick, nnx.state(model, nnx.Param), best.params), pick(violation, best.violation))

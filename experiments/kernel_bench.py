@@ -10,8 +10,9 @@ Reports per (graph, F, tile keep fraction, impl): median time (ms) of forward an
 backward, achieved GB/s on the bytes the kernel must move (the `codesign.hwmodel` compulsory
 bytes: structure + X + output), and that as a fraction of the measured device copy bandwidth.
 Also the fill ratio of BSR (B = 16, 32) and of TC-GNN's condensed row windows. "Tile keep"
-drops random BSR tiles to the given fraction (a stand-in for learned `BlockEdgeMask` densities,
-which are not built yet). Writes ``results/kernel_bench_<backend>.json`` atomically (device,
+drops random BSR tiles to the given fraction; ``--tile-keep learned`` takes the fractions that the
+learned `BlockEdgeMask` kept on Cora GCN (the ``tiles.kept_fraction`` of the ``block_mask_*``
+runs in ``results/cora_gcn_sparsify_quant.jsonl``, mean over seeds per cost weight). Writes ``results/kernel_bench_<backend>.json`` atomically (device,
 JAX version, date, every number).
 """
 
@@ -86,20 +87,50 @@ def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool):
     return out
 
 
+def tile_keeps(spec: str, learned_from: str) -> list[float]:
+    """The kept tile fractions of ``--tile-keep``: numbers in (0, 1], and ``learned`` expanded to
+    the mean ``tiles.kept_fraction`` per ``block_mask_*`` method of ``learned_from``.
+
+    Raises:
+      ValueError: a fraction outside (0, 1]; ``learned`` without block-mask records in the file.
+    """
+    out = []
+    for item in (v.strip() for v in spec.split(",") if v.strip()):
+        if item != "learned":
+            keep = float(item)
+            if not 0 < keep <= 1:
+                raise ValueError(f"--tile-keep: {keep} is not a fraction in (0, 1]")
+            out.append(keep)
+            continue
+        from codesign.results import ResultsStore
+        by_method: dict = {}
+        for rec in ResultsStore(learned_from).records():
+            if str(rec.get("method", "")).startswith("block_mask") and rec.get("tiles"):
+                by_method.setdefault(rec["method"], []).append(rec["tiles"]["kept_fraction"])
+        if not by_method:
+            raise ValueError(f"--tile-keep learned: no block_mask runs with tile counts in {learned_from} "
+                             f"(run experiments/sparsify_quant.py --methods block_mask_cw0.3,block_mask_cw1)")
+        out += [round(float(np.mean(v)), 4) for _, v in sorted(by_method.items())]
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--scale", type=int, default=16)
     ap.add_argument("--edges", type=int, default=None, help="R-MAT draws (default 8 x nodes)")
     ap.add_argument("--features", default="64,128,256")
-    ap.add_argument("--tile-keep", default="1.0,0.5")
+    ap.add_argument("--tile-keep", default="1.0,learned",
+                    help="comma-separated kept tile fractions; 'learned' = the BlockEdgeMask fractions of --learned-from")
+    ap.add_argument("--learned-from", default="results/cora_gcn_sparsify_quant.jsonl")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.quick:
-        args.scale, args.features, args.tile_keep, args.reps = 11, "64", "1.0", 2
+        args.scale, args.features, args.reps = 11, "64", 2
+        args.tile_keep = "1.0"
     args.edges = args.edges or 8 * (1 << args.scale)
     backend = jax.default_backend()
     on_gpu = backend == "gpu"
@@ -115,7 +146,7 @@ def main(argv=None) -> dict:
                for b in (16, 32) for ro in (None, "rcm")},
             "condensed16_rcm_fill": CondensedRowWindows.from_coo(adj0, window=16, reorder="rcm").fill_ratio,
         }
-        for keep in [float(k) for k in args.tile_keep.split(",")]:
+        for keep in tile_keeps(args.tile_keep, args.learned_from):
             bsr = full
             if keep < 1.0:
                 mask = np.random.default_rng(1).random(full.nnz_blocks) < keep

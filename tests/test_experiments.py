@@ -4,8 +4,10 @@ their results atomically, and report finite metrics. Accuracy targets live in th
 import importlib.util
 import json
 import pathlib
+import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -13,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def load(name):
     spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses resolve string annotations through sys.modules
     spec.loader.exec_module(mod)
     return mod
 
@@ -63,3 +66,57 @@ def test_sparsify_quant_random_edges_keeps_the_asked_fraction(cora):
     mod = load("sparsify_quant")
     _, r = mod.run_one(cora, "random_edges_0.5", 0, presets.get("h100"), epochs=2)
     assert abs(r["densities"]["edge"] - 0.5) < 1e-3
+
+
+def test_kernel_bench_learned_tile_keeps(tmp_path):
+    mod = load("kernel_bench")
+    src = tmp_path / "sq.jsonl"
+    recs = [{"key": f"k{i}", "method": m, "tiles": {"kept_fraction": f}}
+            for i, (m, f) in enumerate([("block_mask_cw1", 0.2), ("block_mask_cw1", 0.3), ("block_mask_cw0.3", 0.5),
+                                        ("edge_mask_cw1", 0.9)])]
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert mod.tile_keeps("1.0,learned", str(src)) == [1.0, 0.5, 0.25]  # sorted by method name, mean per method
+    with pytest.raises(ValueError, match="fraction"):
+        mod.tile_keeps("1.5", str(src))
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="no block_mask runs"):
+        mod.tile_keeps("learned", str(empty))
+
+
+def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
+    mod = load("tradeoff")
+    rows = mod.main(["--quick", "--out", str(tmp_path)])
+    path = tmp_path / "cora_tradeoff_quick.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    # points: dense, codesign (1 cost weight, trained per target), ugs round 0, random_edges 0.5; 2 targets each
+    by = {}
+    for r in recs:
+        c = r["config"]
+        by.setdefault((c["method"], c["round"], c["cost_weight"], c["keep"]), set()).add(c["hw"])
+    assert all(hws == {"h100", "gnnear"} for hws in by.values()) and len(by) == 4
+    for r in recs:
+        assert 0 <= r["test_accuracy"] <= 1 and r["modeled"]["energy_j"] > 0
+        total = sum(v["compute_j"] + v["dram_j"] + v["onchip_j"] + v["nmp_j"] + v["link_j"]
+                    for v in r["breakdown"].values())
+        assert total == pytest.approx(r["modeled"]["energy_j"], rel=1e-4)
+        assert r["dense_modeled"]["energy_j"] >= r["modeled"]["energy_j"] * 0.999
+    codesign = [r for r in recs if r["config"]["method"] == "codesign"]
+    assert {r["config"]["trained_for_hw"] for r in codesign} == {"h100", "gnnear"}
+    rnd = [r for r in recs if r["config"]["method"] == "random_edges"]
+    assert all(abs(r["densities"]["edge"] - 0.5) < 1e-3 for r in rnd)
+    # the dense model's cost differs across targets, the same trained baseline is costed on both
+    dense = {r["config"]["hw"]: r for r in recs if r["config"]["method"] == "dense"}
+    assert dense["h100"]["test_accuracy"] == dense["gnnear"]["test_accuracy"]
+    assert dense["h100"]["modeled"]["latency_s"] != dense["gnnear"]["modeled"]["latency_s"]
+    assert {(r["method"], r["hw"]) for r in rows} >= {("dense", "h100"), ("ugs_int8", "gnnear")}
+    mod.main(["--quick", "--out", str(tmp_path)])  # all done: nothing appended
+    assert len(path.read_text().splitlines()) == len(recs)
+
+
+def test_tradeoff_rejects_bad_grids():
+    mod = load("tradeoff")
+    for argv, msg in ((["--models", "gcn,mlp"], "--models"), (["--budgets", "0,0.1"], "--budgets"),
+                      (["--hws", "tpu"], "--hws"), (["--keeps", "1.5"], "--keeps")):
+        with pytest.raises(SystemExit, match=msg):
+            mod.main(argv)

@@ -84,3 +84,20 @@ def test_bad_arguments(graph, kw):
 
 def test_ugs_counted_macs():
     assert ugs_counted_macs(10, 30, [6, 4], [3, 2]) == 10 * 6 + 40 * 3 + 10 * 4 + 40 * 2
+
+
+def test_int8_ticket_quantizes_the_masked_kernels(graph):
+    edge, ws = _pruned_keeps(graph)
+    fp = build_ticket(graph, 2, edge, ws, hidden=8)
+    q8 = build_ticket(graph, 2, edge, ws, hidden=8, bits=8)
+    assert fp.gcn.layer_bits(hard=True)["w0"] == 32 and q8.gcn.layer_bits(hard=True)["w0"] == 8
+    fp.eval(), q8.eval()
+    from codesign.train import adjacency
+    x = jnp.abs(graph.x)  # GCN's input grid is unsigned (bag-of-words); cSBM features are Gaussian
+    a, b = fp(x, adjacency(graph)), q8(x, adjacency(graph))
+    assert not np.allclose(np.asarray(a), np.asarray(b))  # the 8-bit grid changes the logits ...
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=0.1 * float(jnp.abs(a).max()))  # ... a little
+    # pruned kernel entries are still exactly 0 after the 8-bit grid
+    for conv, mask in q8.pairs():
+        w = conv.quant_w(conv.kernel[...] * mask.gates())
+        assert np.all(np.asarray(w)[~np.asarray(mask.keep[...])] == 0)

@@ -88,9 +88,9 @@ class UGSGCN(nnx.Module):
     """
 
     def __init__(self, n_features: int, hidden: int, n_classes: int, n_edges: int, *, dropout: float,
-                 rngs: nnx.Rngs):
+                 bits: Optional[int] = None, rngs: nnx.Rngs):
         self.gcn = GCN(n_features, hidden, n_classes, edge_sparsifier=EdgeWeightMask(n_edges), dropout=dropout,
-                       rngs=rngs)
+                       bits=bits, rngs=rngs)
         self.mask1 = WeightMask(self.gcn.conv1.kernel.shape)
         self.mask2 = WeightMask(self.gcn.conv2.kernel.shape)
 
@@ -118,7 +118,7 @@ class UGSGCN(nnx.Module):
 
 
 def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional[Sequence] = None, *,
-                 hidden: int = UGS_CORA["hidden"], dropout: float = 0.5) -> UGSGCN:
+                 hidden: int = UGS_CORA["hidden"], dropout: float = 0.5, bits: Optional[int] = None) -> UGSGCN:
     """The rewound model of a ticket: the initial weights of ``seed`` (the same every round), the
     pruned kernel entries zeroed, the keep masks set and the trainable masks reset to them
     (UGS: ``rewind_weight[...mask_train] = rewind_weight[...mask_fixed] = final_mask``).
@@ -128,11 +128,13 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
       seed: initialization (``params``) and dropout (``dropout`` = seed + 1) streams.
       edge_keep: bool [E] or None (all kept).
       weight_keeps: ``[bool [F, hidden], bool [hidden, C]]`` or None (all kept).
+      bits: fake-quantization bit-width of the GCN's features and weights (None = fp32); the
+        masked kernel is what gets quantized.
 
     Returns:
       `UGSGCN` in training mode.
     """
-    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout,
+    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits,
                    rngs=nnx.Rngs(params=seed, dropout=seed + 1))
     em = model.gcn.edge_mask
     if edge_keep is not None:
@@ -228,7 +230,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
               weight_rate: float = UGS_WEIGHT_RATE, s1: float = UGS_CORA["s1"], s2: float = UGS_CORA["s2"],
               hidden: int = UGS_CORA["hidden"], lr: float = UGS_CORA["lr"],
               weight_decay: float = UGS_CORA["weight_decay"], dropout: float = 0.5, dense_round: bool = True,
-              on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
+              bits: Optional[int] = None, on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
     """UGS iterative magnitude pruning with rewinding (module docstring), ``rounds`` rounds.
 
     Args:
@@ -242,6 +244,8 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
       s1, s2: L1 coefficients on the graph / weight masks (UGS Cora: 1e-2, 1e-2).
       hidden, lr, weight_decay, dropout: the GCN and optimizer (UGS Cora: 512, 0.008, 8e-5, 0.5).
       dense_round: also record round 0, the unpruned model trained the same way (fixed all-one masks).
+      bits: train both stages with ``bits``-bit fake quantization (UGS + INT8 QAT: the
+        "UGS-style + INT8" baseline); the modeled cost then uses those bits. None = fp32 (UGS).
       on_round: optional callback with each round's record as it finishes.
 
     Returns:
@@ -264,7 +268,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
     if hw is None:
         hw = hwmodel.presets.get("h100")
     schedule = UGSSchedule(graph_rate, weight_rate)
-    dense = GCN(graph.n_features, hidden, graph.n_classes, dropout=dropout, rngs=nnx.Rngs(0))
+    dense = GCN(graph.n_features, hidden, graph.n_classes, dropout=dropout, rngs=nnx.Rngs(0))  # fp32 reference
     dense_report = hwmodel.estimate(dense.workload(graph.n_nodes, graph.n_edges, hard=True), hw)
     in_widths = (graph.n_features, hidden)
     dense_macs = ugs_counted_macs(graph.n_nodes, graph.n_edges, [graph.n_features * hidden, hidden * graph.n_classes],
@@ -277,13 +281,13 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
         t0 = time.perf_counter()
         mask_stage = None
         if k > 0:
-            model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout)
+            model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout, bits=bits)
             got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
             mask_stage = got["test_accuracy"]
             edge_scores, weight_scores = got["masks"]
             edge_keep = magnitude_prune(edge_scores, edge_keep, graph_rate)
             weight_keeps = global_magnitude_prune(weight_scores, weight_keeps, weight_rate)
-        model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout)
+        model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout, bits=bits)
         res = fit(model, graph, train_masks=False, **train_kw)
         kept = int(np.count_nonzero(np.asarray(edge_keep)))
         nnz = [int(np.count_nonzero(np.asarray(w))) for w in weight_keeps]

@@ -1,0 +1,334 @@
+"""The accuracy-vs-cost tradeoff of issue 7: methods x models x hardware x cost levels x seeds.
+
+    python experiments/tradeoff.py                              # Cora; GCN, GAT, GraphSAGE; 3 seeds
+    python experiments/tradeoff.py --models gcn --seeds 5
+    python experiments/tradeoff.py --budgets 0.1,0.2            # budget mode instead of cost weights
+    python experiments/tradeoff.py --quick                      # CI smoke run (GCN, 1 seed, 3 epochs)
+
+Methods (``METHODS``; family "codesign" or "baseline"):
+
+  dense         FP32, no masks: the reference every cost is divided by.
+  codesign      joint co-design: learned edge gates (`EdgeMask`), input-feature and hidden-channel
+                gates (`FeatureMask`, `ChannelMask`) and learned bit-widths (`LearnedBitQuant`,
+                from 8 bits), trained with the modeled cost of the target hardware in the loss.
+                Gate logits use the per-tensor Adam (``gate_optimizer="tensor_adam"``): with
+                per-element Adam every edge gate the loss does not see (beyond two hops of the
+                training nodes) closes at full speed under any cost gradient (Cora GCN, cost
+                weight 0.3, seed 0: 28 % of edges kept, 69.5 % test accuracy; 92 %, 78.9 % with it).
+  codesign_int8 feature and channel gates with INT8 weights and features, no edge gates: on Cora
+                the edges are a small share of the cost (half of them removed at random saves
+                0.5-1 % of the energy) and removing them costs accuracy.
+  edge_only     learned edge gates only (per-tensor Adam as above), FP32, cost in the loss.
+  quant_only    learned bit-widths only, cost in the loss.
+  ugs_int8      UGS-style iterative magnitude pruning of edges and weights with rewinding
+                (`codesign.sparsify.ugs.ugs_prune`, Chen et al. ICML 2021), trained with INT8 fake
+                quantization; one point per pruning round. GCN only (UGS's trainer is a GCN).
+  degree_quant  Degree-Quant INT4 (Tailor et al., ICLR 2021).
+  int8, int4    uniform quantization-aware training.
+  random_edges  FP32 on a random ``keep`` fraction of the edges (one point per ``--keeps`` level).
+  dropedge      DropEdge 0.5 (Rong et al., ICLR 2020): all edges at inference, so dense cost.
+
+The codesign family is trained once per hardware target (the cost in its loss is that target's);
+baselines do not see the hardware, so each is trained once and its hardened model costed on every
+target. Every (model, method, level, seed) gives one record per target in
+``results/<dataset>_tradeoff.jsonl``, appended atomically with the full config and the code
+version as soon as the run finishes (resumable: finished runs are skipped, an interrupted run
+restarts from scratch). Each record holds test / validation accuracy, the modeled cost of the
+hardened model and of the dense FP32 model on that target, and both per-stage breakdowns
+(`codesign.hwmodel.CostReport.breakdown`). ``paper_figures/`` draws the fronts from it.
+
+With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
+that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
+fixed cost weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+HWS = ("h100", "gnnear", "hygcn")
+MODELS = ("gcn", "gat", "sage")
+COST_WEIGHTS = (0.3, 1.0, 3.0, 10.0)
+KEEPS = (0.3, 0.5, 0.7)
+UGS_ROUNDS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
+    `TrainConfig` overrides, what its levels are ("cost" = cost weights or budgets, "keep",
+    "round", or None for a single point), and the models it applies to (None = all)."""
+
+    family: str
+    overrides: dict
+    levels: Optional[str] = None
+    models: Optional[tuple] = None
+
+    @property
+    def per_hw(self) -> bool:
+        """Trained once per hardware target (the cost of that target is in its loss)."""
+        return self.levels == "cost"
+
+
+METHODS = {
+    "dense": Method("reference", {}),
+    "codesign": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
+                                        bits=8, gate_optimizer="tensor_adam"), "cost"),
+    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
+    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
+    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
+    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",)),
+    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree")),
+    "int8": Method("baseline", dict(bits=8)),
+    "int4": Method("baseline", dict(bits=4)),
+    "random_edges": Method("baseline", {}, "keep"),
+    "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
+                                        dropedge_rate=0.5)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One training run: it yields one record per hardware target in ``hws``."""
+
+    model: str
+    method: str
+    level: Optional[float]
+    seed: int
+    hws: tuple
+    train_hw: Optional[str] = None  # the target in the loss (codesign family), else None
+
+
+def level_name(method: str, budget_mode: bool) -> Optional[str]:
+    """The config field a method's level goes into: cost_weight / budget / keep / round."""
+    kind = METHODS[method].levels
+    if kind == "cost":
+        return "budget" if budget_mode else "cost_weight"
+    return kind
+
+
+def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget_mode: bool) -> dict:
+    """The identity of one record (its key is `config_key` of this dict)."""
+    cfg = {"experiment": "tradeoff", "dataset": dataset, "model": job.model, "method": job.method, "hw": hw,
+           "cost_weight": 0.0, "budget": None, "keep": None, "round": None, "seed": job.seed, "epochs": epochs,
+           "trained_for_hw": job.train_hw}
+    name = level_name(job.method, budget_mode)
+    if name is not None:
+        cfg[name] = job.level
+    return cfg
+
+
+def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
+    """Every job of the grid. ``levels``: ``{"cost": [...], "keep": [...], "round": [...]}``;
+    ugs_int8 is one job per seed whose rounds 0..max are its points (``level`` = last round)."""
+    jobs = []
+    for model in models:
+        for method in methods:
+            m = METHODS[method]
+            if m.models is not None and model not in m.models:
+                continue
+            for seed in range(seeds):
+                if m.levels == "cost":
+                    jobs += [Job(model, method, lv, seed, (hw,), hw) for hw in hws for lv in levels["cost"]]
+                elif m.levels == "keep":
+                    jobs += [Job(model, method, lv, seed, tuple(hws)) for lv in levels["keep"]]
+                elif m.levels == "round":
+                    jobs.append(Job(model, method, levels["round"], seed, tuple(hws)))
+                else:
+                    jobs.append(Job(model, method, None, seed, tuple(hws)))
+    return jobs
+
+
+def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
+    """Keys of every record ``job`` writes (ugs_int8: one per round and target)."""
+    from codesign.results import config_key
+    if job.method == "ugs_int8":
+        return [config_key({**record_config(dataclasses.replace(job, level=k), hw, dataset, epochs, budget_mode)})
+                for k in range(int(job.level) + 1) for hw in job.hws]
+    return [config_key(record_config(job, hw, dataset, epochs, budget_mode)) for hw in job.hws]
+
+
+def train_config(job: Job, epochs, budget_mode: bool):
+    from codesign.train import TrainConfig
+    over = dict(METHODS[job.method].overrides)
+    name = level_name(job.method, budget_mode)
+    if name in ("cost_weight", "budget"):
+        over[name] = job.level
+    if epochs is not None:
+        over["epochs"] = epochs
+    return TrainConfig.for_model(job.model, seed=job.seed, **over)
+
+
+def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
+    """Modeled cost of ``model`` (hardened, on the full ``graph``) and of the dense FP32 model."""
+    from codesign import hwmodel
+    from codesign.train import dense_cost
+    rep = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=densities,
+                                          locality=locality), hw)
+    ref = dense_cost(cfg, graph, hw, locality)
+    return {"modeled": rep.summary(), "dense_modeled": ref.summary(), "breakdown": rep.breakdown(hw),
+            "dense_breakdown": ref.breakdown(hw)}
+
+
+def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, dict]]:
+    """Trains ``job`` and returns ``[(job of the point, hw name, result fields)]``."""
+    from flax import nnx
+
+    from codesign import hwmodel
+    from codesign.hwmodel import presets
+    from codesign.train import build_model, train
+    cfg = train_config(job, epochs, budget_mode)
+    targets = [presets.get(h) for h in job.hws]
+    if job.method == "random_edges":
+        from codesign.sparsify import random_edge_removal
+        import jax
+        keep = np.asarray(random_edge_removal(jax.random.key(job.seed), graph.n_edges, job.level))
+        sub = graph.replace(senders=np.asarray(graph.senders)[keep], receivers=np.asarray(graph.receivers)[keep])
+        r = train(sub, cfg, targets[0])
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+        shell = build_model(cfg, graph, nnx.Rngs(0))  # fp32, no masks: the cost depends on shapes only
+        dens = {"edge": float(keep.sum()) / graph.n_edges}
+        common = _accuracy_fields(r)
+        return [(job, hw.name, {**common, **_costs(shell, graph, hw, cfg, locality, dens), "densities": dens})
+                for hw in targets]
+    if job.method == "ugs_int8":
+        from codesign.models import GCN
+        from codesign.sparsify.ugs import ugs_prune
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+        kw = {} if epochs is None else {"epochs": epochs}
+        rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.hidden, bits=8, hw=targets[0], **kw)
+        shell = GCN(graph.n_features, cfg.hidden, graph.n_classes, bits=8, rngs=nnx.Rngs(0))
+        out = []
+        for rec in rounds:
+            dens = {"edge": rec["kept_edges"] / graph.n_edges, "feature": 1.0}
+            fields = {"test_accuracy": rec["test_accuracy"], "val_accuracy": rec["val_accuracy"],
+                      "densities": dens, "weight_sparsity": rec["weight_sparsity"], "bits": 8,
+                      "train_time_s": rec["time_s"]}
+            point = dataclasses.replace(job, level=rec["round"])
+            out += [(point, hw.name, {**fields, **_costs(shell, graph, hw, cfg, locality, dens)}) for hw in targets]
+        return out
+    r = train(graph, cfg, targets[0], also_cost=targets[1:])
+    common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"], "tiles": r["tiles"],
+              "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
+    return [(job, hw.name, {**common, **r["by_hw"][hw.name]}) for hw in targets]
+
+
+def _accuracy_fields(r: dict) -> dict:
+    return {k: r[k] for k in ("test_accuracy", "val_accuracy", "train_accuracy", "bits", "train_time_s") if k in r}
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    """One row per (model, hw, method, level): seeds, test accuracy mean / std, mean energy and
+    latency of the hardened model relative to the dense FP32 model."""
+    groups: dict = {}
+    for r in records:
+        c = r["config"]
+        kind = METHODS[c["method"]].levels
+        field = ("budget" if c.get("budget") is not None else "cost_weight") if kind == "cost" else kind
+        level = None if field is None else c[field]
+        groups.setdefault((c["model"], c["hw"], c["method"], level), []).append(r)
+    rows = []
+    for (model, hw, method, level), rs in groups.items():
+        acc = np.array([r["test_accuracy"] for r in rs])
+        ratio = lambda f: float(np.mean([r["modeled"][f] / r["dense_modeled"][f] for r in rs]))
+        rows.append(dict(model=model, hw=hw, method=method, level=level, seeds=len(rs),
+                         test_accuracy=float(acc.mean()), test_accuracy_std=float(acc.std()),
+                         energy_ratio=ratio("energy_j"), latency_ratio=ratio("latency_s")))
+    order = {m: i for i, m in enumerate(METHODS)}
+    rows.sort(key=lambda r: (r["model"], r["hw"], order[r["method"]], -1 if r["level"] is None else r["level"]))
+    return rows
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise SystemExit(f"--{name}: not a comma-separated list of numbers: {text!r}") from err
+    if not vals:
+        raise SystemExit(f"--{name}: empty list")
+    return vals
+
+
+def _names(text: str, allowed, name: str) -> list[str]:
+    vals = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [v for v in vals if v not in allowed]
+    if bad or not vals:
+        raise SystemExit(f"--{name}: unknown {bad or 'empty'}; choose from {list(allowed)}")
+    return vals
+
+
+def main(argv=None) -> list[dict]:
+    from tqdm import tqdm
+
+    from codesign.data import load_planetoid
+    from codesign.hwmodel import presets
+    from codesign.results import ResultsStore, code_version, config_key
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="cora", help="a Planetoid dataset: cora, citeseer, pubmed")
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--hws", default=",".join(HWS))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--cost-weights", default=",".join(map(str, COST_WEIGHTS)))
+    p.add_argument("--budgets", default=None, help="budget mode for the codesign family, e.g. 0.1,0.2")
+    p.add_argument("--keeps", default=",".join(map(str, KEEPS)), help="random_edges kept fractions")
+    p.add_argument("--ugs-rounds", type=int, default=UGS_ROUNDS)
+    p.add_argument("--epochs", type=int, default=None, help="override every model's epochs")
+    p.add_argument("--out", default="results")
+    p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), random_edges; 2 targets, 1 seed, 3 epochs")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.models, args.methods, args.hws = "gcn", "dense,codesign,ugs_int8,random_edges", "h100,gnnear"
+        args.seeds, args.epochs, args.cost_weights, args.keeps, args.ugs_rounds = 1, 3, "1", "0.5", 0
+    models = _names(args.models, MODELS, "models")
+    methods = _names(args.methods, METHODS, "methods")
+    hws = _names(args.hws, presets.names(), "hws")
+    if args.seeds < 1 or args.ugs_rounds < 0:
+        raise SystemExit("--seeds must be >= 1 and --ugs-rounds >= 0")
+    budget_mode = args.budgets is not None
+    levels = {"cost": _floats(args.budgets if budget_mode else args.cost_weights, "budgets" if budget_mode
+                              else "cost-weights"),
+              "keep": _floats(args.keeps, "keeps"), "round": args.ugs_rounds}
+    if budget_mode and not all(0 < b <= 1 for b in levels["cost"]):
+        raise SystemExit(f"--budgets: each must be a fraction in (0, 1], got {levels['cost']}")
+    if not all(0 < k <= 1 for k in levels["keep"]):
+        raise SystemExit(f"--keeps: each must be in (0, 1], got {levels['keep']}")
+    graph = load_planetoid(args.dataset)
+    name = f"{args.dataset}_tradeoff{'_budget' if budget_mode else ''}{'_quick' if args.quick else ''}"
+    store = ResultsStore(Path(args.out) / f"{name}.jsonl")
+    done = store.done_keys()
+    jobs = plan(models, methods, hws, args.seeds, levels)
+    todo = [j for j in jobs if not all(k in done for k in job_keys(j, args.dataset, args.epochs, budget_mode))]
+    print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
+    for job in tqdm(todo, desc="tradeoff", unit="run"):
+        for point, hw, fields in run_job(job, graph, args.epochs, budget_mode):
+            config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
+            key = config_key(config)
+            if key in done:
+                continue
+            cfg = train_config(point, args.epochs, budget_mode)
+            store.append({"key": key, "config": {**config, "train": dataclasses.asdict(cfg)}, **fields,
+                          "code_version": code_version(),
+                          "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+            done.add(key)
+    wanted = {k for j in jobs for k in job_keys(j, args.dataset, args.epochs, budget_mode)}
+    rows = summarize([r for r in store.records() if r["key"] in wanted])
+    print(f"\n{'model':6s}{'hw':8s}{'method':14s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
+          f"{'latency':>9s}")
+    for r in rows:
+        lv = "" if r["level"] is None else f"{r['level']:g}"
+        print(f"{r['model']:6s}{r['hw']:8s}{r['method']:14s}{lv:>7s}{r['seeds']:6d}"
+              f"{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
+              f"{r['energy_ratio']:9.4f}{r['latency_ratio']:9.4f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
