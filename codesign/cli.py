@@ -85,7 +85,12 @@ def cmd_train(args) -> int:
     runs = []
     with tqdm(total=sum(c.epochs for c in configs), disable=args.json or None, desc="train", unit="epoch") as bar:
         for cfg in configs:
-            runs.append(train(graph, cfg, hw, on_epoch=lambda *_: bar.update()))
+            if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
+                from codesign.distributed import train_distributed
+                runs.append(train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
+                                              on_epoch=lambda *_: bar.update()))
+            else:
+                runs.append(train(graph, cfg, hw, on_epoch=lambda *_: bar.update()))
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
         "dataset": args.dataset, "model": args.model, "hw": args.hw, "cost_weight": args.cost_weight,
@@ -265,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "replaces --cost-weight")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--devices", type=int, default=1,
+                   help="partition the graph (METIS) over this many devices and train full-batch across them "
+                        "(GCN; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=P)")
+    p.add_argument("--link", default="nvlink4", choices=["nvlink4", "pcie5_x16", "infiniband_ndr"],
+                   help="with --devices > 1: the link between devices that the cost model charges")
+    p.add_argument("--int8-halo", action="store_true", help="with --devices > 1: send halo rows as int8")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sweep", help="accuracy-vs-cost sweep over cost weights x seeds (resumable)")

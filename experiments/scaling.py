@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         print(f"P={p}: peak {r['memory']['peak_bytes'] / 1e6:8.2f} MB/device, exchanged "
               f"{r['exchanged_bytes_per_device_hlo'] / 1e6:6.2f} MB/device, loss {r['loss']:.6f}, "
               f"edge cut {r['partition']['edge_cut_fraction']:.2f}", flush=True)
-    int8 = measure(graph, max(cfg["parts"]), cfg["hidden"], cfg["classes"], int8=True)
+    int8 = None if args.quick else measure(graph, max(cfg["parts"]), cfg["hidden"], cfg["classes"], int8=True)
     m1 = runs[0]["memory"]["peak_bytes"]
     eff = {str(r["devices"]): m1 / (r["devices"] * r["memory"]["peak_bytes"]) for r in runs}
     out = {
@@ -131,8 +131,9 @@ def main(argv=None) -> int:
     path = Path(args.out) if args.out else ROOT / "results" / f"scaling_cpu{'_quick' if args.quick else ''}.json"
     write_json_atomic(path, out)
     print("memory scaling efficiency mem(1)/(P mem(P)):", {k: round(v, 3) for k, v in eff.items()})
-    print(f"int8 halo at P={int8['devices']}: exchanged {int8['exchanged_bytes_per_device_hlo'] / 1e6:.2f} MB/device, "
-          f"loss {int8['loss']:.6f}")
+    if int8 is not None:
+        print(f"int8 halo at P={int8['devices']}: exchanged {int8['exchanged_bytes_per_device_hlo'] / 1e6:.2f} "
+              f"MB/device, loss {int8['loss']:.6f}")
     print("wrote", path)
     return 0
 

@@ -135,16 +135,19 @@ _PERMUTE = re.compile(r"=\s*(\w+)\[([\d,]*)\][^=]*?\bcollective-permute\(")
 def collective_permute_bytes(hlo_text: str) -> dict:
     """Bytes every device sends through ``collective-permute`` ops in an optimized HLO module
     (``jax.jit(f).lower(...).compile().as_text()``), by element type: ``{"s8": ..., "f32": ...,
-    "total": ..., "ops": count}``. Synchronous permutes only (the CPU backend's form).
+    "total": ..., "ops": count, "shapes": [(dtype, dims), ...]}``. Synchronous permutes only (the
+    CPU backend's form).
 
     Raises:
       ValueError: an element type not in the table.
     """
-    out = {"total": 0, "ops": 0}
+    out = {"total": 0, "ops": 0, "shapes": []}
     for dtype, dims in _PERMUTE.findall(hlo_text):
         if dtype not in _DTYPE_BYTES:
             raise ValueError(f"collective_permute_bytes: unknown HLO element type {dtype!r}")
-        n = int(np.prod([int(d) for d in dims.split(",") if d])) * _DTYPE_BYTES[dtype]
+        shape = tuple(int(d) for d in dims.split(",") if d)
+        out["shapes"].append((dtype, shape))
+        n = int(np.prod(shape)) * _DTYPE_BYTES[dtype]
         out[dtype] = out.get(dtype, 0) + n
         out["total"] += n
         out["ops"] += 1
