@@ -238,3 +238,19 @@ def test_repeated_stage_kinds_in_a_layer_all_count():
     assert set(r2.stages) == {"l/gemm", "l/gemm1", "l/elementwise", "l/elementwise1"}
     np.testing.assert_allclose(r2.energy_j, 2 * r1.energy_j, rtol=1e-6)
     np.testing.assert_allclose(r2.latency_s, 2 * r1.latency_s, rtol=1e-6)
+
+
+def test_fp32_only_datapath_spends_fp32_energy_at_every_width():
+    from codesign.hwmodel import mac_energy_pj, vector_macs_per_s
+    hy, h100 = presets.get("hygcn"), presets.get("h100")
+    assert hy.fp32_only and not h100.fp32_only
+    for b in (2.0, 4.0, 8.0, 16.0, 32.0):
+        assert float(mac_energy_pj(hy, b)) == pytest.approx(hy.mac_energy_fp32_pj)
+        assert float(vector_macs_per_s(hy, b)) == hy.vector_fp32_macs_per_s
+    assert float(mac_energy_pj(h100, 8.0)) < float(mac_energy_pj(h100, 32.0))
+    st = gemm_stage(1000, 1000, 100, 8.0, 8.0, 8.0)
+    st32 = gemm_stage(1000, 1000, 100, 32.0, 32.0, 32.0)
+    # 8-bit operands: less traffic, same compute energy on HyGCN
+    assert float(stage_cost(st, hy).compute_energy_j) == pytest.approx(float(stage_cost(st32, hy).compute_energy_j))
+    assert float(stage_cost(st, hy).dram_bytes) < float(stage_cost(st32, hy).dram_bytes)
+    assert jax.tree_util.tree_structure(hy) != jax.tree_util.tree_structure(h100)  # a static field

@@ -72,7 +72,8 @@ def hygcn() -> HardwareSpec:
     (4096 fp32 MACs per cycle); Aggregation Engine of 32 SIMD16 cores (512 fp32 MACs per cycle);
     HBM 1.0 at 256 GB/s; the aggregation's input buffer that holds gathered source features is
     128 KB (edge 2 MB, weight 2 MB, output 4 MB and aggregation 16 MB buffers are not row caches).
-    HyGCN computes in fp32 only, so every precision runs at the fp32 rate. HBM energy per byte:
+    HyGCN computes in fp32 only, so every precision runs at the fp32 rate and MAC energy
+    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy per byte:
     O'Connor et al. MICRO 2017 (HBM2; HyGCN's HBM 1.0 figure is not published).
     """
     return HardwareSpec(
@@ -82,10 +83,13 @@ def hygcn() -> HardwareSpec:
         matrix_int8_macs_per_s=4096 * 1e9,
         matrix_int4_macs_per_s=4096 * 1e9,
         vector_fp32_macs_per_s=512 * 1e9,
+        vector_bf16_macs_per_s=512 * 1e9,
+        vector_int8_macs_per_s=512 * 1e9,
         dram_bw_bytes_per_s=256e9,
         dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
+        fp32_only=True,
     )
 
 

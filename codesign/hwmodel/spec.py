@@ -40,7 +40,7 @@ def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
     concrete = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        if f.name == "name" or v is None or isinstance(v, jax.Array) or dataclasses.is_dataclass(v):
+        if f.metadata.get("static") or v is None or isinstance(v, jax.Array) or dataclasses.is_dataclass(v):
             continue
         if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
             continue  # placeholders JAX puts in pytree round trips (sentinels)
@@ -127,6 +127,9 @@ class HardwareSpec:
       stage_overhead_s: fixed time per stage (kernel launch / op dispatch), >= 0.
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
+      fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
+        then save memory traffic and storage, not MAC energy (`mac_energy_pj`); give the rates
+        of every precision equal to the fp32 ones as well.
 
     Raises:
       ValueError: naming the field, if a number is not finite and positive (efficiencies in
@@ -154,6 +157,7 @@ class HardwareSpec:
     stage_overhead_s: float = 0.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
+    fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         concrete = _validate_numbers(
@@ -194,8 +198,11 @@ def mac_energy_pj(hw: HardwareSpec, bits) -> jax.Array:
 
     The integer model is smooth in ``bits`` (multiplier ~ bits^2, adder ~ bits), so its
     gradient with respect to a learned bit-width is nonzero. Source: Horowitz ISSCC'14.
+    A ``fp32_only`` datapath spends the fp32 energy at every operand width.
     """
     bits = jnp.asarray(bits, jnp.float32)
+    if hw.fp32_only:
+        return jnp.full(bits.shape, hw.mac_energy_fp32_pj, jnp.float32)
     r = bits / 8.0
     int_pj = hw.mac_energy_int8_pj * (_INT8_MULT_SHARE * r**2 + (1.0 - _INT8_MULT_SHARE) * r)
     return jnp.where(bits >= 32, hw.mac_energy_fp32_pj, int_pj)
