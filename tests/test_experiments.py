@@ -112,6 +112,17 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
     assert {(r["method"], r["hw"]) for r in rows} >= {("dense", "h100"), ("ugs_int8", "gnnear")}
     mod.main(["--quick", "--out", str(tmp_path)])  # all done: nothing appended
     assert len(path.read_text().splitlines()) == len(recs)
+    # CI's figure smoke run on what the experiment wrote: every tradeoff figure and the summary
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from paper_figures.all import main as draw_all
+    figs = tmp_path / "figs"
+    assert draw_all(["--results", str(tmp_path), "--out", str(figs), "--quick"]) == 0
+    for kind in ("energy", "latency"):
+        for ext in ("png", "pdf"):
+            assert (figs / f"cora_tradeoff_quick_gcn_{kind}.{ext}").stat().st_size > 1000
+    text = (figs / "summary.md").read_text()
+    assert "gcn" in text and "dense" in text and "h100" in text and "gnnear" in text
 
 
 def test_tradeoff_rejects_bad_grids():
@@ -120,3 +131,9 @@ def test_tradeoff_rejects_bad_grids():
                       (["--hws", "tpu"], "--hws"), (["--keeps", "1.5"], "--keeps")):
         with pytest.raises(SystemExit, match=msg):
             mod.main(argv)
+
+
+def test_ugs_baseline_quick(tmp_path):
+    rows = load("ugs_baseline").main(["--quick", "--out", str(tmp_path)])
+    assert [r["round"] for r in rows] == [0, 1] and rows[1]["weight_sparsity"] > 0
+    assert len((tmp_path / "cora_gcn_ugs_quick.jsonl").read_text().splitlines()) == 2
