@@ -25,10 +25,26 @@ Two paths compute the attention-weighted aggregation, with the same result when 
     mask over the CSR-ordered [E', H] array, so for one seed it drops other coefficients than the
     edge path does.
 
-Edge mask: the gate of edge ``j -> i`` multiplies its unnormalized attention weight
-``exp(e_ij)`` and the softmax is renormalized over the row (equivalently, ``log g_ij`` is added to
-the logit). A hard gate of 0 removes the edge exactly; self-loops are never gated, so every row
-keeps at least its own node. The graph's ``edge_weight`` is ignored, as in the paper.
+Edge sparsifier (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`, `BlockEdgeMask`,
+`EdgeScorer`, `DropEdge`, `EdgeWeightMask`): the gate of edge ``j -> i`` multiplies its
+unnormalized attention weight ``exp(e_ij)`` and the softmax is renormalized over the row
+(equivalently, ``log g_ij`` is added to the logit). A hard gate of 0 removes the edge exactly;
+self-loops are never gated, so every row keeps at least its own node. The graph's
+``edge_weight`` is ignored, as in the paper.
+
+Channel mask (a `codesign.sparsify.ChannelMask` over the ``heads * hidden`` concatenated channels
+of layer 0): one gate sample ``z`` multiplies the projected features ``h = Q(x) Q(W)`` *before*
+the attention scores and the aggregation, and the layer's output after ELU. A hard-zero channel
+``c`` then takes part in neither the scores nor the aggregation nor layer 1, so deployment drops
+column ``c`` of layer 0's ``W`` and bias and row ``c`` of layer 1's ``W`` exactly. (Gating only the
+output, as GCN does, would leave the channel in the attention scores ``<a, h>``, so the GEMM
+column could not be dropped.)
+
+Cost model (`GAT.workload`): edge sparsity is costed as kept edges in the COO/CSR attention stages
+(SDDMM, softmax, SpMM), also for a `BlockEdgeMask`: the attention runs edge-wise
+(`gat_aggregate`'s Pallas kernel walks CSR rows, not B x B tiles), its coefficients differ per
+head, and `hwmodel.attention_stages` has no block-sparse form, so kept tiles count only through
+the edges they hold.
 """
 
 from __future__ import annotations
@@ -43,9 +59,8 @@ from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, mask_densities
-from codesign.quant import FakeQuant
-from codesign.sparsify import EdgeMask, FeatureMask
+from codesign.models.layers import FP32_BITS, make_quantizer, mask_densities, quant_bits
+from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 
 NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
 
@@ -98,18 +113,26 @@ class GATConv(nnx.Module):
       heads: H.
       concat: concatenate the heads ([N, H*F]) or average them ([N, F]; the paper's output layer).
       bits: fake-quantization bit-width of the input features and ``W`` (the attention vectors and
-        the softmax stay fp32).
+        the softmax stay fp32); the initial one for learned kinds; None = fp32.
+      quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`; the input is
+        quantized node-wise, ``W`` per tensor).
+      in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
       signed_input: quantize the input on a signed grid (ELU outputs can be negative).
       attn_dropout: dropout rate on the normalized attention coefficients (training only; paper 0.6).
       impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas");
         "auto" also takes the CSR path on CPU when ``loops.pattern`` is a `CsrPattern`.
+
+    Raises:
+      ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
+        ``in_degree``).
 
     Shapes: ``x [N, K], loops (E' edges incl. self-loops) -> [N, H*F] or [N, F]``.
     Parameters use Glorot-uniform init; the bias starts at 0.
     """
 
     def __init__(self, in_features: int, out_features: int, heads: int, *, concat: bool = True,
-                 bits: Optional[int] = None, signed_input: bool = False, attn_dropout: float = 0.0,
+                 bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None,
+                 signed_input: bool = False, attn_dropout: float = 0.0,
                  negative_slope: float = NEGATIVE_SLOPE, impl: str = "auto", rngs: nnx.Rngs):
         self.in_features, self.out_features, self.heads, self.concat = in_features, out_features, heads, concat
         self.negative_slope, self.impl = negative_slope, impl
@@ -118,8 +141,9 @@ class GATConv(nnx.Module):
         self.att_src = nnx.Param(init(rngs.params(), (heads, out_features), jnp.float32))
         self.att_dst = nnx.Param(init(rngs.params(), (heads, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((heads * out_features if concat else out_features,), jnp.float32))
-        self.quant_x = FakeQuant(bits, signed=signed_input)
-        self.quant_w = FakeQuant(bits, signed=True)
+        self.quant_x = make_quantizer(quantizer, bits, signed=signed_input, node_wise=True, in_degree=in_degree,
+                                      rngs=rngs)
+        self.quant_w = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
         self.attn_dropout = HashDropout(attn_dropout, rngs=rngs)
 
     @property
@@ -127,13 +151,23 @@ class GATConv(nnx.Module):
         return self.heads * self.out_features if self.concat else self.out_features
 
     def __call__(self, x: jax.Array, loops: CooAdjacency, gate: Optional[jax.Array] = None,
-                 fused_graph=None) -> jax.Array:
+                 fused_graph=None, dropout: Optional[nnx.Module] = None,
+                 channel_gate: Optional[jax.Array] = None) -> jax.Array:
         """``loops``: the edges with self-loops (receivers = rows); ``gate``: float [E'] or None;
         ``fused_graph``: what to hand `gat_aggregate` (a `CsrByReceiver` built once per forward
         for the Pallas path; None = ``loops``). A `CsrPattern` in ``loops.pattern`` (E' entries)
-        selects the CSR path on CPU with ``impl="auto"``."""
+        selects the CSR path on CPU with ``impl="auto"``. ``dropout`` (optional) is applied to the
+        *quantized* input (as `GCNConv` does: a learned step size is fitted to what inference
+        sees). ``channel_gate``: float [H*F] or None, multiplies the projected features before the
+        attention scores and the aggregation (the model's channel mask)."""
         n = x.shape[0]
-        h = (self.quant_x(x) @ self.quant_w(self.kernel[...])).reshape(n, self.heads, self.out_features)
+        x = self.quant_x(x)
+        if dropout is not None:
+            x = dropout(x)
+        h = x @ self.quant_w(self.kernel[...])
+        if channel_gate is not None:
+            h = h * channel_gate[None, :].astype(h.dtype)
+        h = h.reshape(n, self.heads, self.out_features)
         s_src = jnp.sum(h * self.att_src[...], axis=-1)  # [N, H]; an einsum here transposes h on CPU
         s_dst = jnp.sum(h * self.att_dst[...], axis=-1)
         dropout_active = not self.attn_dropout.deterministic and self.attn_dropout.rate > 0
@@ -165,38 +199,55 @@ class GATConv(nnx.Module):
 
 class GAT(nnx.Module):
     """Two-layer GAT for node classification (the paper's transductive architecture) with
-    optional edge mask, feature mask and N-bit fake quantization:
-    dropout -> GATConv(heads x hidden, concat) -> ELU -> dropout -> GATConv(out_heads x n_classes, mean).
+    optional edge sparsifier, feature mask, channel mask and quantizers:
+    [feature mask] -> dropout -> GATConv(heads x hidden, concat) -> ELU [-> channel mask] -> dropout
+    -> GATConv(out_heads x n_classes, mean). (Dropout acts on each layer's quantized input.)
 
     Args:
       in_features, n_classes: input width and classes.
       hidden: width per head of the first layer (paper, Cora: 8).
-      n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
+      n_edges: if given (and no ``edge_sparsifier``), an `EdgeMask` with one hard-concrete gate
+        per edge (E, no self-loops).
+      edge_sparsifier: any `codesign.sparsify.EdgeSparsifier` module (`BlockEdgeMask`,
+        `EdgeScorer`, `DropEdge`, ...) whose ``edge_gates`` multiply the unnormalized attention
+        weights of the E edges (self-loops are never gated).
       feature_mask: if True, a `FeatureMask` gating the input columns.
-      bits: fake-quantization bit-width of features and weights (None = fp32).
+      channel_mask: if True, a `ChannelMask` gating the ``heads * hidden`` concatenated channels
+        of layer 0 (see the module docstring): shrinks layer 0's GEMM output, its attention SpMM
+        width and layer 1's GEMM K.
+      bits: bit-width of features and weights (None = fp32); the initial one for learned kinds.
+      quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
+      in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
       dropout: dropout rate on each layer's input (paper: 0.6).
       heads: first-layer heads (paper: 8); out_heads: output-layer heads, averaged (paper: 1).
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
       impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise; on CPU the
         CSR path when ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
 
+    Raises:
+      ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
+        ``in_degree``).
+
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges, no self-loops)
     -> logits [N, n_classes]``.
     """
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
-                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.6,
-                 heads: int = 8, out_heads: int = 1, attn_dropout: Optional[float] = None,
-                 impl: str = "auto", rngs: nnx.Rngs):
+                 edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
+                 channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
+                 in_degree=None, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
+                 attn_dropout: Optional[float] = None, impl: str = "auto", rngs: nnx.Rngs):
         attn = dropout if attn_dropout is None else attn_dropout
         self.bits, self.impl = bits, impl
-        self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
+        if edge_sparsifier is None and n_edges:
+            edge_sparsifier = EdgeMask(n_edges, rngs=rngs)
+        self.edge_mask = edge_sparsifier
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
+        self.channel_mask = ChannelMask(heads * hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.conv1 = GATConv(in_features, hidden, heads, concat=True, bits=bits, attn_dropout=attn,
-                             impl=impl, rngs=rngs)
-        self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, bits=bits, signed_input=True,
-                             attn_dropout=attn, impl=impl, rngs=rngs)
+        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl, rngs=rngs)
+        self.conv1 = GATConv(in_features, hidden, heads, concat=True, **q)
+        self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, signed_input=True, **q)
 
     def _fused_uses_pallas(self) -> bool:
         return self.impl == "pallas" or (self.impl == "auto" and jax.default_backend() == "gpu")
@@ -207,16 +258,29 @@ class GAT(nnx.Module):
         loops = CooAdjacency(senders, receivers, None, adj.n_nodes, csr)
         gate = None
         if self.edge_mask is not None:
-            gate = jnp.concatenate([self.edge_mask(), jnp.ones((adj.n_nodes,), jnp.float32)])
+            g = self.edge_mask.edge_gates(x, adj.senders, adj.receivers).astype(jnp.float32)
+            gate = jnp.concatenate([g, jnp.ones((adj.n_nodes,), jnp.float32)])
         fused = csr_by_receiver(loops) if gate is None and self._fused_uses_pallas() else None
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.elu(self.conv1(self.dropout(x), loops, gate, fused))
-        return self.conv2(self.dropout(h), loops, gate, fused)
+        z = None
+        if self.channel_mask is not None:  # one sample, used before the scores and after ELU
+            z = self.channel_mask(jnp.ones((self.channel_mask.n_channels,), jnp.float32))
+        h = jax.nn.elu(self.conv1(x, loops, gate, fused, self.dropout, z))
+        if z is not None:
+            h = h * z[None, :]
+        return self.conv2(h, loops, gate, fused, self.dropout)
 
     def densities(self, hard: bool = False) -> dict:
-        """Kept fractions ``{"edge": ..., "feature": ...}`` (see `GCN.densities`)."""
-        return mask_densities(self.edge_mask, self.feature_mask, hard)
+        """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask),
+        see `GCN.densities`."""
+        return mask_densities(self.edge_mask, self.feature_mask, hard, self.channel_mask)
+
+    def layer_bits(self, hard: bool = False) -> dict:
+        """Mean bit-widths (float32 scalars) ``{"x0", "w0", "x1", "w1"}`` of each layer's input
+        features and ``W``: expected (differentiable for learned bit-widths) or deployed."""
+        return {"x0": quant_bits(self.conv1.quant_x, hard), "w0": quant_bits(self.conv1.quant_w, hard),
+                "x1": quant_bits(self.conv2.quant_x, hard), "w1": quant_bits(self.conv2.quant_w, hard)}
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
@@ -225,37 +289,51 @@ class GAT(nnx.Module):
         (attention needs the projected features), so both dataflow orders hold the same stages:
         GEMM N x K x (H*F), then `hwmodel.attention_stages` (SDDMM of the score terms, edge
         softmax, attention-weighted SpMM over H*F columns; nnz = kept edges + N self-loops), and
-        one elementwise stage (`score_and_activation_stage`). Layer 1 writes fp32 logits.
+        one elementwise stage (`score_and_activation_stage`).
+
+        Counts: K of layer 0 = feature density x in_features; H*F of layer 0 and K of layer 1 =
+        channel density x heads x hidden. Bits (`layer_bits`, or ``bits`` for all): layer ``l``'s
+        GEMM reads ``x{l}`` / ``w{l}``; layer 0's projected features, attention SpMM and output
+        are costed at ``x1`` (what layer 1 reads), layer 1's at fp32 (logits). A `BlockEdgeMask`
+        is costed through its kept edges (COO attention stages; see the module docstring).
         """
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        if bits is not None:
+            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), jnp.asarray(bits, jnp.float32))
+        else:
+            lb = self.layer_bits(hard)
         nnz = d["edge"] * n_edges + n_nodes
+        hf0 = d["channel"] * (self.conv1.heads * self.conv1.out_features)
         layers = []
-        for i, (conv, k) in enumerate(((self.conv1, d["feature"] * self.conv1.in_features),
-                                       (self.conv2, self.conv2.in_features))):
-            out_bits = FP32_BITS if i == 1 else b
-            stages = (hwmodel.gemm_stage(n_nodes, k, conv.heads * conv.out_features, b, b, out_bits),
-                      *hwmodel.attention_stages(n_nodes, nnz, conv.heads, conv.out_features, out_bits, out_bits,
+        for i, (conv, k, hf, x_bits, w_bits, out_bits) in enumerate((
+                (self.conv1, d["feature"] * self.conv1.in_features, hf0, lb["x0"], lb["w0"], lb["x1"]),
+                (self.conv2, hf0, self.conv2.heads * self.conv2.out_features, lb["x1"], lb["w1"], FP32_BITS))):
+            width = hf if conv.concat else conv.out_features
+            stages = (hwmodel.gemm_stage(n_nodes, k, hf, x_bits, w_bits, out_bits),
+                      *hwmodel.attention_stages(n_nodes, nnz, conv.heads, hf / conv.heads, out_bits, out_bits,
                                                 locality, d["edge"]))
-            elem = (score_and_activation_stage(n_nodes, conv.heads, conv.out_features, conv.out_width, out_bits),)
+            elem = (score_and_activation_stage(n_nodes, conv.heads, hf, width, out_bits,
+                                               head_mean=not conv.concat and conv.heads > 1),)
             if training:
                 stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
             layers.append(hwmodel.LayerWorkload(f"layer{i}", stages, stages, elem))
         return hwmodel.Workload(tuple(layers), training)
 
 
-def score_and_activation_stage(n, heads, head_dim, out_width, bits) -> hwmodel.Stage:
+def score_and_activation_stage(n, heads: int, hf, out_width, bits, *, head_mean: bool) -> hwmodel.Stage:
     """The per-node work around a GAT layer's aggregation, as one elementwise stage:
 
-      score terms ``<a_src, h_j>``, ``<a_dst, h_i>``: 2 MACs per element of h [N, H*F]; reads h,
-        writes 2 fp32 scores per node and head;
-      head mean (``out_width < H*F``): one add per element of h;
-      bias + activation: one op per output element, read and written once (as
+      score terms ``<a_src, h_j>``, ``<a_dst, h_i>``: 2 MACs per element of h [N, hf]
+        (``hf`` = kept heads x width channels); reads h, writes 2 fp32 scores per node and head;
+      head mean (``head_mean``, an output layer averaging several heads): one add per element of h;
+      bias + activation: one op per output element (``out_width``), read and written once (as
         `hwmodel.elementwise_stage`).
+
+    ``hf`` and ``out_width`` may be expected (traced) counts; ``bits`` the width h is stored at.
     """
     f32 = lambda v: jnp.asarray(v, jnp.float32)
-    n, hf, width, bits = f32(n), f32(heads * head_dim), f32(out_width), f32(bits)
-    mean_ops = n * hf if heads > 1 and out_width < heads * head_dim else jnp.zeros((), jnp.float32)
+    n, hf, width, bits = f32(n), f32(hf), f32(out_width), f32(bits)
+    mean_ops = n * hf if head_mean else jnp.zeros((), jnp.float32)
     ops = 2.0 * n * hf + mean_ops + n * width
     nbytes = n * hf * bits / 8.0 + 2.0 * n * heads * 4.0 + 2.0 * n * width * bits / 8.0
     zero = jnp.zeros((), jnp.float32)

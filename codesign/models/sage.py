@@ -15,6 +15,21 @@ Aggregators (``aggr``):
     max is not a sum, so this aggregator gathers the messages and reduces them with
     ``jax.ops.segment_max`` directly. It is the element-wise max of PyG's ``SAGEConv(aggr="max")``;
     the paper's pooling aggregator first passes each neighbour through a dense layer + ReLU.
+
+Co-design hooks (as `codesign.models.GCN`): an edge sparsifier (any
+`codesign.sparsify.EdgeSparsifier`) whose gates weight the neighbour term as above; a
+`FeatureMask` on the input columns; a `ChannelMask` on the hidden channels (after ReLU: a closed
+channel drops its column of both layer-0 weights and the bias and its row of both layer-1
+weights); quantizers of any `codesign.models.layers.QUANTIZERS` kind. Each layer quantizes its
+input once (node-wise) and both weights (per tensor); the root and the neighbour branch read the
+same quantized input, which is also what the aggregation reads (the bits the cost model charges
+to the SpMM).
+
+A `codesign.sparsify.BlockEdgeMask` must be built *without* self-loops (GraphSAGE aggregates none:
+``BlockEdgeMask.from_graph(..., self_loops=False)``; ``GraphSAGE.SELF_LOOPS`` says so to
+`codesign.train`); the mean aggregation is then costed as the BSR kernel over the kept tiles. The
+max aggregator has no BSR form (a block kernel computes sums), so it stays costed as a gather over
+the kept edges.
 """
 
 from __future__ import annotations
@@ -28,8 +43,8 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, QuantLinear, mask_densities
-from codesign.sparsify import EdgeMask, FeatureMask
+from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
+from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 
 AGGREGATORS = ("mean", "max")
 
@@ -67,68 +82,136 @@ def max_aggregate(adj: CooAdjacency, x: jax.Array, edge_weight: Optional[jax.Arr
 class SAGEConv(nnx.Module):
     """``h' = Q(h) @ Q(W_root) + AGG(Q(h)) @ Q(W_neigh) + b`` (Hamilton et al. 2017, Alg. 1).
 
-    With ``aggr="mean"`` the neighbour term aggregates the narrower of ``h`` and ``h @ W_neigh``
-    (the mean is linear); ``"max"`` must aggregate first.
+    With ``aggr="mean"`` the neighbour term aggregates the narrower of ``Q(h)`` and
+    ``Q(h) @ Q(W_neigh)`` (the mean is linear); ``"max"`` must aggregate first.
 
-    Shapes: ``x [N, in_features], adj (E edges, no self-loops) -> [N, out_features]``.
+    Args:
+      in_features, out_features: K and F.
+      aggr: "mean" or "max".
+      bits: bit-width of the input and both weights (None = fp32); initial for learned kinds.
+      quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`): the input
+        node-wise (unsigned: bag-of-words / ReLU inputs), ``W_root`` and ``W_neigh`` per tensor.
+      in_degree: int [N] node in-degrees for the "degree" / "a2q" quantizers.
+
+    Raises:
+      ValueError: ``aggr`` not in `AGGREGATORS`; from `make_quantizer`.
+
+    Parameters: ``kernel_neigh``, ``kernel_root`` float32 [K, F] (Glorot-uniform), ``bias`` [F]
+    (zeros). Shapes: ``x [N, in_features], adj (E edges, no self-loops) -> [N, out_features]``.
     """
 
     def __init__(self, in_features: int, out_features: int, *, aggr: str = "mean",
-                 bits: Optional[int] = None, impl: str = "auto", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, impl: str = "auto",
+                 rngs: nnx.Rngs):
         if aggr not in AGGREGATORS:
             raise ValueError(f"SAGEConv: aggr must be one of {AGGREGATORS}, got {aggr!r}")
         self.in_features, self.out_features, self.aggr, self.impl = in_features, out_features, aggr, impl
-        self.lin_neigh = QuantLinear(in_features, out_features, bits=bits, rngs=rngs)  # inputs >= 0
-        self.lin_root = QuantLinear(in_features, out_features, bits=bits, use_bias=False, rngs=rngs)
+        init = jax.nn.initializers.glorot_uniform()
+        self.kernel_neigh = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
+        self.kernel_root = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
+        self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
+        self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
+        self.quant_w_neigh = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
+        self.quant_w_root = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
-    def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> jax.Array:
-        root = self.lin_root(x)
+    def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None,
+                 dropout: Optional[nnx.Module] = None) -> jax.Array:
+        """``edge_weight``: float [E] gates or None; ``dropout`` (optional) acts on the quantized
+        input (as in `GCNConv`)."""
+        x = self.quant_x(x)
+        if dropout is not None:
+            x = dropout(x)
+        w_neigh = self.quant_w_neigh(self.kernel_neigh[...])
+        root = x @ self.quant_w_root(self.kernel_root[...])
         if self.aggr == "max":
-            neigh = self.lin_neigh.combine(max_aggregate(adj, x, edge_weight))
+            neigh = max_aggregate(adj, x, edge_weight) @ w_neigh
         else:
             a = mean_adjacency(adj, edge_weight)
             if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
-                neigh = aggregate(a, self.lin_neigh.combine(x), impl=self.impl)
+                neigh = aggregate(a, x @ w_neigh, impl=self.impl)
             else:
-                neigh = self.lin_neigh.combine(aggregate(a, x, impl=self.impl))
-        return self.lin_neigh.add_bias(neigh + root)
+                neigh = aggregate(a, x, impl=self.impl) @ w_neigh
+        return neigh + root + self.bias[...]
+
+    def layer_bits(self, hard: bool = False) -> dict:
+        """Mean bit-widths (float32 scalars) ``{"x", "w_neigh", "w_root"}`` (see `quant_bits`)."""
+        return {"x": quant_bits(self.quant_x, hard), "w_neigh": quant_bits(self.quant_w_neigh, hard),
+                "w_root": quant_bits(self.quant_w_root, hard)}
 
 
 class GraphSAGE(nnx.Module):
-    """Two-layer GraphSAGE for node classification with optional edge mask, feature mask and
-    N-bit fake quantization: dropout -> SAGEConv -> ReLU -> dropout -> SAGEConv.
+    """Two-layer GraphSAGE for node classification with optional edge sparsifier, feature mask,
+    channel mask and quantizers: [feature mask] -> dropout -> SAGEConv -> ReLU [-> channel mask]
+    -> dropout -> SAGEConv (dropout acts on each layer's quantized input).
 
     Args:
       in_features, hidden, n_classes: layer widths.
-      n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
+      n_edges: if given (and no ``edge_sparsifier``), an `EdgeMask` with one hard-concrete gate
+        per edge (E, no self-loops).
+      edge_sparsifier: any `codesign.sparsify.EdgeSparsifier` module; its ``edge_gates`` weight
+        the neighbour aggregation. A `BlockEdgeMask` must be built without self-loops.
       feature_mask: if True, a `FeatureMask` gating the input columns.
-      bits: fake-quantization bit-width of features and weights (None = fp32).
+      channel_mask: if True, a `ChannelMask` gating the ``hidden`` channels (shrinks both layer-0
+        GEMMs' output and both layer-1 GEMMs' K, and the aggregation width where it aggregates them).
+      bits: bit-width of features and weights (None = fp32); the initial one for learned kinds.
+      quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
+      in_degree: int [N] in-degrees for the "degree" / "a2q" quantizers (`codesign.train` passes
+        them with the self-loop counted, as for GCN; GraphSAGE aggregates none, so they are one
+        high, which only shifts the degree ranking's values, not its order).
       dropout: dropout rate on each layer's input.
       aggr: "mean" or "max" (see the module docstring).
+
+    Raises:
+      ValueError: ``aggr`` invalid; a `BlockEdgeMask` built with self-loops; from `make_quantizer`.
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
 
+    SELF_LOOPS = False
+    """GraphSAGE aggregates no self-loops: a `BlockEdgeMask` for it tiles the E edges only."""
+
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
-                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 aggr: str = "mean", impl: str = "auto", rngs: nnx.Rngs):
+                 edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
+                 channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
+                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto", rngs: nnx.Rngs):
+        if isinstance(edge_sparsifier, BlockEdgeMask) and edge_sparsifier.n_entries != edge_sparsifier.n_edges:
+            raise ValueError("GraphSAGE: edge_sparsifier is a BlockEdgeMask built with self-loops "
+                             f"({edge_sparsifier.n_entries} entries for {edge_sparsifier.n_edges} edges); GraphSAGE "
+                             "aggregates none: build it with BlockEdgeMask.from_graph(..., self_loops=False)")
         self.bits, self.aggr = bits, aggr
-        self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
+        if edge_sparsifier is None and n_edges:
+            edge_sparsifier = EdgeMask(n_edges, rngs=rngs)
+        self.edge_mask = edge_sparsifier
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
+        self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.conv1 = SAGEConv(in_features, hidden, aggr=aggr, bits=bits, impl=impl, rngs=rngs)
-        self.conv2 = SAGEConv(hidden, n_classes, aggr=aggr, bits=bits, impl=impl, rngs=rngs)
+        q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, rngs=rngs)
+        self.conv1 = SAGEConv(in_features, hidden, **q)
+        self.conv2 = SAGEConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
-        gates = self.edge_mask() if self.edge_mask is not None else None
+        gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.relu(self.conv1(self.dropout(x), adj, gates))
-        return self.conv2(self.dropout(h), adj, gates)
+        h = jax.nn.relu(self.conv1(x, adj, gates, self.dropout))
+        if self.channel_mask is not None:
+            h = self.channel_mask(h)
+        return self.conv2(h, adj, gates, self.dropout)
 
     def densities(self, hard: bool = False) -> dict:
-        """Kept fractions ``{"edge": ..., "feature": ...}`` (see `GCN.densities`)."""
-        return mask_densities(self.edge_mask, self.feature_mask, hard)
+        """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask),
+        see `GCN.densities`."""
+        return mask_densities(self.edge_mask, self.feature_mask, hard, self.channel_mask)
+
+    def layer_bits(self, hard: bool = False) -> dict:
+        """Mean bit-widths (float32 scalars) ``{"x0", "w0", "x1", "w1"}``: each layer's input and
+        the mean of its two weights' bits (the root and neighbour GEMMs have the same shape, so the
+        mean is exact for their bytes and MACs); expected (differentiable) or deployed."""
+        out = {}
+        for i, conv in enumerate((self.conv1, self.conv2)):
+            b = conv.layer_bits(hard)
+            out[f"x{i}"], out[f"w{i}"] = b["x"], 0.5 * (b["w_neigh"] + b["w_root"])
+        return out
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
@@ -137,32 +220,46 @@ class GraphSAGE(nnx.Module):
 
           ``layer{l}``:      neighbour aggregation over the kept edges (nnz = kept edges, no
                              self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
-                             orders (`hwmodel.message_passing_layer`). Max: aggregate-first only
-                             (a max does not commute with the GEMM); its "spmm" stage counts one
-                             compare per gathered element where a SpMM counts one MAC.
+                             orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the
+                             aggregation is the BSR kernel over the kept tiles). Max:
+                             aggregate-first only (a max does not commute with the GEMM); its
+                             "spmm" stage counts one compare per gathered element where a SpMM
+                             counts one MAC.
           ``layer{l}.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
                              accumulate, no separate stage).
-        The logits (layer 1) are fp32.
+
+        K of layer 0 = feature density x in_features; F of layer 0 and K of layer 1 = channel
+        density x hidden. Bits: layer ``l`` reads its input at the bits of its ``quant_x`` and each
+        weight at its own quantizer's (``bits`` overrides all); layer 0 writes at layer 1's input
+        bits, layer 1 fp32 logits.
         """
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        convs = (self.conv1, self.conv2)
+        if bits is not None:
+            b = jnp.asarray(bits, jnp.float32)
+            lb = [dict(x=b, w_neigh=b, w_root=b) for _ in convs]
+        else:
+            lb = [c.layer_bits(hard) for c in convs]
         nnz = d["edge"] * n_edges
+        tiles = kept_tiles(self.edge_mask, hard) if self.aggr == "mean" else None
+        block = {} if tiles is None else dict(nnz_blocks=tiles, block_size=self.edge_mask.block_size)
+        hidden = d["channel"] * self.conv1.out_features
+        dims = ((d["feature"] * self.conv1.in_features, hidden, lb[1]["x"]), (hidden, self.conv2.out_features, FP32_BITS))
         layers = []
-        for i, (conv, k) in enumerate(((self.conv1, d["feature"] * self.conv1.in_features),
-                                       (self.conv2, self.conv2.in_features))):
-            out_bits, f = (FP32_BITS if i == 1 else b), conv.out_features
+        for i, (k, f, out_bits) in enumerate(dims):
+            x_bits, wn, wr = lb[i]["x"], lb[i]["w_neigh"], lb[i]["w_root"]
             if self.aggr == "mean":
-                layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, f, b, b, out_bits,
+                layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, f, x_bits, wn, out_bits,
                                                             training=training, locality=locality,
-                                                            edge_density=d["edge"]))
+                                                            edge_density=d["edge"], **block))
             else:
-                agg = (hwmodel.spmm_stage(n_nodes, nnz, k, b, b, locality, d["edge"]),
-                       hwmodel.gemm_stage(n_nodes, k, f, b, b, out_bits))
+                agg = (hwmodel.spmm_stage(n_nodes, nnz, k, x_bits, x_bits, locality, d["edge"]),
+                       hwmodel.gemm_stage(n_nodes, k, f, x_bits, wn, out_bits))
                 elem = (hwmodel.elementwise_stage(n_nodes, f, out_bits),)
                 if training:
                     agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
                 layers.append(hwmodel.LayerWorkload(f"layer{i}", agg, agg, elem))
-            gemm = (hwmodel.gemm_stage(n_nodes, k, f, b, b, out_bits),)
+            gemm = (hwmodel.gemm_stage(n_nodes, k, f, x_bits, wr, out_bits),)
             if training:
                 gemm = hwmodel.with_backward(gemm)
             layers.append(hwmodel.LayerWorkload(f"layer{i}.root", gemm, gemm, ()))
