@@ -32,6 +32,10 @@ Three choices, each measured on Cora GCN (feature mask + 8 bits, h100 energy, bu
 Measured: hardened cost 0.96-1.02 of a 0.1 budget (2 seeds). With per-element Adam every
 gate with a positive multiplier moves at full speed, so a loose budget (0.2, where 8-bit alone
 is at 0.21) ends under it (0.83-0.85), and a tight one (0.05) needs more than 200 epochs.
+GAT and GraphSAGE (their `MODEL_DEFAULTS`, best-validation selection made cost-aware, see
+``TrainConfig.select``): 0.98 / 0.99 (GAT) and 0.95 / 1.00 (GraphSAGE) of a 0.1 budget, seeds 0 / 1.
+A budget within ``budget_band`` of the starting cost winds the integral up while the gates
+travel to the pruning threshold (~75 epochs): GAT at 0.15 overshoots to 0.90-0.93.
 
 Optimizers (optax): weights use Adam with L2 weight decay on the first layer, as Kipf & Welling
 (ICLR 2017) do (``weight_decay_scope="all"``: on every weight, as GAT, GraphSAGE and GIN do);

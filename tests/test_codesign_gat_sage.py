@@ -13,7 +13,7 @@ from codesign.kernels import CooAdjacency
 from codesign.models import GAT, GraphSAGE
 from codesign.quant import BitParam
 from codesign.sparsify import BlockEdgeMask
-from codesign.train import TrainConfig, adjacency, build_model, train
+from codesign.train import TrainConfig, build_model, train
 
 MODELS = {"gat": GAT, "sage": GraphSAGE}
 N_NODES, IN, HIDDEN, CLASSES, HEADS = 48, 12, 4, 3, 2

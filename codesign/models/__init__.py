@@ -4,7 +4,9 @@ since `aggregate` computes sums only).
 
 Every model shares GCN's protocol: ``Model(in_features, hidden, n_classes, *, n_edges, feature_mask,
 bits, dropout, rngs, **model_options)``, ``__call__(x, adj) -> logits``, ``densities(hard)`` and
-``workload(n_nodes, n_edges, *, hard, training, bits, densities, locality)``.
+``workload(n_nodes, n_edges, *, hard, training, bits, densities, locality)``. GCN, GAT and GraphSAGE
+also take the co-design hooks ``edge_sparsifier``, ``channel_mask``, ``quantizer`` and ``in_degree``
+and report ``layer_bits(hard)``.
 
 ``MODEL_DEFAULTS[name]``: the training hyper-parameters (`codesign.train.TrainConfig` fields) of
 each model's paper / reference setting on Cora; fields not listed take `TrainConfig`'s defaults
