@@ -224,6 +224,7 @@ def test_build_model_gives_gat_and_sage_every_hook(cora):
         assert model.edge_mask.n_entries == cora.n_edges + (cora.n_nodes if name == "gat" else 0)
 
 
+@pytest.mark.slow
 def test_gat_cost_weighted_training_prunes_under_best_val_selection(cora):
     """GAT's defaults select the best-validation epoch; before the selection was cost-aware it
     picked an epoch before any gate had closed (densities 1.0)."""
@@ -235,6 +236,7 @@ def test_gat_cost_weighted_training_prunes_under_best_val_selection(cora):
     assert r["test_accuracy"] > 0.5  # 7 classes: chance ~ 0.14
 
 
+@pytest.mark.slow
 def test_sage_cost_weighted_training_prunes(cora):
     cfg = TrainConfig.for_model("sage", cost_weight=1.0, bits=8, epochs=25, gate_lr=0.3, seed=0, select="last")
     r = train(cora, cfg, presets.get("h100"))
@@ -242,6 +244,7 @@ def test_sage_cost_weighted_training_prunes(cora):
     assert r["test_accuracy"] > 0.4
 
 
+@pytest.mark.slow
 def test_gat_budget_lands_within_five_percent(cora):
     """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100 energy): the hardened cost of
     the selected epoch is within 5 % of the budget. Shortened run: gates 1.5x faster, 120 epochs
