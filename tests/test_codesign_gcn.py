@@ -93,7 +93,7 @@ def test_quantizer_factory_errors():
 
 def test_options_a_model_does_not_take_are_refused(cora):
     with pytest.raises(ValueError, match="channel_mask"):
-        build_model(TrainConfig.for_model("gat", channel_mask=True), cora, nnx.Rngs(0))
+        build_model(TrainConfig.for_model("gin", channel_mask=True), cora, nnx.Rngs(0))
 
 
 def test_gcn_takes_a_user_built_sparsifier(cora):
