@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, add_common_args, dedupe_legend, new_figure, save_figure  # noqa: E402
+from paper_figures.common import DPI, add_common_args, dedupe_legend, new_figure, print_written, save_figure  # noqa: E402
 
 __all__ = ["UNIT_PARTS", "bars", "draw", "main"]
 
@@ -167,11 +167,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     points = fronts.load_or_exit(args.results, "breakdown.py")
     written, notes = draw(points, args.out, args.results.stem, args.loss_pts, args.dpi)
-    for n in notes:
-        print(f"note: {n}")
-    for p in written:
-        print(f"wrote {p}")
-    return written
+    return print_written(written, notes)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,16 @@ def add_common_args(parser, out_default: Path = DEFAULT_OUT) -> None:
     parser.add_argument("--dpi", type=int, default=DPI, help=f"PNG resolution (default {DPI})")
 
 
+def print_written(written: list[Path], notes: Sequence[str] = ()) -> list[Path]:
+    """Prints each note (``note: ...``) and each written path (``wrote ...``); returns ``written``.
+    The closing lines of every figure script's ``main``."""
+    for n in notes:
+        print(f"note: {n}")
+    for p in written:
+        print(f"wrote {p}")
+    return written
+
+
 def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[str]]:
     """Handles and labels with repeated labels dropped (first kept), order preserved."""
     seen: dict[str, object] = {}

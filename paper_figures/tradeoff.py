@@ -27,7 +27,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, add_common_args, dedupe_legend, method_style, new_figure, save_figure  # noqa: E402
+from paper_figures.common import DPI, add_common_args, dedupe_legend, method_style, new_figure, print_written, save_figure  # noqa: E402
 
 __all__ = ["draw", "main"]
 
@@ -154,9 +154,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     written = []
     for c in costs:
         written += draw(points, c, args.out, args.results.stem, args.dpi, args.span_pts)
-    for p in written:
-        print(f"wrote {p}")
-    return written
+    return print_written(written)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figures.common import (DEFAULT_RESULTS, DPI, add_common_args, dedupe_legend, is_quick,  # noqa: E402
+from paper_figures.common import (DEFAULT_RESULTS, DPI, add_common_args, dedupe_legend, is_quick, print_written,  # noqa: E402
                                   load_json_object, new_figure, prefer_quick_or_full, save_figure)
 
 __all__ = ["find_inputs", "load_points", "metrics", "draw", "main"]
@@ -173,9 +173,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         written = draw(files, args.out, args.dpi)
     except (ValueError, FileNotFoundError) as err:
         raise SystemExit(f"validation.py: {err}") from err
-    for p in written:
-        print(f"wrote {p}")
-    return written
+    return print_written(written)
 
 
 if __name__ == "__main__":
