@@ -16,7 +16,6 @@ on-chip SRAM and near-memory (internal accesses + host link); bottom row: energy
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -27,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, add_common_args, dedupe_legend, new_figure, print_written, save_figure  # noqa: E402
+from paper_figures.common import DPI, dedupe_legend, new_figure, save_figure  # noqa: E402
 
 __all__ = ["UNIT_PARTS", "bars", "draw", "main"]
 
@@ -151,24 +150,14 @@ def draw(points: Sequence[dict], out: Path, stem: str, loss_pts: float = 1.0,
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Command line: see the module docstring. Prints the notes and the written paths.
-
-    Returns:
-        The written PNG and PDF paths.
+    """Command line: see the module docstring (`fronts.tradeoff_figure_main`). Prints the notes
+    and the written paths; returns the written PNG and PDF paths.
 
     Raises:
         SystemExit: naming the file (and line), if the input is missing, malformed or empty.
     """
-    parser = argparse.ArgumentParser(prog="breakdown.py", description=__doc__.split("\n")[0])
-    parser.add_argument("results", type=Path, help="results/<dataset>_tradeoff.jsonl")
-    parser.add_argument("--loss-pts", type=float, default=1.0,
-                        help="accuracy loss allowed for the co-design bar (percentage points)")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    points = fronts.load_or_exit(args.results, "breakdown.py")
-    written, notes = draw(points, args.out, args.results.stem, args.loss_pts, args.dpi)
-    return print_written(written, notes)
-
+    return fronts.tradeoff_figure_main(argv, "breakdown.py", __doc__, draw,
+                                       "accuracy loss allowed for the co-design bar (percentage points)")
 
 if __name__ == "__main__":
     main()

@@ -133,6 +133,40 @@ def add_common_args(parser, out_default: Path = DEFAULT_OUT) -> None:
     parser.add_argument("--dpi", type=int, default=DPI, help=f"PNG resolution (default {DPI})")
 
 
+def find_results(results: Path, prefix: str, quick: bool = False) -> list[Path]:
+    """``results/<prefix>_*.json`` and ``results/gpu/<prefix>*.json``, one per result (the
+    ``_quick`` one only when ``quick`` or when it has no full partner)."""
+    found = list(results.glob(f"{prefix}_*.json")) + list((results / "gpu").glob(f"{prefix}*.json"))
+    return prefer_quick_or_full(found, quick)
+
+
+def json_results_main(argv: Sequence[str] | None, prog: str, doc: str, prefix: str, draw) -> list[Path]:
+    """The command line of a figure drawn from ``<prefix>_*.json`` result files: ``FILE ...`` or
+    ``--results DIR [--quick]`` (`find_results`), ``--out``, ``--dpi``; ``draw(files, out, dpi)
+    -> (written paths, notes)``. Prints the notes and the written paths and returns the paths.
+
+    Raises:
+        SystemExit: no input file found, or ``draw`` raised ValueError / FileNotFoundError (its
+            message names the file).
+    """
+    import argparse
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    parser.add_argument("files", nargs="*", type=Path, help=f"{prefix} JSON files")
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                        help=f"folder searched when no FILE is given (default {DEFAULT_RESULTS})")
+    parser.add_argument("--quick", action="store_true", help="prefer the _quick result files")
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    files = args.files or find_results(args.results, prefix, args.quick)
+    if not files:
+        raise SystemExit(f"{prog}: no {prefix}_*.json in {args.results} or its gpu/")
+    try:
+        written, notes = draw(files, args.out, args.dpi)
+    except (ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"{prog}: {err}") from err
+    return print_written(written, notes)
+
+
 def print_written(written: list[Path], notes: Sequence[str] = ()) -> list[Path]:
     """Prints each note (``note: ...``) and each written path (``wrote ...``); returns ``written``.
     The closing lines of every figure script's ``main``."""

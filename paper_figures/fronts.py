@@ -422,3 +422,24 @@ def representatives(points: Sequence[dict], loss_pts: float = 1.0) -> dict[str, 
 def min_bits(point: dict) -> float:
     """The narrowest bit-width in a point's ``layer_bits`` (32.0 when it has none)."""
     return min(point["layer_bits"].values(), default=32.0)
+
+
+def tradeoff_figure_main(argv: Sequence[str] | None, prog: str, doc: str, draw, loss_help: str) -> list[Path]:
+    """The command line of a figure drawn from one tradeoff JSONL: ``RESULTS [--loss-pts X]
+    [--out DIR] [--dpi N]``; ``draw(points, out, stem, loss_pts, dpi) -> (written, notes)``.
+    Prints the notes and the written paths and returns the paths.
+
+    Raises:
+        SystemExit: naming the file (and line), if the input is missing, malformed or empty.
+    """
+    import argparse
+
+    from paper_figures.common import add_common_args, print_written
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    parser.add_argument("results", type=Path, help="results/<dataset>_tradeoff.jsonl")
+    parser.add_argument("--loss-pts", type=float, default=1.0, help=loss_help)
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    points = load_or_exit(args.results, prog)
+    written, notes = draw(points, args.out, args.results.stem, args.loss_pts, args.dpi)
+    return print_written(written, notes)

@@ -20,7 +20,6 @@ the implementation (log axis; above 1 = faster than segment_sum). Writes
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -31,8 +30,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figures.common import (DEFAULT_RESULTS, DPI, add_common_args, dedupe_legend, is_quick, print_written,  # noqa: E402
-                                  load_json_object, new_figure, prefer_quick_or_full, save_figure)
+from paper_figures.common import (DPI, dedupe_legend, find_results, is_quick, json_results_main,  # noqa: E402
+                                  load_json_object, new_figure, save_figure)
 
 __all__ = ["BASELINE_IMPL", "find_inputs", "speedups", "draw", "main"]
 
@@ -43,8 +42,7 @@ _TIMES = (("forward_ms", "forward"), ("forward_backward_ms", "forward + backward
 def find_inputs(results: Path, quick: bool = False) -> list[Path]:
     """``results/kernel_bench_*.json`` and ``results/gpu/kernel_bench*.json``, one per result
     (the ``_quick`` one only when ``quick`` or when it has no full partner)."""
-    found = list(results.glob("kernel_bench_*.json")) + list((results / "gpu").glob("kernel_bench*.json"))
-    return prefer_quick_or_full(found, quick)
+    return find_results(results, "kernel_bench", quick)
 
 
 def speedups(path: Path) -> tuple[dict, list[str]]:
@@ -153,30 +151,13 @@ def draw(files: Sequence[Path], out: Path, dpi: int = DPI) -> tuple[list[Path], 
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Command line: see the module docstring. Prints the notes and the written paths.
-
-    Returns:
-        The written PNG and PDF paths.
+    """Command line: see the module docstring (`common.json_results_main`). Prints the notes and
+    the written paths; returns the written PNG and PDF paths.
 
     Raises:
         SystemExit: if no input file is found, or one is missing or malformed (naming it).
     """
-    parser = argparse.ArgumentParser(prog="kernels.py", description=__doc__.split("\n")[0])
-    parser.add_argument("files", nargs="*", type=Path, help="kernel_bench JSON files")
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                        help=f"folder searched when no FILE is given (default {DEFAULT_RESULTS})")
-    parser.add_argument("--quick", action="store_true", help="prefer the _quick result files")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    files = args.files or find_inputs(args.results, args.quick)
-    if not files:
-        raise SystemExit(f"kernels.py: no kernel_bench_*.json in {args.results} or its gpu/")
-    try:
-        written, notes = draw(files, args.out, args.dpi)
-    except (ValueError, FileNotFoundError) as err:
-        raise SystemExit(f"kernels.py: {err}") from err
-    return print_written(written, notes)
-
+    return json_results_main(argv, "kernels.py", __doc__, "kernel_bench", draw)
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,6 @@ bandwidth) when the spec has near-memory units. Writes ``<out>/<stem>_<model>_ro
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, add_common_args, dedupe_legend, new_figure, print_written, save_figure  # noqa: E402
+from paper_figures.common import DPI, dedupe_legend, new_figure, save_figure  # noqa: E402
 
 __all__ = ["stage_points", "roofs", "draw", "main"]
 
@@ -204,24 +203,14 @@ def draw(points: Sequence[dict], out: Path, stem: str, loss_pts: float = 1.0,
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Command line: see the module docstring. Prints the notes and the written paths.
-
-    Returns:
-        The written PNG and PDF paths.
+    """Command line: see the module docstring (`fronts.tradeoff_figure_main`). Prints the notes
+    and the written paths; returns the written PNG and PDF paths.
 
     Raises:
         SystemExit: naming the file (and line), if the input is missing, malformed or empty.
     """
-    parser = argparse.ArgumentParser(prog="roofline.py", description=__doc__.split("\n")[0])
-    parser.add_argument("results", type=Path, help="results/<dataset>_tradeoff.jsonl")
-    parser.add_argument("--loss-pts", type=float, default=1.0,
-                        help="accuracy loss allowed for the co-design model (percentage points)")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    points = fronts.load_or_exit(args.results, "roofline.py")
-    written, notes = draw(points, args.out, args.results.stem, args.loss_pts, args.dpi)
-    return print_written(written, notes)
-
+    return fronts.tradeoff_figure_main(argv, "roofline.py", __doc__, draw,
+                                       "accuracy loss allowed for the co-design model (percentage points)")
 
 if __name__ == "__main__":
     main()

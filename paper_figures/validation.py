@@ -20,7 +20,6 @@ held-out points, computed from the points. Writes ``<out>/hwmodel_validation.png
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
@@ -31,8 +30,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figures.common import (DEFAULT_RESULTS, DPI, add_common_args, dedupe_legend, is_quick, print_written,  # noqa: E402
-                                  load_json_object, new_figure, prefer_quick_or_full, save_figure)
+from paper_figures.common import (DPI, dedupe_legend, find_results, is_quick, json_results_main,  # noqa: E402
+                                  load_json_object, new_figure, save_figure)
 
 __all__ = ["find_inputs", "load_points", "metrics", "draw", "main"]
 
@@ -42,8 +41,7 @@ KIND_COLORS = {"gemm": "C1", "spmm": "C0", "bsr": "C5", "sddmm": "C2"}
 def find_inputs(results: Path, quick: bool = False) -> list[Path]:
     """``results/hwmodel_validation_*.json`` and ``results/gpu/hwmodel_validation*.json``, one
     per result (the ``_quick`` one only when ``quick`` or when it has no full partner)."""
-    found = list(results.glob("hwmodel_validation_*.json")) + list((results / "gpu").glob("hwmodel_validation*.json"))
-    return prefer_quick_or_full(found, quick)
+    return find_results(results, "hwmodel_validation", quick)
 
 
 def load_points(path: Path) -> list[dict]:
@@ -151,30 +149,14 @@ def draw(files: Sequence[Path], out: Path, dpi: int = DPI) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Command line: see the module docstring.
-
-    Returns:
-        The written PNG and PDF paths.
+    """Command line: see the module docstring (`common.json_results_main`). Prints the written
+    paths and returns them.
 
     Raises:
         SystemExit: if no input file is found, or one is missing or malformed (naming it).
     """
-    parser = argparse.ArgumentParser(prog="validation.py", description=__doc__.split("\n")[0])
-    parser.add_argument("files", nargs="*", type=Path, help="hwmodel_validation JSON files")
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                        help=f"folder searched when no FILE is given (default {DEFAULT_RESULTS})")
-    parser.add_argument("--quick", action="store_true", help="prefer the _quick result files")
-    add_common_args(parser)
-    args = parser.parse_args(argv)
-    files = args.files or find_inputs(args.results, args.quick)
-    if not files:
-        raise SystemExit(f"validation.py: no hwmodel_validation_*.json in {args.results} or its gpu/")
-    try:
-        written = draw(files, args.out, args.dpi)
-    except (ValueError, FileNotFoundError) as err:
-        raise SystemExit(f"validation.py: {err}") from err
-    return print_written(written)
-
+    return json_results_main(argv, "validation.py", __doc__, "hwmodel_validation",
+                             lambda files, out, dpi: (draw(files, out, dpi), []))
 
 if __name__ == "__main__":
     main()
