@@ -83,6 +83,19 @@ class Graph:
         """A copy with some fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def keep_edges(self, keep) -> "Graph":
+        """The graph with only the edges where ``keep`` (bool [E]) is True; every per-edge field
+        (senders, receivers, edge_weight, edge_type) is sliced alike, nodes are unchanged.
+
+        Raises:
+          ValueError: ``keep`` is not a bool array of shape [E].
+        """
+        keep = np.asarray(keep)
+        if keep.dtype != bool or keep.shape != (self.n_edges,):
+            raise ValueError(f"Graph.keep_edges: keep must be bool [{self.n_edges}], got {keep.dtype} {keep.shape}")
+        fields = ("senders", "receivers", "edge_weight", "edge_type")
+        return self.replace(**{f: np.asarray(getattr(self, f))[keep] for f in fields if getattr(self, f) is not None})
+
 
 def _check(cond: bool, field: str, msg: str):
     if not cond:

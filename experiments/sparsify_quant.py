@@ -48,10 +48,7 @@ def _keep_random_edges(graph, keep: float, seed: int):
     import jax
 
     from codesign.sparsify import random_edge_removal
-    keep_mask = np.asarray(random_edge_removal(jax.random.key(seed), graph.n_edges, keep))
-    edge_fields = ("senders", "receivers", "edge_weight", "edge_type")
-    return graph.replace(**{name: np.asarray(getattr(graph, name))[keep_mask]
-                            for name in edge_fields if getattr(graph, name, None) is not None})
+    return graph.keep_edges(random_edge_removal(jax.random.key(seed), graph.n_edges, keep))
 
 
 def run_one(graph, method: str, seed: int, hw, epochs):

@@ -150,7 +150,7 @@ def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
     """Keys of every record ``job`` writes (ugs_int8: one per round and target)."""
     from codesign.results import config_key
     if job.method == "ugs_int8":
-        return [config_key({**record_config(dataclasses.replace(job, level=k), hw, dataset, epochs, budget_mode)})
+        return [config_key(record_config(dataclasses.replace(job, level=k), hw, dataset, epochs, budget_mode))
                 for k in range(int(job.level) + 1) for hw in job.hws]
     return [config_key(record_config(job, hw, dataset, epochs, budget_mode)) for hw in job.hws]
 
@@ -190,8 +190,7 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
         from codesign.sparsify import random_edge_removal
         import jax
         keep = np.asarray(random_edge_removal(jax.random.key(job.seed), graph.n_edges, job.level))
-        sub = graph.replace(senders=np.asarray(graph.senders)[keep], receivers=np.asarray(graph.receivers)[keep])
-        r = train(sub, cfg, targets[0])
+        r = train(graph.keep_edges(keep), cfg, targets[0])
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         shell = build_model(cfg, graph, nnx.Rngs(0))  # fp32, no masks: the cost depends on shapes only
         dens = {"edge": float(keep.sum()) / graph.n_edges}

@@ -131,3 +131,24 @@ def test_add_self_loops():
     np.testing.assert_array_equal(to_scipy(g2).diagonal(), np.ones(4))
     s_jit, _ = jax.jit(add_self_loops, static_argnums=2)(g.senders, g.receivers, 4)
     np.testing.assert_array_equal(s_jit, s)
+
+
+def test_keep_edges_slices_every_per_edge_field():
+    import numpy as np
+    import pytest
+    from codesign.graph import Graph
+    n = 4
+    g = Graph(np.array([0, 1, 2, 3], np.int32), np.array([1, 2, 3, 0], np.int32), np.ones((n, 2), np.float32),
+              np.array([0, 1, 0, 1], np.int32), np.ones(n, bool), np.zeros(n, bool), np.zeros(n, bool),
+              edge_weight=np.array([1.0, 2.0, 3.0, 4.0], np.float32), edge_type=np.array([0, 1, 0, 1], np.int32),
+              n_nodes=n)
+    sub = g.keep_edges(np.array([True, False, True, False]))
+    assert sub.n_edges == 2 and sub.n_nodes == n
+    np.testing.assert_array_equal(sub.senders, [0, 2])
+    np.testing.assert_array_equal(sub.receivers, [1, 3])
+    np.testing.assert_array_equal(sub.edge_weight, [1.0, 3.0])
+    np.testing.assert_array_equal(sub.edge_type, [0, 0])
+    with pytest.raises(ValueError, match="keep_edges"):
+        g.keep_edges(np.array([1, 0, 1, 0]))
+    with pytest.raises(ValueError, match="keep_edges"):
+        g.keep_edges(np.ones(3, bool))
