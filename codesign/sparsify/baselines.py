@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.sparsify.masks import _check_count, _check_edge_index
+from codesign.sparsify.masks import EdgeItems, _check_count, _check_edge_index
 
 UGS_GRAPH_RATE = 0.05
 """p_g: fraction of the remaining graph-mask entries pruned per UGS round (Chen et al. 2021, Alg. 1
@@ -106,7 +106,7 @@ def random_edge_removal(key: jax.Array, n_edges: int, keep_fraction: float) -> j
 
 
 @final
-class DropEdge(nnx.Module):
+class DropEdge(EdgeItems, nnx.Module):
     """DropEdge (Rong et al., ICLR 2020, ``A_drop = A - A'``): in training every call removes a fresh
     uniformly random set of ``round(rate * E)`` edges; at test time all edges are kept.
 
@@ -167,25 +167,13 @@ class DropEdge(nnx.Module):
         """float32 scalar: ``n_kept / E`` in training, 1 at test time (by ``self.deterministic``)."""
         return jnp.asarray(self.n_kept / self.n_edges if self._training(None) else 1.0, jnp.float32)
 
-    def expected_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `expected_density`."""
-        return self.expected_density()
-
     def hard_mask(self) -> jax.Array:
         """bool [E], all True: DropEdge keeps every edge at test time."""
         return jnp.ones((self.n_edges,), bool)
 
-    def hard_edge_mask(self) -> jax.Array:
-        """bool [E]: the same as `hard_mask`."""
-        return self.hard_mask()
-
     def hard_density(self) -> jax.Array:
         """float32 scalar 1.0."""
         return jnp.ones((), jnp.float32)
-
-    def hard_edge_density(self) -> jax.Array:
-        """float32 scalar 1.0."""
-        return self.hard_density()
 
     def set_view(self, deterministic: bool | None = None):
         """Hook of ``nnx.view`` (flax >= 0.12): ``nnx.view(model, deterministic=True)``."""
@@ -324,7 +312,7 @@ class PruneMask(nnx.Variable):
 
 
 @final
-class EdgeWeightMask(nnx.Module):
+class EdgeWeightMask(EdgeItems, nnx.Module):
     """The trainable graph mask of UGS (Chen et al. 2021; objective
     ``L({m_g * A, X}, m_theta * Theta) + gamma_1 ||m_g||_1 + gamma_2 ||m_theta||_1``): a continuous
     per-edge weight ``m_g`` initialized to 1, multiplied into the edge weights, with the L1 penalty
@@ -376,25 +364,13 @@ class EdgeWeightMask(nnx.Module):
         """float32 scalar: ``mean(keep)``, kept fraction after the pruning rounds so far."""
         return jnp.mean(self.keep[...].astype(jnp.float32))
 
-    def expected_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `expected_density`."""
-        return self.expected_density()
-
     def hard_mask(self) -> jax.Array:
         """bool [E]: ``keep & (weight != 0)``."""
         return self.keep[...] & (self.weight[...] != 0)
 
-    def hard_edge_mask(self) -> jax.Array:
-        """bool [E]: the same as `hard_mask`."""
-        return self.hard_mask()
-
     def hard_density(self) -> jax.Array:
         """float32 scalar: fraction of edges in `hard_mask`."""
         return jnp.mean(self.hard_mask().astype(jnp.float32))
-
-    def hard_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `hard_density`."""
-        return self.hard_density()
 
     def prune(self, fraction: float = UGS_GRAPH_RATE) -> jax.Array:
         """One UGS round on the graph mask (host-side, outside ``jit``): prunes ``fraction`` of the

@@ -88,8 +88,27 @@ def _gate_last_axis(gate: HardConcreteGate, x: jax.Array, deterministic: Optiona
     return x * z.reshape((1,) * (x.ndim - 1) + (n,))
 
 
+class EdgeItems:
+    """Mixin of sparsifiers whose gated items are the graph's edges themselves: the
+    `EdgeSparsifier` names (``expected_edge_density``, ``hard_edge_mask``,
+    ``hard_edge_density``) are their `Sparsifier` ones (``expected_density``, ``hard_mask``,
+    ``hard_density``). `BlockEdgeMask` gates tiles and defines its own."""
+
+    def expected_edge_density(self) -> jax.Array:
+        """float32 scalar: the same as ``expected_density`` (the gated items are edges)."""
+        return self.expected_density()
+
+    def hard_edge_mask(self) -> jax.Array:
+        """bool [E]: the same as ``hard_mask``."""
+        return self.hard_mask()
+
+    def hard_edge_density(self) -> jax.Array:
+        """float32 scalar: the same as ``hard_density``."""
+        return self.hard_density()
+
+
 @final
-class EdgeMask(nnx.Module):
+class EdgeMask(EdgeItems, nnx.Module):
     """Learnable per-edge sparsity: one free hard-concrete gate per edge (transductive).
 
     One free logit per edge of a fixed graph, like the trainable graph mask of UGS (Chen et al.,
@@ -143,24 +162,12 @@ class EdgeMask(nnx.Module):
         """float32 scalar: expected kept-edge fraction, mean of P(z_e > 0) (Louizos et al. eq. 12)."""
         return self.gate.expected_density()
 
-    def expected_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `expected_density` (the gated items are edges)."""
-        return self.gate.expected_density()
-
     def hard_mask(self) -> jax.Array:
         """bool [E]: edges kept at test time."""
         return self.gate.hard_mask()
 
-    def hard_edge_mask(self) -> jax.Array:
-        """bool [E]: the same as `hard_mask`."""
-        return self.gate.hard_mask()
-
     def hard_density(self) -> jax.Array:
         """float32 scalar: fraction of edges kept at test time."""
-        return self.gate.hard_density()
-
-    def hard_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `hard_density`."""
         return self.gate.hard_density()
 
 

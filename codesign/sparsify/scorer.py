@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from codesign.sparsify.hard_concrete import BETA, _check_beta, deterministic, prob_nonzero, sample
-from codesign.sparsify.masks import _check_count
+from codesign.sparsify.masks import EdgeItems, _check_count
 
 _deterministic_gate = deterministic  # ``deterministic`` is also an argument name below
 
@@ -57,7 +57,7 @@ class ScorerLogits(nnx.Variable):
 
 
 @final
-class EdgeScorer(nnx.Module):
+class EdgeScorer(EdgeItems, nnx.Module):
     """Per-edge hard-concrete gates whose logits an MLP predicts from the endpoint features (PTDNet).
 
     Inductive: the parameters do not depend on the graph, so the scorer applies to any graph
@@ -180,10 +180,6 @@ class EdgeScorer(nnx.Module):
         """
         return jnp.mean(prob_nonzero(self._cached(), self.beta))
 
-    def expected_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `expected_density` (the gated items are edges)."""
-        return self.expected_density()
-
     def hard_mask(self) -> jax.Array:
         """bool [E]: edges kept at test time for the last ``edge_gates`` inputs.
 
@@ -192,17 +188,9 @@ class EdgeScorer(nnx.Module):
         """
         return _deterministic_gate(self._cached()) > 0
 
-    def hard_edge_mask(self) -> jax.Array:
-        """bool [E]: the same as `hard_mask`."""
-        return self.hard_mask()
-
     def hard_density(self) -> jax.Array:
         """float32 scalar: fraction of edges in `hard_mask`."""
         return jnp.mean(self.hard_mask().astype(jnp.float32))
-
-    def hard_edge_density(self) -> jax.Array:
-        """float32 scalar: the same as `hard_density`."""
-        return self.hard_density()
 
     def set_view(self, deterministic: bool | None = None):
         """Hook of ``nnx.view`` (flax >= 0.12): ``nnx.view(model, deterministic=True)``."""
