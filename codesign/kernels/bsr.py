@@ -81,6 +81,29 @@ def _reordered_csr(adj: CooAdjacency, block_size: int, reorder, n_parts) -> tupl
     return csr, perm, n
 
 
+def _csr_to_tiles(csr: sp.csr_matrix, block_size: int):
+    """BSR tiles of a square ``[n_pad, n_pad]`` csr matrix (sorted, no duplicates; n_pad a multiple
+    of B): ``(indptr int64[R+1], indices int64[nnzb], data float32[nnzb, B, B], tile_nnz int32[nnzb])``,
+    tiles sorted by (block row, block column), explicit zeros counted in ``tile_nnz``.
+
+    Written with int64 NumPy instead of ``scipy.sparse.bsr_matrix``: SciPy's csr -> bsr conversion
+    indexes the tile values with 32-bit integers and crashes (segmentation fault, SciPy 1.14) once
+    ``nnzb * B * B`` passes 2^31, e.g. the 8.6M tiles of a 2^20-node R-MAT graph at B = 16.
+    """
+    b = int(block_size)
+    n_pad = csr.shape[0]
+    n_block = n_pad // b
+    rows = np.repeat(np.arange(n_pad, dtype=np.int64), np.diff(csr.indptr))
+    cols = csr.indices.astype(np.int64)
+    keys = (rows // b) * n_block + cols // b
+    tile_keys, tile_of_entry, tile_nnz = np.unique(keys, return_inverse=True, return_counts=True)
+    data = np.zeros((tile_keys.size, b, b), np.float32)
+    data[tile_of_entry, rows % b, cols % b] = csr.data
+    block_rows = tile_keys // n_block
+    indptr = np.searchsorted(block_rows, np.arange(n_block + 1), side="left").astype(np.int64)
+    return indptr, tile_keys % n_block, data, tile_nnz.astype(np.int32)
+
+
 def _permute_features(fmt, x: Array) -> Array:
     """``x[N, ...]`` in original order -> ``[n_pad, ...]`` in ``fmt``'s node order, zero-padded
     (``fmt``: any format with ``perm``, ``n_nodes``, ``n_pad``)."""
@@ -161,16 +184,8 @@ class BlockSparseAdjacency:
         """
         block_size = _validate_tile_dim(block_size, "block_size")
         csr, perm, n = _reordered_csr(adj, block_size, reorder, n_parts)
-        bsr = sp.bsr_matrix(csr, blocksize=(block_size, block_size))
-        bsr.sort_indices()
-        ones = csr.copy()
-        ones.data = np.ones_like(ones.data)
-        counts = sp.bsr_matrix(ones, blocksize=(block_size, block_size))
-        counts.sort_indices()
-        assert np.array_equal(counts.indices, bsr.indices) and np.array_equal(counts.indptr, bsr.indptr)
-        tile_nnz = counts.data.sum(axis=(1, 2)).round().astype(np.int32)
-        return cls._from_tiles(bsr.indptr, bsr.indices, bsr.data.astype(np.float32), tile_nnz, perm,
-                               n, block_size)
+        indptr, indices, data, tile_nnz = _csr_to_tiles(csr, block_size)
+        return cls._from_tiles(indptr, indices, data, tile_nnz, perm, n, block_size)
 
     @classmethod
     def from_graph(cls, graph, block_size: int, reorder: Optional[str] = "rcm",
