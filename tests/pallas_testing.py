@@ -20,6 +20,28 @@ def rel_err(a, b) -> float:
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
 
 
+def exact_f32_dots():
+    """Context running f32 dots at IEEE f32 precision (``jax.default_matmul_precision("highest")``).
+
+    JAX's default f32 dot precision on a GPU is TF32 (inputs rounded to a 10-bit mantissa, about
+    5e-4 relative error; NVIDIA A100 / H100 whitepapers), inside Pallas Triton kernels as in XLA.
+    The kernel test cases compare with f32 references at 1e-5, so they run under this context;
+    the TF32 default is checked apart (``test_f32_default_precision_is_tf32``).
+    """
+    return jax.default_matmul_precision("highest")
+
+
+class ExactF32Dots:
+    """Test-class mixin: every test runs inside `exact_f32_dots`."""
+
+    def setup_method(self):
+        self._precision = exact_f32_dots()
+        self._precision.__enter__()
+
+    def teardown_method(self):
+        self._precision.__exit__(None, None, None)
+
+
 def cuda_target():
     """Context for lowering to CUDA on a machine without a GPU: JAX >= 0.11 reads the GPU model
     from the device or an abstract mesh while lowering Triton calls (older versions ignore the
