@@ -51,3 +51,15 @@ def test_aggregate_dispatch_and_errors(getkey):
         aggregate(adj, x, impl="pallas_typo")
     with pytest.raises(ValueError, match=r"x must be \[n_nodes=8, F\]"):
         aggregate(adj, x[:5])
+
+
+def test_segment_bf16_accumulates_in_f32():
+    """1000 messages of 1.0 into one node: a bf16 running sum would stop at 256 (256 + 1 rounds
+    back to 256); the f32 accumulator gives 1000, which bf16 represents exactly."""
+    e = 1000
+    adj = CooAdjacency(jnp.arange(1, e + 1, dtype=jnp.int32), jnp.zeros(e, jnp.int32), None, e + 1)
+    x = jnp.ones((e + 1, 3), jnp.bfloat16)
+    out = segment_spmm(adj, x)
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(out[0], np.float32), 1000.0)
+    np.testing.assert_array_equal(np.asarray(out[1:], np.float32), 0.0)

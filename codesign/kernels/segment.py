@@ -19,12 +19,16 @@ def segment_spmm(adj: CooAdjacency, x: jax.Array) -> jax.Array:
       x: float [N, F] node features.
 
     Returns:
-      float [N, F], same dtype as ``x`` (accumulation in that dtype).
+      float [N, F], same dtype as ``x``. Sums of 16-bit floats (bf16, f16) accumulate in float32,
+      as the Pallas kernels do: a bf16 running sum stops growing at 256 when adding ones, and
+      XLA:GPU's bf16 scatter-add (compare-and-swap loops on contended rows) measured 8-400x slower
+      than its f32 one on R-MAT graphs on an H100 (``results/gpu/hwmodel_validation_h100.json``).
     """
-    msgs = x[adj.senders]
+    acc = jnp.float32 if jnp.issubdtype(x.dtype, jnp.floating) and jnp.finfo(x.dtype).bits < 32 else x.dtype
+    msgs = x[adj.senders].astype(acc)
     if adj.edge_weight is not None:
-        msgs = msgs * adj.edge_weight[:, None].astype(x.dtype)
-    return jax.ops.segment_sum(msgs, adj.receivers, num_segments=adj.n_nodes)
+        msgs = msgs * adj.edge_weight[:, None].astype(acc)
+    return jax.ops.segment_sum(msgs, adj.receivers, num_segments=adj.n_nodes).astype(x.dtype)
 
 
 def dense_spmm(adj: CooAdjacency, x: jax.Array) -> jax.Array:
