@@ -32,6 +32,8 @@ from codesign import hwmodel
 from codesign.bench import median_time_s
 from codesign.data.synthetic import rmat_edges
 from codesign.kernels import BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate
+from codesign.kernels.pallas_spmm import bsr_spmm_int8
+from codesign.kernels.reorder import apply_permutation, rcm_permutation
 from codesign.results import write_json_atomic
 
 
@@ -84,7 +86,23 @@ def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool):
         out["dense"] = (lambda a, x: a @ x, jnp.zeros((n, n), jnp.float32).at[adj.receivers, adj.senders].add(1.0), x)
     if on_gpu:
         out["pallas"] = (lambda a, x: aggregate(a, x, impl="pallas"), bsr, xp)
+        # int8 features with per-node scales, dequantized inside the kernel (forward only)
+        scales = jnp.maximum(jnp.max(jnp.abs(xp), axis=1), 1e-12) / 127.0
+        xq = jnp.clip(jnp.round(xp / scales[:, None]), -127, 127).astype(jnp.int8)
+        out["pallas_int8"] = (lambda a, xs: bsr_spmm_int8(a, xs[0], xs[1]), bsr, (xq, scales))
     return out
+
+
+def tile_fill(s, r, n: int, block_size: int, reorder) -> float:
+    """Fill ratio of the B x B tiling (graph nonzeros / stored tile entries, as
+    `BlockSparseAdjacency.fill_ratio`), counted from the tile coordinates without building the
+    tiles: unreordered, the 2^20-node R-MAT graph has ~8M nonempty tiles (32 GB of values at B = 32)."""
+    if reorder == "rcm":
+        s, r = apply_permutation(s, r, rcm_permutation(s, r, n))
+    s, r = np.asarray(s, np.int64), np.asarray(r, np.int64)
+    nnz = np.unique(r * n + s).size
+    tiles = np.unique((r // block_size) * (-(-n // block_size)) + s // block_size).size
+    return nnz / (tiles * block_size ** 2) if tiles else 0.0
 
 
 def tile_keeps(spec: str, learned_from: str) -> list[float]:
@@ -114,6 +132,21 @@ def tile_keeps(spec: str, learned_from: str) -> list[float]:
     return out
 
 
+def _result(args, backend, copy_gb_s, formats, rows, failed, complete: bool) -> dict:
+    seg = {(r_["graph"], r_["tile_keep"], r_["features"]): r_ for r_ in rows if r_["impl"] == "segment"}
+    for r_ in rows:
+        base = seg[(r_["graph"], r_["tile_keep"], r_["features"])]
+        r_["speedup_vs_segment_fwd"] = base["forward_ms"] / r_["forward_ms"]
+        r_["speedup_vs_segment_fwd_bwd"] = (None if r_["forward_backward_ms"] is None
+                                            else base["forward_backward_ms"] / r_["forward_backward_ms"])
+    device = jax.devices()[0]
+    return {"what": "aggregation kernel benchmark", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), "device": getattr(device, "device_kind", str(device)), "backend": backend,
+        "jax": jax.__version__, "platform": platform.platform(), "copy_bw_gb_s": copy_gb_s,
+        "block_size": args.block_size, "reps": args.reps, "formats": formats, "rows": rows, "failed": failed,
+        "pallas_timed": backend == "gpu", "complete": complete}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -136,14 +169,13 @@ def main(argv=None) -> dict:
     on_gpu = backend == "gpu"
     out_path = args.out or f"results/kernel_bench_{backend}{'_quick' if args.quick else ''}.json"
     copy_gb_s = copy_bandwidth_gb_s(args.reps)
-    rows, formats = [], {}
+    rows, formats, failed = [], {}, []
     for gname, (s, r, n) in load_graphs(args).items():
         adj0 = CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), None, n)
         full = BlockSparseAdjacency.from_coo(adj0, args.block_size, reorder="rcm")
         formats[gname] = {
             "nodes": n, "edges": int(s.size),
-            **{f"bsr{b}_{ro or 'none'}_fill": BlockSparseAdjacency.from_coo(adj0, b, reorder=ro).fill_ratio
-               for b in (16, 32) for ro in (None, "rcm")},
+            **{f"bsr{b}_{ro or 'none'}_fill": tile_fill(s, r, n, b, ro) for b in (16, 32) for ro in (None, "rcm")},
             "condensed16_rcm_fill": CondensedRowWindows.from_coo(adj0, window=16, reorder="rcm").fill_ratio,
         }
         for keep in tile_keeps(args.tile_keep, args.learned_from):
@@ -163,27 +195,31 @@ def main(argv=None) -> dict:
             for f in [int(v) for v in args.features.split(",")]:
                 nbytes = float(hwmodel.spmm_stage(n, adj.n_edges, f, 32.0, 32.0).compulsory_bytes)
                 for name, (fn, operand, x) in impls(adj, bsr, n, f, on_gpu, n <= 8192).items():
-                    ct = jax.random.normal(jax.random.key(1), x.shape, jnp.float32)
-                    fwd_bwd = jax.jit(lambda a, x, ct, fn=fn: jax.value_and_grad(lambda x: jnp.vdot(fn(a, x), ct))(x))
-                    fwd = median_ms(jax.jit(fn), operand, x, reps=args.reps)
+                    try:
+                        fwd = median_ms(jax.jit(fn), operand, x, reps=args.reps)
+                        fwd_bwd_ms = None
+                        if not name.endswith("int8"):  # int8 inputs have no gradient
+                            ct = jax.random.normal(jax.random.key(1), x.shape, jnp.float32)
+                            fwd_bwd = jax.jit(lambda a, x, ct, fn=fn: jax.value_and_grad(
+                                lambda x: jnp.vdot(fn(a, x), ct))(x))
+                            fwd_bwd_ms = median_ms(fwd_bwd, operand, x, ct, reps=args.reps)
+                    except jax.errors.JaxRuntimeError as e:  # e.g. bsr_xla's [tiles, B, F] gather out of memory
+                        failed.append({"graph": gname, "tile_keep": keep, "features": f, "impl": name,
+                                       "error": str(e).splitlines()[0][:300]})
+                        print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} failed: {failed[-1]['error']}")
+                        continue
                     row = {"graph": gname, "edges": adj.n_edges, "tile_keep": keep, "tiles": bsr.nnz_blocks,
-                           "features": f, "impl": name, "forward_ms": fwd,
-                           "forward_backward_ms": median_ms(fwd_bwd, operand, x, ct, reps=args.reps),
+                           "features": f, "impl": name, "forward_ms": fwd, "forward_backward_ms": fwd_bwd_ms,
                            "gb_s": nbytes / (fwd * 1e-3) / 1e9}
                     row["copy_bw_fraction"] = row["gb_s"] / copy_gb_s
                     rows.append(row)
-                    print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:8s} fwd {fwd:9.3f} ms  fwd+bwd "
-                          f"{row['forward_backward_ms']:9.3f} ms  {row['gb_s']:7.2f} GB/s "
+                    fb = "      n/a" if fwd_bwd_ms is None else f"{fwd_bwd_ms:9.3f}"
+                    print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} fwd {fwd:9.3f} ms  fwd+bwd "
+                          f"{fb} ms  {row['gb_s']:7.2f} GB/s "
                           f"({100 * row['copy_bw_fraction']:.0f}% of copy)")
-    base = {(r_["graph"], r_["tile_keep"], r_["features"]): r_["forward_backward_ms"] for r_ in rows if r_["impl"] == "segment"}
-    for r_ in rows:
-        r_["speedup_vs_segment_fwd_bwd"] = base[(r_["graph"], r_["tile_keep"], r_["features"])] / r_["forward_backward_ms"]
-    device = jax.devices()[0]
-    result = {"what": "aggregation kernel benchmark", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), "device": getattr(device, "device_kind", str(device)), "backend": backend,
-        "jax": jax.__version__, "platform": platform.platform(), "copy_bw_gb_s": copy_gb_s,
-        "block_size": args.block_size, "reps": args.reps, "formats": formats, "rows": rows,
-        "pallas_timed": on_gpu}
+            # partial results after every kept fraction (a long GPU run cut by its time limit keeps them)
+            write_json_atomic(out_path, _result(args, backend, copy_gb_s, formats, rows, failed, complete=False))
+    result = _result(args, backend, copy_gb_s, formats, rows, failed, complete=True)
     write_json_atomic(out_path, result)
     print(f"copy bandwidth {copy_gb_s:.1f} GB/s; formats {formats}")
     print(f"wrote {out_path}")

@@ -50,13 +50,15 @@ def speedups(path: Path) -> tuple[dict, list[str]]:
 
     Returns:
         ``({(graph, features, tile_keep): {impl: {"forward_ms": x, "forward_backward_ms": y}}},
-        notes)``: x and y are ``segment time / impl time`` (> 1 = faster); groups without a
+        notes)``: x and y are ``segment time / impl time`` (> 1 = faster; NaN where the impl has
+        no backward); groups without a
         ``segment`` row are left out and named in the notes.
 
     Raises:
         ValueError: naming the file and row index, if the file is not a JSON object with a
             non-empty ``rows`` list, or a row lacks ``graph``/``impl`` (strings), ``features``,
-            ``tile_keep`` or positive finite ``forward_ms``/``forward_backward_ms``.
+            ``tile_keep`` or positive finite ``forward_ms``/``forward_backward_ms`` (the latter may
+            be null for forward-only kernels such as ``pallas_int8``; its speedup is then NaN).
     """
     obj = load_json_object(path)
     rows = obj.get("rows")
@@ -72,10 +74,12 @@ def speedups(path: Path) -> tuple[dict, list[str]]:
                 raise ValueError(f"{where}: field {f!r} must be a string, got {r.get(f)!r}")
         for f in ("features", "tile_keep", "forward_ms", "forward_backward_ms"):
             v = r.get(f)
+            if f == "forward_backward_ms" and v is None:  # forward-only kernels (int8 features)
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{where}: field {f!r} must be a positive number, got {v!r}")
         key = (r["graph"], int(r["features"]), float(r["tile_keep"]))
-        groups.setdefault(key, {})[r["impl"]] = {f: float(r[f]) for f, _ in _TIMES}
+        groups.setdefault(key, {})[r["impl"]] = {f: math.nan if r[f] is None else float(r[f]) for f, _ in _TIMES}
     out, notes = {}, []
     for key, impls in groups.items():
         base = impls.get(BASELINE_IMPL)

@@ -346,6 +346,22 @@ def test_kernel_speedups(tmp_path):
     _check_figures(kernels.main([str(f), "--out", str(tmp_path / "o"), *DPI]), ["kernel_speedups"])
 
 
+def test_kernel_speedups_forward_only_rows(tmp_path):
+    """A kernel without a backward (int8 features) has ``forward_backward_ms: null``: its forward
+    speedup is kept and its forward + backward speedup is NaN, not an error."""
+    from paper_figures import kernels
+
+    f = _kernel_json(tmp_path / "kernel_bench_gpu.json")
+    obj = json.loads(f.read_text())
+    obj["rows"].append({"graph": "cora", "features": 64, "tile_keep": 1.0, "impl": "pallas_int8",
+                        "forward_ms": 0.25, "forward_backward_ms": None})
+    f.write_text(json.dumps(obj))
+    s, _ = kernels.speedups(f)
+    assert s[("cora", 64, 1.0)]["pallas_int8"]["forward_ms"] == 8.0
+    assert np.isnan(s[("cora", 64, 1.0)]["pallas_int8"]["forward_backward_ms"])
+    _check_figures(kernels.main([str(f), "--out", str(tmp_path / "o"), *DPI]), ["kernel_speedups"])
+
+
 @pytest.mark.parametrize("which, mutate, message", [
     ("validation", lambda d: d["points"][3].pop("measured_s"), r"points\[3\]: field 'measured_s'"),
     ("validation", lambda d: d["points"][0].update(split="dev"), r"points\[0\]: field 'split'"),
