@@ -1,4 +1,4 @@
-"""Validate the analytic cost model against measured kernel times on this machine's CPU.
+"""Validate the analytic cost model against measured kernel times on this machine (CPU or GPU).
 
 Measures XLA GEMM (`jnp.dot`) and XLA gather + `segment_sum` SpMM over a grid of sizes,
 densities and dtypes (graphs: R-MAT at several scales and degrees, and Cora), builds the matching
@@ -10,10 +10,19 @@ reports the error on the other half: MAPE and Spearman rank correlation.
 
     python experiments/hwmodel_validation.py            # full grid, ~5 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
+    python experiments/hwmodel_validation.py --refit results/hwmodel_validation_cpu.json  # fit again, no timing
 
-Writes ``results/hwmodel_validation_cpu.json`` (atomically): every point (config, measured
-median, modeled before and after calibration), the fitted factors, the held-out metrics, the
-machine, the JAX version and the date.
+On a GPU (``jax.default_backend() == "gpu"``) the same script validates the ``h100`` preset
+(``--hw``): larger GEMMs, R-MAT graphs up to 2^20 nodes, and the Pallas BSR SpMM kernel
+(`codesign.kernels.bsr_spmm`, modeled as `bsr_spmm_stage` on the RCM-reordered 16 x 16 tiles)
+beside XLA's segment_sum; the same five factors are fitted (on a GPU the fifth, the bf16 / fp32
+GEMM rate ratio, starts at the preset's 2).
+
+Writes ``results/hwmodel_validation_<hw>.json`` (GPU: ``results/gpu/hwmodel_validation_<hw>.json``;
+atomically): every point (config, measured median, modeled before and after calibration), the
+fitted factors, the held-out metrics, the machine, the JAX version and the date. ``--refit FILE``
+rebuilds the stages of the points stored in FILE, fits again and rewrites the metrics (for
+changes to the cost model; the measured times are kept).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import sys
@@ -40,10 +50,13 @@ DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio")
 
 
-def gemm_points(quick: bool):
-    ms = (2708, 16384) if quick else (2708, 8192, 32768)
-    ks = (64, 1433) if quick else (16, 64, 256, 1433)
-    ns = (16, 128) if quick else (16, 64, 256)
+def gemm_points(quick: bool, gpu: bool = False):
+    if gpu:
+        ms, ks, ns = (8192, 65536, 262144), (16, 64, 256, 1433), (16, 64, 256)
+    else:
+        ms = (2708, 16384) if quick else (2708, 8192, 32768)
+        ks = (64, 1433) if quick else (16, 64, 256, 1433)
+        ns = (16, 128) if quick else (16, 64, 256)
     for m in ms:
         for k in ks:
             for n in ns:
@@ -51,9 +64,12 @@ def gemm_points(quick: bool):
                     yield {"kind": "gemm", "m": m, "k": k, "n": n, "dtype": dt}
 
 
-def graphs(quick: bool, data_root):
+def graphs(quick: bool, data_root, gpu: bool = False):
     out = {}
-    scales = ((11, 8),) if quick else ((12, 4), (12, 16), (14, 4), (14, 16), (16, 8))
+    if gpu:
+        scales = ((14, 4), (14, 16), (16, 8), (18, 8), (20, 8))
+    else:
+        scales = ((11, 8),) if quick else ((12, 4), (12, 16), (14, 4), (14, 16), (16, 8))
     for scale, degree in scales:
         s, r = rmat_edges(scale, degree * (1 << scale) // 2, seed=scale)
         out[f"rmat{scale}_d{degree}"] = (s, r, 1 << scale)
@@ -66,37 +82,83 @@ def graphs(quick: bool, data_root):
     return out
 
 
-def spmm_points(quick: bool, graph_names):
+def spmm_points(quick: bool, graph_names, kinds=("spmm",)):
     widths = (16, 64) if quick else (16, 64, 256)
     densities = (1.0,) if quick else (1.0, 0.5)
-    for g in graph_names:
-        for f in widths:
-            for d in densities:
-                for dt in DTYPES:
-                    yield {"kind": "spmm", "graph": g, "width": f, "edge_density": d, "dtype": dt}
+    for kind in kinds:
+        for g in graph_names:
+            for f in widths:
+                for d in densities:
+                    for dt in DTYPES:
+                        yield {"kind": kind, "graph": g, "width": f, "edge_density": d, "dtype": dt}
 
 
-def measure_point(p, graph_data, reps: int, max_work: float):
-    """Returns (measured seconds, the kernel's stages) or None if the point is above the work cap."""
-    dtype, bits = DTYPES[p["dtype"]]
-    key = jax.random.key(0)
-    if p["kind"] == "gemm":
-        a = jax.random.normal(key, (p["m"], p["k"]), dtype)
-        b = jax.random.normal(key, (p["k"], p["n"]), dtype)
-        t = median_time_s(jax.jit(jnp.dot), a, b, reps=reps)
-        return t, (hwmodel.gemm_stage(p["m"], p["k"], p["n"], bits, bits, bits),)
+def _edges(p, graph_data):
     s, r, n = graph_data[p["graph"]]
     if p["edge_density"] < 1.0:
         keep = np.random.default_rng(1).random(s.size) < p["edge_density"]
         s, r = s[keep], r[keep]
+    return s, r, n
+
+
+def point_stages(p, graph_data, _cache={}):
+    """The `codesign.hwmodel` stages of one grid point (locality measured on its graph; cached)."""
+    bits = DTYPES[p["dtype"]][1]
+    if p["kind"] == "gemm":
+        return (hwmodel.gemm_stage(p["m"], p["k"], p["n"], bits, bits, bits),)
+    key = (p["kind"], p["graph"], p["edge_density"])
+    if key not in _cache:
+        s, r, n = _edges(p, graph_data)
+        if p["kind"] == "spmm":
+            _cache[key] = (n, s.size, hwmodel.measure_locality(s, r, n))
+        else:  # Pallas BSR: tiles of the RCM-reordered graph; locality of the block-column stream
+            bsr = _bsr(s, r, n)
+            _cache[key] = (bsr.n_pad, bsr.nnz_blocks, hwmodel.measure_locality(
+                np.asarray(bsr.indices), np.asarray(bsr.row_of_tile), bsr.n_block_rows))
+    n, nnz, loc = _cache[key]
+    if p["kind"] == "spmm":
+        return hwmodel.segment_spmm_stages(n, nnz, p["width"], bits, bits, loc)
+    return (hwmodel.bsr_spmm_stage(n, nnz, BSR_BLOCK, p["width"], bits, bits, loc),)
+
+
+BSR_BLOCK = 16
+
+
+@functools.lru_cache(maxsize=2)
+def _bsr_cached(graph: str, edge_density: float, graph_data_id: int):
+    s, r, n = _edges({"graph": graph, "edge_density": edge_density}, _GRAPH_DATA[graph_data_id])
+    return _bsr(s, r, n)
+
+
+_GRAPH_DATA: dict = {}
+
+
+def _bsr(s, r, n):
+    from codesign.kernels import BlockSparseAdjacency, CooAdjacency
+    adj = CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), None, n)
+    return BlockSparseAdjacency.from_coo(adj, BSR_BLOCK, reorder="rcm")
+
+
+def measure_point(p, graph_data, reps: int, max_work: float):
+    """Returns the measured median seconds, or None if the point is above the work cap."""
+    dtype, _ = DTYPES[p["dtype"]]
+    key = jax.random.key(0)
+    if p["kind"] == "gemm":
+        a = jax.random.normal(key, (p["m"], p["k"]), dtype)
+        b = jax.random.normal(key, (p["k"], p["n"]), dtype)
+        return median_time_s(jax.jit(jnp.dot), a, b, reps=reps)
+    s, r, n = _edges(p, graph_data)
     if s.size * p["width"] > max_work:
         return None
-    x = jax.random.normal(key, (n, p["width"]), dtype)
-    senders, receivers = jnp.asarray(s), jnp.asarray(r)
-    fn = jax.jit(lambda x, s, r: jax.ops.segment_sum(x[s], r, num_segments=n))
-    t = median_time_s(fn, x, senders, receivers, reps=reps)
-    loc = hwmodel.measure_locality(s, r, n)
-    return t, hwmodel.segment_spmm_stages(n, s.size, p["width"], bits, bits, loc)
+    if p["kind"] == "spmm":
+        x = jax.random.normal(key, (n, p["width"]), dtype)
+        fn = jax.jit(lambda x, s, r: jax.ops.segment_sum(x[s], r, num_segments=n))
+        return median_time_s(fn, x, jnp.asarray(s), jnp.asarray(r), reps=reps)
+    from codesign.kernels import bsr_spmm  # "pallas": the Pallas BSR kernel (GPU)
+    _GRAPH_DATA[id(graph_data)] = graph_data
+    bsr = _bsr_cached(p["graph"], p["edge_density"], id(graph_data))
+    x = jax.random.normal(key, (bsr.n_pad, p["width"]), dtype)
+    return median_time_s(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
 
 
 def modeled(stages, base: hwmodel.HardwareSpec):
@@ -116,76 +178,131 @@ def metrics(pred, meas) -> dict:
             "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
 
 
-def fit(f, measured, train_idx):
+def fit(f, measured, train_idx, x0):
     """Least squares on log(modeled / measured) over the training points, in log-parameters
-    (efficiencies in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4]); the model is evaluated in float32, so
-    the finite-difference step is set explicitly (1e-3 in log space)."""
+    (efficiencies in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4]) from
+    ``x0``; the model is evaluated in float32, so the finite-difference step is set explicitly
+    (1e-3 in log space)."""
     y = np.log(measured[train_idx])
 
     def resid(u):
         return np.log(np.asarray(f(jnp.asarray(np.exp(u), jnp.float32)))[train_idx]) - y
 
     lo, hi = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2]), np.log([1.0, 1.0, 1.0, 1e-3, 4.0])
-    x0 = np.log([0.5, 0.05, 0.5, 1e-5, 0.3])
-    res = scipy.optimize.least_squares(resid, x0=x0, bounds=(lo, hi), diff_step=1e-3)
+    res = scipy.optimize.least_squares(resid, x0=np.clip(np.log(x0), lo, hi), bounds=(lo, hi), diff_step=1e-3)
     return np.exp(res.x)
+
+
+def machine() -> dict:
+    d = jax.devices()[0]
+    return {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "device": getattr(d, "device_kind", str(d))}
+
+
+def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray]:
+    kinds = ("spmm", "pallas") if gpu else ("spmm",)
+    grid = list(gemm_points(args.quick, gpu)) + list(spmm_points(args.quick, graph_data, kinds))
+    points, measured = [], []
+    from tqdm import tqdm
+    for p in tqdm(grid, desc="measure", unit="kernel"):
+        t = measure_point(p, graph_data, args.reps, args.max_work)
+        if t is not None:
+            points.append(p)
+            measured.append(t)
+    return points, np.asarray(measured)
+
+
+# glibc (>= 2.26, 64-bit) serves allocations of >= 32 MiB with mmap and unmaps them on free, so
+# XLA:CPU's fresh output / message buffers of that size are faulted in again on every call (about
+# 1.2 us per 4 KiB page here: a 32768 x 16 x 256 f32 GEMM with its 32 MiB output measured 12.7 ms
+# with the defaults and 2.3 ms with these settings). The cost model prices kernels, not the
+# allocator, and a training loop (or XLA's GPU BFC allocator) reuses its buffers; so the CPU
+# measurements run with the threshold raised (glibc mallopt(3) environment tunables).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+
+
+def _reexec_with_malloc_env(argv) -> None:
+    """Re-runs this script with `MALLOC_ENV` (read by glibc at process start) unless it is set."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("CODESIGN_NO_REEXEC"):
+        return
+    env = {**os.environ, **MALLOC_ENV}
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small grid (CI smoke run)")
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--out", default=None, help="results JSON (default results/hwmodel_validation_cpu[_quick].json)")
+    ap.add_argument("--hw", default=None, help="preset to calibrate (default: cpu, or h100 on a GPU)")
+    ap.add_argument("--out", default=None, help="results JSON (default results/[gpu/]hwmodel_validation_<hw>[_quick].json)")
+    ap.add_argument("--refit", default=None, metavar="FILE",
+                    help="take the points and measured times from FILE (a result of this script) instead of timing")
     ap.add_argument("--data-root", default=None)
-    ap.add_argument("--max-work", type=float, default=6e7, help="skip SpMM points with nnz x width above this")
+    ap.add_argument("--max-work", type=float, default=None,
+                    help="skip SpMM points with nnz x width above this (default 6e7 on CPU, 4e9 on GPU)")
     args = ap.parse_args(argv)
-    reps = args.reps or (3 if args.quick else 7)
-    out = args.out or f"results/hwmodel_validation_cpu{'_quick' if args.quick else ''}.json"
+    prev = None
+    if args.refit:
+        import json
+        with open(args.refit) as fh:
+            prev = json.load(fh)
+    gpu = (prev["machine"]["backend"] if prev else jax.default_backend()) == "gpu"
+    if not prev and not gpu and __name__ == "__main__":
+        _reexec_with_malloc_env(sys.argv[1:] if argv is None else list(argv))
+    hw_name = args.hw or (prev or {}).get("hw") or ("h100" if gpu else "cpu")
+    args.reps = args.reps or (3 if args.quick else (20 if gpu else 7))
+    args.max_work = args.max_work or (4e9 if gpu else 6e7)
+    out = args.out or (f"results/{'gpu/' if gpu else ''}hwmodel_validation_{hw_name}"
+                       f"{'_quick' if args.quick else ''}.json")
 
-    graph_data = graphs(args.quick, args.data_root)
-    points, measured, stages = [], [], []
-    grid = list(gemm_points(args.quick)) + list(spmm_points(args.quick, graph_data))
-    from tqdm import tqdm
-    for p in tqdm(grid, desc="measure", unit="kernel"):
-        res = measure_point(p, graph_data, reps, args.max_work)
-        if res is None:
-            continue
-        points.append(p)
-        measured.append(res[0])
-        stages.append(res[1])
-    measured = np.asarray(measured)
-    base = hwmodel.presets.get("cpu").replace(matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0,
-                                              stage_overhead_s=0.0)
+    graph_data = graphs(prev["quick"] if prev else args.quick, args.data_root, gpu)
+    if prev:
+        points = [{k: v for k, v in q.items() if k not in ("measured_s", "modeled_s", "uncalibrated_s", "split")}
+                  for q in prev["points"]]
+        measured = np.asarray([q["measured_s"] for q in prev["points"]])
+    else:
+        points, measured = measure(args, gpu, graph_data)
+    stages = [point_stages(p, graph_data) for p in points]
+    base = hwmodel.presets.get(hw_name).replace(matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0,
+                                                stage_overhead_s=0.0)
     f = modeled(stages, base)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(points))
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
-    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, 1.0], jnp.float32)))
-    theta = fit(f, measured, train_idx)
+    nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
+    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio], jnp.float32)))
+    theta = fit(f, measured, train_idx, x0=[0.5, 0.5 if gpu else 0.05, 0.5, 1e-5, nominal_ratio if gpu else 0.3])
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     kinds = np.array([p["kind"] for p in points])
+    kd = np.array([f'{p["kind"]}/{p["dtype"]}' for p in points])
+    train_set = set(train_idx.tolist())
     result = {
-        "what": "cost model (hwmodel cpu preset) vs measured XLA kernel times on this CPU",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "jax": jax.__version__, "backend": jax.default_backend()},
-        "quick": args.quick, "reps": reps,
+        "what": f"cost model (hwmodel {hw_name} preset) vs measured kernel times on this machine",
+        "date": prev["date"] if prev else datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": prev["machine"] if prev else machine(), "hw": hw_name,
+        "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
+        "quick": prev["quick"] if prev else args.quick, "reps": prev["reps"] if prev else args.reps,
         "fitted": dict(zip(FACTORS, map(float, theta))),
         "held_out": metrics(after[test_idx], measured[test_idx]),
         "held_out_by_kind": {k: metrics(after[test_idx][kinds[test_idx] == k], measured[test_idx][kinds[test_idx] == k])
-                             for k in ("gemm", "spmm")},
+                             for k in dict.fromkeys(kinds.tolist())},
+        "held_out_by_kind_dtype": {k: metrics(after[test_idx][kd[test_idx] == k], measured[test_idx][kd[test_idx] == k])
+                                   for k in dict.fromkeys(kd.tolist()) if (kd[test_idx] == k).sum() >= 2},
         "train": metrics(after[train_idx], measured[train_idx]),
         "uncalibrated_held_out": metrics(before[test_idx], measured[test_idx]),
         "points": [{**p, "measured_s": float(m), "modeled_s": float(a), "uncalibrated_s": float(b),
-                    "split": "train" if i in set(train_idx.tolist()) else "test"}
+                    "split": "train" if i in train_set else "test"}
                    for i, (p, m, a, b) in enumerate(zip(points, measured, after, before))],
     }
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_json_atomic(out, result)
     h = result["held_out"]
-    print(f"{len(points)} kernels; fitted {result['fitted']}")
+    print(f"{len(points)} kernels on {result['machine'].get('device', result['machine']['backend'])}; fitted {result['fitted']}")
     print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "
           f"uncalibrated MAPE {100 * result['uncalibrated_held_out']['mape']:.1f} %")
-    for k, m in result["held_out_by_kind"].items():
+    for k, m in {**result["held_out_by_kind"], **result["held_out_by_kind_dtype"]}.items():
         print(f"  {k}: MAPE {100 * m['mape']:.1f} %, Spearman {m['spearman']:.3f} (n={m['n']})")
     print(f"wrote {out}")
     return result

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in as few device calls as the 10-minute per-call limit allows.
+#
+#   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark
+#   bash experiments/gpu_session.sh validate ugs      # h100 cost-model validation + UGS on Cora
+#
+# Runs from the repository root with the package on PYTHONPATH (nothing is installed); Cora is
+# read from $CODESIGN_DATA (default: .devdata, a copy of ../shared/data carried with the call).
+# Each stage has its own time limit so that one hang leaves the others' results; logs and
+# results go to $OUT (default results/gpu). Results are then committed under results/gpu/.
+set -u
+OUT=${OUT:-results/gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export CODESIGN_DATA=${CODESIGN_DATA:-$PWD/.devdata}
+PY=${PY:-python3}
+
+{
+  date -u +%FT%TZ
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+  $PY -c "import jax, jaxlib, flax, optax; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
+} 2>&1 | tee "$OUT/env.txt"
+
+for stage in "$@"; do
+  echo "=== $stage $(date -u +%T)"
+  case "$stage" in
+    tests)
+      timeout 270 $PY -m pytest -q -p no:cacheprovider -k "Gpu or GPU or dispatch or aggregate or tf32" \
+        ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_kernels.py} \
+        2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
+    bench)
+      timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --out "$OUT/kernel_bench_h100.json" \
+        2>&1 | tee "$OUT/kernel_bench.log" | grep -v "it/s\]" | tail -40 ;;
+    validate)
+      timeout 350 $PY experiments/hwmodel_validation.py --hw h100 --out "$OUT/hwmodel_validation_h100.json" \
+        2>&1 | tr '\r' '\n' | grep -v "kernel/s\]\|s/kernel\]" | tee "$OUT/validation.log" | tail -12 ;;
+    ugs)
+      timeout 200 $PY experiments/ugs_baseline.py --rounds 8 --seeds 5 --out "$OUT" \
+        2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tee "$OUT/ugs.log" | tail -14 ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+done
+echo "=== done $(date -u +%T)"
