@@ -7,7 +7,8 @@
 Writes one record per (method, seed) to ``results/<dataset>_<model>_sparsify_quant.jsonl``
 (resumable: finished runs are skipped; records are appended atomically with the config and the
 code version) and prints a summary table (mean +- std over seeds of test accuracy, kept edges /
-tiles / features, hardened bits, modeled energy vs the dense FP32 model on ``--hw``).
+tiles / features, hardened bits as the per-tensor mean and as bits per stored value (`mean_bits`),
+modeled energy vs the dense FP32 model on ``--hw``).
 
 Methods are `TrainConfig` overrides (``METHODS``), plus ``random_edges_<p>``: the FP32 model
 trained and tested on the graph with a random ``p`` of its edges kept
@@ -32,6 +33,21 @@ METHODS = {
     "int4_degree_quant": dict(bits=4, quantizer="degree"),
     "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
     "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    # learned widths started (and capped) at 4 bits: the cost term then decides which tensors go lower
+    "learned_bits_max4": dict(bits=4, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    # an L0 pressure on the kept edges (TrainConfig.edge_l0_weight), without and with
+    # self-distillation from the dense GCN over all nodes (TrainConfig.distill_weight)
+    "edge_mask_l0": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0),
+    "edge_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0,
+                              distill_weight=1.0, distill_temperature=2.0),
+    "block_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
+                               edge_l0_weight=1.0, distill_weight=1.0, distill_temperature=2.0),
+    "edge_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.7,
+                                   distill_weight=1.0, distill_temperature=2.0),
+    "edge_mask_distill_l0.8": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.8,
+                                   distill_weight=1.0, distill_temperature=2.0),
+    "block_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
+                                    edge_l0_weight=0.7, distill_weight=1.0, distill_temperature=2.0),
     "edge_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False),
     "edge_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False),
     "block_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
@@ -63,7 +79,25 @@ def run_one(graph, method: str, seed: int, hw, epochs):
     r = train(g, cfg, hw)
     if g is not graph:  # cost and densities relative to the full graph
         r["densities"]["edge"] = g.n_edges / graph.n_edges
+    n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.hidden, int(graph.y.max()) + 1
+    r["bits_elements"] = {"x0": n * f, "w0": f * h, "x1": n * h, "w1": h * c}  # values per quantized tensor
     return cfg, r
+
+
+def mean_bits(rec: dict) -> tuple[float, float]:
+    """(per-tensor mean, element-weighted mean) of a record's hardened bit-widths: the plain mean
+    over the quantized tensors, and bits per stored value (weighted by each tensor's element
+    count, the average that Uhlich et al., ICLR 2020, and A2Q, ICLR 2023, report). Records
+    without learned widths give their uniform width twice."""
+    lb = rec.get("layer_bits") or {}
+    if not lb:
+        return float(rec["bits"]), float(rec["bits"])
+    per_tensor = float(np.mean(list(lb.values())))
+    counts = rec.get("bits_elements")
+    if not counts:
+        return per_tensor, float("nan")
+    total = sum(counts[k] for k in lb)
+    return per_tensor, float(sum(lb[k] * counts[k] for k in lb) / total)
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -73,14 +107,15 @@ def summarize(records: list[dict]) -> list[dict]:
         rs = [r for r in records if r["method"] == method]
         acc = np.array([r["test_accuracy"] for r in rs])
         energy = np.mean([r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"] for r in rs])
-        bits = [np.mean(list(r["layer_bits"].values())) if r.get("layer_bits") else r["bits"] for r in rs]
+        bits = np.array([mean_bits(r) for r in rs])
         rows.append(dict(method=method, seeds=len(rs), test_accuracy=float(acc.mean()),
                          test_accuracy_std=float(acc.std()),
                          edge=float(np.mean([r["densities"]["edge"] for r in rs])),
                          feature=float(np.mean([r["densities"]["feature"] for r in rs])),
                          kept_tiles=float(np.mean([r["tiles"]["kept_fraction"] if r.get("tiles") else np.nan
                                                    for r in rs])),
-                         mean_bits=float(np.mean(bits)), energy_ratio=float(energy)))
+                         mean_bits=float(np.mean(bits[:, 0])), mean_bits_elements=float(np.mean(bits[:, 1])),
+                         energy_ratio=float(energy)))
     return rows
 
 
@@ -122,10 +157,11 @@ def main(argv=None) -> list[dict]:
     records = [r for r in store.records() if r["method"] in methods]
     rows = summarize(records)
     print(f"\n{'method':22s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
-          f"{'energy':>8s}")
+          f"{'b/val':>6s}{'energy':>8s}")
     for r in rows:
         print(f"{r['method']:22s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
-              f"{r['edge']:8.3f}{r['kept_tiles']:7.3f}{r['feature']:9.3f}{r['mean_bits']:6.2f}{r['energy_ratio']:8.3f}")
+              f"{r['edge']:8.3f}{r['kept_tiles']:7.3f}{r['feature']:9.3f}{r['mean_bits']:6.2f}"
+              f"{r['mean_bits_elements']:6.2f}{r['energy_ratio']:8.3f}")
     return rows
 
 
