@@ -87,7 +87,7 @@ def _csr_to_tiles(csr: sp.csr_matrix, block_size: int):
     tiles sorted by (block row, block column), explicit zeros counted in ``tile_nnz``.
 
     Written with int64 NumPy instead of ``scipy.sparse.bsr_matrix``: SciPy's csr -> bsr conversion
-    indexes the tile values with 32-bit integers and crashes (segmentation fault, SciPy 1.14) once
+    indexes the tile values with 32-bit integers and crashes (segmentation fault, SciPy 1.17.1) once
     ``nnzb * B * B`` passes 2^31, e.g. the 8.6M tiles of a 2^20-node R-MAT graph at B = 16.
     """
     b = int(block_size)
