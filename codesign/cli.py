@@ -50,16 +50,23 @@ def _add_training(p: argparse.ArgumentParser):
     for mask in ("edge", "feature"):
         p.add_argument(f"--{mask}-mask", choices=sorted(_SWITCH), default="auto",
                        help=f"learn a {mask} mask: on, off, or auto (on when --cost-weight > 0)")
+    p.add_argument("--edge-l0-weight", type=float, default=None,
+                   help="weight of the expected kept-edge fraction in the loss (TrainConfig.edge_l0_weight)")
+    p.add_argument("--distill-weight", type=float, default=None,
+                   help="self-distillation from a dense teacher over all nodes (TrainConfig.distill_weight)")
+    p.add_argument("--distill-temperature", type=float, default=None, help="distillation temperature T")
 
 
 _SWITCH = {"auto": None, "on": True, "off": False}
+# Training flags passed to `TrainConfig` only when given (no model default).
+_OPTIONAL = ("edge_l0_weight", "distill_weight", "distill_temperature")
 
 
 def _config(args, cost_weight: float, bits: Optional[int], seed: int):
     """The `TrainConfig` of the parsed flags: given flags, then ``MODEL_DEFAULTS[args.model]``,
     then `TrainConfig`'s defaults (`TrainConfig.for_model`)."""
     from codesign.train import TrainConfig
-    given = {k: getattr(args, k) for k in _MODEL_DEFAULTED if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in _MODEL_DEFAULTED + _OPTIONAL if getattr(args, k, None) is not None}
     if getattr(args, "budget", None) is not None:
         given["budget"] = args.budget
     return TrainConfig.for_model(args.model, **given, bits=bits, cost_weight=cost_weight, seed=seed,

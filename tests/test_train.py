@@ -211,3 +211,13 @@ def test_edge_l0_weight_prunes_edges(cora):
     plain = train(cora, TrainConfig(**base), hw)["densities"]["edge"]
     l0 = train(cora, TrainConfig(**base, edge_l0_weight=3.0), hw)["densities"]["edge"]
     assert l0 < plain - 0.1, (l0, plain)
+
+
+def test_cli_passes_distillation_and_l0_flags():
+    from codesign.cli import _config, build_parser
+
+    args = build_parser().parse_args(["train", "--edge-mask", "on", "--edge-l0-weight", "0.8",
+                                      "--distill-weight", "1", "--distill-temperature", "2"])
+    cfg = _config(args, cost_weight=0.3, bits=None, seed=0)
+    assert (cfg.edge_l0_weight, cfg.distill_weight, cfg.distill_temperature, cfg.edge_mask) == (0.8, 1.0, 2.0, True)
+    assert _config(build_parser().parse_args(["train"]), 0.0, None, 0).distill_weight == 0.0
