@@ -53,6 +53,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--hw", default="h100")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="run seeds first-seed .. seeds-1 only (e.g. the rest of a run split over machines)")
     p.add_argument("--epochs", type=int, default=UGS_CORA["epochs"])
     p.add_argument("--hidden", type=int, default=UGS_CORA["hidden"])
     p.add_argument("--out", default="results")
@@ -64,7 +66,8 @@ def main(argv=None) -> list[dict]:
                **{k: v for k, v in UGS_CORA.items() if k not in ("epochs", "hidden")})
     store = ResultsStore(Path(args.out) / f"{args.dataset}_gcn_ugs{'_quick' if args.quick else ''}.jsonl")
     done = store.done_keys()
-    todo = [s for s in range(seeds) if any(_key(config_key, cfg, s, k) not in done for k in range(rounds + 1))]
+    todo = [s for s in range(args.first_seed, seeds)
+            if any(_key(config_key, cfg, s, k) not in done for k in range(rounds + 1))]
     print(f"{len(todo)} seeds to run, results in {store.path}", file=sys.stderr)
     bar = tqdm(total=len(todo) * (rounds + 1), desc="ugs rounds", unit="round")
 
