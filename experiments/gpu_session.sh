@@ -5,7 +5,7 @@
 #   bash experiments/gpu_session.sh validate ugs      # h100 cost-model validation + UGS on Cora
 #
 # The validation grid is cut to SpMMs of <= 1.5e8 edge-features (--max-work): the full grid ran
-# past the 350 s stage limit on an H100 (building the 2^20-node graph's tiles and its locality).
+# past the 350 s stage limit on an H100 (where the time went was not measured).
 #
 # Runs from the repository root with the package on PYTHONPATH (nothing is installed); Cora is
 # read from $CODESIGN_DATA (default: .devdata, a copy of ../shared/data carried with the call).
