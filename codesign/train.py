@@ -410,6 +410,24 @@ def teacher_config(cfg: TrainConfig) -> TrainConfig:
                                edge_l0_weight=0.0, distill_weight=0.0, edge_sparsifier="edge")
 
 
+_TEACHERS: dict = {}  # (id(graph), teacher config) -> (weakref to graph, logits, test accuracy)
+
+
+def dense_teacher(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec) -> tuple[jax.Array, float]:
+    """``(logits float32 [N, C], test accuracy)`` of ``cfg``'s dense teacher (`teacher_config`)
+    on ``graph``, trained once per graph and teacher config in this process: the methods and cost
+    weights of a sweep that share a seed share it (the teacher does not depend on ``hw``)."""
+    import weakref
+    tcfg = teacher_config(cfg)
+    key = (id(graph), tcfg)
+    hit = _TEACHERS.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1], hit[2]
+    res = train(graph, tcfg, hw, return_logits=True)
+    _TEACHERS[key] = (weakref.ref(graph), jax.lax.stop_gradient(res["logits"]), res["test_accuracy"])
+    return _TEACHERS[key][1], _TEACHERS[key][2]
+
+
 def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
           on_epoch: Optional[Callable[[int, dict], None]] = None,
           also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False) -> dict:
@@ -436,8 +454,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     """
     teacher = None
     if cfg.distill_weight > 0:
-        t_res = train(graph, teacher_config(cfg), hw, return_logits=True)
-        teacher, teacher_accuracy = jax.lax.stop_gradient(t_res["logits"]), t_res["test_accuracy"]
+        teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
     dense_c = float(getattr(dense, cfg.objective))

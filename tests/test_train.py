@@ -221,3 +221,25 @@ def test_cli_passes_distillation_and_l0_flags():
     cfg = _config(args, cost_weight=0.3, bits=None, seed=0)
     assert (cfg.edge_l0_weight, cfg.distill_weight, cfg.distill_temperature, cfg.edge_mask) == (0.8, 1.0, 2.0, True)
     assert _config(build_parser().parse_args(["train"]), 0.0, None, 0).distill_weight == 0.0
+
+
+def test_dense_teacher_is_trained_once_per_graph_and_config(cora, monkeypatch):
+    import codesign.train as T
+
+    calls = []
+    real_train = T.train
+
+    def counting_train(graph, cfg, hw, **kw):
+        if kw.get("return_logits"):
+            calls.append(cfg)
+        return real_train(graph, cfg, hw, **kw)
+
+    monkeypatch.setattr(T, "train", counting_train)
+    monkeypatch.setattr(T, "_TEACHERS", {})
+    hw = presets.get("h100")
+    a = T.dense_teacher(cora, TrainConfig(seed=0, epochs=3, edge_mask=True, distill_weight=1.0), hw)
+    b = T.dense_teacher(cora, TrainConfig(seed=0, epochs=3, edge_mask=True, edge_sparsifier="block",
+                                          cost_weight=0.3, distill_weight=2.0), hw)
+    assert len(calls) == 1 and a[1] == b[1] and a[0] is b[0]
+    T.dense_teacher(cora, TrainConfig(seed=1, epochs=3, edge_mask=True, distill_weight=1.0), hw)
+    assert len(calls) == 2 and calls[1].seed == 1
