@@ -430,7 +430,8 @@ def dense_teacher(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec) -> t
 
 def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
           on_epoch: Optional[Callable[[int, dict], None]] = None,
-          also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False) -> dict:
+          also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False,
+          teacher_logits: Optional[jax.Array] = None) -> dict:
     """Trains ``cfg``'s model on ``graph`` full-batch, hardens it, evaluates and costs it.
 
     Args:
@@ -440,6 +441,17 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})`` (e.g. a progress bar).
       also_cost: more `HardwareSpec` targets to cost the hardened model on (training only ever
         sees ``hw``), e.g. to place one trained baseline on every target's front.
+      return_logits: also return the hardened model's logits.
+      teacher_logits: float [N, C] (N = ``graph.n_nodes``, C = its classes), the distillation
+        teacher's logits when ``cfg.distill_weight > 0``; None = `dense_teacher` trained on
+        ``graph``. Pass them to distill from a teacher trained on another graph, e.g. the full
+        graph's dense model into a student trained on a random subset of its edges (the control
+        of a learned edge mask: distillation without learned gates).
+
+    Raises:
+      ValueError: ``teacher_logits`` given while ``cfg.distill_weight`` is 0, or of the wrong
+        shape, or not finite; ``cfg.budget`` below the cost floor (`_check_budget_feasible`).
+      FloatingPointError: the final training loss is not finite.
 
     Returns:
       dict with ``test_accuracy``, ``val_accuracy``, ``train_accuracy`` (hardened model),
@@ -453,7 +465,10 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       with ``return_logits``, ``logits`` (the hardened model's float32 [N, C] output).
     """
     teacher = None
-    if cfg.distill_weight > 0:
+    if teacher_logits is not None:
+        teacher = _check_teacher_logits(teacher_logits, graph, cfg)
+        teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
+    elif cfg.distill_weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
@@ -551,6 +566,24 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
         "by_hw": by_hw,
     }
+
+
+def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax.Array:
+    """``teacher_logits`` as a float32 [N, C] constant (no gradient), checked against ``graph``.
+
+    Raises:
+      ValueError: ``cfg.distill_weight`` is 0 (the logits would be ignored), the shape is not
+        ``(graph.n_nodes, graph.n_classes)`` or a value is not finite.
+    """
+    if not cfg.distill_weight > 0:
+        raise ValueError("train: teacher_logits given but TrainConfig.distill_weight is 0 (they would be ignored)")
+    t = jnp.asarray(teacher_logits, jnp.float32)
+    want = (graph.n_nodes, graph.n_classes)
+    if t.shape != want:
+        raise ValueError(f"train: invalid teacher_logits.shape={t.shape}, expected (n_nodes, n_classes)={want}")
+    if not bool(jnp.all(jnp.isfinite(t))):
+        raise ValueError("train: teacher_logits has non-finite values")
+    return jax.lax.stop_gradient(t)
 
 
 def _check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.HardwareSpec,

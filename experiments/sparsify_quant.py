@@ -10,9 +10,14 @@ code version) and prints a summary table (mean +- std over seeds of test accurac
 tiles / features, hardened bits as the per-tensor mean and as bits per stored value (`mean_bits`),
 modeled energy vs the dense FP32 model on ``--hw``).
 
-Methods are `TrainConfig` overrides (``METHODS``), plus ``random_edges_<p>``: the FP32 model
-trained and tested on the graph with a random ``p`` of its edges kept
-(`codesign.sparsify.random_edge_removal`), the reference every learned edge mask should beat.
+Methods are `TrainConfig` overrides (``METHODS``), plus the random references every learned
+edge mask should beat, the FP32 model trained and tested on a random subgraph:
+``random_edges_<p>`` keeps a random ``p`` of the edges (`codesign.sparsify.random_edge_removal`),
+``random_tiles_<p>`` a random ``p`` of the 16 x 16 tiles after RCM reordering, those a
+`BlockEdgeMask` gates (`BlockEdgeMask.random_tile_edge_mask`). A ``_distill`` suffix adds the
+self-distillation of the learned masks' methods: the student on the random subgraph is distilled
+from the dense GCN trained on the full graph (``train(teacher_logits=)``), so that a learned mask
+is compared with random removal under the same loss.
 """
 
 from __future__ import annotations
@@ -20,10 +25,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
+
+DISTILL = dict(distill_weight=1.0, distill_temperature=2.0)
+"""The self-distillation settings of the ``*_distill`` methods (`TrainConfig` fields)."""
+RANDOM = re.compile(r"random_(edges|tiles)_([0-9.]+)(_distill)?")
+"""``random_<edges|tiles>_<kept fraction>[_distill]``: a random-subgraph reference method."""
 
 METHODS = {
     "fp32": {},
@@ -55,6 +66,13 @@ METHODS = {
     "edge_scorer_cw0.1": dict(cost_weight=0.1, edge_mask=True, feature_mask=False, edge_sparsifier="scorer"),
     "dropedge_0.5": dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge", dropedge_rate=0.5),
     "random_edges_0.5": {},
+    # random references at the kept fractions the distilled masks reach (edge_mask_distill_l0.8: 0.48
+    # of the edges; block_mask_distill_l0.7: 0.45 of the tiles), without and with the same distillation
+    "random_edges_0.48": {},
+    "random_edges_0.5_distill": DISTILL,
+    "random_edges_0.48_distill": DISTILL,
+    "random_tiles_0.45": {},
+    "random_tiles_0.45_distill": DISTILL,
     "feature_channel_cw1": dict(cost_weight=1.0, edge_mask=False, feature_mask=True, channel_mask=True),
 }
 QUICK_METHODS = ("fp32", "block_mask_cw1")
@@ -67,18 +85,40 @@ def _keep_random_edges(graph, keep: float, seed: int):
     return graph.keep_edges(random_edge_removal(jax.random.key(seed), graph.n_edges, keep))
 
 
+def _keep_random_tiles(graph, keep_tiles: float, seed: int, block_size: int, reorder):
+    """(graph with the edges of a random ``keep_tiles`` of its tiles, tile stats as `train` reports them)."""
+    import jax
+    from flax import nnx
+
+    from codesign.sparsify import BlockEdgeMask, prune_count
+    mask = BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, block_size, reorder,
+                                    rngs=nnx.Rngs(0))
+    keep = mask.random_tile_edge_mask(jax.random.key(seed), keep_tiles)
+    kept = prune_count(mask.n_tiles, keep_tiles)
+    return graph.keep_edges(keep), {"kept": kept, "total": mask.n_tiles, "kept_fraction": kept / mask.n_tiles,
+                                    "gated": mask.n_gated_tiles, "block_size": block_size}
+
+
 def run_one(graph, method: str, seed: int, hw, epochs):
-    from codesign.train import TrainConfig, train
+    from codesign.train import TrainConfig, dense_teacher, train
     over = dict(METHODS[method])
     if epochs is not None:
         over["epochs"] = epochs
     cfg = TrainConfig(seed=seed, **over)
-    g = graph
-    if method.startswith("random_edges_"):
-        g = _keep_random_edges(graph, float(method.rsplit("_", 1)[1]), seed)
-    r = train(g, cfg, hw)
+    g, tiles, teacher = graph, None, None
+    random = RANDOM.fullmatch(method)
+    if random:
+        kind, keep = random.group(1), float(random.group(2))
+        if kind == "edges":
+            g = _keep_random_edges(graph, keep, seed)
+        else:
+            g, tiles = _keep_random_tiles(graph, keep, seed, cfg.block_size, cfg.reorder)
+        if cfg.distill_weight > 0:  # the dense teacher of the full graph, as the learned masks have
+            teacher = dense_teacher(graph, cfg, hw)[0]
+    r = train(g, cfg, hw, teacher_logits=teacher)
     if g is not graph:  # cost and densities relative to the full graph
         r["densities"]["edge"] = g.n_edges / graph.n_edges
+        r["tiles"] = tiles or r["tiles"]
     n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.hidden, int(graph.y.max()) + 1
     r["bits_elements"] = {"x0": n * f, "w0": f * h, "x1": n * h, "w1": h * c}  # values per quantized tensor
     return cfg, r

@@ -320,3 +320,25 @@ def test_validation_errors(graph):
     natural = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(B, None, self_loops=True)
     with pytest.raises(ValueError, match="not the BlockPattern"):
         mask.pruned_pattern(natural.pattern)
+
+
+def test_random_tile_edge_mask_keeps_whole_random_tiles(graph):
+    """The random-tile reference keeps exactly the asked number of kernel tiles (always-kept
+    ones included), whole tiles only, and a different subset per key."""
+    s, r, n, adj = graph
+    mask = _mask(adj)
+    edge_tiles, gated, _, loop_tiles = _numpy_tiles(adj, adj.n_edges)
+    edge_tiles = np.asarray(edge_tiles)
+    for frac in (0.45, 0.8, 1.0):
+        keep = np.asarray(mask.random_tile_edge_mask(jax.random.key(0), frac))
+        assert keep.shape == (adj.n_edges,) and keep.dtype == bool
+        kept_tiles = set(edge_tiles[keep].tolist()) | loop_tiles
+        assert len(kept_tiles) == math.floor(frac * mask.n_tiles + 0.5)
+        assert not (set(edge_tiles[~keep].tolist()) & kept_tiles)  # no tile is kept in part
+    a, b = (np.asarray(mask.random_tile_edge_mask(jax.random.key(k), 0.6)) for k in (1, 2))
+    assert a.sum() > 0 and not np.array_equal(a, b)
+    floor = mask.n_always_kept_tiles / mask.n_tiles
+    with pytest.raises(ValueError, match="always kept"):
+        mask.random_tile_edge_mask(jax.random.key(0), floor / 2)
+    with pytest.raises(ValueError, match="fraction"):
+        mask.random_tile_edge_mask(jax.random.key(0), 1.5)

@@ -68,6 +68,19 @@ def test_sparsify_quant_random_edges_keeps_the_asked_fraction(cora):
     assert abs(r["densities"]["edge"] - 0.5) < 1e-3
 
 
+def test_sparsify_quant_random_tiles_distill_keeps_the_asked_tiles_and_uses_the_full_graph_teacher(cora):
+    from codesign.hwmodel import presets
+    from codesign.train import TrainConfig, dense_teacher
+    mod = load("sparsify_quant")
+    hw = presets.get("h100")
+    cfg, r = mod.run_one(cora, "random_tiles_0.45_distill", 0, hw, epochs=2)
+    assert r["tiles"]["kept_fraction"] == pytest.approx(0.45, abs=1e-3) and r["tiles"]["total"] > 2000
+    assert 0.3 < r["densities"]["edge"] < 0.7
+    assert r["teacher_accuracy"] == pytest.approx(dense_teacher(cora, cfg, hw)[1])  # the full graph's teacher
+    with pytest.raises(KeyError):
+        mod.run_one(cora, "random_tiles_0.3", 0, hw, epochs=2)  # only the listed METHODS run
+
+
 def test_kernel_bench_learned_tile_keeps(tmp_path):
     mod = load("kernel_bench")
     src = tmp_path / "sq.jsonl"

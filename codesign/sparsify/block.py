@@ -226,6 +226,36 @@ class BlockEdgeMask(nnx.Module):
         gated = gate < self.n_gated_tiles
         return bool(np.array_equal(np.asarray(self.gated_tiles)[gate[gated]], edge_tile[gated]))
 
+    def random_tile_edge_mask(self, key: jax.Array, kept_tile_fraction: float) -> jax.Array:
+        """The edges of a uniformly random set of tiles: the reference a learned tile mask must beat.
+
+        Keeps every always-kept tile and ``prune_count(n_tiles, kept_tile_fraction) -
+        n_always_kept_tiles`` of the T gated tiles, chosen uniformly (a random permutation's
+        prefix, as `random_edge_removal` does for edges), so the kernel computes the same number
+        of tiles as a learned mask that keeps ``kept_tile_fraction`` of them. The random-pruning
+        ("RP") baseline of UGS (Chen et al., ICML 2021), applied to tiles instead of edges.
+        Host-side; independent of the gate logits.
+
+        Args:
+          key: a JAX PRNG key.
+          kept_tile_fraction: fraction of all ``n_tiles`` tiles to keep, in
+            ``[n_always_kept_tiles / n_tiles, 1]``.
+
+        Returns:
+          bool [E]: True for the edges in kept tiles (for ``Graph.keep_edges``).
+
+        Raises:
+          ValueError: ``kept_tile_fraction`` outside [0, 1], or below the always-kept share
+            ``n_always_kept_tiles / n_tiles``.
+        """
+        from codesign.sparsify.baselines import prune_count, random_edge_removal
+        n_keep = prune_count(self.n_tiles, kept_tile_fraction)
+        if n_keep < self.n_always_kept_tiles:
+            raise ValueError(f"kept_tile_fraction={kept_tile_fraction!r} keeps {n_keep} of {self.n_tiles} tiles, fewer "
+                             f"than the {self.n_always_kept_tiles} tiles that hold self-loops and are always kept")
+        keep = random_edge_removal(key, self.n_gated_tiles, (n_keep - self.n_always_kept_tiles) / self.n_gated_tiles)
+        return jnp.concatenate([keep, jnp.ones((1,), bool)])[self.edge_to_gate[...]]
+
     def tile_stats(self) -> dict:
         """Host-side statistics: block_size, n_tiles, n_gated_tiles, n_always_kept_tiles, n_edges,
         n_ungated_edges, mean_edges_per_gated_tile, hard_kept_tiles (at the current logits)."""
