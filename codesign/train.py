@@ -151,7 +151,10 @@ class TrainConfig:
         averaged over *all* nodes (transductive; no labels beyond the training ones), is added
         to the loss. Free edge gates otherwise only get task gradient within the receptive field
         of the 140 training nodes; the KL term tells every gate whether removing its edge
-        changes a prediction.
+        changes a prediction. Measured on Cora GCN (5 seeds, `experiments/sparsify_quant.py`):
+        the distillation also lifts a model trained on a *random* half of the edges (74.1 % ->
+        79.1 % at weight 1, 80.3 % at weight 3, teacher of the full graph via ``train(
+        teacher_logits=)``); learned gates add +1.6 points over it at weight 1, +0.1-0.7 at weight 3.
 
     `for_model` builds a config from a model's `codesign.models.MODEL_DEFAULTS`.
     """
