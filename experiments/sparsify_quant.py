@@ -33,6 +33,16 @@ METHODS = {
     "int4_degree_quant": dict(bits=4, quantizer="degree"),
     "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
     "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    # pinned ranges (TrainConfig.pin_ranges: weights and hidden features quantized at their data max,
+    # only the widths learned) with and without a bit-width penalty independent of the hardware
+    # model (TrainConfig.bits_weight); epochs by the validation objective. bits_weight 0.1 was chosen
+    # on validation accuracy among per-tensor means <= 4 (seeds 0-1; see the module docstring).
+    "learned_bits_pinned": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False,
+                                pin_ranges=True, select="best_val"),
+    "learned_bits_pinned_bw0.1": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False,
+                                      feature_mask=False, pin_ranges=True, bits_weight=0.1, select="best_val"),
+    "a2q_bits_pinned_bw0.1": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False,
+                                  pin_ranges=True, bits_weight=0.1, select="best_val"),
     # learned widths started (and capped) at 4 bits: the cost term then decides which tensors go lower
     "learned_bits_max4": dict(bits=4, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
     # an L0 pressure on the kept edges (TrainConfig.edge_l0_weight), without and with
@@ -68,6 +78,7 @@ def _keep_random_edges(graph, keep: float, seed: int):
 
 
 def run_one(graph, method: str, seed: int, hw, epochs):
+    from codesign.quant import average_bits
     from codesign.train import TrainConfig, train
     over = dict(METHODS[method])
     if epochs is not None:
@@ -81,23 +92,25 @@ def run_one(graph, method: str, seed: int, hw, epochs):
         r["densities"]["edge"] = g.n_edges / graph.n_edges
     n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.hidden, int(graph.y.max()) + 1
     r["bits_elements"] = {"x0": n * f, "w0": f * h, "x1": n * h, "w1": h * c}  # values per quantized tensor
+    per_tensor, per_value = average_bits(r["layer_bits"], r["bits_elements"])
+    r["mean_bits"] = {"per_tensor": per_tensor, "element_weighted": per_value}
     return cfg, r
 
 
 def mean_bits(rec: dict) -> tuple[float, float]:
-    """(per-tensor mean, element-weighted mean) of a record's hardened bit-widths: the plain mean
-    over the quantized tensors, and bits per stored value (weighted by each tensor's element
-    count, the average that Uhlich et al., ICLR 2020, and A2Q, ICLR 2023, report). Records
-    without learned widths give their uniform width twice."""
+    """(per-tensor mean, element-weighted mean) of a record's hardened bit-widths
+    (`codesign.quant.average_bits`): the plain mean over the quantized tensors (x0, w0, x1, w1),
+    and bits per stored value (weighted by each tensor's element count, the average that Uhlich
+    et al., ICLR 2020, and A2Q, ICLR 2023, report). Records without learned widths give their
+    uniform width twice; records without element counts give NaN for the second."""
+    from codesign.quant import average_bits
     lb = rec.get("layer_bits") or {}
     if not lb:
         return float(rec["bits"]), float(rec["bits"])
-    per_tensor = float(np.mean(list(lb.values())))
     counts = rec.get("bits_elements")
     if not counts:
-        return per_tensor, float("nan")
-    total = sum(counts[k] for k in lb)
-    return per_tensor, float(sum(lb[k] * counts[k] for k in lb) / total)
+        return float(np.mean(list(lb.values()))), float("nan")
+    return average_bits(lb, counts)
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -115,6 +128,8 @@ def summarize(records: list[dict]) -> list[dict]:
                          kept_tiles=float(np.mean([r["tiles"]["kept_fraction"] if r.get("tiles") else np.nan
                                                    for r in rs])),
                          mean_bits=float(np.mean(bits[:, 0])), mean_bits_elements=float(np.mean(bits[:, 1])),
+                         layer_bits={k: float(np.mean([r["layer_bits"][k] for r in rs]))
+                                     for k in (rs[0].get("layer_bits") or {})},
                          energy_ratio=float(energy)))
     return rows
 
@@ -156,12 +171,14 @@ def main(argv=None) -> list[dict]:
                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
     records = [r for r in store.records() if r["method"] in methods]
     rows = summarize(records)
-    print(f"\n{'method':22s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
-          f"{'b/val':>6s}{'energy':>8s}")
+    # bits: per-tensor mean; b/val: element-weighted mean (bits per stored value); per-tensor: x0 w0 x1 w1
+    print(f"\n{'method':26s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
+          f"{'b/val':>6s}{'energy':>8s}  per-tensor bits")
     for r in rows:
-        print(f"{r['method']:22s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
+        per = " ".join(f"{b:.2f}" for b in r["layer_bits"].values())
+        print(f"{r['method']:26s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
               f"{r['edge']:8.3f}{r['kept_tiles']:7.3f}{r['feature']:9.3f}{r['mean_bits']:6.2f}"
-              f"{r['mean_bits_elements']:6.2f}{r['energy_ratio']:8.3f}")
+              f"{r['mean_bits_elements']:6.2f}{r['energy_ratio']:8.3f}  {per}")
     return rows
 
 
