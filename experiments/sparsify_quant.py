@@ -8,7 +8,21 @@ Writes one record per (method, seed) to ``results/<dataset>_<model>_sparsify_qua
 (resumable: finished runs are skipped; records are appended atomically with the config and the
 code version) and prints a summary table (mean +- std over seeds of test accuracy, kept edges /
 tiles / features, hardened bits as the per-tensor mean and as bits per stored value (`mean_bits`),
-modeled energy vs the dense FP32 model on ``--hw``).
+modeled energy vs the dense FP32 model on ``--hw``, the per-tensor bits x0 w0 x1 w1).
+
+"Average bits" (records: ``mean_bits``): the *per-tensor* mean is the plain mean of the four
+quantized tensors' hardened widths (layer-0 input x0 [N, F], weight w0 [F, H], layer-1 input x1
+[N, H], weight w1 [H, C]; a per-node width enters as its mean over nodes); the *element-weighted*
+mean is bits per stored value, the memory-weighted average of Uhlich et al. (ICLR 2020) and A^2Q
+(Zhu et al., ICLR 2023). On Cora x0 holds 98 % of the values, so the element-weighted mean is
+about x0's width; the per-tensor mean is the stricter one and the issue-5 target (<= 4 bits) is
+judged on it.
+
+Hyper-parameters of the pinned learned-bit methods (``bits_weight`` in {0.05, 0.1, 0.2, 0.5};
+initial width 6 or 8; ``quant_lr`` 0.02 or 0.04) were chosen on seeds 0-1 by validation
+accuracy among the settings whose per-tensor mean was <= 4: ``bits_weight`` 0.1, 8 bits, 0.02
+(validation 80.3 %; the others 76.4-78.5 %). Epochs are selected on validation
+(``select="best_val"``: the lowest validation cross-entropy + cost term).
 
 Methods are `TrainConfig` overrides (``METHODS``), plus ``random_edges_<p>``: the FP32 model
 trained and tested on the graph with a random ``p`` of its edges kept
@@ -35,8 +49,8 @@ METHODS = {
     "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
     # pinned ranges (TrainConfig.pin_ranges: weights and hidden features quantized at their data max,
     # only the widths learned) with and without a bit-width penalty independent of the hardware
-    # model (TrainConfig.bits_weight); epochs by the validation objective. bits_weight 0.1 was chosen
-    # on validation accuracy among per-tensor means <= 4 (seeds 0-1; see the module docstring).
+    # model (TrainConfig.bits_weight); epochs by the validation objective; bits_weight 0.1 chosen
+    # on validation accuracy (module docstring).
     "learned_bits_pinned": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False,
                                 pin_ranges=True, select="best_val"),
     "learned_bits_pinned_bw0.1": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False,
@@ -108,8 +122,9 @@ def mean_bits(rec: dict) -> tuple[float, float]:
     if not lb:
         return float(rec["bits"]), float(rec["bits"])
     counts = rec.get("bits_elements")
-    if not counts:
-        return float(np.mean(list(lb.values()))), float("nan")
+    if not counts:  # older records: a uniform width is its own element-weighted mean
+        uniform = len(set(lb.values())) == 1
+        return float(np.mean(list(lb.values()))), float(next(iter(lb.values()))) if uniform else float("nan")
     return average_bits(lb, counts)
 
 
