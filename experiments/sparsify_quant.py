@@ -8,7 +8,21 @@ Writes one record per (method, seed) to ``results/<dataset>_<model>_sparsify_qua
 (resumable: finished runs are skipped; records are appended atomically with the config and the
 code version) and prints a summary table (mean +- std over seeds of test accuracy, kept edges /
 tiles / features, hardened bits as the per-tensor mean and as bits per stored value (`mean_bits`),
-modeled energy vs the dense FP32 model on ``--hw``).
+modeled energy vs the dense FP32 model on ``--hw``, the per-tensor bits x0 w0 x1 w1).
+
+"Average bits" (records: ``mean_bits``): the *per-tensor* mean is the plain mean of the four
+quantized tensors' hardened widths (layer-0 input x0 [N, F], weight w0 [F, H], layer-1 input x1
+[N, H], weight w1 [H, C]; a per-node width enters as its mean over nodes); the *element-weighted*
+mean is bits per stored value, the memory-weighted average of Uhlich et al. (ICLR 2020) and A^2Q
+(Zhu et al., ICLR 2023). On Cora x0 holds 98 % of the values, so the element-weighted mean is
+about x0's width; the per-tensor mean is the stricter one and the issue-5 target (<= 4 bits) is
+judged on it.
+
+Hyper-parameters of the pinned learned-bit methods (``bits_weight`` in {0.05, 0.1, 0.2, 0.5};
+initial width 6 or 8; ``quant_lr`` 0.02 or 0.04) were chosen on seeds 0-1 by validation
+accuracy among the settings whose per-tensor mean was <= 4: ``bits_weight`` 0.1, 8 bits, 0.02
+(validation 80.3 %; the others 76.4-78.5 %). Epochs are selected on validation
+(``select="best_val"``: the lowest validation cross-entropy + cost term).
 
 Methods are `TrainConfig` overrides (``METHODS``), plus the random references every learned
 edge mask should beat, the FP32 model trained and tested on a random subgraph:
@@ -45,6 +59,16 @@ METHODS = {
     "int4_degree_quant": dict(bits=4, quantizer="degree"),
     "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
     "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
+    # pinned ranges (TrainConfig.pin_ranges: weights and hidden features quantized at their data max,
+    # only the widths learned) with and without a bit-width penalty independent of the hardware
+    # model (TrainConfig.bits_weight); epochs by the validation objective; bits_weight 0.1 chosen
+    # on validation accuracy (module docstring).
+    "learned_bits_pinned": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False,
+                                pin_ranges=True, select="best_val"),
+    "learned_bits_pinned_bw0.1": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False,
+                                      feature_mask=False, pin_ranges=True, bits_weight=0.1, select="best_val"),
+    "a2q_bits_pinned_bw0.1": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False,
+                                  pin_ranges=True, bits_weight=0.1, select="best_val"),
     # learned widths started (and capped) at 4 bits: the cost term then decides which tensors go lower
     "learned_bits_max4": dict(bits=4, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
     # an L0 pressure on the kept edges (TrainConfig.edge_l0_weight), without and with
@@ -122,6 +146,7 @@ def _keep_random_tiles(graph, keep_tiles: float, seed: int, block_size: int, reo
 
 
 def run_one(graph, method: str, seed: int, hw, epochs):
+    from codesign.quant import average_bits
     from codesign.train import TrainConfig, dense_teacher, train
     over = dict(METHODS[method])
     if epochs is not None:
@@ -143,23 +168,26 @@ def run_one(graph, method: str, seed: int, hw, epochs):
         r["tiles"] = tiles or r["tiles"]
     n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.hidden, int(graph.y.max()) + 1
     r["bits_elements"] = {"x0": n * f, "w0": f * h, "x1": n * h, "w1": h * c}  # values per quantized tensor
+    per_tensor, per_value = average_bits(r["layer_bits"], r["bits_elements"])
+    r["mean_bits"] = {"per_tensor": per_tensor, "element_weighted": per_value}
     return cfg, r
 
 
 def mean_bits(rec: dict) -> tuple[float, float]:
-    """(per-tensor mean, element-weighted mean) of a record's hardened bit-widths: the plain mean
-    over the quantized tensors, and bits per stored value (weighted by each tensor's element
-    count, the average that Uhlich et al., ICLR 2020, and A2Q, ICLR 2023, report). Records
-    without learned widths give their uniform width twice."""
+    """(per-tensor mean, element-weighted mean) of a record's hardened bit-widths
+    (`codesign.quant.average_bits`): the plain mean over the quantized tensors (x0, w0, x1, w1),
+    and bits per stored value (weighted by each tensor's element count, the average that Uhlich
+    et al., ICLR 2020, and A2Q, ICLR 2023, report). Records without learned widths give their
+    uniform width twice; records without element counts give NaN for the second."""
+    from codesign.quant import average_bits
     lb = rec.get("layer_bits") or {}
     if not lb:
         return float(rec["bits"]), float(rec["bits"])
-    per_tensor = float(np.mean(list(lb.values())))
     counts = rec.get("bits_elements")
-    if not counts:
-        return per_tensor, float("nan")
-    total = sum(counts[k] for k in lb)
-    return per_tensor, float(sum(lb[k] * counts[k] for k in lb) / total)
+    if not counts:  # older records: a uniform width is its own element-weighted mean
+        uniform = len(set(lb.values())) == 1
+        return float(np.mean(list(lb.values()))), float(next(iter(lb.values()))) if uniform else float("nan")
+    return average_bits(lb, counts)
 
 
 def summarize(records: list[dict]) -> list[dict]:
@@ -177,6 +205,8 @@ def summarize(records: list[dict]) -> list[dict]:
                          kept_tiles=float(np.mean([r["tiles"]["kept_fraction"] if r.get("tiles") else np.nan
                                                    for r in rs])),
                          mean_bits=float(np.mean(bits[:, 0])), mean_bits_elements=float(np.mean(bits[:, 1])),
+                         layer_bits={k: float(np.mean([r["layer_bits"][k] for r in rs]))
+                                     for k in (rs[0].get("layer_bits") or {})},
                          energy_ratio=float(energy)))
     return rows
 
@@ -218,12 +248,14 @@ def main(argv=None) -> list[dict]:
                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
     records = [r for r in store.records() if r["method"] in methods]
     rows = summarize(records)
-    print(f"\n{'method':22s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
-          f"{'b/val':>6s}{'energy':>8s}")
+    # bits: per-tensor mean; b/val: element-weighted mean (bits per stored value); per-tensor: x0 w0 x1 w1
+    print(f"\n{'method':26s}{'seeds':>6s}{'test acc %':>16s}{'edges':>8s}{'tiles':>7s}{'features':>9s}{'bits':>6s}"
+          f"{'b/val':>6s}{'energy':>8s}  per-tensor bits")
     for r in rows:
-        print(f"{r['method']:22s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
+        per = " ".join(f"{b:.2f}" for b in r["layer_bits"].values())
+        print(f"{r['method']:26s}{r['seeds']:6d}{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
               f"{r['edge']:8.3f}{r['kept_tiles']:7.3f}{r['feature']:9.3f}{r['mean_bits']:6.2f}"
-              f"{r['mean_bits_elements']:6.2f}{r['energy_ratio']:8.3f}")
+              f"{r['mean_bits_elements']:6.2f}{r['energy_ratio']:8.3f}  {per}")
     return rows
 
 

@@ -16,8 +16,9 @@ from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, prote
 from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
                                    quantize_to_int, unpack_int4)
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, fake_quant, qrange
-from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, bits_from_range, code_bits, expected_bits,
-                                         hard_bits, learned_bit_codes, learned_bit_quant)
+from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits, bits_from_range, code_bits,
+                                         expected_bits, hard_bits, learned_bit_codes, learned_bit_quant,
+                                         pin_ranges)
 from codesign.quant.lsq import (LSQQuant, QuantStep, lsq_codes, lsq_init_step, lsq_quant, lsq_range, round_ste,
                                 scale_grad)
 
@@ -42,6 +43,8 @@ __all__ = [
     "learned_bit_codes",
     "bits_from_range",
     "code_bits",
+    "pin_ranges",
+    "average_bits",
     # quantizer protocol helpers
     "expected_bits",
     "hard_bits",

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from typing import Optional, final
+from typing import Mapping, Optional, Sequence, final
 
 import jax
 import jax.numpy as jnp
@@ -396,3 +396,70 @@ def hard_bits(q):
     if callable(getattr(q, "hard_bits", None)):
         return q.hard_bits()
     raise TypeError(f"q must be None, a FakeQuant or have a hard_bits() method, got {type(q).__name__}")
+
+
+def pin_ranges(module: nnx.Module, *, skip: Sequence[nnx.Module] = ()) -> int:
+    """Turns on ``pin_range`` (hence ``cap_range``) of every `LearnedBitQuant` inside ``module``
+    except those in ``skip`` (compared by identity): their range ``q_max`` then follows the max of
+    the data at every call and only the bit-width is learned (see `LearnedBitQuant`).
+
+    Why: with learned ranges (Uhlich et al., ICLR 2020, case U2) Cora GCN's weights and hidden
+    features outgrow the range set at their first call (Glorot-initialised weights grow under
+    Adam; hidden features grow by an order of magnitude); the range only follows through the
+    gradient of the clipped values and acts as a learned gain. Measured (Cora GCN, learned widths
+    at 8 bits, no cost term, seed 0): test accuracy 75.4 % with learned ranges, 81.1 % with every
+    range pinned (fixed INT8: 81.1 %). A pinned range follows the data at its max, so a tensor
+    kept at a learned range can do what a pinned one cannot: clip (the row-normalized bag-of-words
+    input of Cora binarizes at 1-2 bits), hence ``skip``.
+
+    Call it before training; pinning is a static flag (a retrace, no new parameters).
+
+    Args:
+      module: any NNX module (e.g. a model).
+      skip: quantizers to leave as they are.
+
+    Returns:
+      The number of quantizers changed (int).
+    """
+    skip_ids = {id(m) for m in skip}
+    n = 0
+    for _, m in nnx.iter_modules(module):
+        if isinstance(m, LearnedBitQuant) and id(m) not in skip_ids and not m.pin_range:
+            m.pin_range = m.cap_range = True
+            n += 1
+    return n
+
+
+def average_bits(bits: Mapping[str, float], n_values: Mapping[str, int]) -> tuple[float, float]:
+    """``(per-tensor mean, element-weighted mean)`` of the bit-widths of a model's quantized tensors.
+
+    per-tensor mean        ``mean_t b_t``, every tensor counts once (the stricter average for a
+                           model whose few large tensors sit at low widths);
+    element-weighted mean  ``sum_t n_t b_t / sum_t n_t``, the bits per stored value, the average
+                           reported by Uhlich et al. (ICLR 2020, the memory-weighted mean) and
+                           A^2Q (Zhu et al., ICLR 2023, "average bits").
+
+    Per-node widths enter as their mean over nodes (``b_t``), which is exact for the element
+    weighting since every node of a tensor has the same number of values.
+
+    Args:
+      bits: ``{tensor name: bits}``, floats >= 1 (a model's ``layer_bits(hard=True)``).
+      n_values: ``{tensor name: number of stored values}``, ints >= 1, with every key of ``bits``.
+
+    Returns:
+      Two Python floats.
+
+    Raises:
+      ValueError: ``bits`` empty, a width below 1 or not finite, a count missing or below 1.
+    """
+    if not bits:
+        raise ValueError("bits: no quantized tensors")
+    for k, b in bits.items():
+        if not (math.isfinite(float(b)) and float(b) >= 1):
+            raise ValueError(f"bits[{k!r}] must be finite and >= 1, got {b!r}")
+        n = n_values.get(k)
+        if n is None or isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ValueError(f"n_values[{k!r}] must be an int >= 1, got {n!r}")
+    per_tensor = sum(float(b) for b in bits.values()) / len(bits)
+    total = sum(int(n_values[k]) for k in bits)
+    return per_tensor, sum(float(b) * int(n_values[k]) for k, b in bits.items()) / total
