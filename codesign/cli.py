@@ -29,6 +29,7 @@ _MODEL_DEFAULTED = ("epochs", "lr", "gate_lr", "weight_decay", "hidden", "dropou
 
 
 def _add_training(p: argparse.ArgumentParser):
+    from codesign.models.layers import QUANTIZERS
     from codesign.train import DECAY_SCOPES, SELECTIONS
     dflt = " (default: the model's MODEL_DEFAULTS, else TrainConfig's)"
     p.add_argument("--bits", type=int, default=None, help="N-bit fake quantization of features and weights")
@@ -55,11 +56,17 @@ def _add_training(p: argparse.ArgumentParser):
     p.add_argument("--distill-weight", type=float, default=None,
                    help="self-distillation from a dense teacher over all nodes (TrainConfig.distill_weight)")
     p.add_argument("--distill-temperature", type=float, default=None, help="distillation temperature T")
+    p.add_argument("--quantizer", choices=QUANTIZERS, default=None,
+                   help="quantizer kind with --bits (TrainConfig.quantizer; default fixed)")
+    p.add_argument("--bits-weight", type=float, default=None,
+                   help="bit-width penalty of learned widths, independent of the hardware (TrainConfig.bits_weight)")
+    p.add_argument("--pin-ranges", action="store_const", const=True, default=None,
+                   help="learned widths: pin weight / hidden ranges to the data max (TrainConfig.pin_ranges)")
 
 
 _SWITCH = {"auto": None, "on": True, "off": False}
 # Training flags passed to `TrainConfig` only when given (no model default).
-_OPTIONAL = ("edge_l0_weight", "distill_weight", "distill_temperature")
+_OPTIONAL = ("edge_l0_weight", "distill_weight", "distill_temperature", "quantizer", "bits_weight", "pin_ranges")
 
 
 def _config(args, cost_weight: float, bits: Optional[int], seed: int):
@@ -109,6 +116,8 @@ def cmd_train(args) -> int:
         "dense_modeled": runs[0]["dense_modeled"],
         "densities": _mean_dicts([r["densities"] for r in runs]),
         "per_seed_test_accuracy": acc.tolist(),
+        # hardened bit-width per quantized tensor, mean over seeds ({} without quantization)
+        "layer_bits": _mean_dicts([r["layer_bits"] for r in runs]) if runs[0]["layer_bits"] else {},
         "train_time_s": float(np.mean([r["train_time_s"] for r in runs])),
     }
     if args.json:
@@ -120,6 +129,8 @@ def cmd_train(args) -> int:
     print(f"  test accuracy   {100 * out['test_accuracy']:.2f} +- {100 * out['test_accuracy_std']:.2f} %")
     print(f"  kept edges      {100 * out['densities']['edge']:.1f} %   kept features "
           f"{100 * out['densities']['feature']:.1f} %")
+    if out["layer_bits"]:
+        print("  bits            " + "  ".join(f"{k} {b:.2f}" for k, b in out["layer_bits"].items()))
     print(f"  {'':14s}{'hardened':>14s}{'dense fp32':>14s}{'ratio':>8s}")
     for k, unit in (("latency_s", "s"), ("energy_j", "J"), ("dram_bytes", "B")):
         print(f"  {k:14s}{m[k]:14.4g}{dm[k]:14.4g}{dm[k] / m[k]:7.2f}x")

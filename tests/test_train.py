@@ -52,6 +52,24 @@ def test_cli_train_json(cora, capsys):
     assert out["bits"] == 8
 
 
+def test_cli_learned_bit_flags_reach_the_config(cora, capsys):
+    args = cli.build_parser().parse_args(["train", "--bits", "8", "--quantizer", "learned", "--bits-weight", "0.1",
+                                          "--pin-ranges"])
+    cfg = cli._config(args, 0.3, 8, 0)
+    assert (cfg.quantizer, cfg.bits_weight, cfg.pin_ranges) == ("learned", 0.1, True)
+    cfg = cli._config(cli.build_parser().parse_args(["train"]), 0.0, None, 0)
+    assert (cfg.quantizer, cfg.bits_weight, cfg.pin_ranges) == ("fixed", 0.0, False)  # TrainConfig defaults
+    rc = cli.main(["train", "--bits", "8", "--quantizer", "learned", "--pin-ranges", "--bits-weight", "0.1",
+                   "--cost-weight", "0.3", "--edge-mask", "off", "--feature-mask", "off", "--epochs", "3",
+                   "--seeds", "1", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["layer_bits"]) == {"x0", "w0", "x1", "w1"}
+    assert all(1 <= b <= 8 for b in out["layer_bits"].values())
+    assert cli.main(["train", "--bits", "8", "--bits-weight", "0.1", "--epochs", "1", "--seeds", "1"]) == 2
+    assert "bits_weight" in capsys.readouterr().err  # the fixed quantizer has no width to learn
+
+
 def test_cli_table_and_errors(cora, capsys):
     assert cli.main(["train", "--epochs", "2", "--seeds", "1"]) == 0
     assert "test accuracy" in capsys.readouterr().out
