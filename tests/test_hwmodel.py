@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from codesign.hwmodel import (HardwareSpec, Workload, elementwise_stage, estimate, gemm_stage, matrix_macs_per_s,
                               message_passing_layer, presets, smooth_max, spmm_stage, stage_cost,
-                              vector_macs_per_s)
+                              upcast_gemm_stages, vector_macs_per_s)
 
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
 REFERENCE_RTOL = 1e-5
@@ -141,6 +141,38 @@ def test_gemm_mixed_bits_by_hand():
     cost = stage_cost(gemm_stage(100, 200, 50, 16, 4, 16), tiny_spec())
     _assert_stage(cost, macs=1e6, compute_s=5e-4, memory_s=5.5e-5, dram_bytes=55000.0, onchip_bytes=55000.0,
                   energy_j=(1e6 * mac_pj + 55000 * 10 + 55000 * 1) * 1e-12)
+
+
+def test_upcast_gemm_stages_by_hand():
+    # bf16 [100, 200] @ [200, 50] run as f32 (XLA:CPU): convert A (20000 elements), B (10000),
+    # an f32 GEMM, convert the result (5000). A convert reads 2 B and writes 4 B per element.
+    conv_a, conv_b, gemm, conv_out = upcast_gemm_stages(100, 200, 50, 16)
+    for st, n in ((conv_a, 20000), (conv_b, 10000), (conv_out, 5000)):
+        assert st.kind == "elementwise"
+        assert float(st.macs) == n and float(st.compulsory_bytes) == 6 * n and float(st.bits) == 32
+    ref = gemm_stage(100, 200, 50, 32, 32, 32)
+    assert gemm.kind == "gemm"
+    for k in ("macs", "bits", "compulsory_bytes"):
+        assert float(getattr(gemm, k)) == float(getattr(ref, k))
+    # on the tiny spec: the GEMM at the fp32 rate (1e-3 s, slower than its bf16 rate, 5e-4 s)
+    # plus three passes that cost more than nothing
+    hw = tiny_spec()
+    total = sum(float(stage_cost(st, hw).latency_s) for st in (conv_a, conv_b, gemm, conv_out))
+    native = float(stage_cost(gemm_stage(100, 200, 50, 16, 16, 16), hw).latency_s)
+    assert total > float(stage_cost(ref, hw).latency_s) > native
+
+
+def test_gather_efficiency_slows_only_the_irregular_stages():
+    # gather_efficiency 0.25 quarters the vector rate of an SpMM (1e9 -> 2.5e8 MAC/s: 80000 MACs
+    # take 3.2e-4 s instead of 8e-5 s) and leaves GEMM and elementwise stages alone.
+    hw, slow = tiny_spec(), tiny_spec(gather_efficiency=0.25)
+    sp = spmm_stage(1000, 5000, 16, 32, 32)
+    np.testing.assert_allclose(float(stage_cost(sp, slow).compute_s), 3.2e-4, rtol=1e-6)
+    np.testing.assert_allclose(float(stage_cost(sp, hw).compute_s), 8e-5, rtol=1e-6)
+    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(stage_cost(st, slow).latency_s) == float(stage_cost(st, hw).latency_s)
+    with pytest.raises(ValueError, match=r"\.gather_efficiency"):
+        tiny_spec(gather_efficiency=1.5)
 
 
 def test_spmm_fitting_buffer_by_hand():

@@ -8,14 +8,13 @@ from codesign.hwmodel.estimate import CostReport, StageCost, estimate, nmp_stage
 from codesign.hwmodel.spec import HardwareSpec, NearMemorySpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
 from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
                                        elementwise_stage, gemm_stage, message_passing_layer, segment_spmm_stages,
-                                       spmm_stage,
-                                       with_backward)
+                                       spmm_stage, upcast_gemm_stages, with_backward)
 
 __all__ = ["presets", "area_mm2", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
            "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "LayerWorkload", "Stage", "Workload",
            "attention_stages", "bsr_spmm_stage", "elementwise_stage", "gemm_stage", "message_passing_layer",
-           "segment_spmm_stages", "spmm_stage", "with_backward"]
+           "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "with_backward"]
 from codesign.hwmodel import comm
 from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage
 

@@ -6,8 +6,11 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
                buffer's capacity in rows; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
   onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
-  latency_s  = smooth_max(compute_s, memory_s, onchip_s) + launches * stage_overhead_s
+  latency_s  = smooth_max(compute_s, memory_s, onchip_s; p=overlap_exponent)
+               + launches * stage_overhead_s
   energy_j   = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
+(rate: the matrix engine for GEMM / BSR stages, else the vector units, at
+``gather_efficiency`` on the irregular ones: SpMM, SDDMM, edge softmax)
 Per aggregation stage on near-memory units (`NearMemorySpec`, U units):
   compute_s  = macs / (U * nmp_rate(bits));  nmp_s = internal bytes / (U * internal_bw)
   link_s     = link_bytes / host_link_bw                          (features in, reduced result out)
@@ -33,6 +36,7 @@ from codesign.hwmodel.workload import Stage, Workload
 
 SMOOTH_MAX_P = 16.0  # overestimates max(a, b) by at most 2**(1/16) - 1 = 4.4% (when a == b)
 MATRIX_KINDS = ("gemm", "bsr")  # stages that run on the matrix engine; the rest on vector units
+IRREGULAR_KINDS = ("spmm", "sddmm", "softmax")  # vector stages over edges: also hw.gather_efficiency
 BOUNDS = ("compute", "memory", "on-chip", "near-memory", "host-link")
 
 
@@ -151,6 +155,8 @@ def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
         rate = matrix_macs_per_s(hw, stage.bits) * hw.matrix_efficiency
     else:
         rate = vector_macs_per_s(hw, stage.bits) * hw.vector_efficiency
+        if stage.kind in IRREGULAR_KINDS:
+            rate = rate * hw.gather_efficiency
     compute_s = stage.macs / rate
     dram = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, hw.onchip_buffer_bytes))
     onchip = stage.compulsory_bytes + stage.reuse_bytes
@@ -159,7 +165,7 @@ def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
     compute_j = stage.macs * mac_energy_pj(hw, stage.bits) * PJ
     energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
-    latency = smooth_max(compute_s, memory_s, onchip_s) + stage.launches * hw.stage_overhead_s
+    latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
                      compute_j, zero, zero, zero)
 

@@ -124,6 +124,16 @@ class HardwareSpec:
       matrix_efficiency, vector_efficiency, dram_efficiency: achieved fraction (0, 1] of the
         peak rates; 1 for datasheet presets, fitted for measured ones
         (`experiments/hwmodel_validation.py`).
+      overlap_exponent: the exponent ``p`` of the smooth max that joins a host stage's compute,
+        DRAM and on-chip times, ``(sum t_i^p)^(1/p)``, >= 1: large ``p`` is the roofline's full
+        overlap (max; default 16, within 4.4 % of it), ``p = 1`` no overlap (the sum, as the ECM
+        model assumes for in-core work and data transfers on x86 cores: Treibig & Hager,
+        "Introducing a performance model for bandwidth-limited loop kernels", PPAM 2009);
+        fitted for measured presets.
+      gather_efficiency: a further fraction (0, 1] of the vector rate on the irregular stages
+        (SpMM gather / scatter-add, SDDMM, edge softmax: `estimate.IRREGULAR_KINDS`), which
+        run below the streaming elementwise rate where the scatter is serial (XLA:CPU's
+        scatter-add is a scalar loop); 1 for datasheet presets, fitted for measured ones.
       stage_overhead_s: fixed time per stage (kernel launch / op dispatch), >= 0.
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
@@ -154,6 +164,8 @@ class HardwareSpec:
     matrix_efficiency: float = 1.0
     vector_efficiency: float = 1.0
     dram_efficiency: float = 1.0
+    gather_efficiency: float = 1.0
+    overlap_exponent: float = 16.0
     stage_overhead_s: float = 0.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
@@ -162,7 +174,10 @@ class HardwareSpec:
     def __post_init__(self):
         concrete = _validate_numbers(
             self, f"HardwareSpec({self.name!r})", nonnegative=("stage_overhead_s",),
-            fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency"))
+            fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
+        if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:
+            raise ValueError(f"HardwareSpec({self.name!r}).overlap_exponent: must be >= 1 (1 = no overlap), "
+                             f"got {concrete['overlap_exponent']!r}")
         # No ordering is imposed on the per-precision rates: software stacks make narrow types
         # slower (XLA:CPU bf16 GEMM measured up to 7x slower than f32 here, 2026-11-22).
         if ("mac_energy_int8_pj" in concrete and "mac_energy_fp32_pj" in concrete
