@@ -46,7 +46,8 @@ from codesign.data.synthetic import rmat_edges
 from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
-FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio")
+FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
+           "gather_efficiency", "overlap_exponent")
 
 
 def gemm_points(quick: bool, gpu: bool = False):
@@ -100,10 +101,14 @@ def _edges(p, graph_data):
     return s, r, n
 
 
-def point_stages(p, graph_data, _cache={}):
-    """The `codesign.hwmodel` stages of one grid point (locality measured on its graph; cached)."""
+def point_stages(p, graph_data, gpu: bool = False, _cache={}):
+    """The `codesign.hwmodel` stages of one grid point (locality measured on its graph; cached).
+    On the CPU a bf16 GEMM is costed as XLA:CPU runs it: converts around an f32 GEMM
+    (`hwmodel.upcast_gemm_stages`)."""
     bits = DTYPES[p["dtype"]][1]
     if p["kind"] == "gemm":
+        if bits < 32 and not gpu:
+            return hwmodel.upcast_gemm_stages(p["m"], p["k"], p["n"], bits)
         return (hwmodel.gemm_stage(p["m"], p["k"], p["n"], bits, bits, bits),)
     key = (p["kind"], p["graph"], p["edge_density"])
     if key not in _cache:
@@ -115,12 +120,13 @@ def point_stages(p, graph_data, _cache={}):
             _cache[key] = (bsr.n_pad, bsr.nnz_blocks, hwmodel.measure_locality(
                 np.asarray(bsr.indices), np.asarray(bsr.row_of_tile), bsr.n_block_rows))
     n, nnz, loc = _cache[key]
-    if p["kind"] == "spmm":
-        return hwmodel.segment_spmm_stages(n, nnz, p["width"], bits, bits, loc)
+    if p["kind"] == "spmm":  # XLA:CPU buffers 16-bit messages in f32 (segment_spmm_stages)
+        return hwmodel.segment_spmm_stages(n, nnz, p["width"], bits, bits, loc, message_bits=None if gpu else 32.0)
     return (hwmodel.bsr_spmm_stage(n, nnz, BSR_BLOCK, p["width"], bits, bits, loc),)
 
 
 BSR_BLOCK = 16
+SPLIT_SEEDS = 9  # further random train / held-out halves fitted to report the spread of the error
 
 
 def _bsr_for(p, graph_data, _cache={}):
@@ -138,6 +144,17 @@ def _bsr_for(p, graph_data, _cache={}):
     return _cache[key]
 
 
+def _timed(fn, *args, reps: int) -> float:
+    """Median seconds of ``reps`` back-to-back calls after ``reps`` untimed ones (the first call
+    compiles). One warm-up call is not enough on the CPU: the first calls after a pause run up
+    to 1.5x slower while XLA's worker threads wake (measured: a 2708 x 64 x 64 f32 GEMM, median
+    of 7 right after compiling 0.51 ms, of the next 7 0.36 ms), and a training loop calls its
+    kernels back to back."""
+    for _ in range(reps):
+        jax.block_until_ready(fn(*args))
+    return median_time_s(fn, *args, reps=reps, warmup=False)
+
+
 def measure_point(p, graph_data, reps: int, max_work: float):
     """Returns the measured median seconds, or None if the point is above the work cap."""
     dtype, _ = DTYPES[p["dtype"]]
@@ -145,18 +162,18 @@ def measure_point(p, graph_data, reps: int, max_work: float):
     if p["kind"] == "gemm":
         a = jax.random.normal(key, (p["m"], p["k"]), dtype)
         b = jax.random.normal(key, (p["k"], p["n"]), dtype)
-        return median_time_s(jax.jit(jnp.dot), a, b, reps=reps)
+        return _timed(jax.jit(jnp.dot), a, b, reps=reps)
     s, r, n = _edges(p, graph_data)
     if s.size * p["width"] > max_work:
         return None
     if p["kind"] == "spmm":
         x = jax.random.normal(key, (n, p["width"]), dtype)
         fn = jax.jit(lambda x, s, r: jax.ops.segment_sum(x[s], r, num_segments=n))
-        return median_time_s(fn, x, jnp.asarray(s), jnp.asarray(r), reps=reps)
+        return _timed(fn, x, jnp.asarray(s), jnp.asarray(r), reps=reps)
     from codesign.kernels import bsr_spmm  # "pallas": the Pallas BSR kernel (GPU)
     bsr = _bsr_for(p, graph_data)
     x = jax.random.normal(key, (bsr.n_pad, p["width"]), dtype)
-    return median_time_s(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
+    return _timed(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
 
 
 def modeled(stages, base: hwmodel.HardwareSpec):
@@ -165,7 +182,8 @@ def modeled(stages, base: hwmodel.HardwareSpec):
     def f(theta):
         hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
                                  dram_efficiency=theta[2], stage_overhead_s=theta[3],
-                                 matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4])
+                                 matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
+                                 gather_efficiency=theta[5], overlap_exponent=theta[6])
         return jnp.stack([sum(hwmodel.stage_cost(s, hw).latency_s for s in kernel) for kernel in stages])
     return f
 
@@ -176,19 +194,28 @@ def metrics(pred, meas) -> dict:
             "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
 
 
-def fit(f, measured, train_idx, x0):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6)):
     """Least squares on log(modeled / measured) over the training points, in log-parameters
-    (efficiencies in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4]) from
-    ``x0``; the model is evaluated in float32, so the finite-difference step is set explicitly
-    (1e-3 in log space)."""
+    (efficiencies in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4],
+    overlap exponent in [1, 64]; the order of `FACTORS`) from
+    ``x0``; only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The
+    model is evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log
+    space)."""
     y = np.log(measured[train_idx])
+    free = list(free)
+    lo, hi = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0]), np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0])
+    u0 = np.clip(np.log(np.asarray(x0, np.float64)), lo, hi)
+
+    def full(u):
+        v = u0.copy()
+        v[free] = u
+        return v
 
     def resid(u):
-        return np.log(np.asarray(f(jnp.asarray(np.exp(u), jnp.float32)))[train_idx]) - y
+        return np.log(np.asarray(f(jnp.asarray(np.exp(full(u)), jnp.float32)))[train_idx]) - y
 
-    lo, hi = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2]), np.log([1.0, 1.0, 1.0, 1e-3, 4.0])
-    res = scipy.optimize.least_squares(resid, x0=np.clip(np.log(x0), lo, hi), bounds=(lo, hi), diff_step=1e-3)
-    return np.exp(res.x)
+    res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3)
+    return np.exp(full(res.x))
 
 
 def machine() -> dict:
@@ -211,13 +238,16 @@ def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray]:
     return points, np.asarray(measured)
 
 
-# glibc (>= 2.26, 64-bit) serves allocations of >= 32 MiB with mmap and unmaps them on free, so
-# XLA:CPU's fresh output / message buffers of that size are faulted in again on every call (about
-# 1.2 us per 4 KiB page here: a 32768 x 16 x 256 f32 GEMM with its 32 MiB output measured 12.7 ms
-# with the defaults and 2.3 ms with these settings). The cost model prices kernels, not the
-# allocator, and a training loop (or XLA's GPU BFC allocator) reuses its buffers; so the CPU
-# measurements run with the threshold raised (glibc mallopt(3) environment tunables).
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+# glibc serves a large allocation with mmap and unmaps it on free, so XLA:CPU's fresh output,
+# convert and message buffers are faulted in again, 4 KiB at a time, on every call. Allocations
+# from XLA's worker threads go to per-thread arenas whose heaps are at most 64 MiB, so anything
+# larger is always mmapped, whatever the mmap threshold (measured: a 32768 x 1433 x 16 bf16 dot,
+# whose f32 copy of A is 188 MB, took 46,650 minor page faults per call and 3-4x its fault-free
+# time with MALLOC_MMAP_THRESHOLD_ raised, and 0 faults with the settings below). The cost model
+# prices kernels, not the allocator (XLA's GPU BFC allocator keeps its buffers, and so does a
+# CPU process run with these settings); so the CPU measurements run with one arena (the brk
+# heap), no mmap and no trimming (glibc mallopt(3) environment tunables, read at process start).
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
 
 
 def _reexec_with_malloc_env(argv) -> None:
@@ -261,20 +291,34 @@ def main(argv=None) -> dict:
         measured = np.asarray([q["measured_s"] for q in prev["points"]])
     else:
         points, measured = measure(args, gpu, graph_data)
-    stages = [point_stages(p, graph_data) for p in points]
+    stages = [point_stages(p, graph_data, gpu) for p in points]
     base = hwmodel.presets.get(hw_name).replace(matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0,
+                                                gather_efficiency=1.0, overlap_exponent=16.0,
                                                 stage_overhead_s=0.0)
     f = modeled(stages, base)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(points))
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
-    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio], jnp.float32)))
-    theta = fit(f, measured, train_idx, x0=[0.5, 0.5 if gpu else 0.05, 0.5, 1e-5, nominal_ratio if gpu else 0.3])
+    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0], jnp.float32)))
+    # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
+    # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
+    x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0]
+    free = (0, 2, 3, 4, 5, 6) if gpu else (0, 1, 2, 3, 5, 6)
+    theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
+    # the same fit on other random halves: how much the held-out error depends on the split
+    other_splits = []
+    for split_seed in range(1, SPLIT_SEEDS + 1):
+        o = np.random.default_rng(split_seed).permutation(len(points))
+        tr, te = np.sort(o[: len(points) // 2]), np.sort(o[len(points) // 2:])
+        th = fit(f, measured, tr, x0=x0, free=free)
+        other_splits.append({"seed": split_seed, **metrics(np.asarray(f(jnp.asarray(th, jnp.float32)))[te],
+                                                            measured[te])})
     kinds = np.array([p["kind"] for p in points])
     kd = np.array([f'{p["kind"]}/{p["dtype"]}' for p in points])
     train_set = set(train_idx.tolist())
+    held = metrics(after[test_idx], measured[test_idx])
     result = {
         "what": f"cost model (hwmodel {hw_name} preset) vs measured kernel times on this machine",
         "date": prev["date"] if prev else datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -283,12 +327,16 @@ def main(argv=None) -> dict:
         "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
         "quick": prev["quick"] if prev else args.quick, "reps": prev["reps"] if prev else args.reps,
         "fitted": dict(zip(FACTORS, map(float, theta))),
-        "held_out": metrics(after[test_idx], measured[test_idx]),
+        "held_out": held,
         "held_out_by_kind": {k: metrics(after[test_idx][kinds[test_idx] == k], measured[test_idx][kinds[test_idx] == k])
                              for k in dict.fromkeys(kinds.tolist())},
         "held_out_by_kind_dtype": {k: metrics(after[test_idx][kd[test_idx] == k], measured[test_idx][kd[test_idx] == k])
                                    for k in dict.fromkeys(kd.tolist()) if (kd[test_idx] == k).sum() >= 2},
         "train": metrics(after[train_idx], measured[train_idx]),
+        "held_out_other_splits": other_splits,
+        "held_out_mape_over_splits": {"median": float(np.median([m["mape"] for m in other_splits + [held]])),
+                                      "max": float(np.max([m["mape"] for m in other_splits + [held]])),
+                                      "n_splits": len(other_splits) + 1},
         "uncalibrated_held_out": metrics(before[test_idx], measured[test_idx]),
         "points": [{**p, "measured_s": float(m), "modeled_s": float(a), "uncalibrated_s": float(b),
                     "split": "train" if i in train_set else "test"}
@@ -300,6 +348,9 @@ def main(argv=None) -> dict:
     print(f"{len(points)} kernels on {result['machine'].get('device', result['machine']['backend'])}; fitted {result['fitted']}")
     print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "
           f"uncalibrated MAPE {100 * result['uncalibrated_held_out']['mape']:.1f} %")
+    o = result["held_out_mape_over_splits"]
+    print(f"held-out MAPE over {o['n_splits']} random halves: median {100 * o['median']:.1f} %, "
+          f"max {100 * o['max']:.1f} %")
     for k, m in {**result["held_out_by_kind"], **result["held_out_by_kind_dtype"]}.items():
         print(f"  {k}: MAPE {100 * m['mape']:.1f} %, Spearman {m['spearman']:.3f} (n={m['n']})")
     print(f"wrote {out}")

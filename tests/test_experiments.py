@@ -32,6 +32,8 @@ def test_hwmodel_validation_quick(tmp_path):
     assert -1.0 <= saved["held_out"]["spearman"] <= 1.0 and saved["held_out"]["mape"] >= 0
     f = saved["fitted"]
     assert 0 < f["matrix_efficiency"] <= 1 and 0 < f["vector_efficiency"] <= 1 and f["stage_overhead_s"] >= 0
+    assert 0 < f["gather_efficiency"] <= 1
+    assert f["bf16_gemm_rate_ratio"] == 1.0  # CPU: bf16 GEMMs are costed as converts + an f32 GEMM
 
 
 def test_kernel_bench_quick(tmp_path):

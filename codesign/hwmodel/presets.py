@@ -182,31 +182,38 @@ def cpu() -> HardwareSpec:
     Sources (nominal; the efficiency factors are fitted by `experiments/hwmodel_validation.py`):
       - GEMM rate: 182 GFLOP/s measured here with a 2048^3 float32 numpy/OpenBLAS product
         (2026-11-22) = 91e9 MAC/s. XLA on CPU has no faster bf16/int8 GEMM path, so all
-        precisions use that rate.
+        precisions use that rate; XLA:CPU runs a bf16 dot as converts around an f32 dot, which
+        `hwmodel.upcast_gemm_stages` costs (a plain bf16 `gemm_stage` here omits the converts).
       - Vector rate: 2 cores x 8 fp32 lanes (AVX2) x 2.45 GHz = 39.2e9 MAC/s (one FMA port for
         gather-bound code).
-      - DRAM: 18 GB/s read+write measured here with a 200 MB numpy copy (2026-11-22); DRAM energy
-        1.3 nJ per 64-bit access (Horowitz ISSCC'14, low end of 1.3-2.6 nJ).
+      - DRAM: 24 GB/s read+write measured here with an XLA elementwise ``x * 2`` over 200 MB on
+        both cores (a single-threaded numpy copy: 17 GB/s; 2026-11-22); DRAM energy 1.3 nJ per
+        64-bit access (Horowitz ISSCC'14, low end of 1.3-2.6 nJ).
       - On-chip buffer: 32 MiB L3 (lscpu).
       - Calibration (`experiments/hwmodel_validation.py`, results/hwmodel_validation_cpu.json,
-        2026-11-22): fitted on 70 measured XLA GEMM / segment_sum kernels, held-out MAPE
-        45 %, Spearman 0.96 on the other 70. XLA:CPU's scatter-add runs
-        at a few percent of the vector peak, and its bf16 GEMM at about a third of the f32 rate.
+        measured 2026-11-22 without allocator page faults): fitted on 70 measured XLA GEMM /
+        segment_sum kernels (f32 and bf16), held-out MAPE 19.0 %, Spearman 0.990 on the other 70
+        (over 10 random halves: median 22.0 %, max 27.0 %). XLA:CPU's scatter-add runs at 5 %
+        of the vector rate (``gather_efficiency``), and compute and memory time hardly overlap
+        (``overlap_exponent`` 1.44; 1 = their sum).
     """
     return HardwareSpec(
         name="cpu",
         matrix_fp32_macs_per_s=91e9,
-        matrix_bf16_macs_per_s=3.2e+10,  # fitted: XLA:CPU bf16 dot
+        matrix_bf16_macs_per_s=91e9,  # XLA:CPU: converts + the f32 dot (upcast_gemm_stages)
         matrix_int8_macs_per_s=91e9,
         matrix_int4_macs_per_s=91e9,
         vector_fp32_macs_per_s=39.2e9,
         vector_bf16_macs_per_s=39.2e9,  # XLA:CPU computes bf16 elementwise/scatter in f32 (measured: no speedup)
         vector_int8_macs_per_s=39.2e9,
-        dram_bw_bytes_per_s=18e9,
-        matrix_efficiency=0.687,
-        vector_efficiency=0.0314,
-        dram_efficiency=0.325,
-        stage_overhead_s=8.80e-05,
+        dram_bw_bytes_per_s=24e9,
+        # fitted (results/hwmodel_validation_cpu.json)
+        matrix_efficiency=0.878,
+        vector_efficiency=0.999,
+        dram_efficiency=1.0,
+        gather_efficiency=0.0488,
+        overlap_exponent=1.44,
+        stage_overhead_s=3.49e-05,
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=32 * MIB,
         clock_hz=2.45e9,  # /proc/cpuinfo
