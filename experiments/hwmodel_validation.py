@@ -2,11 +2,13 @@
 
 Measures XLA GEMM (`jnp.dot`) and XLA gather + `segment_sum` SpMM over a grid of sizes,
 densities and dtypes (graphs: R-MAT at several scales and degrees, and Cora), builds the matching
-`codesign.hwmodel` stages for every point (SpMM as `segment_spmm_stages`: XLA materializes the
-gathered messages; locality measured on the graph), fits the `cpu` preset's five calibration factors (matrix, vector and DRAM efficiency, a
-fixed per-stage overhead, and the bf16 GEMM rate relative to fp32, since XLA:CPU has no fast bf16
-dot) on a random half of the points by least squares on log latency, and
-reports the error on the other half: MAPE and Spearman rank correlation.
+`codesign.hwmodel` stages for every point as XLA runs them (SpMM as `segment_spmm_stages`: XLA
+materializes the gathered messages, in f32 on the CPU; a bf16 GEMM on the CPU as
+`upcast_gemm_stages`; locality measured on the graph), fits the preset's calibration factors on a
+random half of the points by least squares on log latency (CPU, six: matrix, vector, gather and
+DRAM efficiency, a fixed per-stage overhead and the compute / memory overlap exponent; GPU: the
+bf16 / fp32 GEMM rate ratio in place of the vector efficiency), and reports the error on the
+other half, MAPE and Spearman rank correlation, and the MAPE spread over 9 more random halves.
 
     python experiments/hwmodel_validation.py            # full grid, ~5 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
@@ -15,8 +17,7 @@ reports the error on the other half: MAPE and Spearman rank correlation.
 On a GPU (``jax.default_backend() == "gpu"``) the same script validates the ``h100`` preset
 (``--hw``): larger GEMMs, R-MAT graphs up to 2^20 nodes, and the Pallas BSR SpMM kernel
 (`codesign.kernels.bsr_spmm`, modeled as `bsr_spmm_stage` on the RCM-reordered 16 x 16 tiles)
-beside XLA's segment_sum; the same five factors are fitted (on a GPU the fifth, the bf16 / fp32
-GEMM rate ratio, starts at the preset's 2).
+beside XLA's segment_sum (the bf16 / fp32 GEMM rate ratio starts at the preset's 2).
 
 Writes ``results/hwmodel_validation_<hw>.json`` (GPU: ``results/gpu/hwmodel_validation_<hw>.json``;
 atomically): every point (config, measured median, modeled before and after calibration), the
