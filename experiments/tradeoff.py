@@ -202,7 +202,8 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
         from codesign.sparsify.ugs import ugs_prune
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         kw = {} if epochs is None else {"epochs": epochs}
-        rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.hidden, bits=8, hw=targets[0], **kw)
+        rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.hidden, bits=8, hw=targets[0], net="gcn",
+                           **kw)
         shell = GCN(graph.n_features, cfg.hidden, graph.n_classes, bits=8, rngs=nnx.Rngs(0))
         out = []
         for rec in rounds:

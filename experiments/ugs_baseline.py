@@ -47,7 +47,7 @@ def main(argv=None) -> list[dict]:
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, code_version, config_key
-    from codesign.sparsify.ugs import UGS_CORA, ugs_prune
+    from codesign.sparsify.ugs import NETS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
     p.add_argument("--hw", default="h100")
@@ -57,13 +57,18 @@ def main(argv=None) -> list[dict]:
                    help="run seeds first-seed .. seeds-1 only (e.g. the rest of a run split over machines)")
     p.add_argument("--epochs", type=int, default=UGS_CORA["epochs"])
     p.add_argument("--hidden", type=int, default=UGS_CORA["hidden"])
+    p.add_argument("--net", choices=NETS, default="ugs",
+                   help="ugs: UGS's net_gcn (no bias, hidden-only dropout, torch init); gcn: codesign's GCN")
+    p.add_argument("--mask-noise", type=float, default=UGS_MASK_NOISE,
+                   help="relative noise of the all-one soft masks (UGS: 1e-5; 0 = ties broken by index)")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 round, 1 seed, 5 epochs")
     args = p.parse_args(argv)
     rounds, seeds, epochs = (1, 1, 5) if args.quick else (args.rounds, args.seeds, args.epochs)
     graph, hw = load_planetoid(args.dataset), presets.get(args.hw)
     cfg = dict(dataset=args.dataset, hw=args.hw, method="ugs", epochs=epochs, hidden=args.hidden,
-               **{k: v for k, v in UGS_CORA.items() if k not in ("epochs", "hidden")})
+               **{k: v for k, v in UGS_CORA.items() if k not in ("epochs", "hidden")},
+               net=args.net, mask_noise=args.mask_noise)
     store = ResultsStore(Path(args.out) / f"{args.dataset}_gcn_ugs{'_quick' if args.quick else ''}.jsonl")
     done = store.done_keys()
     todo = [s for s in range(args.first_seed, seeds)
@@ -80,7 +85,8 @@ def main(argv=None) -> list[dict]:
         bar.set_postfix(seed=rec["seed"], acc=f"{rec['test_accuracy']:.3f}", wsp=f"{rec['weight_sparsity']:.2f}")
 
     for seed in todo:
-        ugs_prune(graph, rounds, seed=seed, epochs=epochs, hw=hw, hidden=args.hidden, on_round=on_round)
+        ugs_prune(graph, rounds, seed=seed, epochs=epochs, hw=hw, hidden=args.hidden, net=args.net,
+                  mask_noise=args.mask_noise, on_round=on_round)
     bar.close()
     recs = [r for r in store.records() if r.get("config") == cfg and r["seed"] < seeds and r["round"] <= rounds]
     rows = summarize(recs)

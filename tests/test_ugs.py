@@ -1,5 +1,6 @@
 """Tests of the UGS-style baseline trainer (`codesign.sparsify.ugs`) on a tiny cSBM graph."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -101,3 +102,71 @@ def test_int8_ticket_quantizes_the_masked_kernels(graph):
     for conv, mask in q8.pairs():
         w = conv.quant_w(conv.kernel[...] * mask.gates())
         assert np.all(np.asarray(w)[~np.asarray(mask.keep[...])] == 0)
+
+
+def test_ugs_net_is_official_net_gcn(graph):
+    # UGS's net_gcn: torch nn.Linear init U(-1/sqrt(fan_in), 1/sqrt(fan_in)), no bias (zero and not
+    # trained), dropout on the hidden layer only; net="gcn" keeps the package GCN (Glorot, biases).
+    ugs, gcn = build_ticket(graph, 0, hidden=8), build_ticket(graph, 0, hidden=8, net="gcn")
+    assert not ugs.gcn.input_dropout and gcn.gcn.input_dropout
+    for conv in (ugs.gcn.conv1, ugs.gcn.conv2):
+        bound = 1.0 / np.sqrt(conv.in_features)
+        k = np.asarray(conv.kernel[...])
+        assert np.abs(k).max() <= bound and np.abs(k).max() > 0.8 * bound
+    fit(ugs, graph, train_masks=False, epochs=5, lr=0.01, weight_decay=5e-4)
+    fit(gcn, graph, train_masks=False, epochs=5, lr=0.01, weight_decay=5e-4)
+    assert all(np.all(np.asarray(c.bias[...]) == 0) for c in (ugs.gcn.conv1, ugs.gcn.conv2))
+    assert any(np.any(np.asarray(c.bias[...]) != 0) for c in (gcn.gcn.conv1, gcn.gcn.conv2))
+    with pytest.raises(ValueError, match="net must be one of"):
+        build_ticket(graph, 0, hidden=8, net="pyg")
+
+
+def test_hidden_only_dropout_leaves_the_input_alone(graph):
+    # GCN(input_dropout=False) in training equals a hand-written forward that drops out only the
+    # hidden layer (the same dropout stream, one draw); with input dropout it does not
+    from flax import nnx
+
+    from codesign.models import GCN
+    from codesign.models.norm import gcn_normalize
+    from codesign.train import adjacency
+    adj = adjacency(graph)
+    same = []
+    for input_dropout in (False, True):
+        m = GCN(graph.n_features, 8, graph.n_classes, dropout=0.5, input_dropout=input_dropout, rngs=nnx.Rngs(0))
+        m.train()
+        ref = nnx.clone(m)
+        out = m(graph.x, adj)
+        a = gcn_normalize(adj)
+        hand = ref.conv2(jax.nn.relu(ref.conv1(graph.x, a, None)), a, ref.dropout)
+        same.append(bool(np.allclose(np.asarray(out), np.asarray(hand), atol=1e-6)))
+    assert same == [True, False]
+
+
+def test_mask_noise_is_relative_seeded_and_spares_pruned_entries(graph):
+    edge, ws = _pruned_keeps(graph)
+    a = build_ticket(graph, 4, edge, ws, hidden=8, mask_noise=1e-5)
+    b = build_ticket(graph, 4, edge, ws, hidden=8, mask_noise=1e-5)
+    c = build_ticket(graph, 5, edge, ws, hidden=8, mask_noise=1e-5)
+    for m in ("mask1", "mask2"):
+        wa, keep = np.asarray(getattr(a, m).weight[...]), np.asarray(getattr(a, m).keep[...])
+        assert np.all(wa[~keep] == 0) and np.all(np.abs(wa[keep] - 1) <= 1e-5)
+        assert len(np.unique(wa[keep])) > 0.9 * keep.sum()  # ties broken
+        np.testing.assert_array_equal(wa, np.asarray(getattr(b, m).weight[...]))  # same seed, same draws
+        assert not np.array_equal(wa, np.asarray(getattr(c, m).weight[...]))
+    ea = np.asarray(a.gcn.edge_mask.weight[...])
+    assert np.all(ea[~np.asarray(edge)] == 0) and np.all(np.abs(ea[np.asarray(edge)] - 1) <= 1e-5)
+    plain = build_ticket(graph, 4, edge, ws, hidden=8)
+    np.testing.assert_array_equal(np.asarray(plain.mask1.weight[...]), np.asarray(ws[0], np.float32))
+    with pytest.raises(ValueError, match="mask_noise"):
+        build_ticket(graph, 4, hidden=8, mask_noise=-0.1)
+
+
+def test_mask_noise_breaks_ties_at_random_not_by_index():
+    # entries with no task gradient follow one trajectory: with exactly-one masks they tie and
+    # magnitude pruning takes the lowest indices; the noise spreads the pruned ones over the array
+    tied = jnp.ones((1000,), jnp.float32)
+    by_index = np.flatnonzero(~np.asarray(magnitude_prune(tied, jnp.ones(1000, bool), 0.2)))
+    assert by_index.max() == 199
+    noisy = tied * (1.0 + 1e-5 * jax.random.uniform(jax.random.key(0), (1000,), jnp.float32, -1.0, 1.0))
+    spread = np.flatnonzero(~np.asarray(magnitude_prune(noisy, jnp.ones(1000, bool), 0.2)))
+    assert spread.size == 200 and spread.max() > 800 and spread.min() < 200

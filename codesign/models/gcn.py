@@ -72,6 +72,8 @@ class GCN(nnx.Module):
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
       in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
       dropout: dropout rate on each layer's input (paper: 0.5).
+      input_dropout: if False, dropout only on the hidden layer's input, not on the raw features
+        (UGS's ``net_gcn``, Chen et al. ICML 2021).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
@@ -79,8 +81,9 @@ class GCN(nnx.Module):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.5, impl: str = "auto", rngs: nnx.Rngs):
-        self.bits = bits
+                 in_degree=None, dropout: float = 0.5, input_dropout: bool = True, impl: str = "auto",
+                 rngs: nnx.Rngs):
+        self.bits, self.input_dropout = bits, input_dropout
         if edge_sparsifier is None and n_edges:
             edge_sparsifier = EdgeMask(n_edges, rngs=rngs)
         self.edge_mask = edge_sparsifier
@@ -96,7 +99,7 @@ class GCN(nnx.Module):
         adj = gcn_normalize(adj, gates)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.relu(self.conv1(x, adj, self.dropout))
+        h = jax.nn.relu(self.conv1(x, adj, self.dropout if self.input_dropout else None))
         if self.channel_mask is not None:
             h = self.channel_mask(h)
         return self.conv2(h, adj, self.dropout)

@@ -23,12 +23,22 @@ Settings of the official Cora command (``NodeClassification/README.md``): hidden
 lr 0.008, weight decay 8e-5 (torch Adam's L2 term, on every parameter, masks included),
 200 epochs in both stages (``--total_epoch 200``; ``run_fix_mask`` hard-codes 200),
 ``--s1 1e-2 --s2 1e-2``, ``--pruning_percent_adj 0.05 --pruning_percent_wei 0.2``,
-``--init_soft_mask_type all_one`` (masks set to 1 plus relative noise 1e-5; here exactly 1,
-`magnitude_prune` breaks ties by index). These are `ugs_prune`'s defaults.
+``--init_soft_mask_type all_one``: before every get-mask stage the masks are set to
+``keep * (1 + 1e-5 * U(-1, 1))`` with the same draws each round (``soft_mask_init`` re-seeds);
+`UGS_MASK_NOISE`. These are `ugs_prune`'s defaults.
 
-Differences from the official code, kept on purpose (the model is this package's `GCN`):
-  * the GCN has biases and applies dropout 0.5 to both layers' inputs (UGS: no bias, dropout
-    only on the hidden layer);
+The noise decides ties: a mask entry that gets no task gradient (an edge more than two hops
+from every training node, a weight of a feature no training node's receptive field holds)
+follows the same Adam trajectory as every other such entry, so on Cora thousands of entries tie
+(measured after the first get-mask stage, seed 0: 2,779 edges and 69,875 weights share one
+value; the first round's 20 % weight threshold falls inside the weight tie, its 5 % edge
+threshold below the edge tie). The noise orders a tie at random; without it (``mask_noise=0``)
+`magnitude_prune` takes the lowest flat indices, i.e. whole rows of the first input features.
+
+``net="ugs"`` (default) is UGS's ``net_gcn``: no biases, dropout 0.5 on the hidden layer only,
+PyTorch's default ``nn.Linear`` init ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (kaiming-uniform,
+a = sqrt(5)). ``net="gcn"`` keeps this package's `GCN` as it is (Glorot init, biases, dropout
+on both layers' inputs). Remaining differences from the official code:
   * combine-then-aggregate with ``D^-1/2 (A m_g + I) D^-1/2`` (UGS: ``A m_g`` then the same
     normalization, aggregate-then-combine; the same function);
   * masks are per directed edge of the edge list, self-loops are not masked (UGS masks the dense
@@ -58,6 +68,9 @@ from codesign.train import _masked_ce, adjacency, masked_accuracy
 
 UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2=1e-2)
 """The official Cora GCN command's settings (Unified-LTH-GNN ``NodeClassification/README.md``)."""
+UGS_MASK_NOISE = 1e-5
+"""Relative uniform noise on the all-one soft masks (``pruning.add_trainable_mask_noise(c=1e-5)``)."""
+NETS = ("ugs", "gcn")
 
 LAYERS = ("conv1", "conv2")
 
@@ -88,11 +101,24 @@ class UGSGCN(nnx.Module):
     """
 
     def __init__(self, n_features: int, hidden: int, n_classes: int, n_edges: int, *, dropout: float,
-                 bits: Optional[int] = None, rngs: nnx.Rngs):
+                 bits: Optional[int] = None, net: str = "ugs", rngs: nnx.Rngs):
+        if net not in NETS:
+            raise ValueError(f"UGSGCN: net must be one of {NETS}, got {net!r}")
+        self.net = net
         self.gcn = GCN(n_features, hidden, n_classes, edge_sparsifier=EdgeWeightMask(n_edges), dropout=dropout,
-                       bits=bits, rngs=rngs)
+                       input_dropout=net == "gcn", bits=bits, rngs=rngs)
+        if net == "ugs":  # torch nn.Linear(bias=False): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); biases stay 0
+            for conv in (self.gcn.conv1, self.gcn.conv2):
+                bound = 1.0 / math.sqrt(conv.in_features)
+                conv.kernel[...] = jax.random.uniform(rngs.params(), conv.kernel.shape, jnp.float32, -bound, bound)
         self.mask1 = WeightMask(self.gcn.conv1.kernel.shape)
         self.mask2 = WeightMask(self.gcn.conv2.kernel.shape)
+
+    def trainable(self, train_masks: bool):
+        """The `nnx` filter of what the optimizer updates: the weights (not the biases with
+        ``net="ugs"``: UGS's layers have none), and the `MaskWeight` masks if ``train_masks``."""
+        wrt = nnx.Param if train_masks else nnx.All(nnx.Param, nnx.Not(MaskWeight))
+        return nnx.All(wrt, nnx.Not(nnx.PathContains("bias"))) if self.net == "ugs" else wrt
 
     def pairs(self):
         """``[(conv1, mask1), (conv2, mask2)]``."""
@@ -118,33 +144,46 @@ class UGSGCN(nnx.Module):
 
 
 def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional[Sequence] = None, *,
-                 hidden: int = UGS_CORA["hidden"], dropout: float = 0.5, bits: Optional[int] = None) -> UGSGCN:
+                 hidden: int = UGS_CORA["hidden"], dropout: float = 0.5, bits: Optional[int] = None,
+                 net: str = "ugs", mask_noise: float = 0.0) -> UGSGCN:
     """The rewound model of a ticket: the initial weights of ``seed`` (the same every round), the
     pruned kernel entries zeroed, the keep masks set and the trainable masks reset to them
     (UGS: ``rewind_weight[...mask_train] = rewind_weight[...mask_fixed] = final_mask``).
 
     Args:
       graph: the `Graph` (E = ``graph.n_edges`` directed edges).
-      seed: initialization (``params``) and dropout (``dropout`` = seed + 1) streams.
+      seed: initialization (``params``), dropout (``dropout`` = seed + 1) and mask-noise streams.
       edge_keep: bool [E] or None (all kept).
       weight_keeps: ``[bool [F, hidden], bool [hidden, C]]`` or None (all kept).
       bits: fake-quantization bit-width of the GCN's features and weights (None = fp32); the
         masked kernel is what gets quantized.
+      net: "ugs" (UGS's ``net_gcn``) or "gcn" (this package's `GCN`); see the module docstring.
+      mask_noise: relative noise ``c`` of UGS's all-one soft-mask init: every trainable mask is
+        ``keep * (1 + c * U(-1, 1))``, the same draws for the same ``seed`` (`UGS_MASK_NOISE` for
+        the get-mask stage; 0 = exactly the binary masks, as the fixed-mask retraining uses).
 
     Returns:
       `UGSGCN` in training mode.
+
+    Raises:
+      ValueError: ``net`` unknown, ``mask_noise`` outside [0, 1).
     """
-    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits,
+    if not 0.0 <= mask_noise < 1.0:
+        raise ValueError(f"build_ticket: mask_noise must be in [0, 1), got {mask_noise!r}")
+    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits, net=net,
                    rngs=nnx.Rngs(params=seed, dropout=seed + 1))
     em = model.gcn.edge_mask
     if edge_keep is not None:
         em.keep[...] = jnp.asarray(edge_keep, bool)
-        em.weight[...] = em.keep[...].astype(jnp.float32)
     if weight_keeps is not None:
         for (conv, mask), keep in zip(model.pairs(), weight_keeps, strict=True):
             mask.keep[...] = jnp.asarray(keep, bool)
-            mask.weight[...] = mask.keep[...].astype(jnp.float32)
             conv.kernel[...] = conv.kernel[...] * mask.keep[...]
+    noise_keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), 0x55), 3)
+    for key, m in zip(noise_keys, (em, model.mask1, model.mask2)):
+        keep = m.keep[...].astype(jnp.float32)
+        noise = mask_noise * jax.random.uniform(key, keep.shape, jnp.float32, -1.0, 1.0) if mask_noise else 0.0
+        m.weight[...] = keep * (1.0 + noise)
     model.train()
     return model
 
@@ -158,8 +197,7 @@ def _step(model, opt, graph, adj, s1, s2, train_masks: bool):
             loss = loss + s1 * l1_g + s2 * l1_w
         return loss
 
-    wrt = nnx.Param if train_masks else nnx.All(nnx.Param, nnx.Not(MaskWeight))
-    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt))(model)
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, model.trainable(train_masks)))(model)
     opt.update(model, grads)
     return loss
 
@@ -185,8 +223,8 @@ def fit(model: UGSGCN, graph: Graph, *, train_masks: bool, epochs: int, lr: floa
       ``train_masks`` ``"masks"``: ``(edge float32 [E], [kernel masks])`` trained mask values at
       that epoch (``weight * keep``).
     """
-    wrt = nnx.Param if train_masks else nnx.All(nnx.Param, nnx.Not(MaskWeight))
-    opt = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(weight_decay), optax.adam(lr)), wrt=wrt)
+    opt = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(weight_decay), optax.adam(lr)),
+                        wrt=model.trainable(train_masks))
     adj = adjacency(graph)
     s1, s2 = jnp.float32(s1), jnp.float32(s2)
     best = {"val_accuracy": 0.0, "test_accuracy": 0.0, "epoch": -1}
@@ -230,7 +268,8 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
               weight_rate: float = UGS_WEIGHT_RATE, s1: float = UGS_CORA["s1"], s2: float = UGS_CORA["s2"],
               hidden: int = UGS_CORA["hidden"], lr: float = UGS_CORA["lr"],
               weight_decay: float = UGS_CORA["weight_decay"], dropout: float = 0.5, dense_round: bool = True,
-              bits: Optional[int] = None, on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
+              bits: Optional[int] = None, net: str = "ugs", mask_noise: float = UGS_MASK_NOISE,
+              on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
     """UGS iterative magnitude pruning with rewinding (module docstring), ``rounds`` rounds.
 
     Args:
@@ -246,6 +285,9 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
       dense_round: also record round 0, the unpruned model trained the same way (fixed all-one masks).
       bits: train both stages with ``bits``-bit fake quantization (UGS + INT8 QAT: the
         "UGS-style + INT8" baseline); the modeled cost then uses those bits. None = fp32 (UGS).
+      net: "ugs" (UGS's ``net_gcn``) or "gcn" (this package's `GCN`), see the module docstring.
+      mask_noise: relative noise of the get-mask stage's all-one masks (`build_ticket`); 0 breaks
+        ties among equal mask values by index.
       on_round: optional callback with each round's record as it finishes.
 
     Returns:
@@ -259,8 +301,11 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
       / ``ugs_macs_ratio``, ``time_s``.
 
     Raises:
-      ValueError: a rate outside [0, 1], ``rounds`` not a non-negative int, ``epochs < 1``.
+      ValueError: a rate outside [0, 1], ``rounds`` not a non-negative int, ``epochs < 1``, ``net``
+        unknown, ``mask_noise`` outside [0, 1).
     """
+    if net not in NETS:
+        raise ValueError(f"ugs_prune: net must be one of {NETS}, got {net!r}")
     graph_rate, weight_rate = _check_fraction(graph_rate, "graph_rate"), _check_fraction(weight_rate, "weight_rate")
     rounds = _check_rounds(rounds)
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
@@ -274,6 +319,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
     dense_macs = ugs_counted_macs(graph.n_nodes, graph.n_edges, [graph.n_features * hidden, hidden * graph.n_classes],
                                   in_widths)
     train_kw = dict(epochs=epochs, lr=lr, weight_decay=weight_decay)
+    net_kw = dict(hidden=hidden, dropout=dropout, bits=bits, net=net)
     edge_keep = jnp.ones((graph.n_edges,), bool)
     weight_keeps = [jnp.ones((graph.n_features, hidden), bool), jnp.ones((hidden, graph.n_classes), bool)]
     records = []
@@ -281,13 +327,13 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
         t0 = time.perf_counter()
         mask_stage = None
         if k > 0:
-            model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout, bits=bits)
+            model = build_ticket(graph, seed, edge_keep, weight_keeps, mask_noise=mask_noise, **net_kw)
             got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
             mask_stage = got["test_accuracy"]
             edge_scores, weight_scores = got["masks"]
             edge_keep = magnitude_prune(edge_scores, edge_keep, graph_rate)
             weight_keeps = global_magnitude_prune(weight_scores, weight_keeps, weight_rate)
-        model = build_ticket(graph, seed, edge_keep, weight_keeps, hidden=hidden, dropout=dropout, bits=bits)
+        model = build_ticket(graph, seed, edge_keep, weight_keeps, **net_kw)
         res = fit(model, graph, train_masks=False, **train_kw)
         kept = int(np.count_nonzero(np.asarray(edge_keep)))
         nnz = [int(np.count_nonzero(np.asarray(w))) for w in weight_keeps]
