@@ -5,10 +5,11 @@ densities and dtypes (graphs: R-MAT at several scales and degrees, and Cora), bu
 `codesign.hwmodel` stages for every point as XLA runs them (SpMM as `segment_spmm_stages`: XLA
 materializes the gathered messages, in f32 on the CPU; a bf16 GEMM on the CPU as
 `upcast_gemm_stages`; locality measured on the graph), fits the preset's calibration factors on a
-random half of the points by least squares on log latency (CPU, six: matrix, vector, gather and
-DRAM efficiency, a fixed per-stage overhead and the compute / memory overlap exponent; GPU: the
-bf16 / fp32 GEMM rate ratio in place of the vector efficiency), and reports the error on the
-other half, MAPE and Spearman rank correlation, and the MAPE spread over 9 more random halves.
+random half of the points by robust least squares on log latency (CPU, seven: matrix, vector,
+gather and DRAM efficiency, a fixed per-stage overhead, a fixed per-gathered-row overhead and the
+compute / memory overlap exponent; GPU: the bf16 / fp32 GEMM rate ratio in place of the vector
+efficiency), and reports the error on the other half, MAPE and Spearman rank correlation, and
+the MAPE spread over 9 more random halves.
 
     python experiments/hwmodel_validation.py            # full grid, ~5 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
@@ -48,7 +49,8 @@ from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
-           "gather_efficiency", "overlap_exponent")
+           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s")
+FIT_LOSS, FIT_SCALE = "soft_l1", 0.1  # robust least squares on log latency: residuals beyond ~10 % count ~linearly
 
 
 def gemm_points(quick: bool, gpu: bool = False):
@@ -184,7 +186,8 @@ def modeled(stages, base: hwmodel.HardwareSpec):
         hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
                                  dram_efficiency=theta[2], stage_overhead_s=theta[3],
                                  matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
-                                 gather_efficiency=theta[5], overlap_exponent=theta[6])
+                                 gather_efficiency=theta[5], overlap_exponent=theta[6],
+                                 row_gather_overhead_s=theta[7])
         return jnp.stack([sum(hwmodel.stage_cost(s, hw).latency_s for s in kernel) for kernel in stages])
     return f
 
@@ -195,16 +198,19 @@ def metrics(pred, meas) -> dict:
             "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6)):
-    """Least squares on log(modeled / measured) over the training points, in log-parameters
-    (efficiencies in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4],
-    overlap exponent in [1, 64]; the order of `FACTORS`) from
-    ``x0``; only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The
-    model is evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log
-    space)."""
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7)):
+    """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
+    ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
+    kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
+    fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
+    in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
+    in [1, 64], per-row gather overhead in [0.1 ps, 1 us]; the order of `FACTORS`) from ``x0``;
+    only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
+    evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
-    lo, hi = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0]), np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0])
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6])
     u0 = np.clip(np.log(np.asarray(x0, np.float64)), lo, hi)
 
     def full(u):
@@ -215,7 +221,8 @@ def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6)):
     def resid(u):
         return np.log(np.asarray(f(jnp.asarray(np.exp(full(u)), jnp.float32)))[train_idx]) - y
 
-    res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3)
+    res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3,
+                                       loss=FIT_LOSS, f_scale=FIT_SCALE)
     return np.exp(full(res.x))
 
 
@@ -301,11 +308,11 @@ def main(argv=None) -> dict:
     order = rng.permutation(len(points))
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
-    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0], jnp.float32)))
+    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0], jnp.float32)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
-    x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0]
-    free = (0, 2, 3, 4, 5, 6) if gpu else (0, 1, 2, 3, 5, 6)
+    x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10]
+    free = (0, 2, 3, 4, 5, 6, 7) if gpu else (0, 1, 2, 3, 5, 6, 7)
     theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     # the same fit on other random halves: how much the held-out error depends on the split

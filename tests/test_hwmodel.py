@@ -23,9 +23,9 @@ from flax import nnx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from codesign.hwmodel import (HardwareSpec, Workload, elementwise_stage, estimate, gemm_stage, matrix_macs_per_s,
-                              message_passing_layer, presets, smooth_max, spmm_stage, stage_cost,
-                              upcast_gemm_stages, vector_macs_per_s)
+from codesign.hwmodel import (HardwareSpec, Workload, bsr_spmm_stage, elementwise_stage, estimate, gemm_stage,
+                              matrix_macs_per_s, message_passing_layer, presets, segment_spmm_stages, smooth_max,
+                              spmm_stage, stage_cost, upcast_gemm_stages, vector_macs_per_s)
 
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
 REFERENCE_RTOL = 1e-5
@@ -173,6 +173,38 @@ def test_gather_efficiency_slows_only_the_irregular_stages():
         assert float(stage_cost(st, slow).latency_s) == float(stage_cost(st, hw).latency_s)
     with pytest.raises(ValueError, match=r"\.gather_efficiency"):
         tiny_spec(gather_efficiency=1.5)
+
+
+def test_row_gather_overhead_by_hand():
+    # 5000 stored nonzeros, each a gathered row: 5000 * 2e-9 s = 1e-5 s on top of the 8e-5 s of
+    # per-element work (80000 MACs at 1e9 MAC/s). Dense stages gather no rows; a BSR stage pays
+    # once per tile; forward + backward (x3) triples the rows as it triples the MACs.
+    hw = tiny_spec(row_gather_overhead_s=2e-9)
+    sp = spmm_stage(1000, 5000, 16, 32, 32)
+    assert float(sp.gathered_rows) == 5000.0
+    np.testing.assert_allclose(float(stage_cost(sp, hw).compute_s), 9e-5, rtol=1e-6)
+    np.testing.assert_allclose(float(stage_cost(sp, tiny_spec()).compute_s), 8e-5, rtol=1e-6)
+    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(st.gathered_rows) == 0.0
+        assert float(stage_cost(st, hw).latency_s) == float(stage_cost(st, tiny_spec()).latency_s)
+    assert float(bsr_spmm_stage(1024, 300, 16, 8, 32, 32).gathered_rows) == 300.0
+    assert float(sp.scaled(3.0).gathered_rows) == 15000.0
+    with pytest.raises(ValueError, match=r"\.row_gather_overhead_s: must be finite and >= 0"):
+        tiny_spec(row_gather_overhead_s=-1e-9)
+
+
+def test_segment_spmm_upcast_messages_by_hand():
+    # bf16 features buffered as f32 messages (XLA:CPU): [5000, 16] messages of 4 bytes, written
+    # and read back (2 * 320000 B of re-used bytes), and 2 converts per message element
+    # (160000 ops on the vector units); without the upcast the buffer holds 2-byte messages and
+    # no converts run.
+    spmm, msg = segment_spmm_stages(1000, 5000, 16, 16, 16, message_bits=32)
+    assert float(msg.macs) == 160000.0 and float(msg.reuse_bytes) == 640000.0 and float(msg.bits) == 32.0
+    assert float(spmm.gathered_rows) == 5000.0 and float(msg.gathered_rows) == 0.0
+    _, plain = segment_spmm_stages(1000, 5000, 16, 16, 16)
+    assert float(plain.macs) == 0.0 and float(plain.reuse_bytes) == 320000.0
+    # the converts take 160000 / 1e9 s at the tiny spec's vector rate; the buffer fits on chip
+    np.testing.assert_allclose(float(stage_cost(msg, tiny_spec()).compute_s), 1.6e-4, rtol=1e-6)
 
 
 def test_spmm_fitting_buffer_by_hand():

@@ -1,7 +1,7 @@
 """`estimate(workload, hw) -> CostReport`: the analytic, differentiable cost model.
 
 Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
-  compute_s  = macs / (rate(kind, bits) * efficiency)
+  compute_s  = macs / (rate(kind, bits) * efficiency) + gathered_rows * row_gather_overhead_s
   dram_bytes = compulsory_bytes + reuse_bytes * (1 - hit)       (hit: `locality.hit_rate` of the
                buffer's capacity in rows; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
@@ -157,7 +157,7 @@ def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
         rate = vector_macs_per_s(hw, stage.bits) * hw.vector_efficiency
         if stage.kind in IRREGULAR_KINDS:
             rate = rate * hw.gather_efficiency
-    compute_s = stage.macs / rate
+    compute_s = stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
     dram = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, hw.onchip_buffer_bytes))
     onchip = stage.compulsory_bytes + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)

@@ -135,6 +135,11 @@ class HardwareSpec:
         run below the streaming elementwise rate where the scatter is serial (XLA:CPU's
         scatter-add is a scalar loop); 1 for datasheet presets, fitted for measured ones.
       stage_overhead_s: fixed time per stage (kernel launch / op dispatch), >= 0.
+      row_gather_overhead_s: fixed time per gathered row on the host (index load, address
+        computation and loop control of a gather or scatter-add, paid once per row whatever its
+        width), added to a stage's compute time for its ``Stage.gathered_rows``, >= 0; 0 for
+        datasheet presets, fitted for measured ones. This is what makes narrow SpMMs slower per
+        element than wide ones.
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
@@ -143,7 +148,7 @@ class HardwareSpec:
 
     Raises:
       ValueError: naming the field, if a number is not finite and positive (efficiencies in
-        (0, 1], stage_overhead_s >= 0), or if int8 MACs are costlier than fp32 ones.
+        (0, 1], stage_overhead_s and row_gather_overhead_s >= 0), or if int8 MACs are costlier than fp32 ones.
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -167,13 +172,14 @@ class HardwareSpec:
     gather_efficiency: float = 1.0
     overlap_exponent: float = 16.0
     stage_overhead_s: float = 0.0
+    row_gather_overhead_s: float = 0.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         concrete = _validate_numbers(
-            self, f"HardwareSpec({self.name!r})", nonnegative=("stage_overhead_s",),
+            self, f"HardwareSpec({self.name!r})", nonnegative=("stage_overhead_s", "row_gather_overhead_s"),
             fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).overlap_exponent: must be >= 1 (1 = no overlap), "

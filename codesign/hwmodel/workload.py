@@ -27,6 +27,7 @@ BACKWARD_GEMM_FACTOR = 2.0  # dX = dY W^T and dW = X^T dY: two GEMMs of the forw
 BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, nnz x F MACs)
 AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
 SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
+CONVERTS_PER_UPCAST_MESSAGE = 2.0  # round trips through the narrow type: one in the gather, one per scatter-add
 
 
 @jax.tree_util.register_dataclass
@@ -48,6 +49,9 @@ class Stage:
       link_bytes: bytes that cross the host link when the stage runs on near-memory units (the
         features the host writes and the reduced result it reads); None for host-only stages.
       launches: kernel launches the stage stands for (each pays ``stage_overhead_s``).
+      gathered_rows: rows (or B-row slabs) the stage gathers or scatter-adds one at a time, each
+        paying ``HardwareSpec.row_gather_overhead_s`` (SpMM: one per stored nonzero; BSR: one
+        per tile; SDDMM: one per edge); 0 for dense stages.
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -60,6 +64,7 @@ class Stage:
     reuse_distance_rows: Optional[jax.Array] = None
     link_bytes: Optional[jax.Array] = None
     launches: jax.Array = 1.0
+    gathered_rows: jax.Array = 0.0
 
     def scaled(self, factor: float) -> "Stage":
         """The same kernel run ``factor`` times (counts and launches scale; bit-width and working
@@ -67,7 +72,7 @@ class Stage:
         return dataclasses.replace(
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
-            link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
+            gathered_rows=self.gathered_rows * factor, link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
 
     @property
     def is_aggregation(self) -> bool:
@@ -168,7 +173,7 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     reuse = jnp.maximum(nnz - n_rows, 0.0) * width * x_bits / 8.0
     rows, dist = _locality_fields(locality, access_scale, n_rows)
     return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
-                 rows, dist, x_bytes + out_bytes)
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz)
 
 
 def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
@@ -181,15 +186,22 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
 
     ``message_bits`` (default ``x_bits``): the width of a buffered message. XLA:CPU gathers
     16-bit features into an f32 buffer and scatter-adds in f32, rounding each sum to bf16 (the
-    optimized HLO of ``segment_sum(x[s], r)`` on bf16 ``x``, JAX 0.10.2): there it is 32.
+    optimized HLO of ``segment_sum(x[s], r)`` on bf16 ``x``, JAX 0.10.2: the gather fusion
+    converts each element to f32, rounds it through bf16 and back, and the scatter's add
+    rounds every partial sum through bf16 and back): there it is 32, and each message element
+    costs `CONVERTS_PER_UPCAST_MESSAGE` conversion ops on the vector units.
 
     Returns:
-      ``(spmm, messages)``; ``messages`` is an "elementwise" stage with no arithmetic.
+      ``(spmm, messages)``; ``messages`` is an "elementwise" stage whose only arithmetic is
+      those conversions (none when ``message_bits`` equals ``x_bits``).
     """
     spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
-    msg = _f32(nnz) * _f32(width) * (x_bits if message_bits is None else message_bits) / 8.0
+    bits = _f32(x_bits if message_bits is None else message_bits)
+    elements = _f32(nnz) * _f32(width)
+    msg = elements * bits / 8.0
+    converts = jnp.where(bits != _f32(x_bits), CONVERTS_PER_UPCAST_MESSAGE * elements, 0.0)
     zero = jnp.zeros((), jnp.float32)
-    return spmm, Stage("elementwise", zero, _f32(x_bits), zero, 2.0 * msg, msg)
+    return spmm, Stage("elementwise", converts, bits, zero, 2.0 * msg, msg)
 
 
 def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
@@ -210,7 +222,7 @@ def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
     reuse = jnp.maximum(nnzb - block_rows, 0.0) * b * width * x_bits / 8.0
     rows, dist = _locality_fields(locality, access_scale, block_rows)
     return Stage("bsr", nnzb * b * b * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
-                 rows, dist, x_bytes + out_bytes)
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnzb)
 
 
 def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
@@ -223,7 +235,7 @@ def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
     score_bytes = nnz * heads * 4.0  # fp32 scores written by the SDDMM, read by the softmax
     zero = jnp.zeros((), jnp.float32)
     sddmm = Stage("sddmm", nnz * heads * 2.0, _f32(32.0),
-                  nnz * INDEX_BYTES + 2.0 * n_rows * heads * 4.0 + score_bytes, zero, zero)
+                  nnz * INDEX_BYTES + 2.0 * n_rows * heads * 4.0 + score_bytes, zero, zero, gathered_rows=nnz)
     softmax = Stage("softmax", nnz * heads * SOFTMAX_OPS_PER_EDGE, _f32(32.0), 2.0 * score_bytes, zero, zero)
     spmm = spmm_stage(n_rows, nnz, heads * _f32(head_dim), x_bits, out_bits, locality, access_scale)
     return sddmm, softmax, spmm
