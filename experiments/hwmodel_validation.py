@@ -22,7 +22,9 @@ beside XLA's segment_sum (the bf16 / fp32 GEMM rate ratio starts at the preset's
 
 Writes ``results/hwmodel_validation_<hw>.json`` (GPU: ``results/gpu/hwmodel_validation_<hw>.json``;
 atomically): every point (config, measured median, modeled before and after calibration), the
-fitted factors, the held-out metrics, the machine, the JAX version and the date. ``--refit FILE``
+fitted factors, the held-out metrics, the error of the preset as committed (its own factors, no
+fit: on fresh timings, an out-of-sample check of the shipped model), the machine, the JAX version
+and the date. ``--refit FILE``
 rebuilds the stages of the points stored in FILE, fits again and rewrites the metrics (for
 changes to the cost model; the measured times are kept).
 """
@@ -309,6 +311,10 @@ def main(argv=None) -> dict:
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
     before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0], jnp.float32)))
+    shipped = hwmodel.presets.get(hw_name)  # the preset as committed: its factors on every point, no fit
+    as_shipped = np.asarray(f(jnp.asarray([getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else
+                                           shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s
+                                           for k in FACTORS], jnp.float32)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
     x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10]
@@ -346,6 +352,7 @@ def main(argv=None) -> dict:
                                       "max": float(np.max([m["mape"] for m in other_splits + [held]])),
                                       "n_splits": len(other_splits) + 1},
         "uncalibrated_held_out": metrics(before[test_idx], measured[test_idx]),
+        "preset_as_shipped": metrics(as_shipped, measured),
         "points": [{**p, "measured_s": float(m), "modeled_s": float(a), "uncalibrated_s": float(b),
                     "split": "train" if i in train_set else "test"}
                    for i, (p, m, a, b) in enumerate(zip(points, measured, after, before))],
@@ -356,6 +363,9 @@ def main(argv=None) -> dict:
     print(f"{len(points)} kernels on {result['machine'].get('device', result['machine']['backend'])}; fitted {result['fitted']}")
     print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "
           f"uncalibrated MAPE {100 * result['uncalibrated_held_out']['mape']:.1f} %")
+    a = result["preset_as_shipped"]
+    print(f"the {hw_name} preset as shipped (no fit) on all {a['n']} points: MAPE {100 * a['mape']:.1f} %, "
+          f"Spearman {a['spearman']:.3f}")
     o = result["held_out_mape_over_splits"]
     print(f"held-out MAPE over {o['n_splits']} random halves: median {100 * o['median']:.1f} %, "
           f"max {100 * o['max']:.1f} %")

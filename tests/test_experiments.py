@@ -32,7 +32,8 @@ def test_hwmodel_validation_quick(tmp_path):
     assert -1.0 <= saved["held_out"]["spearman"] <= 1.0 and saved["held_out"]["mape"] >= 0
     f = saved["fitted"]
     assert 0 < f["matrix_efficiency"] <= 1 and 0 < f["vector_efficiency"] <= 1 and f["stage_overhead_s"] >= 0
-    assert 0 < f["gather_efficiency"] <= 1
+    assert 0 < f["gather_efficiency"] <= 1 and 0 < f["row_gather_overhead_s"] <= 1e-6
+    assert saved["preset_as_shipped"]["n"] == n and saved["preset_as_shipped"]["mape"] >= 0
     assert f["bf16_gemm_rate_ratio"] == 1.0  # CPU: bf16 GEMMs are costed as converts + an f32 GEMM
 
 
