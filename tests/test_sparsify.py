@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import optax
 from flax import nnx
 
 from codesign.sparsify import (
@@ -314,3 +315,31 @@ def test_rejects_bad_shape_and_rngs():
         HardConcreteGate((3, -1), rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="rngs"):
         HardConcreteGate((3,), rngs=jax.random.key(0))
+
+
+@pytest.mark.parametrize("layer", [EdgeMask, FeatureMask])
+def test_hard_mask_agrees_with_expected_density_after_training(layer):
+    # 150 of 400 gates help the objective, 250 hurt it; after training with the expected L0 in
+    # the loss the gates saturate, so the deterministic hard mask keeps what the expectation says
+    # and keeps the right ones.
+    n, useful = 400, 150
+    m = layer(n, rngs=nnx.Rngs(0))
+    value = jnp.where(jnp.arange(n) < useful, 1.0, -1.0)
+    opt = nnx.Optimizer(m, optax.adam(0.05), wrt=GateLogit)
+
+    @nnx.jit
+    def step(m, opt):
+        def loss(m):
+            gates = m() if layer is EdgeMask else m(jnp.ones((1, n), jnp.float32))[0]
+            return -jnp.mean(gates * value) + 0.05 * m.expected_density()
+        opt.update(m, nnx.grad(loss, argnums=nnx.DiffState(0, GateLogit))(m))
+
+    m.train()
+    start_gap = abs(float(m.expected_density()) - useful / n)
+    with jax.numpy_dtype_promotion("standard"):  # optax's Adam mixes its int32 step count with floats
+        for _ in range(1500):
+            step(m, opt)
+    expected, hard = float(m.expected_density()), float(m.hard_density())
+    assert start_gap > 0.3  # the test starts far from the answer (default init is nearly dense)
+    assert abs(expected - hard) < 0.02, (expected, hard)
+    np.testing.assert_array_equal(np.asarray(m.hard_mask()), np.arange(n) < useful)
