@@ -4,6 +4,8 @@ rewinding (`codesign.sparsify.ugs.ugs_prune`; Chen et al., ICML 2021), x seeds.
     python experiments/ugs_baseline.py                    # 8 rounds (weight sparsity 83 %), 3 seeds
     python experiments/ugs_baseline.py --rounds 8 --seeds 5
     python experiments/ugs_baseline.py --quick            # smoke run: 1 round, 1 seed, 5 epochs
+    python experiments/ugs_baseline.py --pruning random   # control: random subsets, same schedule
+    python experiments/ugs_baseline.py --net gcn          # codesign's GCN instead of UGS's net_gcn
 
 Writes one record per (seed, round) to ``results/<dataset>_gcn_ugs.jsonl`` as each round finishes
 (appended atomically by `codesign.results.ResultsStore`, with the config and the code version).
@@ -47,7 +49,7 @@ def main(argv=None) -> list[dict]:
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, code_version, config_key
-    from codesign.sparsify.ugs import NETS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
+    from codesign.sparsify.ugs import NETS, PRUNINGS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
     p.add_argument("--hw", default="h100")
@@ -61,12 +63,15 @@ def main(argv=None) -> list[dict]:
                    help="ugs: UGS's net_gcn (no bias, hidden-only dropout, torch init); gcn: codesign's GCN")
     p.add_argument("--mask-noise", type=float, default=UGS_MASK_NOISE,
                    help="relative noise of the all-one soft masks (UGS: 1e-5; 0 = ties broken by index)")
+    p.add_argument("--pruning", choices=PRUNINGS, default="ugs",
+                   help="ugs: prune the smallest trained masks; random: random subsets on the same schedule (control)")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 round, 1 seed, 5 epochs")
     args = p.parse_args(argv)
     rounds, seeds, epochs = (1, 1, 5) if args.quick else (args.rounds, args.seeds, args.epochs)
     graph, hw = load_planetoid(args.dataset), presets.get(args.hw)
-    cfg = dict(dataset=args.dataset, hw=args.hw, method="ugs", epochs=epochs, hidden=args.hidden,
+    cfg = dict(dataset=args.dataset, hw=args.hw, method="ugs" if args.pruning == "ugs" else "ugs_random",
+               epochs=epochs, hidden=args.hidden,
                **{k: v for k, v in UGS_CORA.items() if k not in ("epochs", "hidden")},
                net=args.net, mask_noise=args.mask_noise)
     store = ResultsStore(Path(args.out) / f"{args.dataset}_gcn_ugs{'_quick' if args.quick else ''}.jsonl")
@@ -86,7 +91,7 @@ def main(argv=None) -> list[dict]:
 
     for seed in todo:
         ugs_prune(graph, rounds, seed=seed, epochs=epochs, hw=hw, hidden=args.hidden, net=args.net,
-                  mask_noise=args.mask_noise, on_round=on_round)
+                  mask_noise=args.mask_noise, pruning=args.pruning, on_round=on_round)
     bar.close()
     recs = [r for r in store.records() if r.get("config") == cfg and r["seed"] < seeds and r["round"] <= rounds]
     rows = summarize(recs)

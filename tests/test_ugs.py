@@ -170,3 +170,14 @@ def test_mask_noise_breaks_ties_at_random_not_by_index():
     noisy = tied * (1.0 + 1e-5 * jax.random.uniform(jax.random.key(0), (1000,), jnp.float32, -1.0, 1.0))
     spread = np.flatnonzero(~np.asarray(magnitude_prune(noisy, jnp.ones(1000, bool), 0.2)))
     assert spread.size == 200 and spread.max() > 800 and spread.min() < 200
+
+
+def test_random_pruning_control_follows_the_same_schedule(graph):
+    rec = ugs_prune(graph, 2, seed=0, epochs=4, hidden=8, graph_rate=0.1, weight_rate=0.3, pruning="random")
+    ugs = ugs_prune(graph, 2, seed=0, epochs=4, hidden=8, graph_rate=0.1, weight_rate=0.3)
+    for r, u in zip(rec, ugs, strict=True):  # the same prune counts every round
+        assert sum(r["weight_nnz"]) == sum(u["weight_nnz"]) and r["kept_edges"] == u["kept_edges"]
+    assert all(r["mask_stage_test_accuracy"] is None for r in rec)  # no get-mask stage
+    assert rec[0]["test_accuracy"] == ugs[0]["test_accuracy"]  # round 0: the same dense model
+    with pytest.raises(ValueError, match="pruning must be one of"):
+        ugs_prune(graph, 1, epochs=1, pruning="lottery")

@@ -19,6 +19,9 @@ One round ``k = 1, 2, ...`` (`ugs_prune`):
    initial weights with the binary masks fixed, and report the test accuracy at the epoch of best
    validation accuracy.
 
+``pruning="random"`` is the control of UGS's ``main_pruning_random.py``: step 1 is skipped and
+step 2 prunes uniformly random entries, the same counts per round.
+
 Settings of the official Cora command (``NodeClassification/README.md``): hidden 512, Adam
 lr 0.008, weight decay 8e-5 (torch Adam's L2 term, on every parameter, masks included),
 200 epochs in both stages (``--total_epoch 200``; ``run_fix_mask`` hard-codes 200),
@@ -71,6 +74,7 @@ UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2
 UGS_MASK_NOISE = 1e-5
 """Relative uniform noise on the all-one soft masks (``pruning.add_trainable_mask_noise(c=1e-5)``)."""
 NETS = ("ugs", "gcn")
+PRUNINGS = ("ugs", "random")
 
 LAYERS = ("conv1", "conv2")
 
@@ -269,7 +273,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
               hidden: int = UGS_CORA["hidden"], lr: float = UGS_CORA["lr"],
               weight_decay: float = UGS_CORA["weight_decay"], dropout: float = 0.5, dense_round: bool = True,
               bits: Optional[int] = None, net: str = "ugs", mask_noise: float = UGS_MASK_NOISE,
-              on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
+              pruning: str = "ugs", on_round: Optional[Callable[[dict], None]] = None) -> list[dict]:
     """UGS iterative magnitude pruning with rewinding (module docstring), ``rounds`` rounds.
 
     Args:
@@ -288,6 +292,9 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
       net: "ugs" (UGS's ``net_gcn``) or "gcn" (this package's `GCN`), see the module docstring.
       mask_noise: relative noise of the get-mask stage's all-one masks (`build_ticket`); 0 breaks
         ties among equal mask values by index.
+      pruning: "ugs" (prune the smallest trained mask values) or "random" (the control of UGS's
+        ``main_pruning_random.py``: the same schedule of prune counts on uniformly random scores,
+        with no get-mask stage; the weights of both layers pooled as in "ugs").
       on_round: optional callback with each round's record as it finishes.
 
     Returns:
@@ -302,10 +309,12 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
 
     Raises:
       ValueError: a rate outside [0, 1], ``rounds`` not a non-negative int, ``epochs < 1``, ``net``
-        unknown, ``mask_noise`` outside [0, 1).
+        unknown, ``mask_noise`` outside [0, 1), ``pruning`` unknown.
     """
     if net not in NETS:
         raise ValueError(f"ugs_prune: net must be one of {NETS}, got {net!r}")
+    if pruning not in PRUNINGS:
+        raise ValueError(f"ugs_prune: pruning must be one of {PRUNINGS}, got {pruning!r}")
     graph_rate, weight_rate = _check_fraction(graph_rate, "graph_rate"), _check_fraction(weight_rate, "weight_rate")
     rounds = _check_rounds(rounds)
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
@@ -326,11 +335,16 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
     for k in range(0 if dense_round else 1, rounds + 1):
         t0 = time.perf_counter()
         mask_stage = None
-        if k > 0:
+        if k > 0 and pruning == "random":
+            keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), k), 1 + len(weight_keeps))
+            edge_scores = jax.random.uniform(keys[0], edge_keep.shape)
+            weight_scores = [jax.random.uniform(key, w.shape) for key, w in zip(keys[1:], weight_keeps)]
+        elif k > 0:
             model = build_ticket(graph, seed, edge_keep, weight_keeps, mask_noise=mask_noise, **net_kw)
             got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
             mask_stage = got["test_accuracy"]
             edge_scores, weight_scores = got["masks"]
+        if k > 0:
             edge_keep = magnitude_prune(edge_scores, edge_keep, graph_rate)
             weight_keeps = global_magnitude_prune(weight_scores, weight_keeps, weight_rate)
         model = build_ticket(graph, seed, edge_keep, weight_keeps, **net_kw)
