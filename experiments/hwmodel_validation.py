@@ -4,14 +4,16 @@ Measures XLA GEMM (`jnp.dot`) and XLA gather + `segment_sum` SpMM over a grid of
 densities and dtypes (graphs: R-MAT at several scales and degrees, and Cora), builds the matching
 `codesign.hwmodel` stages for every point as XLA runs them (SpMM as `segment_spmm_stages`: XLA
 materializes the gathered messages, in f32 on the CPU; a bf16 GEMM on the CPU as
-`upcast_gemm_stages`; locality measured on the graph), fits the preset's calibration factors on a
+`upcast_gemm_stages`; locality measured on the graph), measures the CPU's roofs first (an XLA
+f32 GEMM, a fused FMA chain and a streaming copy: `measure_peaks`; they replace the preset's
+nominal rates, so the fit is about this machine), fits the preset's calibration factors on a
 random half of the points by robust least squares on log latency (CPU, seven: matrix, vector,
 gather and DRAM efficiency, a fixed per-stage overhead, a fixed per-gathered-row overhead and the
 compute / memory overlap exponent; GPU: the bf16 / fp32 GEMM rate ratio in place of the vector
 efficiency), and reports the error on the other half, MAPE and Spearman rank correlation, and
 the MAPE spread over 9 more random halves.
 
-    python experiments/hwmodel_validation.py            # full grid, ~5 min on 2 cores
+    python experiments/hwmodel_validation.py            # full grid, 3 passes, ~3 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
     python experiments/hwmodel_validation.py --refit results/hwmodel_validation_cpu.json  # fit again, no timing
 
@@ -37,6 +39,7 @@ import datetime
 import os
 import platform
 import sys
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -181,8 +184,60 @@ def measure_point(p, graph_data, reps: int, max_work: float):
     return _timed(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
 
 
+PEAK_GEMM = 2048  # M = K = N of the GEMM that sets the matrix roof
+PEAK_FMA_ELEMENTS, PEAK_FMA_CHAIN = 1 << 18, 64  # 1 MiB of f32 (cache resident), 64 dependent FMAs each
+PEAK_STREAM_ELEMENTS = 1 << 26  # 256 MiB of f32 read and 256 MiB written
+
+
+def measure_peaks(reps: int) -> dict:
+    """The roofs of this CPU as XLA reaches them, measured before the grid so that the fitted
+    efficiencies are fractions of what this machine does (a preset's nominal rates belong to the
+    machine it was made on: the 2026-11-22 AVX2 host ran a 2048^3 f32 dot at 182 GFLOP/s, the
+    2026-11-23 AVX-512 one at 433):
+
+      matrix_macs_per_s: a ``PEAK_GEMM``^3 f32 ``jnp.dot`` (MACs / median seconds);
+      vector_macs_per_s: ``PEAK_FMA_CHAIN`` chained ``x * a + b`` per element over
+        ``PEAK_FMA_ELEMENTS`` f32 (XLA fuses the chain into one loop; a and b are runtime scalars,
+        so nothing folds);
+      dram_bw_bytes_per_s: ``x * 2`` over ``PEAK_STREAM_ELEMENTS`` f32 (bytes read + written).
+
+    Returns:
+      ``{"matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s"}`` (floats).
+    """
+    key = jax.random.key(1)
+    a = jax.random.normal(key, (PEAK_GEMM, PEAK_GEMM), jnp.float32)
+    gemm_s = _timed(jax.jit(jnp.dot), a, a, reps=reps)
+
+    @jax.jit
+    def fma_chain(x, m, c):
+        for _ in range(PEAK_FMA_CHAIN):
+            x = x * m + c
+        return x
+
+    x = jax.random.normal(key, (PEAK_FMA_ELEMENTS,), jnp.float32)
+    fma_s = _timed(fma_chain, x, jnp.float32(0.999), jnp.float32(1e-3), reps=reps)
+    big = jnp.ones((PEAK_STREAM_ELEMENTS,), jnp.float32)
+    stream_s = _timed(jax.jit(lambda v: v * 2.0), big, reps=reps)
+    return {"matrix_macs_per_s": PEAK_GEMM**3 / gemm_s,
+            "vector_macs_per_s": PEAK_FMA_ELEMENTS * PEAK_FMA_CHAIN / fma_s,
+            "dram_bw_bytes_per_s": 2 * 4 * PEAK_STREAM_ELEMENTS / stream_s}
+
+
+def with_peaks(hw: hwmodel.HardwareSpec, peaks: Optional[dict]) -> hwmodel.HardwareSpec:
+    """``hw`` with its nominal roofs replaced by measured ``peaks`` (`measure_peaks`; None: ``hw``
+    as it is). XLA:CPU has no faster bf16 / int8 path than f32 (a bf16 dot is converts around
+    an f32 dot, `hwmodel.upcast_gemm_stages`), so every precision gets the f32 rate."""
+    if not peaks:
+        return hw
+    mm, vec = peaks["matrix_macs_per_s"], peaks["vector_macs_per_s"]
+    return hw.replace(matrix_fp32_macs_per_s=mm, matrix_bf16_macs_per_s=mm, matrix_int8_macs_per_s=mm,
+                      matrix_int4_macs_per_s=mm, vector_fp32_macs_per_s=vec, vector_bf16_macs_per_s=vec,
+                      vector_int8_macs_per_s=vec, dram_bw_bytes_per_s=peaks["dram_bw_bytes_per_s"])
+
+
 def modeled(stages, base: hwmodel.HardwareSpec):
-    """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`)."""
+    """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`; the
+    bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate)."""
     @jax.jit
     def f(theta):
         hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
@@ -228,24 +283,50 @@ def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7)):
     return np.exp(full(res.x))
 
 
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # the vector ISA levels XLA:CPU can use
+
+
 def machine() -> dict:
+    """Where the timings come from: platform, JAX, device, and on Linux the CPU model, its
+    `SIMD_FLAGS` and MHz (/proc/cpuinfo): cloud hosts of one name differ in these from day to day."""
     d = jax.devices()[0]
-    return {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-            "jax": jax.__version__, "backend": jax.default_backend(),
-            "device": getattr(d, "device_kind", str(d))}
+    out = {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
+           "jax": jax.__version__, "backend": jax.default_backend(), "device": getattr(d, "device_kind", str(d))}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        flags = set(info.get("flags", "").split())
+        out.update(cpu_model=info.get("model name"), cpu_mhz=info.get("cpu MHz"),
+                   simd=[f for f in SIMD_FLAGS if f in flags])
+    except OSError:
+        pass
+    return out
 
 
-def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray]:
+def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray, np.ndarray, Optional[dict]]:
+    """Times the grid ``args.passes`` times in sequence (and, on the CPU, the roofs before each
+    pass), so that a slow drift of a shared machine (this VM: two back-to-back passes differed by
+    14 % MAPE, and its streaming bandwidth by 41 vs 69 GB/s) shows up as spread between passes
+    instead of as a bias of one part of the grid.
+
+    Returns:
+      ``(points, measured [P] = median over passes, per_pass [passes, P], peaks)``; ``peaks`` is
+      the median of each roof over passes (`measure_peaks`), None on a GPU.
+    """
     kinds = ("spmm", "pallas") if gpu else ("spmm",)
     grid = list(gemm_points(args.quick, gpu)) + list(spmm_points(args.quick, graph_data, kinds))
-    points, measured = [], []
     from tqdm import tqdm
-    for p in tqdm(grid, desc="measure", unit="kernel"):
-        t = measure_point(p, graph_data, args.reps, args.max_work)
-        if t is not None:
-            points.append(p)
-            measured.append(t)
-    return points, np.asarray(measured)
+    runs, roofs = [], []
+    for i in range(args.passes):
+        if not gpu:
+            roofs.append(measure_peaks(args.reps))
+        runs.append([measure_point(p, graph_data, args.reps, args.max_work)
+                     for p in tqdm(grid, desc=f"measure pass {i + 1}/{args.passes}", unit="kernel")])
+    keep = [j for j in range(len(grid)) if runs[0][j] is not None]
+    per_pass = np.asarray([[run[j] for j in keep] for run in runs])
+    peaks = {k: float(np.median([r[k] for r in roofs])) for k in roofs[0]} if roofs else None
+    return [grid[j] for j in keep], np.median(per_pass, axis=0), per_pass, peaks
 
 
 # glibc serves a large allocation with mmap and unmaps it on free, so XLA:CPU's fresh output,
@@ -272,6 +353,8 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small grid (CI smoke run)")
     ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--passes", type=int, default=None,
+                    help="timed passes over the grid, the median kept (default 3 on CPU, 1 on GPU and with --quick)")
     ap.add_argument("--hw", default=None, help="preset to calibrate (default: cpu, or h100 on a GPU)")
     ap.add_argument("--out", default=None, help="results JSON (default results/[gpu/]hwmodel_validation_<hw>[_quick].json)")
     ap.add_argument("--refit", default=None, metavar="FILE",
@@ -290,6 +373,7 @@ def main(argv=None) -> dict:
         _reexec_with_malloc_env(sys.argv[1:] if argv is None else list(argv))
     hw_name = args.hw or (prev or {}).get("hw") or ("h100" if gpu else "cpu")
     args.reps = args.reps or (3 if args.quick else (20 if gpu else 7))
+    args.passes = args.passes or (1 if args.quick or gpu else 3)
     args.max_work = args.max_work or (4e9 if gpu else 6e7)
     out = args.out or (f"results/{'gpu/' if gpu else ''}hwmodel_validation_{hw_name}"
                        f"{'_quick' if args.quick else ''}.json")
@@ -299,22 +383,24 @@ def main(argv=None) -> dict:
         points = [{k: v for k, v in q.items() if k not in ("measured_s", "modeled_s", "uncalibrated_s", "split")}
                   for q in prev["points"]]
         measured = np.asarray([q["measured_s"] for q in prev["points"]])
+        peaks = prev.get("peaks")
+        per_pass = np.asarray(prev["per_pass_s"]) if prev.get("per_pass_s") else None
     else:
-        points, measured = measure(args, gpu, graph_data)
+        points, measured, per_pass, peaks = measure(args, gpu, graph_data)
     stages = [point_stages(p, graph_data, gpu) for p in points]
-    base = hwmodel.presets.get(hw_name).replace(matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0,
-                                                gather_efficiency=1.0, overlap_exponent=16.0,
-                                                stage_overhead_s=0.0)
+    base = with_peaks(hwmodel.presets.get(hw_name), peaks).replace(
+        matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0, gather_efficiency=1.0,
+        overlap_exponent=16.0, stage_overhead_s=0.0)
     f = modeled(stages, base)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(points))
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
     before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0], jnp.float32)))
-    shipped = hwmodel.presets.get(hw_name)  # the preset as committed: its factors on every point, no fit
-    as_shipped = np.asarray(f(jnp.asarray([getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else
-                                           shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s
-                                           for k in FACTORS], jnp.float32)))
+    shipped = hwmodel.presets.get(hw_name)  # the preset as committed (its own roofs and factors), no fit
+    as_shipped = np.asarray(modeled(stages, shipped)(jnp.asarray(
+        [getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else
+         shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s for k in FACTORS], jnp.float32)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
     x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10]
@@ -339,7 +425,9 @@ def main(argv=None) -> dict:
         "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": prev["machine"] if prev else machine(), "hw": hw_name,
         "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
+        "peaks": peaks,
         "quick": prev["quick"] if prev else args.quick, "reps": prev["reps"] if prev else args.reps,
+        "passes": prev.get("passes", 1) if prev else args.passes,
         "fitted": dict(zip(FACTORS, map(float, theta))),
         "held_out": held,
         "held_out_by_kind": {k: metrics(after[test_idx][kinds[test_idx] == k], measured[test_idx][kinds[test_idx] == k])
@@ -352,6 +440,10 @@ def main(argv=None) -> dict:
                                       "max": float(np.max([m["mape"] for m in other_splits + [held]])),
                                       "n_splits": len(other_splits) + 1},
         "uncalibrated_held_out": metrics(before[test_idx], measured[test_idx]),
+        # the measurement's own spread: each pass against the median of all passes
+        "measurement_noise_mape": (None if per_pass is None or len(per_pass) < 2 else
+                                   float(np.mean(np.abs(per_pass - measured) / measured))),
+        "per_pass_s": None if per_pass is None else per_pass.tolist(),
         "preset_as_shipped": metrics(as_shipped, measured),
         "points": [{**p, "measured_s": float(m), "modeled_s": float(a), "uncalibrated_s": float(b),
                     "split": "train" if i in train_set else "test"}
@@ -360,9 +452,14 @@ def main(argv=None) -> dict:
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_json_atomic(out, result)
     h = result["held_out"]
+    if peaks:
+        print("measured roofs: " + ", ".join(f"{k} {v:.3g}" for k, v in peaks.items()))
     print(f"{len(points)} kernels on {result['machine'].get('device', result['machine']['backend'])}; fitted {result['fitted']}")
     print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "
           f"uncalibrated MAPE {100 * result['uncalibrated_held_out']['mape']:.1f} %")
+    if result["measurement_noise_mape"] is not None:
+        print(f"measurement noise: a single pass is {100 * result['measurement_noise_mape']:.1f} % (MAPE) from the "
+              f"median of {len(per_pass)}")
     a = result["preset_as_shipped"]
     print(f"the {hw_name} preset as shipped (no fit) on all {a['n']} points: MAPE {100 * a['mape']:.1f} %, "
           f"Spearman {a['spearman']:.3f}")
