@@ -72,7 +72,8 @@ class Stage:
         return dataclasses.replace(
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
-            gathered_rows=self.gathered_rows * factor, link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
+            gathered_rows=self.gathered_rows * factor,
+            link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
 
     @property
     def is_aggregation(self) -> bool:
@@ -193,7 +194,8 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
 
     Returns:
       ``(spmm, messages)``; ``messages`` is an "elementwise" stage whose only arithmetic is
-      those conversions (none when ``message_bits`` equals ``x_bits``).
+      those conversions (none when ``message_bits`` equals ``x_bits``), each charged the energy
+      of one MAC at ``message_bits`` (an upper bound: a convert is cheaper than a multiply-add).
     """
     spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
     bits = _f32(x_bits if message_bits is None else message_bits)
