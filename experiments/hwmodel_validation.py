@@ -13,7 +13,7 @@ compute / memory overlap exponent; GPU: the bf16 / fp32 GEMM rate ratio in place
 efficiency), and reports the error on the other half, MAPE and Spearman rank correlation, and
 the MAPE spread over 9 more random halves.
 
-    python experiments/hwmodel_validation.py            # full grid, 3 passes, ~3 min on 2 cores
+    python experiments/hwmodel_validation.py            # full grid, 3 passes, ~1.5 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
     python experiments/hwmodel_validation.py --refit results/hwmodel_validation_cpu.json  # fit again, no timing
 
@@ -192,8 +192,8 @@ PEAK_STREAM_ELEMENTS = 1 << 26  # 256 MiB of f32 read and 256 MiB written
 def measure_peaks(reps: int) -> dict:
     """The roofs of this CPU as XLA reaches them, measured before the grid so that the fitted
     efficiencies are fractions of what this machine does (a preset's nominal rates belong to the
-    machine it was made on: the 2026-11-22 AVX2 host ran a 2048^3 f32 dot at 182 GFLOP/s, the
-    2026-11-23 AVX-512 one at 433):
+    machine it was made on: numpy ran a 2048^3 f32 dot at 182 GFLOP/s on the 2026-11-22 AVX2
+    host and at 244 on the 2026-11-23 AVX-512 one, where XLA reached 433-439):
 
       matrix_macs_per_s: a ``PEAK_GEMM``^3 f32 ``jnp.dot`` (MACs / median seconds);
       vector_macs_per_s: ``PEAK_FMA_CHAIN`` chained ``x * a + b`` per element over
