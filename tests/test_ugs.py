@@ -77,7 +77,8 @@ def test_pruned_entries_stay_zero_after_training(graph, train_masks):
 
 
 @pytest.mark.parametrize("kw", [dict(graph_rate=1.5), dict(weight_rate=-0.1), dict(graph_rate="x"),
-                                dict(rounds=-1), dict(epochs=0)])
+                                dict(rounds=-1), dict(epochs=0), dict(mask_noise=1.5),
+                                dict(mask_noise=-0.1, pruning="random")])
 def test_bad_arguments(graph, kw):
     with pytest.raises(ValueError):
         ugs_prune(graph, **{"rounds": 1, "epochs": 1, **kw})

@@ -147,6 +147,11 @@ class UGSGCN(nnx.Module):
         return self.gcn.edge_mask.l1_norm(), self.mask1.l1_norm() + self.mask2.l1_norm()
 
 
+def _check_mask_noise(mask_noise) -> None:
+    if not 0.0 <= mask_noise < 1.0:
+        raise ValueError(f"mask_noise must be in [0, 1), got mask_noise={mask_noise!r}")
+
+
 def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional[Sequence] = None, *,
                  hidden: int = UGS_CORA["hidden"], dropout: float = 0.5, bits: Optional[int] = None,
                  net: str = "ugs", mask_noise: float = 0.0) -> UGSGCN:
@@ -172,8 +177,7 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
     Raises:
       ValueError: ``net`` unknown, ``mask_noise`` outside [0, 1).
     """
-    if not 0.0 <= mask_noise < 1.0:
-        raise ValueError(f"build_ticket: mask_noise must be in [0, 1), got {mask_noise!r}")
+    _check_mask_noise(mask_noise)
     model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits, net=net,
                    rngs=nnx.Rngs(params=seed, dropout=seed + 1))
     em = model.gcn.edge_mask
@@ -315,6 +319,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
         raise ValueError(f"ugs_prune: net must be one of {NETS}, got {net!r}")
     if pruning not in PRUNINGS:
         raise ValueError(f"ugs_prune: pruning must be one of {PRUNINGS}, got {pruning!r}")
+    _check_mask_noise(mask_noise)  # before round 0's training, and also where no get-mask stage uses it
     graph_rate, weight_rate = _check_fraction(graph_rate, "graph_rate"), _check_fraction(weight_rate, "weight_rate")
     rounds = _check_rounds(rounds)
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
@@ -335,16 +340,16 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
     for k in range(0 if dense_round else 1, rounds + 1):
         t0 = time.perf_counter()
         mask_stage = None
-        if k > 0 and pruning == "random":
-            keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), k), 1 + len(weight_keeps))
-            edge_scores = jax.random.uniform(keys[0], edge_keep.shape)
-            weight_scores = [jax.random.uniform(key, w.shape) for key, w in zip(keys[1:], weight_keeps)]
-        elif k > 0:
-            model = build_ticket(graph, seed, edge_keep, weight_keeps, mask_noise=mask_noise, **net_kw)
-            got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
-            mask_stage = got["test_accuracy"]
-            edge_scores, weight_scores = got["masks"]
         if k > 0:
+            if pruning == "random":
+                keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), k), 1 + len(weight_keeps))
+                edge_scores = jax.random.uniform(keys[0], edge_keep.shape)
+                weight_scores = [jax.random.uniform(key, w.shape) for key, w in zip(keys[1:], weight_keeps)]
+            else:
+                model = build_ticket(graph, seed, edge_keep, weight_keeps, mask_noise=mask_noise, **net_kw)
+                got = fit(model, graph, train_masks=True, s1=s1, s2=s2, **train_kw)
+                mask_stage = got["test_accuracy"]
+                edge_scores, weight_scores = got["masks"]
             edge_keep = magnitude_prune(edge_scores, edge_keep, graph_rate)
             weight_keeps = global_magnitude_prune(weight_scores, weight_keeps, weight_rate)
         model = build_ticket(graph, seed, edge_keep, weight_keeps, **net_kw)
