@@ -91,11 +91,12 @@ def _mean_dicts(ds: list[dict]) -> dict:
 
 def _train_store(args):
     """``codesign train``'s results file (`ResultsStore`): ``<--out>/<--name>.jsonl``, by default
-    ``<dataset>_<model>_<hw>_train.jsonl`` (sweep's stem + ``_train``), checked writable now."""
+    ``train_<dataset>_<model>_<hw>.jsonl`` (sweep's stem behind ``train_``: not a sweep input of
+    ``paper_figures``, which reads ``<dataset>_<model>_<hw>[_<suffix>].jsonl``), checked writable now."""
     import os
 
     from codesign.results import ResultsStore
-    name = args.name or f"{args.dataset}_{args.model}_{args.hw}_train"
+    name = args.name or f"train_{args.dataset}_{args.model}_{args.hw}"
     store = ResultsStore(os.path.join(args.out, f"{name}.jsonl"))
     store.check_writable()
     return store
@@ -335,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results",
                    help="results folder: each finished seed is appended there as it finishes; a re-run skips "
                         "the seeds already stored")
-    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>_train)")
+    p.add_argument("--name", default=None, help="results file stem (default train_<dataset>_<model>_<hw>)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sweep", help="accuracy-vs-cost sweep over cost weights x seeds (resumable)")

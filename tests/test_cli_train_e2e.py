@@ -35,7 +35,7 @@ def test_readme_multi_device_command(planetoid_root, tmp_path):
                                   "--out", str(tmp_path)),
                        capture_output=True, text=True, env=_env(planetoid_root, 4), cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
-    path = tmp_path / "cora_gcn_h100_train.jsonl"
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
     for field in ("gcn on cora, 1 seeds", "test accuracy", "kept edges", "bits            x0 32.00",
                   "latency_s", "energy_j", "dram_bytes", f"results         {path}"):
         assert field in p.stdout, (field, p.stdout)
@@ -48,7 +48,7 @@ def test_readme_multi_device_command(planetoid_root, tmp_path):
 def test_killed_train_resumes_without_retraining(planetoid_root, tmp_path):
     seeds = 4
     cmd = _train_cmd("--dataset", "cora", "--seeds", str(seeds), "--epochs", "30", "--out", str(tmp_path), "--json")
-    path = tmp_path / "cora_gcn_h100_train.jsonl"
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
     store = ResultsStore(path)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env(planetoid_root), cwd=tmp_path)
@@ -80,6 +80,14 @@ def test_killed_train_resumes_without_retraining(planetoid_root, tmp_path):
     assert out["results"] == str(path)
 
 
+def test_train_file_is_not_a_sweep_input(tmp_path):
+    from paper_figures.all import sweep_inputs
+    args = cli.build_parser().parse_args(["train", "--out", str(tmp_path)])
+    cli._train_store(args).append({"key": "k"})
+    (tmp_path / "cora_gcn_h100.jsonl").write_text('{"key": "k"}\n', encoding="utf-8")  # a sweep's file
+    assert [p.name for p in sweep_inputs(tmp_path)] == ["cora_gcn_h100.jsonl"]
+
+
 def test_unwritable_out_fails_before_training(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("", encoding="utf-8")
@@ -87,6 +95,6 @@ def test_unwritable_out_fails_before_training(tmp_path, capsys):
     # no data root needed: the results path is checked before the graph is loaded
     assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--out", str(blocker / "sub")]) == 2
     err = capsys.readouterr().err
-    assert f"codesign train: error: results file {blocker}/sub/cora_gcn_h100_train.jsonl cannot be written" in err
+    assert f"codesign train: error: results file {blocker}/sub/train_cora_gcn_h100.jsonl cannot be written" in err
     assert "seeds to train" not in err
     assert time.perf_counter() - t0 < 5.0
