@@ -89,22 +89,58 @@ def _mean_dicts(ds: list[dict]) -> dict:
     return {k: float(np.mean([d[k] for d in ds])) for k in ds[0]}
 
 
+def _train_store(args):
+    """``codesign train``'s results file (`ResultsStore`): ``<--out>/<--name>.jsonl``, by default
+    ``train_<dataset>_<model>_<hw>.jsonl`` (sweep's stem behind ``train_``: not a sweep input of
+    ``paper_figures``, which reads ``<dataset>_<model>_<hw>[_<suffix>].jsonl``), checked writable now."""
+    import os
+
+    from codesign.results import ResultsStore
+    name = args.name or f"train_{args.dataset}_{args.model}_{args.hw}"
+    store = ResultsStore(os.path.join(args.out, f"{name}.jsonl"))
+    store.check_writable()
+    return store
+
+
 def cmd_train(args) -> int:
+    import dataclasses
+    import datetime
+
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
+    from codesign.results import check_run_record, code_version
     from codesign.train import train
-    graph, hw = _load(args), presets.get(args.hw)
+    hw = presets.get(args.hw)
+    store = _train_store(args)  # an unwritable --out fails here, before any training
+    graph = _load(args)
     configs = [_config(args, args.cost_weight, args.bits, seed) for seed in range(args.seeds)]
-    runs = []
-    with tqdm(total=sum(c.epochs for c in configs), disable=args.json or None, desc="train", unit="epoch") as bar:
-        for cfg in configs:
+    # sweep's key scheme; a partitioned run is another run than the single-device one
+    scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
+    keys = [run_key(args.dataset, args.hw, cfg, **scale_out) for cfg in configs]
+    stored = {r["key"]: r for r in store.records() if "key" in r}
+    for cfg, key in zip(configs, keys):
+        if key in stored:
+            print(f"train: seed {cfg.seed} already in {store.path} (key {key}); not trained again", file=sys.stderr)
+    todo = [(cfg, key) for cfg, key in zip(configs, keys) if key not in stored]
+    print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
+    with tqdm(total=sum(c.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
+        for cfg, key in todo:
             if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
                 from codesign.distributed import train_distributed
-                runs.append(train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
-                                              on_epoch=lambda *_: bar.update()))
+                result = train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
+                                           on_epoch=lambda *_: bar.update())
             else:
-                runs.append(train(graph, cfg, hw, on_epoch=lambda *_: bar.update()))
+                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update())
+                result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
+            check_run_record(result, "train_distributed" if args.devices > 1 else "train")
+            record = {"key": key, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg),
+                                             **scale_out},
+                      **result, "code_version": code_version(),
+                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            store.append(record)  # written as it finishes: a later failure loses nothing
+            stored[key] = record
+    runs = [stored[key] for key in keys]
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
         "dataset": args.dataset, "model": args.model, "hw": args.hw, "cost_weight": args.cost_weight,
@@ -119,6 +155,7 @@ def cmd_train(args) -> int:
         # hardened bit-width per quantized tensor, mean over seeds ({} without quantization)
         "layer_bits": _mean_dicts([r["layer_bits"] for r in runs]) if runs[0]["layer_bits"] else {},
         "train_time_s": float(np.mean([r["train_time_s"] for r in runs])),
+        "results": str(store.path),
     }
     if args.json:
         print(json.dumps(out))
@@ -134,6 +171,7 @@ def cmd_train(args) -> int:
     print(f"  {'':14s}{'hardened':>14s}{'dense fp32':>14s}{'ratio':>8s}")
     for k, unit in (("latency_s", "s"), ("energy_j", "J"), ("dram_bytes", "B")):
         print(f"  {k:14s}{m[k]:14.4g}{dm[k]:14.4g}{dm[k] / m[k]:7.2f}x")
+    print(f"  results         {out['results']}")
     return 0
 
 
@@ -143,9 +181,10 @@ def sweep_configs(args) -> list:
     return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
 
 
-def run_key(dataset: str, hw: str, cfg) -> str:
+def run_key(dataset: str, hw: str, cfg, **extra) -> str:
     """A run's identity in a results file: dataset, hardware and the `TrainConfig` fields that
-    differ from their defaults, so that adding a field (with a default) keeps old keys valid."""
+    differ from their defaults, so that adding a field (with a default) keeps old keys valid;
+    ``extra``: more settings that make another run (e.g. ``codesign train --devices``)."""
     import dataclasses
 
     from codesign.results import config_key
@@ -153,7 +192,7 @@ def run_key(dataset: str, hw: str, cfg) -> str:
     default = TrainConfig()
     changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
                if getattr(cfg, f.name) != getattr(default, f.name)}
-    return config_key({"dataset": dataset, "hw": hw, **changed})
+    return config_key({"dataset": dataset, "hw": hw, **changed, **extra})
 
 
 def cmd_sweep(args) -> int:
@@ -294,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", default="nvlink4", choices=["nvlink4", "pcie5_x16", "infiniband_ndr"],
                    help="with --devices > 1: the link between devices that the cost model charges")
     p.add_argument("--int8-halo", action="store_true", help="with --devices > 1: send halo rows as int8")
+    p.add_argument("--out", default="results",
+                   help="results folder: each finished seed is appended there as it finishes; a re-run skips "
+                        "the seeds already stored")
+    p.add_argument("--name", default=None, help="results file stem (default train_<dataset>_<model>_<hw>)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("sweep", help="accuracy-vs-cost sweep over cost weights x seeds (resumable)")

@@ -12,23 +12,89 @@ Windows). A crash at any point leaves either the old file or the new file, never
 one. Lines torn by other writers (e.g. ``echo >>`` or a crashed plain append) are tolerated when
 they are the final line: :meth:`ResultsStore.records` skips them with a warning.
 
-The store assumes one writer per file at a time; two processes appending concurrently to the same
-file can lose one another's records (each replaces the file with its own read-modify-write).
+Concurrent writers: :meth:`ResultsStore.append` holds a :class:`filelock.FileLock` on
+``<file>.lock`` around its read-modify-write, so processes appending to one file (two sweeps, a
+sweep and a ``codesign train``) keep every record. Under that lock no other writer can have a
+temporary file in flight, so the temporary files of this results file that are older than the
+lock acquisition were left by a killed writer; they are removed.
+
+Run records: :data:`RUN_RECORD_FIELDS` is the contract every trainer's result dict meets
+(`codesign.train.train`, `codesign.distributed.train_distributed`); :func:`check_run_record`
+checks it in one place before a record is stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
+import re
 import subprocess
+import time
 import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_key", "code_version", "to_jsonable", "ResultsStore"]
+import filelock
+
+__all__ = ["config_key", "code_version", "to_jsonable", "ResultsStore", "ResultsPathError",
+           "RUN_RECORD_FIELDS", "COST_FIELDS", "check_run_record"]
+
+# What every trainer returns for one finished run (`codesign.train.train`,
+# `codesign.distributed.train_distributed`); `codesign train` summarizes these fields over seeds.
+RUN_RECORD_FIELDS = (
+    "test_accuracy",     # float, hardened model on the test mask
+    "val_accuracy",      # float
+    "train_accuracy",    # float
+    "modeled",           # {COST_FIELDS: float}  hardened model on the target hardware
+    "dense_modeled",     # {COST_FIELDS: float}  dense FP32 model, same target
+    "densities",         # {"edge", "feature", ...: float}  hard kept fractions
+    "bits",              # int, configured bit-width (32 without quantization)
+    "layer_bits",        # {tensor: float}  hardened bit-width per quantized tensor ({} without)
+    "final_loss",        # float, last epoch's training loss
+    "final_cost_ratio",  # float, last epoch's modeled cost / dense cost
+    "train_time_s",      # float, seconds of the training loop
+    "selected_epoch",    # int, the epoch whose weights were evaluated
+)
+COST_FIELDS = ("latency_s", "energy_j", "dram_bytes")
+
+
+def check_run_record(result: dict, trainer: str = "train") -> dict:
+    """Checks that ``result`` meets the run-record contract (:data:`RUN_RECORD_FIELDS`, and
+    :data:`COST_FIELDS` in ``modeled`` / ``dense_modeled``).
+
+    Args:
+      result: a trainer's result dict.
+      trainer: the trainer's name, for the message.
+
+    Returns:
+      ``result`` (unchanged).
+
+    Raises:
+      ValueError: naming the trainer and every missing field.
+    """
+    if not isinstance(result, dict):
+        raise ValueError(f"{trainer}: result must be a dict, got {type(result).__name__}")
+    missing = [k for k in RUN_RECORD_FIELDS if k not in result]
+    for k in ("modeled", "dense_modeled"):
+        if isinstance(result.get(k), dict):
+            missing += [f"{k}.{c}" for c in COST_FIELDS if c not in result[k]]
+    if missing:
+        raise ValueError(f"{trainer}: result lacks the run-record field(s) {missing} "
+                         f"(codesign.results.RUN_RECORD_FIELDS)")
+    return result
+
+
+class ResultsPathError(OSError, ValueError):
+    """A results file that cannot be written (an `OSError`, and a `ValueError` so that the CLI
+    reports it as bad input: the message names the path)."""
+
+
+# How long `ResultsStore` waits for another writer's lock before giving up (seconds).
+LOCK_TIMEOUT_S = 600.0
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -125,14 +191,18 @@ class ResultsStore:
     """Append-only, crash-safe store of run records in a JSONL file.
 
     Args:
-        path: the ``.jsonl`` file (need not exist yet; parent directories are created on the
-            first :meth:`append`).
+        path: the ``.jsonl`` file (need not exist yet; parent directories are created by
+            :meth:`check_writable` or the first :meth:`append`).
 
-    Each line of the file is one JSON object (a record) with a string ``key`` field.
+    Each line of the file is one JSON object (a record) with a string ``key`` field. Writers
+    serialize on ``<path>.lock`` (:attr:`lock_path`, a `filelock.FileLock`; the lock file stays
+    beside the results file).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self._lock = filelock.FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
@@ -201,9 +271,10 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ writing
     def append(self, record: dict) -> None:
-        """Atomically add one record as a new line.
+        """Atomically add one record as a new line, holding the writers' lock (``<path>.lock``).
 
-        The existing content (minus a torn final line, which is dropped with a warning) plus the
+        Under the lock, temporary files of this results file left by killed writers are removed
+        (module docstring); then the existing content (minus a torn final line, which is dropped with a warning) plus the
         new line is written to a temporary file next to :attr:`path`, flushed and fsynced, then
         moved onto :attr:`path` with :func:`os.replace`; the directory is fsynced afterwards where
         the OS supports it. If anything fails, the original file is left untouched and the
@@ -217,6 +288,8 @@ class ResultsStore:
             ValueError: if ``record`` has no ``key`` (or it is not a non-empty string), or if the
                 existing file has a garbled line before its last line (nothing is written).
             TypeError: if ``record`` is not a dict or holds a value that cannot be serialized.
+            ResultsPathError: naming the path, if its folder cannot be created or the lock cannot
+                be taken (nothing is written).
             OSError: if the file cannot be written (the original file is unchanged).
         """
         if not isinstance(record, dict):
@@ -231,11 +304,83 @@ class ResultsStore:
         if "\n" in new_line:  # cannot happen with json.dumps without indent; be explicit
             raise ValueError("serialized record contains a newline")
 
-        text = self._read_text()
-        _, good = self._parse(text)  # validates; drops a torn final line (with a warning)
-        content = "".join(line + "\n" for line in good) + new_line + "\n"
+        with self._locked():
+            text = self._read_text()
+            _, good = self._parse(text)  # validates; drops a torn final line (with a warning)
+            content = "".join(line + "\n" for line in good) + new_line + "\n"
+            write_text_atomic(self.path, content)
 
-        write_text_atomic(self.path, content)
+    def check_writable(self) -> None:
+        """Fails early, before any work whose result is to be stored, if :attr:`path` cannot be
+        written: creates the parent folders, takes and releases the lock (which creates
+        ``<path>.lock``) and removes stale temporary files (as :meth:`append` does).
+
+        Raises:
+            ResultsPathError: naming the path and the reason (a parent is a file, no permission,
+                :attr:`path` is a folder, read-only file system, ...).
+        """
+        if self.path.is_dir():
+            raise ResultsPathError(f"results file {self.path} is a directory")
+        with self._locked():
+            if not os.access(self.path.parent, os.W_OK):
+                raise ResultsPathError(f"results file {self.path}: its folder is not writable")
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """Holds the writers' lock (parent folders created first) and removes the temporary
+        files a killed writer left behind; OS errors become `ResultsPathError` naming the path."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire()
+        except filelock.Timeout as err:
+            raise ResultsPathError(f"results file {self.path}: another writer has held {self.lock_path} "
+                                   f"for over {LOCK_TIMEOUT_S:g} s") from err
+        except OSError as err:
+            raise ResultsPathError(f"results file {self.path} cannot be written: {err}") from err
+        try:
+            self._remove_stale_tmp(time.time())
+            yield
+        finally:
+            self._lock.release()
+
+    def _remove_stale_tmp(self, acquired: float) -> list[Path]:
+        """Removes this file's temporary files (`_tmp_path` names) last modified before
+        ``acquired`` (the lock acquisition time, seconds since the epoch). Call with the lock held:
+        every writer writes its temporary file under the lock, so such a file's writer is gone.
+
+        Returns:
+            The removed paths.
+        """
+        pattern = _tmp_pattern(self.path)
+        removed = []
+        try:
+            entries = list(os.scandir(self.path.parent))
+        except OSError:
+            return removed
+        for entry in entries:
+            if not pattern.fullmatch(entry.name):
+                continue
+            try:
+                if entry.stat(follow_symlinks=False).st_mtime <= acquired:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+            except FileNotFoundError:
+                pass
+        if removed:
+            warnings.warn(f"{self.path}: removed {len(removed)} temporary file(s) a killed writer left "
+                          f"({', '.join(p.name for p in removed)})", RuntimeWarning, stacklevel=4)
+        return removed
+
+
+def _tmp_path(path: Path) -> Path:
+    """The temporary file `write_text_atomic` writes before renaming it onto ``path``:
+    ``.<name>.<pid>.<8 hex>.tmp`` in the same folder."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _tmp_pattern(path: Path) -> "re.Pattern[str]":
+    """Matches the names `_tmp_path` gives the temporary files of ``path``."""
+    return re.compile(rf"\.{re.escape(path.name)}\.\d+\.[0-9a-f]{{8}}\.tmp")
 
 
 def write_text_atomic(path, content: str) -> None:
@@ -248,7 +393,7 @@ def write_text_atomic(path, content: str) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = _tmp_path(path)
     try:
         with open(tmp, "x", encoding="utf-8") as f:
             f.write(content)

@@ -257,8 +257,9 @@ def test_best_val_selection_keeps_the_best_epoch(cora):
 
 
 @pytest.mark.parametrize("name", sorted(set(MODELS) - {"gcn"}))
-def test_cli_train_each_model(name, cora, capsys):
-    assert cli.main(["train", "--dataset", "cora", "--model", name, "--epochs", "3", "--seeds", "1", "--json"]) == 0
+def test_cli_train_each_model(name, cora, capsys, tmp_path):
+    assert cli.main(["train", "--dataset", "cora", "--model", name, "--epochs", "3", "--seeds", "1", "--json",
+                     "--out", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["model"] == name and 0.0 <= out["test_accuracy"] <= 1.0
     assert out["modeled"] == out["dense_modeled"]

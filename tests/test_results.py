@@ -28,8 +28,8 @@ def test_append_records_roundtrip(tmp_path):
     assert store.has("a") and not store.has("c")
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2 and all(json.loads(ln)["key"] for ln in lines)
-    # no temporary files left behind
-    assert sorted(p.name for p in path.parent.iterdir()) == ["runs.jsonl"]
+    # no temporary files left behind (the writers' lock file stays)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["runs.jsonl", "runs.jsonl.lock"]
 
 
 def test_append_requires_key(tmp_path):
@@ -60,7 +60,7 @@ def test_append_is_atomic_when_replace_fails(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="simulated crash"):
         store.append({"key": "c", "v": 3})
     assert path.read_bytes() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]  # temp file cleaned up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.jsonl", "r.jsonl.lock"]  # temp file cleaned up
     monkeypatch.undo()
     assert store.done_keys() == {"a", "b"}
     store.append({"key": "c", "v": 3})

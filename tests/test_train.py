@@ -39,9 +39,9 @@ def test_bad_config_names_the_field(field, value):
         TrainConfig(**{field: value})
 
 
-def test_cli_train_json(cora, capsys):
+def test_cli_train_json(cora, capsys, tmp_path):
     rc = cli.main(["train", "--dataset", "cora", "--model", "gcn", "--hw", "h100", "--cost-weight", "0.1",
-                   "--bits", "8", "--epochs", "20", "--seeds", "2", "--json"])
+                   "--bits", "8", "--epochs", "20", "--seeds", "2", "--json", "--out", str(tmp_path)])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) >= {"test_accuracy", "test_accuracy_std", "modeled", "dense_modeled"}
@@ -52,7 +52,7 @@ def test_cli_train_json(cora, capsys):
     assert out["bits"] == 8
 
 
-def test_cli_learned_bit_flags_reach_the_config(cora, capsys):
+def test_cli_learned_bit_flags_reach_the_config(cora, capsys, tmp_path):
     args = cli.build_parser().parse_args(["train", "--bits", "8", "--quantizer", "learned", "--bits-weight", "0.1",
                                           "--pin-ranges"])
     cfg = cli._config(args, 0.3, 8, 0)
@@ -61,19 +61,20 @@ def test_cli_learned_bit_flags_reach_the_config(cora, capsys):
     assert (cfg.quantizer, cfg.bits_weight, cfg.pin_ranges) == ("fixed", 0.0, False)  # TrainConfig defaults
     rc = cli.main(["train", "--bits", "8", "--quantizer", "learned", "--pin-ranges", "--bits-weight", "0.1",
                    "--cost-weight", "0.3", "--edge-mask", "off", "--feature-mask", "off", "--epochs", "3",
-                   "--seeds", "1", "--json"])
+                   "--seeds", "1", "--json", "--out", str(tmp_path)])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["layer_bits"]) == {"x0", "w0", "x1", "w1"}
     assert all(1 <= b <= 8 for b in out["layer_bits"].values())
-    assert cli.main(["train", "--bits", "8", "--bits-weight", "0.1", "--epochs", "1", "--seeds", "1"]) == 2
+    assert cli.main(["train", "--bits", "8", "--bits-weight", "0.1", "--epochs", "1", "--seeds", "1",
+                     "--out", str(tmp_path)]) == 2
     assert "bits_weight" in capsys.readouterr().err  # the fixed quantizer has no width to learn
 
 
-def test_cli_table_and_errors(cora, capsys):
-    assert cli.main(["train", "--epochs", "2", "--seeds", "1"]) == 0
+def test_cli_table_and_errors(cora, capsys, tmp_path):
+    assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--out", str(tmp_path)]) == 0
     assert "test accuracy" in capsys.readouterr().out
-    assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--hw", "tpu9"]) == 2
+    assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--hw", "tpu9", "--out", str(tmp_path)]) == 2
     assert "unknown hardware preset 'tpu9'" in capsys.readouterr().err
 
 

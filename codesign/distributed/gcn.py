@@ -181,7 +181,7 @@ def check_model(model) -> None:
     forward supports ("fixed" `FakeQuant` quantizers; edge mask None or `PartitionedEdgeMask`)."""
     from codesign.models import GCN
     if not isinstance(model, GCN):
-        raise ValueError(f"distributed: only codesign.models.GCN is supported, got {type(model).__name__}")
+        raise ValueError(f"distributed: model must be a codesign.models.GCN, got {type(model).__name__}")
     for name in ("conv1", "conv2"):
         for qn in ("quant_x", "quant_w"):
             q = getattr(getattr(model, name), qn)

@@ -31,6 +31,7 @@ from codesign.distributed.mesh import make_mesh
 from codesign.distributed.partition import Partition, partition_graph
 from codesign.graph import Graph
 from codesign.hwmodel import comm
+from codesign.results import check_run_record
 from codesign.sparsify import GATE_PARAMS
 
 
@@ -109,9 +110,10 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})``.
 
     Returns:
-      dict like `codesign.train.train` (``test_accuracy``, ``val_accuracy``, ``train_accuracy``,
-      ``modeled``, ``dense_modeled``, ``densities``, ``final_loss``, ``train_time_s``) plus
-      ``devices``, ``partition`` (`Partition.summary`) and ``comm_bytes_per_epoch``.
+      dict with every `codesign.results.RUN_RECORD_FIELDS` field, as `codesign.train.train`
+      returns them (``modeled`` / ``dense_modeled`` are the partitioned costs, `partitioned_cost`,
+      so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
+      ``link``, ``int8_halo``, ``partition`` (`Partition.summary`) and ``comm_bytes_per_epoch``.
 
     Raises:
       ValueError: unsupported config, P < 1, P > available devices, or P > nodes.
@@ -167,11 +169,13 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     hard = {k: float(v) for k, v in partitioned_cost(model, part, hw, lk, hard=True, int8=int8_halo,
                                                      locality=locality).items()}
     epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, part, training=True, int8=int8_halo)))
-    return {
+    return check_run_record({
         "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
         "train_accuracy": acc(graph.train_mask), "modeled": hard, "dense_modeled": dense,
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
-        "bits": cfg.bits or 32, "final_loss": float(loss), "final_cost_ratio": float(ratio),
-        "train_time_s": train_time_s, "devices": n_devices, "link": link, "int8_halo": int8_halo,
+        "bits": cfg.bits or 32, "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
+        "final_loss": float(loss), "final_cost_ratio": float(ratio),
+        "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1,  # select="last" only
+        "devices": n_devices, "link": link, "int8_halo": int8_halo,
         "partition": part.summary(), "comm_bytes_per_epoch": epoch_bytes,
-    }
+    }, "train_distributed")

@@ -1,0 +1,100 @@
+"""`codesign train` end to end, in subprocesses: the README's multi-device command, a killed run
+resumed without re-training its finished seeds, an unwritable ``--out``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from codesign import cli
+from codesign.results import RUN_RECORD_FIELDS, ResultsStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(planetoid_root, devices: int = 1) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CODESIGN_DATA=str(planetoid_root))
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+def _train_cmd(*flags: str) -> list[str]:
+    return [sys.executable, "-m", "codesign.cli", "train", *flags]
+
+
+def test_readme_multi_device_command(planetoid_root, tmp_path):
+    # README: XLA_FLAGS=--xla_force_host_platform_device_count=4 codesign train --devices 4 --dataset cora --seeds 1
+    p = subprocess.run(_train_cmd("--devices", "4", "--dataset", "cora", "--seeds", "1", "--epochs", "2",
+                                  "--out", str(tmp_path)),
+                       capture_output=True, text=True, env=_env(planetoid_root, 4), cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
+    for field in ("gcn on cora, 1 seeds", "test accuracy", "kept edges", "bits            x0 32.00",
+                  "latency_s", "energy_j", "dram_bytes", f"results         {path}"):
+        assert field in p.stdout, (field, p.stdout)
+    [rec] = ResultsStore(path).records()
+    assert set(rec) >= set(RUN_RECORD_FIELDS) | {"key", "config", "code_version", "time", "partition"}
+    assert rec["devices"] == 4 and rec["config"]["devices"] == 4 and rec["partition"]["n_parts"] == 4
+    assert rec["modeled"]["comm_bytes"] > 0  # the halo exchange is costed
+
+
+def test_killed_train_resumes_without_retraining(planetoid_root, tmp_path):
+    seeds = 4
+    cmd = _train_cmd("--dataset", "cora", "--seeds", str(seeds), "--epochs", "30", "--out", str(tmp_path), "--json")
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
+    store = ResultsStore(path)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(planetoid_root), cwd=tmp_path)
+    deadline = time.monotonic() + 240
+    try:
+        while not (path.exists() and store.records()):  # the first seed's record: written atomically
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no record within 240 s"
+            time.sleep(0.02)
+    finally:
+        proc.kill()  # SIGKILL: no cleanup runs
+        proc.communicate()
+    before = store.records()
+    assert 1 <= len(before) < seeds, "the run finished before it could be killed"
+    finished = [r["config"]["seed"] for r in before]
+
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env(planetoid_root), cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for seed in finished:
+        assert f"train: seed {seed} already in {path}" in p.stderr
+    assert f"train: {seeds - len(before)} of {seeds} seeds to train" in p.stderr
+    out = json.loads(p.stdout)
+    after = store.records()
+    assert after[:len(before)] == before  # nothing lost or rewritten
+    assert sorted(r["config"]["seed"] for r in after) == list(range(seeds))
+    assert len({r["key"] for r in after}) == seeds
+    by_seed = {r["config"]["seed"]: r["test_accuracy"] for r in after}
+    assert out["per_seed_test_accuracy"] == [by_seed[s] for s in range(seeds)]
+    assert out["results"] == str(path)
+
+
+def test_train_file_is_not_a_sweep_input(tmp_path):
+    from paper_figures.all import sweep_inputs
+    args = cli.build_parser().parse_args(["train", "--out", str(tmp_path)])
+    cli._train_store(args).append({"key": "k"})
+    (tmp_path / "cora_gcn_h100.jsonl").write_text('{"key": "k"}\n', encoding="utf-8")  # a sweep's file
+    assert [p.name for p in sweep_inputs(tmp_path)] == ["cora_gcn_h100.jsonl"]
+
+
+def test_unwritable_out_fails_before_training(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("", encoding="utf-8")
+    t0 = time.perf_counter()
+    # no data root needed: the results path is checked before the graph is loaded
+    assert cli.main(["train", "--epochs", "2", "--seeds", "1", "--out", str(blocker / "sub")]) == 2
+    err = capsys.readouterr().err
+    assert f"codesign train: error: results file {blocker}/sub/train_cora_gcn_h100.jsonl cannot be written" in err
+    assert "seeds to train" not in err
+    assert time.perf_counter() - t0 < 5.0
