@@ -175,13 +175,16 @@ def _verify_files(paths: Mapping[str, Path], verify: bool) -> None:
 
 
 # --------------------------------------------------------------------------- restricted unpickling
-# The real files (all three datasets, pickled by python 2) refer to exactly these globals:
+# The real Cora files (python 2 pickles) refer to exactly these globals, by pickletools:
 # numpy.core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, scipy.sparse.csr.csr_matrix,
-# collections.defaultdict, __builtin__.list (checked with pickletools on ind.cora.*). The same
-# objects pickled today add numpy._core paths, scipy.sparse._csr, _codecs.encode and copyreg.
-# No global may be called to allocate: a sparse class cannot be constructed (only created empty
-# and filled from the file's own arrays), and _reconstruct only makes the empty placeholder
-# that the array's stored state then fills, so a file's size bounds what it can build.
+# collections.defaultdict, __builtin__.list. (CiteSeer's and PubMed's were not at hand to inspect;
+# they are written by the same code. Should one refer to another class, loading it fails with
+# "refusing to load global ...".) The same objects pickled today add numpy._core paths,
+# scipy.sparse._csr, csr_array, _codecs.encode and copyreg. No global may be called to allocate:
+# a CSR class cannot be constructed with arguments (only created empty and filled from the file's
+# own arrays, then fully checked), and _reconstruct only makes the empty placeholder that the
+# array's stored bytes then fill. With labels required to be dense arrays, every row count is
+# bounded by a file's size (a CSR matrix's width is not).
 
 class _NoInit:
     """Mixin: an instance may be created empty (NEWOBJ, copyreg._reconstructor) but calling
