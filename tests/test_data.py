@@ -25,6 +25,12 @@ def _np(a):
     return np.asarray(a)
 
 
+def _load_unverified(*args, **kwargs):
+    """load_planetoid(..., verify=False) on tampered or synthetic files, asserting its warning."""
+    with pytest.warns(UserWarning, match=r"verify=False: NOT checking .*ind\."):
+        return load_planetoid(*args, verify=False, **kwargs)
+
+
 # ---------------------------------------------------------------------------- real Cora
 
 
@@ -93,7 +99,7 @@ def test_truncated_pickle_names_file(planetoid_root, tmp_path):
     data = (d / "ind.cora.x").read_bytes()
     (d / "ind.cora.x").write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"ind\.cora\.x.*truncated or corrupted"):
-        load_planetoid("cora", root=tmp_path)
+        _load_unverified("cora", root=tmp_path)
 
 
 def test_unsafe_pickle_is_refused(planetoid_root, tmp_path):
@@ -104,7 +110,7 @@ def test_unsafe_pickle_is_refused(planetoid_root, tmp_path):
     d = _copy_cora(planetoid_root, tmp_path)
     (d / "ind.cora.graph").write_bytes(pickle.dumps(Evil(), protocol=2))
     with pytest.raises(ValueError, match=r"ind\.cora\.graph.*refusing to load global"):
-        load_planetoid("cora", root=tmp_path)
+        _load_unverified("cora", root=tmp_path)
 
 
 def test_row_count_mismatch_names_files(planetoid_root, tmp_path):
@@ -112,7 +118,7 @@ def test_row_count_mismatch_names_files(planetoid_root, tmp_path):
     y = pickle.loads((d / "ind.cora.y").read_bytes(), encoding="latin1")
     (d / "ind.cora.y").write_bytes(pickle.dumps(y[:-1], protocol=2))
     with pytest.raises(ValueError, match=r"ind\.cora\.x has 140 rows but ind\.cora\.y has 139"):
-        load_planetoid("cora", root=tmp_path)
+        _load_unverified("cora", root=tmp_path)
 
 
 # ---------------------------------------------------------------------------- download path
@@ -208,7 +214,7 @@ def _write_planetoid(root: Path, name: str, test_index, n_train=4, n_unlabeled=6
 def test_citeseer_isolated_test_nodes_padded(tmp_path):
     test_index = [515, 510, 513, 521, 511]  # 512, 514, 516..520 are missing (isolated nodes)
     objs, n = _write_planetoid(tmp_path, "citeseer", test_index)
-    g = load_planetoid("CiteSeer", root=tmp_path, normalize_features=False)
+    g = _load_unverified("CiteSeer", root=tmp_path, normalize_features=False)
     assert g.n_nodes == n == 522 and g.n_features == 5
     x, y = _np(g.x), _np(g.y)
     tx, ty = objs["tx"].toarray(), objs["ty"]
@@ -220,7 +226,7 @@ def test_citeseer_isolated_test_nodes_padded(tmp_path):
     np.testing.assert_array_equal(np.flatnonzero(_np(g.test_mask)), sorted(test_index))
     assert _np(g.train_mask).sum() == 4 and np.flatnonzero(_np(g.val_mask)).tolist() == list(range(4, 504))
     assert g.n_edges == 2 * (n - 1)  # path graph, both directions, no self-loop or duplicate
-    normed = _np(load_planetoid("citeseer", root=tmp_path).x)
+    normed = _np(_load_unverified("citeseer", root=tmp_path).x)
     assert not normed[padded].any()  # empty rows stay zero
     np.testing.assert_allclose(normed[test_index].sum(1), 1.0, rtol=1e-6)
 
@@ -228,7 +234,7 @@ def test_citeseer_isolated_test_nodes_padded(tmp_path):
 def test_pubmed_named_dataset_loads(tmp_path):
     test_index = [511, 509, 513, 510, 512]  # contiguous, in shuffled order
     objs, n = _write_planetoid(tmp_path, "pubmed", test_index, n_train=3, f=4, c=3, seed=1)
-    g = load_planetoid("pubmed", root=tmp_path, normalize_features=False)
+    g = _load_unverified("pubmed", root=tmp_path, normalize_features=False)
     assert (g.n_nodes, g.n_features, g.n_edges) == (514, 4, 2 * 513)
     np.testing.assert_array_equal(_np(g.x)[test_index], objs["tx"].toarray())
     np.testing.assert_array_equal(_np(g.y)[test_index], objs["ty"].argmax(1))
@@ -239,11 +245,11 @@ def test_split_sizes_that_do_not_add_up(tmp_path):
     # 10 training nodes + 500 validation nodes do not fit in the 509 rows of allx.
     _write_planetoid(tmp_path, "pubmed", [509, 510], n_train=10, n_unlabeled=-1)
     with pytest.raises(ValueError, match="split sizes do not add up"):
-        load_planetoid("pubmed", root=tmp_path)
+        _load_unverified("pubmed", root=tmp_path)
 
 
 def test_test_index_tx_mismatch(tmp_path):
     _write_planetoid(tmp_path, "cora", [510, 511, 512])
     (tmp_path / "planetoid" / "ind.cora.test.index").write_text("510\n511\n")
     with pytest.raises(ValueError, match=r"ind\.cora\.test\.index.*ind\.cora\.tx has 3 rows"):
-        load_planetoid("cora", root=tmp_path)
+        _load_unverified("cora", root=tmp_path)

@@ -19,6 +19,7 @@ Two things about ``ogb`` 1.3.6 this module works around:
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import pickle
 import zipfile
@@ -117,6 +118,51 @@ def _has_raw(folder: Path, meta) -> bool:
     return (raw / ("data.npz" if meta["binary"] == "True" else "edge.csv.gz")).exists()
 
 
+def _checked_arrays(name: str, g, labels, split):
+    """Validates what ``ogb`` read (``g``: its graph dict, ``labels`` [N] or [N, 1], ``split``:
+    dict of index arrays) and returns (x float32 [N, F], y int32 [N], (src, dst) int64 [E],
+    masks: dict of bool [N] for train/valid/test). Raises ``ValueError`` naming ``name`` and the
+    field (``num_nodes``, ``node_feat``, ``edge_index``, ``labels``, ``split['<key>']``)."""
+    try:
+        n = operator.index(g["num_nodes"])
+    except TypeError:
+        raise ValueError(f"{name}: num_nodes must be an int, got {g['num_nodes']!r}") from None
+    if n < 1:
+        raise ValueError(f"{name}: num_nodes must be >= 1, got {n}")
+    if g.get("node_feat") is None:
+        raise ValueError(f"{name} has no node features")
+    x = np.asarray(g["node_feat"])
+    if x.ndim != 2 or x.shape[0] != n or x.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: node_feat must be numeric [num_nodes={n}, F], got {x.dtype} {x.shape}")
+    x = x.astype(np.float32)
+    if not np.isfinite(x).all():
+        raise ValueError(f"{name}: node_feat must be finite, got {int((~np.isfinite(x)).sum())} NaN/inf values")
+    ei = np.asarray(g["edge_index"])
+    if ei.ndim != 2 or ei.shape[0] != 2 or ei.dtype.kind not in "iu":
+        raise ValueError(f"{name}: edge_index must be integer [2, E], got {ei.dtype} {ei.shape}")
+    if ei.size and (ei.min() < 0 or ei.max() >= n):
+        raise ValueError(f"{name}: edge_index must be in [0, {n}), got [{ei.min()}, {ei.max()}]")
+    y = np.asarray(labels)
+    if y.shape not in ((n,), (n, 1)) or y.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: labels must be numeric [num_nodes={n}] or [{n}, 1], got {y.dtype} {y.shape}")
+    y = y.astype(np.float64).reshape(n)
+    if np.isinf(y).any() or (y[~np.isnan(y)] < 0).any() or (y[~np.isnan(y)] % 1).any():
+        raise ValueError(f"{name}: labels must be non-negative integers (NaN = unlabelled)")
+    y = np.where(np.isnan(y), 0, y).astype(np.int32)
+    masks = {}
+    for key in ("train", "valid", "test"):
+        if key not in split:
+            raise ValueError(f"{name}: split has no {key!r} (got {sorted(split)})")
+        idx = np.asarray(split[key])
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise ValueError(f"{name}: split[{key!r}] must be integer [k], got {idx.dtype} {idx.shape}")
+        if idx.size and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"{name}: split[{key!r}] must be in [0, {n}), got [{idx.min()}, {idx.max()}]")
+        masks[key] = np.zeros(n, bool)
+        masks[key][idx] = True
+    return x, y, (ei[0].astype(np.int64), ei[1].astype(np.int64)), masks
+
+
 def load_ogb_node(name: str, root: str | os.PathLike | None = None, *, to_undirected: bool = True) -> Graph:
     """Loads a homogeneous, single-task OGB node-classification dataset (``ogbn-arxiv``,
     ``ogbn-products``, ``ogbn-papers100M``) with its official split.
@@ -140,7 +186,11 @@ def load_ogb_node(name: str, root: str | os.PathLike | None = None, *, to_undire
       ImportError: ``ogb`` (or torch) is not installed; the message says how to install it.
       ValueError: unknown ``name``; a heterogeneous (ogbn-mag) or multi-task (ogbn-proteins)
         dataset, which a `Graph` cannot hold; a dataset without node features; a dataset folder
-        without its ``RELEASE_v*.txt`` (ogb would prompt to re-download); an unreadable cache.
+        without its ``RELEASE_v*.txt`` (ogb would prompt to re-download); an unreadable cache;
+        arrays that fail validation, each naming the field: ``node_feat`` not numeric
+        [N, F] or not finite, ``edge_index`` not integer [2, E] or outside [0, N), ``labels``
+        not [N]/[N, 1] non-negative integers (NaN allowed), ``split['train'|'valid'|'test']``
+        missing, not integer or outside [0, N).
       FileNotFoundError: the raw files are missing under an explicit ``root``/``$CODESIGN_DATA``.
     """
     from codesign.data.planetoid import default_root
@@ -163,19 +213,8 @@ def load_ogb_node(name: str, root: str | os.PathLike | None = None, *, to_undire
             f"neither to download into the default cache.")
     dataset = _dataset_class()(name, root=str(base))
     g, labels = dataset[0]
-    n = int(g["num_nodes"])
-    if g.get("node_feat") is None:
-        raise ValueError(f"{name} has no node features")
-    x = np.asarray(g["node_feat"], np.float32)
-    y = np.asarray(labels, np.float64).reshape(n, -1)[:, 0]
-    y = np.where(np.isnan(y), 0, y).astype(np.int32)
-    masks = []
-    for key, split in dataset.get_idx_split().items():
-        m = np.zeros(n, bool)
-        m[np.asarray(split, np.int64)] = True
-        masks.append((key, m))
-    masks = dict(masks)
-    src, dst = (np.asarray(v, np.int64) for v in g["edge_index"])
+    x, y, (src, dst), masks = _checked_arrays(name, g, labels, dataset.get_idx_split())
+    n = x.shape[0]
     if to_undirected:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     keep = src != dst

@@ -16,6 +16,7 @@ import pickle
 import tempfile
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -29,6 +30,9 @@ PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
 _EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 _URL = "https://github.com/kimiyoung/planetoid/raw/master/data/ind.{name}.{ext}"
 _N_VAL = 500  # the public split's validation set: the 500 nodes after the training nodes
+# CiteSeer: test.index may skip nodes (isolated, padded with zero rows); its span may be at most this
+# many times the number of tx rows (the real file: 1015 nodes for 1000 rows).
+_MAX_SPAN_PER_TEST_ROW = 3
 
 # Checksums of the files at github.com/kimiyoung/planetoid (commit af6abf4), "sha256:<hex>".
 # ind.pubmed.allx (~38 MB) is pinned by its git object id instead ("git-sha1:<hex>", the SHA-1
@@ -131,31 +135,119 @@ def _find_files(name: str, root) -> dict[str, Path]:
     return paths
 
 
-_SAFE = {  # the globals the Planetoid pickles (and the same objects pickled today) refer to
-    "__builtin__": {"list", "dict", "set", "tuple", "int", "float", "object"},
-    "builtins": {"list", "dict", "set", "tuple", "int", "float", "object"},
+SKIP_VERIFY_ENV = "CODESIGN_SKIP_VERIFY"
+_verified: dict[tuple[str, int, int, str], None] = {}  # (path, size, mtime_ns, expected) checked in-process
+
+
+def _skip_verify_from_env() -> bool:
+    val = os.environ.get(SKIP_VERIFY_ENV, "").strip().lower()
+    if val in ("", "0", "false", "no"):
+        return False
+    if val in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"${SKIP_VERIFY_ENV}: expected 1/true/yes (skip) or 0/false/no/unset (verify), got {val!r}")
+
+
+def _verify_files(paths: Mapping[str, Path], verify: bool) -> None:
+    """Checks every file against `CHECKSUMS` (wherever it came from) unless opted out, in which
+    case it warns naming the files left unverified. A file with no known checksum is an error
+    unless opted out. Results are cached per (path, size, mtime) for this process."""
+    if not isinstance(verify, bool):
+        raise TypeError(f"load_planetoid: verify must be a bool, got {type(verify).__name__}")
+    if not verify or _skip_verify_from_env():
+        how = "verify=False" if not verify else f"{SKIP_VERIFY_ENV}=1"
+        warnings.warn(f"load_planetoid: {how}: NOT checking {', '.join(str(p) for p in paths.values())} "
+                      f"against their known checksums", stacklevel=3)
+        return
+    for p in paths.values():
+        expected = CHECKSUMS.get(p.name)
+        if expected is None:
+            raise ValueError(f"{p}: no known checksum for {p.name}; to load it unverified pass verify=False "
+                             f"or set {SKIP_VERIFY_ENV}=1")
+        st = p.stat()
+        key = (str(p.resolve()), st.st_size, st.st_mtime_ns, expected)
+        if key not in _verified:
+            try:
+                verify_checksum(p, expected)
+            except ValueError as e:
+                raise ValueError(f"{e} (a modified copy? load it with verify=False or {SKIP_VERIFY_ENV}=1)") from None
+            _verified[key] = None
+
+
+# --------------------------------------------------------------------------- restricted unpickling
+# The real Cora files (python 2 pickles) refer to exactly these globals, by pickletools:
+# numpy.core.multiarray._reconstruct, numpy.ndarray, numpy.dtype, scipy.sparse.csr.csr_matrix,
+# collections.defaultdict, __builtin__.list. (CiteSeer's and PubMed's were not at hand to inspect;
+# they are written by the same code. Should one refer to another class, loading it fails with
+# "refusing to load global ...".) The same objects pickled today add numpy._core paths,
+# scipy.sparse._csr, csr_array, _codecs.encode and copyreg. No global may be called to allocate:
+# a CSR class cannot be constructed with arguments (only created empty and filled from the file's
+# own arrays, then fully checked), and _reconstruct only makes the empty placeholder that the
+# array's stored bytes then fill. With labels required to be dense arrays, every row count is
+# bounded by a file's size (a CSR matrix's width is not).
+
+class _NoInit:
+    """Mixin: an instance may be created empty (NEWOBJ, copyreg._reconstructor) but calling
+    the class with arguments (REDUCE) is refused."""
+
+    def __init__(self, *args, **kwargs):
+        raise pickle.UnpicklingError(f"refusing to call {type(self).__mro__[2].__name__}(...) from a pickle")
+
+
+class _CsrMatrix(_NoInit, sp.csr_matrix):
+    pass
+
+
+class _CsrArray(_NoInit, sp.csr_array):
+    pass
+
+
+_ND_ARRAY = object()  # stands for numpy.ndarray: usable only as _reconstruct's first argument
+
+
+def _reconstruct(subtype, shape, dtype):
+    if subtype is not _ND_ARRAY or tuple(shape) != (0,):
+        raise pickle.UnpicklingError(f"refusing numpy _reconstruct({subtype!r}, {shape!r}, ...): only the "
+                                     f"empty ndarray placeholder (0,) is allowed")
+    return np.ndarray.__new__(np.ndarray, (0,), dtype)
+
+
+def _np_core(qualname: str):
+    module, name = qualname.split(".")
+    try:  # numpy >= 2 moved numpy.core to numpy._core
+        mod = importlib.import_module("numpy._core." + module)
+    except ImportError:
+        mod = importlib.import_module("numpy.core." + module)
+    return getattr(mod, name)
+
+
+_SPARSE = {"csr_matrix": _CsrMatrix, "csr_array": _CsrArray}
+_SPARSE_MODULES = ("scipy.sparse", "scipy.sparse.csr", "scipy.sparse._csr")
+_BUILTINS = {"list", "dict", "set", "tuple", "int", "float", "object"}
+_SAFE = {
+    "__builtin__": _BUILTINS, "builtins": _BUILTINS,
     "collections": {"defaultdict", "OrderedDict"},
     "copy_reg": {"_reconstructor"}, "copyreg": {"_reconstructor"},
-    "numpy": {"ndarray", "dtype"},
     "_codecs": {"encode"},  # how python 3 writes bytes at protocol 2
 }
 
 
 class _Unpickler(pickle.Unpickler):
-    """Loads python2 pickles of numpy/scipy objects under current module paths; refuses
-    anything else (so a tampered file cannot run code)."""
+    """Loads python2 pickles of numpy arrays / scipy CSR matrices and plain containers under
+    current module paths; refuses every other global (so a tampered file cannot run code or
+    call a factory such as ``scipy.sparse.eye_array``)."""
 
     def find_class(self, module, name):
-        if module.startswith("numpy.core.") or module.startswith("numpy._core."):
-            if name in ("_reconstruct", "scalar", "_frombuffer"):
-                module = module.replace("numpy.core.", "numpy._core.", 1)
-                try:  # numpy >= 2 moved numpy.core to numpy._core
-                    importlib.import_module(module)
-                except ImportError:
-                    module = module.replace("numpy._core.", "numpy.core.", 1)
-                return super().find_class(module, name)
-        elif module.startswith("scipy.sparse") and name.endswith(("_matrix", "_array")):
-            return getattr(sp, name)  # old private paths (scipy.sparse.csr) are gone or deprecated
+        if module.startswith(("numpy.core.", "numpy._core.")):
+            sub = module.split(".", 2)[2]
+            if (sub, name) == ("multiarray", "_reconstruct"):
+                return _reconstruct
+            if (sub, name) in (("multiarray", "scalar"), ("numeric", "_frombuffer")):
+                return _np_core(f"{sub}.{name}")  # both build from the file's own bytes
+        elif module == "numpy" and name in ("ndarray", "dtype"):
+            return _ND_ARRAY if name == "ndarray" else np.dtype
+        elif module in _SPARSE_MODULES and name in _SPARSE:
+            return _SPARSE[name]
         elif name in _SAFE.get(module, ()):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
@@ -167,29 +259,118 @@ def _load_pickle(path: Path):
             return _Unpickler(f, encoding="latin1").load()
     except OSError:
         raise
+    except pickle.UnpicklingError as e:
+        if str(e).startswith("refusing"):  # ours: a global or call outside the format
+            raise ValueError(f"{path}: {e}") from e
+        raise ValueError(f"{path}: not a readable Planetoid pickle, the file may be truncated or "
+                         f"corrupted ({type(e).__name__}: {e})") from e
     except Exception as e:  # pickle raises many types on truncated/corrupted input
         raise ValueError(f"{path}: not a readable Planetoid pickle, the file may be truncated or "
                          f"corrupted ({type(e).__name__}: {e})") from e
 
 
-def _matrix(path: Path, labels: bool = False):
+def _features(path: Path) -> sp.csr_matrix:
+    """A feature file (x/tx/allx): a CSR matrix or a numeric 2-D array, finite -> float64 CSR."""
     obj = _load_pickle(path)
-    if not (sp.issparse(obj) or isinstance(obj, np.ndarray)) or obj.ndim != 2:
-        raise ValueError(f"{path}: expected a 2-D matrix, got {type(obj).__name__} "
+    if isinstance(obj, (_CsrMatrix, _CsrArray)):
+        try:  # rebuild from the file's arrays, checking indptr/indices fully before any use
+            m = sp.csr_matrix((obj.data, obj.indices, obj.indptr), shape=obj.shape)
+            m.check_format(full_check=True)
+        except Exception as e:
+            raise ValueError(f"{path}: inconsistent CSR matrix ({type(e).__name__}: {e})") from e
+        data = m.data
+    elif isinstance(obj, np.ndarray) and obj.ndim == 2:
+        data = m = obj
+    else:
+        raise ValueError(f"{path}: expected a 2-D CSR matrix or array, got {type(obj).__name__} "
                          f"with shape {getattr(obj, 'shape', None)}")
-    if labels:
-        return np.asarray(obj.toarray() if sp.issparse(obj) else obj)
-    return sp.csr_matrix(obj, dtype=np.float64)
+    if data.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: expected numeric features, got dtype {data.dtype}")
+    if not np.isfinite(data).all():
+        raise ValueError(f"{path}: features must be finite, got {int((~np.isfinite(data)).sum())} NaN/inf values")
+    return sp.csr_matrix(m, dtype=np.float64)
+
+
+def _labels(path: Path) -> np.ndarray:
+    """A label file (y/ty/ally): a numeric 2-D array [rows, classes >= 1], finite (its size is
+    then bounded by the file's, and so are the row counts of the files checked against it)."""
+    obj = _load_pickle(path)
+    if not isinstance(obj, np.ndarray) or obj.ndim != 2 or obj.shape[1] < 1 or obj.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: expected a numeric 2-D array of one-hot labels [rows, classes >= 1], got "
+                         f"{type(obj).__name__} with shape {getattr(obj, 'shape', None)}, "
+                         f"dtype {getattr(obj, 'dtype', None)}")
+    if not np.isfinite(obj).all():
+        raise ValueError(f"{path}: labels must be finite, got {int((~np.isfinite(obj)).sum())} NaN/inf values")
+    return obj
+
+
+def _test_index(path: Path, name: str, n_allx: int, n_test: int) -> np.ndarray:
+    """Reads test.index (one int per line) and checks it against allx/tx: distinct, one per tx
+    row, starting at ``n_allx``; contiguous for Cora/PubMed; for CiteSeer gaps (isolated test
+    nodes, padded with zero rows) may bring the span to at most ``_MAX_SPAN_PER_TEST_ROW * n_test``."""
+    try:
+        idx = np.array(path.read_text().split(), dtype=np.int64)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"{path}: expected one integer per line ({e})") from e
+    if idx.size != n_test or np.unique(idx).size != idx.size:
+        raise ValueError(f"{path.name} lists {np.unique(idx).size} distinct nodes ({idx.size} lines) but "
+                         f"ind.{name}.tx has {n_test} rows")
+    if not idx.size:
+        return idx
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo != n_allx:
+        raise ValueError(f"{path.name}: test nodes must start right after the {n_allx} rows of "
+                         f"ind.{name}.allx, got first index {lo}")
+    span, limit = hi - lo + 1, (_MAX_SPAN_PER_TEST_ROW * n_test if name == "citeseer" else n_test)
+    if span > limit:
+        raise ValueError(f"{path.name}: test indices span [{lo}, {hi}] ({span} nodes) for {n_test} rows of "
+                         f"ind.{name}.tx; at most {limit} allowed"
+                         + (" (only citeseer pads missing test nodes)" if name != "citeseer" else ""))
+    return idx
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _edges(path: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The adjacency lists of the graph file as (src, dst) int64 arrays, ids checked in [0, n)."""
+    graph = _load_pickle(path)
+    if not isinstance(graph, Mapping):
+        raise ValueError(f"{path}: expected a dict of adjacency lists, got {type(graph).__name__}")
+    for k, v in graph.items():
+        if not _is_int(k):
+            raise ValueError(f"{path}: node ids must be ints, got key {k!r} ({type(k).__name__})")
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{path}: adjacency list of node {k} must be a list, got {type(v).__name__}")
+        bad = next((u for u in v if not _is_int(u)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: node ids must be ints, got {bad!r} ({type(bad).__name__}) "
+                             f"in the list of node {k}")
+    src = np.repeat(np.array(list(graph), np.int64), [len(v) for v in graph.values()])
+    dst = np.fromiter(itertools.chain.from_iterable(graph.values()), np.int64, count=src.size)
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise ValueError(f"{path}: node ids must be in [0, {n}), got "
+                         f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]")
+    return src, dst
 
 
 def load_planetoid(name: str, root: str | os.PathLike | None = None,
-                   normalize_features: bool = True) -> Graph:
+                   normalize_features: bool = True, *, verify: bool = True) -> Graph:
     """Loads Cora, CiteSeer or PubMed with the public Planetoid split.
 
     Reads ``<root>/planetoid/ind.{name}.{x,tx,allx,y,ty,ally,graph,test.index}``. ``root`` is the
     argument, else ``$CODESIGN_DATA``, else ``${XDG_CACHE_HOME:-~/.cache}/codesign``; only in that
-    last case are missing files downloaded (once, from github.com/kimiyoung/planetoid, checked
-    against `CHECKSUMS`). Construction follows PyG's ``read_planetoid_data``:
+    last case are missing files downloaded (once, from github.com/kimiyoung/planetoid).
+
+    Every file, wherever it came from (``root``, ``$CODESIGN_DATA``, the cache, a download), is
+    checked against its hash in `CHECKSUMS` before it is read (once per file, size and mtime in a
+    process). To load your own modified copy, opt out with ``verify=False`` or the environment
+    variable ``CODESIGN_SKIP_VERIFY=1``; a `UserWarning` then names the files not verified. The
+    contents are validated either way (see Raises), and the pickles may refer only to the numpy
+    and scipy CSR classes and builtin containers of the format, never call a constructor.
+
+    Construction follows PyG's ``read_planetoid_data``:
     x = [allx; tx] with the test rows moved to their ``test.index`` nodes; y = argmax of the one-hot
     labels (a node with an all-zero label row, e.g. CiteSeer's 15 isolated test nodes padded in as
     in Kipf's ``gcn/utils.py``, gets label 0); train = the first len(y) nodes, val = the next 500,
@@ -202,9 +383,18 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None,
     Cora: N=2708, E=10556, F=1433, C=7, split 140/500/1000. CiteSeer: 3327, 9104, 3703, 6, 120/500/1000.
     PubMed: 19717, 88648, 500, 3, 60/500/1000.
 
-    Raises:
-      ValueError: unknown ``name``; a corrupted or truncated file (names it); row counts that
-        disagree between files; split sizes that do not add up; a download whose checksum differs.
+    Raises (each message names the file and, where it applies, both values):
+      ValueError: unknown ``name``; a file whose hash differs from `CHECKSUMS` (expected and
+        actual hash) or that has no known hash, unless opted out; a corrupted or truncated pickle,
+        or one referring to any other global ("refusing to load global <module>.<name>");
+        features that are not a numeric 2-D CSR matrix/array or hold NaN/inf; labels that are
+        not a numeric 2-D array [rows, classes >= 1] or hold NaN/inf; row, feature or class counts
+        that disagree between x/y, tx/ty, allx/ally; ``test.index`` entries that are not integers,
+        repeat, do not match tx's rows, do not start at len(allx), or span more than len(tx)
+        nodes (CiteSeer: ``_MAX_SPAN_PER_TEST_ROW`` * len(tx), gaps padded); graph node ids
+        that are not ints (a float is not truncated) or not in [0, N); split sizes that do not
+        add up; ``$CODESIGN_SKIP_VERIFY`` set to something other than 0/1/true/false/yes/no.
+      TypeError: ``verify`` is not a bool.
       FileNotFoundError: a file is missing (and could not be downloaded); the message says how to
         point at a local copy (``CODESIGN_DATA`` or ``root=``).
     """
@@ -212,13 +402,9 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None,
     if key not in PLANETOID_NAMES:
         raise ValueError(f"unknown Planetoid dataset {name!r}; choose one of {', '.join(PLANETOID_NAMES)}")
     paths = _find_files(key, root)
-    x, tx, allx = (_matrix(paths[e]) for e in ("x", "tx", "allx"))
-    y, ty, ally = (_matrix(paths[e], labels=True) for e in ("y", "ty", "ally"))
-    graph = _load_pickle(paths["graph"])
-    try:
-        test_index = np.array(paths["test.index"].read_text().split(), dtype=np.int64)
-    except ValueError as e:
-        raise ValueError(f"{paths['test.index']}: expected one integer per line ({e})") from e
+    _verify_files(paths, verify)
+    x, tx, allx = (_features(paths[e]) for e in ("x", "tx", "allx"))
+    y, ty, ally = (_labels(paths[e]) for e in ("y", "ty", "ally"))
 
     m = dict(x=x, tx=tx, allx=allx, y=y, ty=ty, ally=ally)
     for fa, fb, axis, what in (("x", "y", 0, "rows"), ("tx", "ty", 0, "rows"), ("allx", "ally", 0, "rows"),
@@ -228,18 +414,13 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None,
             raise ValueError(f"{paths[fa].name} has {m[fa].shape[axis]} {what} but "
                              f"{paths[fb].name} has {m[fb].shape[axis]}")
     n_train, n_allx = x.shape[0], allx.shape[0]
-    if test_index.size != tx.shape[0] or np.unique(test_index).size != test_index.size:
-        raise ValueError(f"{paths['test.index'].name} lists {np.unique(test_index).size} distinct "
-                         f"nodes ({test_index.size} lines) but {paths['tx'].name} has {tx.shape[0]} rows")
-    order = np.sort(test_index)
-    if test_index.size and order[0] != n_allx:
-        raise ValueError(f"{paths['test.index'].name}: test nodes must start right after the "
-                         f"{n_allx} rows of {paths['allx'].name}, got first index {order[0]}")
+    test_index = _test_index(paths["test.index"], key, n_allx, tx.shape[0])
     if n_train + _N_VAL > n_allx:
         raise ValueError(f"split sizes do not add up: {n_train} train ({paths['y'].name}) + {_N_VAL} "
                          f"val nodes > {n_allx} rows of {paths['allx'].name}")
     # Pad tx/ty with zero rows for test indices missing from test.index (CiteSeer's isolated
     # nodes, as PyG and Kipf's gcn/utils.py do; a no-op for Cora and PubMed).
+    order = np.sort(test_index)
     span = int(order[-1] - n_allx + 1) if test_index.size else 0
     tx_ext = sp.lil_matrix((span, tx.shape[1]))
     tx_ext[order - n_allx] = tx
@@ -255,16 +436,7 @@ def load_planetoid(name: str, root: str | os.PathLike | None = None,
         feats = sp.diags(np.divide(1.0, s, out=np.zeros_like(s), where=s != 0)) @ feats
     feats = feats.toarray().astype(np.float32)
 
-    if not isinstance(graph, Mapping):
-        raise ValueError(f"{paths['graph']}: expected a dict of adjacency lists, got {type(graph).__name__}")
-    try:
-        src = np.repeat(np.array([int(k) for k in graph], np.int64), [len(v) for v in graph.values()])
-        dst = np.fromiter(itertools.chain.from_iterable(graph.values()), np.int64, count=src.size)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{paths['graph']}: adjacency lists must hold node ids ({e})") from e
-    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-        raise ValueError(f"{paths['graph']}: node ids must be in [0, {n}), got "
-                         f"[{min(src.min(), dst.min())}, {max(src.max(), dst.max())}]")
+    src, dst = _edges(paths["graph"], n)
     s, r = np.concatenate([src, dst]), np.concatenate([dst, src])
     keep = s != r
     code = np.unique(r[keep] * n + s[keep])  # sorted by (receiver, sender), duplicates removed
