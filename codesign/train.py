@@ -230,14 +230,14 @@ class TrainConfig:
         return {k: getattr(self, k) for k in MODEL_OPTIONS if getattr(self, k) is not None}
 
     def __post_init__(self):
-        """Checks every field against its domain (`_FIELD_DOMAINS`), then the combinations.
+        """Checks every field against its domain (`FIELD_DOMAINS`), then the combinations.
 
         Raises:
           ValueError / TypeError: a field outside its domain or of the wrong type, or an invalid
             combination; the message names the field.
         """
         for f in dataclasses.fields(self):
-            _FIELD_DOMAINS[f.name].check(f"TrainConfig.{f.name}", getattr(self, f.name))
+            FIELD_DOMAINS[f.name].check(f"TrainConfig.{f.name}", getattr(self, f.name))
         if self.budget is not None and self.cost_weight != 0:
             raise ValueError(f"TrainConfig.budget: set either budget or cost_weight, not both "
                              f"(got budget={self.budget}, cost_weight={self.cost_weight})")
@@ -271,7 +271,7 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Interval:
+class Interval:
     """A numeric field's domain: ``lo <= v <= hi`` (``<`` on an open end), finite, an integer
     where ``integer``; None too where ``optional``."""
 
@@ -282,7 +282,8 @@ class _Interval:
     integer: bool = False
     optional: bool = False
 
-    def describe(self) -> str:
+    def describe(self, with_none: bool = True) -> str:
+        """The domain in words, e.g. "an integer in [1, 32] or None" ("or None" only ``with_none``)."""
         kind = "an integer" if self.integer else "a finite number"
         if math.isinf(self.lo) and math.isinf(self.hi):
             where = ""
@@ -290,7 +291,7 @@ class _Interval:
             where = f" {'>' if self.lo_open else '>='} {self.lo:g}"
         else:
             where = f" in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
-        return kind + where + (" or None" if self.optional else "")
+        return kind + where + (" or None" if self.optional and with_none else "")
 
     def check(self, name: str, v) -> None:
         if v is None and self.optional:
@@ -306,7 +307,7 @@ class _Interval:
 
 
 @dataclasses.dataclass(frozen=True)
-class _OneOf:
+class OneOf:
     """A field's domain: one of ``values``, of the same type (so 1 is not True; None only if listed)."""
 
     values: tuple
@@ -316,40 +317,40 @@ class _OneOf:
             raise ValueError(f"{name}: must be one of {self.values}, got {v!r}")
 
 
-_POSITIVE = _Interval(0, lo_open=True)
-_NON_NEGATIVE = _Interval(0)
-_FRACTION = _Interval(0, 1, hi_open=True)  # [0, 1): a rate
-_FLAG, _OPTIONAL_FLAG = _OneOf((False, True)), _OneOf((None, False, True))
-_FIELD_DOMAINS = {
-    "model": _OneOf(tuple(sorted(MODELS))),
-    "hidden": _Interval(1, integer=True),
+_POSITIVE = Interval(0, lo_open=True)
+_NON_NEGATIVE = Interval(0)
+_FRACTION = Interval(0, 1, hi_open=True)  # [0, 1): a rate
+_FLAG, _OPTIONAL_FLAG = OneOf((False, True)), OneOf((None, False, True))
+FIELD_DOMAINS = {
+    "model": OneOf(tuple(sorted(MODELS))),
+    "hidden": Interval(1, integer=True),
     "dropout": _FRACTION,
     "lr": _POSITIVE,
     "weight_decay": _NON_NEGATIVE,
-    "epochs": _Interval(1, integer=True),
-    "bits": _Interval(1, FP32_BITS, integer=True, optional=True),  # 32 (or None): no quantization
+    "epochs": Interval(1, integer=True),
+    "bits": Interval(1, FP32_BITS, integer=True, optional=True),  # 32 (or None): no quantization
     "cost_weight": _NON_NEGATIVE,
-    "objective": _OneOf(OBJECTIVES),
+    "objective": OneOf(OBJECTIVES),
     "edge_mask": _OPTIONAL_FLAG,
     "feature_mask": _OPTIONAL_FLAG,
     "gate_lr": _POSITIVE,
-    "seed": _Interval(0, integer=True),
-    "heads": _Interval(1, integer=True, optional=True),
-    "aggr": _OneOf((None, *SAGE_AGGREGATORS)),
-    "k_hops": _Interval(0, integer=True, optional=True),
-    "alpha": _Interval(0, 1, optional=True),
-    "select": _OneOf(SELECTIONS),
-    "weight_decay_scope": _OneOf(DECAY_SCOPES),
-    "budget": _Interval(0, 1, lo_open=True, optional=True),  # fraction of the dense cost
+    "seed": Interval(0, integer=True),
+    "heads": Interval(1, integer=True, optional=True),
+    "aggr": OneOf((None, *SAGE_AGGREGATORS)),
+    "k_hops": Interval(0, integer=True, optional=True),
+    "alpha": Interval(0, 1, optional=True),
+    "select": OneOf(SELECTIONS),
+    "weight_decay_scope": OneOf(DECAY_SCOPES),
+    "budget": Interval(0, 1, lo_open=True, optional=True),  # fraction of the dense cost
     "budget_lr": _NON_NEGATIVE,
     "budget_kp": _NON_NEGATIVE,
-    "gate_optimizer": _OneOf(GATE_OPTIMIZERS),
+    "gate_optimizer": OneOf(GATE_OPTIMIZERS),
     "budget_band": _NON_NEGATIVE,
-    "edge_sparsifier": _OneOf(EDGE_SPARSIFIERS),
-    "block_size": _Interval(1, integer=True),
-    "reorder": _OneOf(REORDERINGS),
+    "edge_sparsifier": OneOf(EDGE_SPARSIFIERS),
+    "block_size": Interval(1, integer=True),
+    "reorder": OneOf(REORDERINGS),
     "channel_mask": _FLAG,
-    "quantizer": _OneOf(QUANTIZERS),
+    "quantizer": OneOf(QUANTIZERS),
     "quant_lr": _POSITIVE,
     "dropedge_rate": _FRACTION,
     "bits_weight": _NON_NEGATIVE,
