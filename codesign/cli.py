@@ -15,11 +15,102 @@ from typing import Optional, Sequence
 import numpy as np
 
 
-def _add_common(p: argparse.ArgumentParser):
-    p.add_argument("--dataset", default="cora", help="planetoid dataset: cora, citeseer, pubmed")
+class _Parser(argparse.ArgumentParser):
+    """`argparse.ArgumentParser` whose errors are one line on stderr (``codesign <cmd>: error: ...``),
+    exit status 2, no usage block; subcommand parsers inherit it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's line breaks; appends ``(default: X)`` to every option whose
+    default is a value (not None / False: those options say in their help what happens unset)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _checked(domain, name: str):
+    """An argparse ``type=``: parses an int (``domain.integer``) or float and checks it against
+    ``domain`` (`codesign.train.Interval`), else ``argument --FLAG: must be ..., got ...``."""
+    parse = int if domain.integer else float
+
+    def convert(text: str):
+        try:
+            value = parse(text)
+            domain.check(name, value)
+        except (ValueError, TypeError):
+            raise argparse.ArgumentTypeError(f"must be {domain.describe(with_none=False)}, got {text!r}") from None
+        return value
+    convert.__name__ = name  # argparse names the type in some messages
+    return convert
+
+
+def _field(name: str):
+    """The ``type=`` of a flag that sets `TrainConfig` field ``name``: the field's own domain
+    (`codesign.train.FIELD_DOMAINS`), so the command line and the config cannot disagree."""
+    from codesign.train import FIELD_DOMAINS
+    return _checked(FIELD_DOMAINS[name], name)
+
+
+def _positive_int(name: str):
+    from codesign.train import Interval
+    return _checked(Interval(1, integer=True), name)
+
+
+def _unit_interval(name: str):
+    from codesign.train import Interval
+    return _checked(Interval(0, 1), name)
+
+
+def _cost_weights(text: str) -> list[float]:
+    """``--cost-weights``: a non-empty comma-separated list of `TrainConfig.cost_weight` values."""
+    check = _field("cost_weight")
+    values = [check(v.strip()) for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"needs at least one comma-separated cost weight, got {text!r}")
+    return values
+
+
+def _hw_list(text: str) -> str:
+    """``cost --hw``: comma-separated `codesign.hwmodel.presets` names (case-insensitive)."""
+    from codesign.hwmodel import presets
+    names = [v.strip().lower() for v in text.split(",") if v.strip()]
+    bad = [v for v in names if v not in presets.names()]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown hardware preset(s) {bad or [text]}; choose from "
+                                         f"{', '.join(presets.names())}")
+    return ",".join(names)
+
+
+def _model_default(name: str) -> str:
+    """Help suffix of a flag that defaults to the model's `MODEL_DEFAULTS` entry, else
+    `TrainConfig`'s field default, e.g. `` (default: 0.01; gat 0.005)``."""
+    from codesign.models import MODEL_DEFAULTS
+    from codesign.train import TrainConfig
+    base = TrainConfig.__dataclass_fields__[name].default
+    per_model = [f"{m} {d[name]}" for m, d in MODEL_DEFAULTS.items() if name in d and d[name] != base]
+    base = "the model's own" if base is None else base
+    return f" (default: {base}" + ("; " + ", ".join(per_model) if per_model else "") + ")"
+
+
+def _add_common(p: argparse.ArgumentParser, multi_hw: bool = False):
+    from codesign.data.planetoid import PLANETOID_NAMES
+    from codesign.hwmodel import presets
+    from codesign.models import MODELS
+    p.add_argument("--dataset", default="cora", type=str.lower, choices=PLANETOID_NAMES, help="planetoid dataset")
     p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
-    p.add_argument("--model", default="gcn")
-    p.add_argument("--hw", default="h100", help="hardware preset the cost refers to")
+    p.add_argument("--model", default="gcn", choices=sorted(MODELS),
+                   help="model (hyper-parameters not given default to its MODEL_DEFAULTS entry)")
+    if multi_hw:
+        p.add_argument("--hw", default="h100", type=_hw_list,
+                       help=f"comma-separated hardware presets, from {', '.join(presets.names())}")
+    else:
+        p.add_argument("--hw", default="h100", type=str.lower, choices=presets.names(),
+                       help="hardware preset the cost refers to")
 
 
 # Training flags that default to the model's `MODEL_DEFAULTS` entry (then `TrainConfig`'s default)
@@ -28,38 +119,48 @@ _MODEL_DEFAULTED = ("epochs", "lr", "gate_lr", "weight_decay", "hidden", "dropou
                     "k_hops", "alpha", "select", "weight_decay_scope")
 
 
-def _add_training(p: argparse.ArgumentParser):
+def _add_training(p: argparse.ArgumentParser, bits: Optional[int] = None, edge_mask: str = "auto"):
+    """The training flags; ``bits`` and ``edge_mask`` are the command's defaults of those two."""
     from codesign.models.layers import QUANTIZERS
-    from codesign.train import DECAY_SCOPES, SELECTIONS
-    dflt = " (default: the model's MODEL_DEFAULTS, else TrainConfig's)"
-    p.add_argument("--bits", type=int, default=None, help="N-bit fake quantization of features and weights")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs" + dflt)
-    p.add_argument("--lr", type=float, default=None, help="Adam step size of the weights" + dflt)
-    p.add_argument("--gate-lr", type=float, default=None, help="Adam step size of the gate logits" + dflt)
-    p.add_argument("--weight-decay", type=float, default=None, help="L2 weight decay" + dflt)
+    from codesign.models.sage import AGGREGATORS
+    from codesign.train import DECAY_SCOPES, OBJECTIVES, SELECTIONS
+    dflt = _model_default
+    p.add_argument("--bits", type=_field("bits"), default=bits,
+                   help="N-bit fake quantization of features and weights, N in [1, 32] (32 or unset: FP32)")
+    p.add_argument("--epochs", type=_field("epochs"), default=None, help="training epochs" + dflt("epochs"))
+    p.add_argument("--lr", type=_field("lr"), default=None, help="Adam step size of the weights" + dflt("lr"))
+    p.add_argument("--gate-lr", type=_field("gate_lr"), default=None,
+                   help="Adam step size of the gate logits" + dflt("gate_lr"))
+    p.add_argument("--weight-decay", type=_field("weight_decay"), default=None,
+                   help="L2 weight decay" + dflt("weight_decay"))
     p.add_argument("--weight-decay-scope", choices=DECAY_SCOPES, default=None,
-                   help="weight decay on the first layer or on all weights" + dflt)
-    p.add_argument("--hidden", type=int, default=None, help="hidden width (GAT: per head)" + dflt)
-    p.add_argument("--dropout", type=float, default=None, help="dropout rate" + dflt)
-    p.add_argument("--objective", default=None, choices=["energy_j", "latency_s", "dram_bytes"])
+                   help="weight decay on the first layer or on all weights" + dflt("weight_decay_scope"))
+    p.add_argument("--hidden", type=_field("hidden"), default=None, help="hidden width (GAT: per head)" + dflt("hidden"))
+    p.add_argument("--dropout", type=_field("dropout"), default=None, help="dropout rate in [0, 1)" + dflt("dropout"))
+    p.add_argument("--objective", default=None, choices=OBJECTIVES,
+                   help="which modeled cost total the cost term uses" + dflt("objective"))
     p.add_argument("--select", choices=SELECTIONS, default=None,
-                   help="evaluate the last epoch's weights or the best-validation epoch's" + dflt)
-    p.add_argument("--heads", type=int, default=None, help="GAT: first-layer attention heads" + dflt)
-    p.add_argument("--aggr", choices=["mean", "max"], default=None, help="GraphSAGE aggregator" + dflt)
-    p.add_argument("--k-hops", type=int, default=None, help="APPNP: propagation steps K" + dflt)
-    p.add_argument("--alpha", type=float, default=None, help="APPNP: teleport probability" + dflt)
-    for mask in ("edge", "feature"):
-        p.add_argument(f"--{mask}-mask", choices=sorted(_SWITCH), default="auto",
-                       help=f"learn a {mask} mask: on, off, or auto (on when --cost-weight > 0)")
-    p.add_argument("--edge-l0-weight", type=float, default=None,
-                   help="weight of the expected kept-edge fraction in the loss (TrainConfig.edge_l0_weight)")
-    p.add_argument("--distill-weight", type=float, default=None,
-                   help="self-distillation from a dense teacher over all nodes (TrainConfig.distill_weight)")
-    p.add_argument("--distill-temperature", type=float, default=None, help="distillation temperature T")
+                   help="evaluate the last epoch's weights or the best-validation epoch's" + dflt("select"))
+    p.add_argument("--heads", type=_positive_int("heads"), default=None,
+                   help="GAT: first-layer attention heads" + dflt("heads"))
+    p.add_argument("--aggr", choices=AGGREGATORS, default=None, help="GraphSAGE aggregator" + dflt("aggr"))
+    p.add_argument("--k-hops", type=_field("k_hops"), default=None, help="APPNP: propagation steps K" + dflt("k_hops"))
+    p.add_argument("--alpha", type=_field("alpha"), default=None,
+                   help="APPNP: teleport probability in [0, 1]" + dflt("alpha"))
+    for mask, default in (("edge", edge_mask), ("feature", "auto")):
+        p.add_argument(f"--{mask}-mask", choices=sorted(_SWITCH), default=default,
+                       help=f"learn the {mask} mask: on, off, or auto (on when there is a cost term)")
+    p.add_argument("--edge-l0-weight", type=_field("edge_l0_weight"), default=None,
+                   help="weight of the expected kept-edge fraction in the loss (TrainConfig.edge_l0_weight; default 0)")
+    p.add_argument("--distill-weight", type=_field("distill_weight"), default=None,
+                   help="self-distillation from a dense teacher over all nodes (TrainConfig.distill_weight; default 0)")
+    p.add_argument("--distill-temperature", type=_field("distill_temperature"), default=None,
+                   help="distillation temperature T > 0 (default 1)")
     p.add_argument("--quantizer", choices=QUANTIZERS, default=None,
                    help="quantizer kind with --bits (TrainConfig.quantizer; default fixed)")
-    p.add_argument("--bits-weight", type=float, default=None,
-                   help="bit-width penalty of learned widths, independent of the hardware (TrainConfig.bits_weight)")
+    p.add_argument("--bits-weight", type=_field("bits_weight"), default=None,
+                   help="bit-width penalty of learned widths, independent of the hardware (TrainConfig.bits_weight; "
+                        "default 0)")
     p.add_argument("--pin-ranges", action="store_const", const=True, default=None,
                    help="learned widths: pin weight / hidden ranges to the data max (TrainConfig.pin_ranges)")
 
@@ -231,9 +332,6 @@ def cmd_cost(args) -> int:
 
     from codesign import hwmodel
     from codesign.train import TrainConfig, build_model
-    for name in ("edge_density", "feature_density"):
-        if not 0.0 <= getattr(args, name) <= 1.0:
-            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(args, name)}")
     graph = _load(args)
     model = build_model(TrainConfig.for_model(args.model), graph, nnx.Rngs(0), dense=True)
     n, e = graph.n_nodes, graph.n_edges
@@ -309,29 +407,30 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def _floats(s: str) -> list[float]:
-    return [float(v) for v in s.split(",") if v.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codesign", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from codesign.bench_train import DEFAULT_VENV
+    from codesign.hwmodel import presets
+    from codesign.hwmodel.comm import LINKS
+    parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sweep,cost,bench}")
+    add = lambda name, help: sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
-    p = sub.add_parser("train", help="train (several seeds), harden, evaluate and cost one configuration")
+    p = add("train", "train (several seeds), harden, evaluate and cost one configuration")
     _add_common(p)
     _add_training(p)
-    p.add_argument("--cost-weight", type=float, default=0.0)
-    p.add_argument("--budget", type=float, default=None,
-                   help="train under cost <= BUDGET x the dense FP32 model's cost (Lagrange multiplier); "
-                        "replaces --cost-weight")
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--cost-weight", type=_field("cost_weight"), default=0.0,
+                   help="weight of the log cost-ratio term in the loss (0: accuracy only)")
+    p.add_argument("--budget", type=_field("budget"), default=None,
+                   help="train under cost <= BUDGET x the dense FP32 model's cost, BUDGET in (0, 1] (Lagrange "
+                        "multiplier); replaces --cost-weight")
+    p.add_argument("--seeds", type=_positive_int("seeds"), default=5, help="seeds 0 .. SEEDS-1, averaged")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--devices", type=int, default=1,
+    p.add_argument("--devices", type=_positive_int("devices"), default=1,
                    help="partition the graph (METIS) over this many devices and train full-batch across them "
                         "(GCN; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=P)")
-    p.add_argument("--link", default="nvlink4", choices=["nvlink4", "pcie5_x16", "infiniband_ndr"],
-                   help="with --devices > 1: the link between devices that the cost model charges")
+    p.add_argument("--link", default=None, choices=list(LINKS),
+                   help="with --devices > 1: the link between devices that the cost model charges "
+                        "(default: nvlink4)")
     p.add_argument("--int8-halo", action="store_true", help="with --devices > 1: send halo rows as int8")
     p.add_argument("--out", default="results",
                    help="results folder: each finished seed is appended there as it finishes; a re-run skips "
@@ -339,36 +438,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="results file stem (default train_<dataset>_<model>_<hw>)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("sweep", help="accuracy-vs-cost sweep over cost weights x seeds (resumable)")
+    p = add("sweep", "accuracy-vs-cost sweep over cost weights x seeds (resumable)")
     _add_common(p)
-    _add_training(p)
     # Default method: feature mask + 8-bit. Free per-edge gates overfit Cora's 140 labels: at cost
     # weight 0 they still drop 23% of edges and cost 2.5 points (measured); see README.
-    p.set_defaults(bits=8, edge_mask="off")
-    p.add_argument("--cost-weights", type=_floats, default=[0.0, 0.03, 0.1, 0.3, 1.0, 3.0],
-                   help="comma-separated cost weights, each run at --bits (the FP32 dense reference is added)")
-    p.add_argument("--seeds", type=int, default=3)
+    _add_training(p, bits=8, edge_mask="off")
+    p.add_argument("--cost-weights", type=_cost_weights, default=[0.0, 0.03, 0.1, 0.3, 1.0, 3.0],
+                   help="comma-separated cost weights (finite, >= 0), each run at --bits (the FP32 dense "
+                        "reference is added)")
+    p.add_argument("--seeds", type=_positive_int("seeds"), default=3, help="seeds 0 .. SEEDS-1 per configuration")
     p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>)")
-    p.add_argument("--out", default="results", help="results folder")
+    p.add_argument("--out", default="results", help="results folder (created if missing)")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("cost", help="modeled cost per stage of the dense model and of given densities/bits")
-    _add_common(p)
-    p.add_argument("--bits", type=int, default=None)
-    p.add_argument("--edge-density", type=float, default=1.0)
-    p.add_argument("--feature-density", type=float, default=1.0)
+    p = add("cost", "modeled cost per stage of the dense model and of given densities/bits")
+    _add_common(p, multi_hw=True)
+    p.add_argument("--bits", type=_field("bits"), default=None,
+                   help="bit-width of features and weights in [1, 32] (default: 32, FP32)")
+    p.add_argument("--edge-density", type=_unit_interval("edge_density"), default=1.0,
+                   help="kept fraction of the edges, in [0, 1]")
+    p.add_argument("--feature-density", type=_unit_interval("feature_density"), default=1.0,
+                   help="kept fraction of the input features, in [0, 1]")
     p.add_argument("--training", action="store_true", help="cost forward + backward instead of inference")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=cmd_cost)
 
-    from codesign.bench_train import DEFAULT_VENV
-    p = sub.add_parser("bench", help="benchmarks: medians of repeated runs, compile time apart")
+    p = add("bench", "benchmarks: medians of repeated runs, compile time apart")
     p.add_argument("target", choices=["cost", "train"],
                    help="cost: cost model + gradient over many design points; train: GCN/GAT training "
                         "s/epoch and peak memory next to PyG on Cora and R-MAT")
-    p.add_argument("--points", type=int, default=10_000, help="cost: design points")
-    p.add_argument("--hw", default="gnnear", help="cost: hardware preset")
-    p.add_argument("--reps", type=int, default=5, help="cost: timed repetitions")
+    p.add_argument("--points", type=_positive_int("points"), default=10_000, help="cost: design points")
+    p.add_argument("--hw", default="gnnear", type=str.lower, choices=presets.names(), help="cost: hardware preset")
+    p.add_argument("--reps", type=_positive_int("reps"), default=5, help="cost: timed repetitions")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="without PATH: print one JSON object instead of a table; train: --json PATH also "
                         "writes the result there (atomically)")
@@ -377,26 +478,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impls", default="auto",
                    help="train: codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR "
                         "where faster), segment (XLA segment_sum only)")
-    p.add_argument("--rounds", type=int, default=3, help="train: interleaved repetitions of every configuration")
-    p.add_argument("--epochs", type=int, default=None, help="train: timed epochs per run (default: cora 50, rmat 10)")
+    p.add_argument("--rounds", type=_positive_int("rounds"), default=3,
+                   help="train: interleaved repetitions of every configuration")
+    p.add_argument("--epochs", type=_positive_int("epochs"), default=None,
+                   help="train: timed epochs per run (default: cora 50, rmat 10)")
     p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="train: virtual environment with torch_geometric")
     p.add_argument("--create-venv", action="store_true", help="train: create --pyg-venv if it is missing")
     p.add_argument("--no-pyg", action="store_true", help="train: codesign side only")
     p.add_argument("--data-root", default=None, help="train: folder holding planetoid/ (Cora)")
-    p.add_argument("--rmat-scale", type=int, default=17, help="train: R-MAT graph with 2**scale nodes")
-    p.add_argument("--rmat-draws", type=int, default=1_100_000, help="train: R-MAT edges drawn (before symmetrizing)")
-    p.add_argument("--rmat-features", type=int, default=64, help="train: R-MAT feature width")
+    p.add_argument("--rmat-scale", type=_positive_int("rmat_scale"), default=17,
+                   help="train: R-MAT graph with 2**scale nodes")
+    p.add_argument("--rmat-draws", type=_positive_int("rmat_draws"), default=1_100_000,
+                   help="train: R-MAT edges drawn (before symmetrizing)")
+    p.add_argument("--rmat-features", type=_positive_int("rmat_features"), default=64,
+                   help="train: R-MAT feature width")
     p.set_defaults(func=cmd_bench)
     return parser
 
 
+def _writable_folder_error(path: str) -> Optional[str]:
+    """Why files cannot be written under folder ``path`` (created with its parents if missing),
+    or None: its nearest existing ancestor must be a writable folder."""
+    import os
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{path!r} cannot be a folder: {probe!r} is a file"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{path!r}: folder {probe!r} is not writable"
+    return None
+
+
+def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
+    """Checks between flags that argparse cannot express; exits 2 with one line naming the flags."""
+    if args.command == "train":
+        if args.devices == 1:
+            for flag, given in (("--int8-halo", args.int8_halo), ("--link", args.link is not None)):
+                if given:
+                    parser.exit(2, f"codesign train: error: argument {flag}: needs --devices > 1\n")
+        args.link = args.link or "nvlink4"
+    if args.command == "sweep":
+        why = _writable_folder_error(args.out)
+        if why:
+            parser.exit(2, f"codesign sweep: error: argument --out: {why}\n")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Runs the command line ``argv`` and returns its exit status. Bad input (a flag out of its
+    domain, a config the library refuses with ValueError, a missing file) is one line on stderr
+    and status 2; a training run that diverges is one line and status 1; anything else
+    propagates (a bug). ``--help`` prints the help and returns 0."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        _check_combinations(parser, args)
+    except SystemExit as e:  # argparse: --help (0) or a flag error, already printed (2)
+        return e.code if isinstance(e.code, int) else 0
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"codesign {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:
+        print(f"codesign {args.command}: error: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

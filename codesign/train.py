@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import numbers
 import time
 from typing import Callable, NamedTuple, Optional, Sequence
 
@@ -67,7 +68,9 @@ from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.kernels import CooAdjacency
 from codesign.models import MODEL_DEFAULTS, MODELS
-from codesign.models.layers import QUANTIZERS
+from codesign.kernels.bsr import _REORDERINGS as REORDERINGS
+from codesign.models.layers import FP32_BITS, QUANTIZERS
+from codesign.models.sage import AGGREGATORS as SAGE_AGGREGATORS
 from codesign.quant import BitParam, QuantStep, pin_ranges
 from codesign.sparsify import GATE_PARAMS, BlockEdgeMask, DropEdge, EdgeScorer
 
@@ -227,45 +230,17 @@ class TrainConfig:
         return {k: getattr(self, k) for k in MODEL_OPTIONS if getattr(self, k) is not None}
 
     def __post_init__(self):
-        if self.model not in MODELS:
-            raise ValueError(f"TrainConfig.model: unknown model {self.model!r}; choose from {sorted(MODELS)}")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"TrainConfig.objective: {self.objective!r} not in {OBJECTIVES}")
-        if not (self.cost_weight >= 0 and math.isfinite(self.cost_weight)):
-            raise ValueError(f"TrainConfig.cost_weight: must be finite and >= 0, got {self.cost_weight}")
-        if self.epochs < 1:
-            raise ValueError(f"TrainConfig.epochs: must be >= 1, got {self.epochs}")
-        for name in ("lr", "gate_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"TrainConfig.{name}: must be > 0, got {getattr(self, name)}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"TrainConfig.dropout: must be in [0, 1), got {self.dropout}")
-        if self.select not in SELECTIONS:
-            raise ValueError(f"TrainConfig.select: {self.select!r} not in {SELECTIONS}")
-        if self.weight_decay_scope not in DECAY_SCOPES:
-            raise ValueError(f"TrainConfig.weight_decay_scope: {self.weight_decay_scope!r} not in {DECAY_SCOPES}")
-        if self.budget is not None:
-            if not (0 < self.budget <= 1):
-                raise ValueError(f"TrainConfig.budget: must be a fraction in (0, 1] of the dense cost, got {self.budget}")
-            if self.cost_weight != 0:
-                raise ValueError(f"TrainConfig.budget: set either budget or cost_weight, not both "
-                                 f"(got budget={self.budget}, cost_weight={self.cost_weight})")
-        for name in ("budget_lr", "budget_kp", "budget_band"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"TrainConfig.{name}: must be >= 0, got {getattr(self, name)}")
-        if self.edge_sparsifier not in EDGE_SPARSIFIERS:
-            raise ValueError(f"TrainConfig.edge_sparsifier: {self.edge_sparsifier!r} not in {EDGE_SPARSIFIERS}")
-        if self.quantizer not in QUANTIZERS:
-            raise ValueError(f"TrainConfig.quantizer: {self.quantizer!r} not in {QUANTIZERS}")
-        if self.bits is not None and self.bits < 1:
-            raise ValueError(f"TrainConfig.bits: must be >= 1 or None, got {self.bits}")
-        if not self.quant_lr > 0:
-            raise ValueError(f"TrainConfig.quant_lr: must be > 0, got {self.quant_lr}")
-        if not 0 <= self.dropedge_rate < 1:
-            raise ValueError(f"TrainConfig.dropedge_rate: must be in [0, 1), got {self.dropedge_rate}")
-        for name in ("bits_weight", "distill_weight", "edge_l0_weight"):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise ValueError(f"TrainConfig.{name}: must be finite and >= 0, got {getattr(self, name)}")
+        """Checks every field against its domain (`FIELD_DOMAINS`), then the combinations.
+
+        Raises:
+          ValueError / TypeError: a field outside its domain or of the wrong type, or an invalid
+            combination; the message names the field.
+        """
+        for f in dataclasses.fields(self):
+            FIELD_DOMAINS[f.name].check(f"TrainConfig.{f.name}", getattr(self, f.name))
+        if self.budget is not None and self.cost_weight != 0:
+            raise ValueError(f"TrainConfig.budget: set either budget or cost_weight, not both "
+                             f"(got budget={self.budget}, cost_weight={self.cost_weight})")
         if self.bits_weight > 0 and self.quantizer not in ("learned", "a2q"):
             raise ValueError(f"TrainConfig.bits_weight: needs a learned bit-width quantizer ('learned' or 'a2q'), "
                              f"got quantizer={self.quantizer!r}")
@@ -275,10 +250,6 @@ class TrainConfig:
         if self.edge_l0_weight > 0 and not self.uses_edge_mask:
             raise ValueError("TrainConfig.edge_l0_weight: needs an edge mask (edge_mask=True, or a cost term "
                              "with edge_mask left at None)")
-        if not self.distill_temperature > 0:
-            raise ValueError(f"TrainConfig.distill_temperature: must be > 0, got {self.distill_temperature}")
-        if self.gate_optimizer not in GATE_OPTIMIZERS:
-            raise ValueError(f"TrainConfig.gate_optimizer: {self.gate_optimizer!r} not in {GATE_OPTIMIZERS}")
         accepted = inspect.signature(MODELS[self.model].__init__).parameters
         for name in self.model_options():
             if name not in accepted:
@@ -297,6 +268,99 @@ class TrainConfig:
     def uses_feature_mask(self) -> bool:
         return self.costed if self.feature_mask is None else self.feature_mask
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A numeric field's domain: ``lo <= v <= hi`` (``<`` on an open end), finite, an integer
+    where ``integer``; None too where ``optional``."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+    def describe(self, with_none: bool = True) -> str:
+        """The domain in words, e.g. "an integer in [1, 32] or None" ("or None" only ``with_none``)."""
+        kind = "an integer" if self.integer else "a finite number"
+        if math.isinf(self.lo) and math.isinf(self.hi):
+            where = ""
+        elif math.isinf(self.hi):
+            where = f" {'>' if self.lo_open else '>='} {self.lo:g}"
+        else:
+            where = f" in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}{')' if self.hi_open else ']'}"
+        return kind + where + (" or None" if self.optional and with_none else "")
+
+    def check(self, name: str, v) -> None:
+        if v is None and self.optional:
+            return
+        ok_type = (isinstance(v, numbers.Integral) if self.integer else isinstance(v, numbers.Real))
+        if isinstance(v, bool) or not ok_type:
+            raise TypeError(f"{name}: must be {self.describe()}, got {v!r} ({type(v).__name__})")
+        v = float(v)
+        inside = (math.isfinite(v) and (v > self.lo if self.lo_open else v >= self.lo)
+                  and (v < self.hi if self.hi_open else v <= self.hi))
+        if not inside:
+            raise ValueError(f"{name}: must be {self.describe()}, got {v:g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """A field's domain: one of ``values``, of the same type (so 1 is not True; None only if listed)."""
+
+    values: tuple
+
+    def check(self, name: str, v) -> None:
+        if not any(v is c or (type(v) is type(c) and v == c) for c in self.values):
+            raise ValueError(f"{name}: must be one of {self.values}, got {v!r}")
+
+
+_POSITIVE = Interval(0, lo_open=True)
+_NON_NEGATIVE = Interval(0)
+_FRACTION = Interval(0, 1, hi_open=True)  # [0, 1): a rate
+_FLAG, _OPTIONAL_FLAG = OneOf((False, True)), OneOf((None, False, True))
+FIELD_DOMAINS = {
+    "model": OneOf(tuple(sorted(MODELS))),
+    "hidden": Interval(1, integer=True),
+    "dropout": _FRACTION,
+    "lr": _POSITIVE,
+    "weight_decay": _NON_NEGATIVE,
+    "epochs": Interval(1, integer=True),
+    "bits": Interval(1, FP32_BITS, integer=True, optional=True),  # 32 (or None): no quantization
+    "cost_weight": _NON_NEGATIVE,
+    "objective": OneOf(OBJECTIVES),
+    "edge_mask": _OPTIONAL_FLAG,
+    "feature_mask": _OPTIONAL_FLAG,
+    "gate_lr": _POSITIVE,
+    "seed": Interval(0, integer=True),
+    "heads": Interval(1, integer=True, optional=True),
+    "aggr": OneOf((None, *SAGE_AGGREGATORS)),
+    "k_hops": Interval(0, integer=True, optional=True),
+    "alpha": Interval(0, 1, optional=True),
+    "select": OneOf(SELECTIONS),
+    "weight_decay_scope": OneOf(DECAY_SCOPES),
+    "budget": Interval(0, 1, lo_open=True, optional=True),  # fraction of the dense cost
+    "budget_lr": _NON_NEGATIVE,
+    "budget_kp": _NON_NEGATIVE,
+    "gate_optimizer": OneOf(GATE_OPTIMIZERS),
+    "budget_band": _NON_NEGATIVE,
+    "edge_sparsifier": OneOf(EDGE_SPARSIFIERS),
+    "block_size": Interval(1, integer=True),
+    "reorder": OneOf(REORDERINGS),
+    "channel_mask": _FLAG,
+    "quantizer": OneOf(QUANTIZERS),
+    "quant_lr": _POSITIVE,
+    "dropedge_rate": _FRACTION,
+    "bits_weight": _NON_NEGATIVE,
+    "pin_ranges": _FLAG,
+    "edge_l0_weight": _NON_NEGATIVE,
+    "distill_weight": _NON_NEGATIVE,
+    "distill_temperature": _POSITIVE,
+}
+"""Every `TrainConfig` field's domain, checked by ``TrainConfig.__post_init__`` (a new field needs
+an entry here; ``tests/test_errors_cli.py`` checks that the keys are the fields)."""
 
 def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
     """The model of ``cfg`` for ``graph``; ``dense=True`` gives its dense FP32 reference.
@@ -476,7 +540,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     Raises:
       ValueError: ``teacher_logits`` given while ``cfg.distill_weight`` is 0, or of the wrong
         shape, or not finite; ``cfg.budget`` below the cost floor (`_check_budget_feasible`).
-      FloatingPointError: the final training loss is not finite.
+      FloatingPointError: the final training loss is not finite; the message names the first
+        epoch with a non-finite loss and the settings used.
 
     Returns:
       dict with ``test_accuracy``, ``val_accuracy``, ``train_accuracy`` (hardened model),
@@ -549,8 +614,10 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     loss = ratio = jnp.nan
     lam = jnp.zeros((2,), jnp.float32)
     best = _BestVal.start(model) if cfg.select == "best_val" else None
+    first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
     for epoch in range(cfg.epochs):
         loss, ratio, lam, hard = step(model, opt_w, opt_g, opt_q, graph, adj, lam)
+        first_bad = _first_nonfinite(first_bad, epoch, loss)
         if best is not None:
             model.eval()  # validation forward: no dropout, deterministic gates
             best = _track_best(model, graph, adj, best, epoch, *_selection_terms(cfg, hard))
@@ -562,7 +629,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     if best is not None:
         nnx.update(model, best.params)
     if not np.isfinite(float(loss)):
-        raise FloatingPointError(f"training diverged: final loss {float(loss)} (lr={cfg.lr}, cost_weight={cfg.cost_weight})")
+        raise FloatingPointError(_divergence_message(cfg, float(loss), int(first_bad)))
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
@@ -591,6 +658,20 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "multiplier": float(lam[1]), "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1 if best is None else int(best.epoch),
         "by_hw": by_hw,
     }
+
+
+@jax.jit
+def _first_nonfinite(first_bad: jax.Array, epoch, loss: jax.Array) -> jax.Array:
+    """``epoch`` if ``loss`` is the first non-finite loss seen, else ``first_bad`` (-1: none yet)."""
+    return jnp.where((first_bad < 0) & ~jnp.isfinite(loss), epoch, first_bad).astype(jnp.int32)
+
+
+def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> str:
+    """One line: where the loss stopped being finite and the settings that were used."""
+    cost = f"budget={cfg.budget}" if cfg.budget is not None else f"cost_weight={cfg.cost_weight}"
+    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.epochs} (final loss {final_loss}); "
+            f"settings used: model={cfg.model}, lr={cfg.lr}, gate_lr={cfg.gate_lr}, weight_decay={cfg.weight_decay}, "
+            f"{cost}, bits={cfg.bits or 32}, quantizer={cfg.quantizer}, seed={cfg.seed}")
 
 
 def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax.Array:

@@ -1,0 +1,106 @@
+"""Every command line that README.md documents runs end to end in a subprocess, shortened
+(``--epochs 2 --seeds 1``; a sweep with one cost weight into ``tmp_path``; ``bench cost`` with 10
+points), and prints the fields it promises.
+
+Not here: the multi-device commands (``--devices``; tests/test_distributed.py) and ``bench train``
+(needs the PyG environment; tests/test_bench_train.py runs it without PyG)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+SHORT = ["--epochs", "2", "--seeds", "1"]  # argparse keeps the last value of a repeated flag
+
+
+def readme_commands() -> list[str]:
+    """The ``codesign ...`` command lines of README.md: in ```bash blocks (split at ``&&``, comments
+    dropped) and in inline code spans (which may wrap a line), whitespace-normalized, in order."""
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            for part in line.split("#")[0].split("&&"):
+                words = part.split()
+                while words and "=" in words[0]:  # leading VAR=value environment settings
+                    words = words[1:]
+                if words[:1] == ["codesign"]:
+                    found.append(" ".join(words))
+    found += [" ".join(span.split()) for span in re.findall(r"`(codesign [^`]+)`", README)]
+    return list(dict.fromkeys(found))
+
+
+def _covered(cmd: str) -> bool:
+    return "--devices" not in cmd and not cmd.startswith("codesign bench train")
+
+
+COMMANDS = [c for c in readme_commands() if _covered(c)]
+
+
+def test_readme_documents_every_command():
+    kinds = {" ".join(c.split()[:3]) if c.startswith("codesign bench") else " ".join(c.split()[:2])
+             for c in COMMANDS}
+    assert kinds == {"codesign train", "codesign sweep", "codesign cost", "codesign bench cost"}, COMMANDS
+    assert len(COMMANDS) >= 8, COMMANDS
+
+
+def _run(argv: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "codesign.cli", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=600)
+
+
+def _flag(argv: list[str], flag: str, default=None):
+    values = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+    return values[-1] if values else default
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_command_runs(command, cora, tmp_path):
+    argv = shlex.split(command.replace("<name>", "gat"))[1:]
+    if argv[0] == "train":
+        argv += SHORT
+    elif argv[0] == "sweep":
+        argv += ["--cost-weights", "0.1", *SHORT, "--out", str(tmp_path)]
+    elif argv[:2] == ["bench", "cost"]:
+        argv += ["--points", "10", "--reps", "1"]
+    r = _run(argv, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+
+    if argv[0] == "train" and "--json" in argv:
+        rec = json.loads(out)
+        assert rec["seeds"] == 1 and len(rec["per_seed_test_accuracy"]) == 1
+        assert 0 <= rec["test_accuracy"] <= 1
+        assert rec["bits"] == int(_flag(argv, "--bits", 32))
+        assert rec["model"] == _flag(argv, "--model", "gcn")
+        for totals in (rec["modeled"], rec["dense_modeled"]):
+            assert set(totals) == {"latency_s", "energy_j", "dram_bytes"} and all(v > 0 for v in totals.values())
+    elif argv[0] == "train":
+        for field in ("test accuracy", "kept edges", "latency_s", "energy_j", "dram_bytes"):
+            assert field in out, (field, out)
+    elif argv[0] == "sweep":
+        path = pathlib.Path(out.strip().splitlines()[-1])
+        assert path.parent == tmp_path and path.suffix == ".jsonl"
+        recs = [json.loads(line) for line in path.read_text().splitlines()]
+        assert sorted(r["config"]["cost_weight"] for r in recs) == [0.0, 0.1]  # dense reference + one weight
+        assert all(0 <= r["test_accuracy"] <= 1 and r["modeled"]["energy_j"] > 0 for r in recs)
+    elif argv[0] == "cost":
+        hws = _flag(argv, "--hw", "h100").split(",")
+        if "--json" in argv:
+            rec = json.loads(out)
+            assert list(rec) == hws
+            for per in rec.values():
+                assert len(per) == 2 and all(rep["energy_j"] > 0 and rep["stages"] for rep in per.values())
+        else:
+            assert all(hw in out for hw in hws) and "latency_s" in out and "bound" in out
+    else:  # bench cost
+        assert "cost + gradient of 10 design points" in out and "points/s" in out
