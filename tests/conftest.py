@@ -19,6 +19,9 @@ import jax
 import pytest
 
 os.environ.setdefault("CODESIGN_DATA", str((Path(__file__).resolve().parent / ".." / ".." / "shared" / "data").resolve()))
+# Absolute, so that tests running the CLI in a subprocess with another working directory see the same
+# data as README's relative ``CODESIGN_DATA=../shared/data`` gives this process.
+os.environ["CODESIGN_DATA"] = str(Path(os.environ["CODESIGN_DATA"]).resolve())
 
 _PLANETOID_EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 

@@ -164,11 +164,13 @@ def test_divergence_names_the_epoch_and_the_settings(cora):
     assert 0 <= epoch < 3
 
 
-def test_cli_divergence_is_one_line_exit_1(cora, capsys):
-    assert cli.main(["train", "--lr", "1e30", "--epochs", "3", "--seeds", "1", "--json"]) == 1
+def test_cli_divergence_is_one_line_exit_1(cora, capsys, tmp_path):
+    assert cli.main(["train", "--lr", "1e30", "--epochs", "3", "--seeds", "1", "--json", "--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
-    err = captured.err.strip()
-    assert len(err.splitlines()) == 1
+    lines = captured.err.strip().splitlines()  # the results-file progress line, then the error
+    errors = [ln for ln in lines if "error" in ln]
+    assert len(errors) == 1 and errors[0] == lines[-1] and "Traceback" not in captured.err
+    err = errors[0]
     assert err.startswith("codesign train: error: training diverged:") and "lr=1e+30" in err
     assert captured.out == ""
 
