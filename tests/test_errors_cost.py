@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from codesign import cli, hwmodel
-from codesign.hwmodel import HardwareSpec, NearMemorySpec, comm, presets
+from codesign.hwmodel import NearMemorySpec, comm, presets
 from codesign.models import MODELS
 
 N, E = 2708, 10556  # Cora's sizes (no data is loaded)
@@ -166,6 +166,8 @@ def test_all_presets_valid():
 def test_unknown_preset_lists_known():
     with pytest.raises(ValueError, match=r"^unknown hardware preset 'nope'; known presets: .*h100"):
         presets.get("nope")
+    with pytest.raises(TypeError, match=r"^hardware preset: name must be a str, got None; known presets: .*h100"):
+        presets.get(None)
 
 
 @pytest.mark.parametrize("field, value, need", [

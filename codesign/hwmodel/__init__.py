@@ -1,4 +1,8 @@
-"""Differentiable analytic hardware cost model: `HardwareSpec` + presets, `Workload`, `estimate`."""
+"""Differentiable analytic hardware cost model: `HardwareSpec` + presets, `Workload`, `estimate`.
+
+Inputs are checked at the boundary (`codesign.hwmodel.validate`): bit-widths in [1, 32], densities
+in [0, 1], counts >= 0, all finite (concrete values; traced ones under jit/grad are not checked),
+and every `HardwareSpec` number at construction."""
 
 from codesign.hwmodel import presets
 from codesign.hwmodel.area import area_mm2, peak_power_w

@@ -376,7 +376,7 @@ def _derived_params(step: jax.Array, qmax: jax.Array, *, signed: bool, min_bits:
 def expected_bits(q) -> jax.Array:
     """Average bit-width (float32 scalar) of the values quantizer ``q`` emits, for the cost model.
 
-    ``None`` (no quantizer) -> 32; `FakeQuant` -> its ``bits`` (None or >= 32 -> 32); any module
+    ``None`` (no quantizer) -> 32; `FakeQuant` -> its ``bits`` (None or 32 -> 32); any module
     with an ``expected_bits()`` method -> that (differentiable where learned).
 
     Raises:
@@ -395,7 +395,7 @@ def expected_bits(q) -> jax.Array:
 def hard_bits(q):
     """Deployed integer bit-width(s) of quantizer ``q``: int, or int32 [N] for per-node quantizers.
 
-    ``None`` -> 32; `FakeQuant` -> ``bits`` (None or >= 32 -> 32); else ``q.hard_bits()``.
+    ``None`` -> 32; `FakeQuant` -> ``bits`` (None or 32 -> 32); else ``q.hard_bits()``.
 
     Raises:
       TypeError: ``q`` is none of these.
