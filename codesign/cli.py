@@ -336,10 +336,11 @@ def cmd_cost(args) -> int:
     model = build_model(TrainConfig.for_model(args.model), graph, nnx.Rngs(0), dense=True)
     n, e = graph.n_nodes, graph.n_edges
     common = dict(training=args.training, locality=hwmodel.measure_locality(graph.senders, graph.receivers, n))
+    bits = 32 if args.bits is None else args.bits  # not `args.bits or 32`: --bits 0 must be refused, not costed as 32
     workloads = {
         "dense fp32": model.workload(n, e, hard=True, **common),
-        f"given ({args.bits or 32}-bit, edges {args.edge_density:g}, features {args.feature_density:g})":
-            model.workload(n, e, bits=float(args.bits or 32),
+        f"given ({bits}-bit, edges {args.edge_density:g}, features {args.feature_density:g})":
+            model.workload(n, e, bits=float(bits),
                            densities={"edge": args.edge_density, "feature": args.feature_density}, **common),
     }
     out = {}

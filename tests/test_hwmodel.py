@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from codesign.hwmodel import (HardwareSpec, Workload, bsr_spmm_stage, elementwise_stage, estimate, gemm_stage,
                               matrix_macs_per_s, message_passing_layer, presets, segment_spmm_stages, smooth_max,
                               spmm_stage, stage_cost, upcast_gemm_stages, vector_macs_per_s)
+from codesign.hwmodel.spec import HOST_NONNEGATIVE
 
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
 REFERENCE_RTOL = 1e-5
@@ -581,7 +582,14 @@ _NUMERIC_FIELDS = ["matrix_fp32_macs_per_s", "matrix_bf16_macs_per_s", "matrix_i
 @pytest.mark.parametrize("field", _NUMERIC_FIELDS)
 @pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, -math.inf])
 def test_invalid_values_raise_naming_field(field, value):
-    with pytest.raises(ValueError, match=rf"\.{field}: must be finite and > 0"):
+    """Rates and bandwidths must be > 0; energies and the buffer size may be 0 (a free access, no
+    buffer) but not negative."""
+    nonneg = field in HOST_NONNEGATIVE
+    if nonneg and value == 0.0:
+        free_int8 = {"mac_energy_int8_pj": 0.0} if field == "mac_energy_fp32_pj" else {}  # int8 <= fp32
+        assert getattr(tiny_spec(**{field: value, **free_int8}), field) == 0.0
+        return
+    with pytest.raises(ValueError, match=rf"\.{field}: must be finite and {'>= 0' if nonneg else '> 0'}, got"):
         tiny_spec(**{field: value})
 
 
@@ -625,9 +633,15 @@ def test_replace_validates():
     assert hw.dram_bw_bytes_per_s == 3.35e12  # frozen: the original is unchanged
 
 
-@pytest.mark.parametrize("value", [np.float32(-1.0), np.int64(0), np.array(-1.0), True, "1e9", np.ones(2)])
+@pytest.mark.parametrize("value", [np.float32(-1.0), np.int64(0), np.array(-1.0)])
 def test_numpy_scalars_validated(value):
-    with pytest.raises(ValueError, match=r"\.dram_bw_bytes_per_s"):
+    with pytest.raises(ValueError, match=r"\.dram_bw_bytes_per_s: must be finite and > 0"):
+        tiny_spec(dram_bw_bytes_per_s=value)
+
+
+@pytest.mark.parametrize("value", [True, "1e9", np.ones(2)])
+def test_non_numbers_are_type_errors(value):
+    with pytest.raises(TypeError, match=r"\.dram_bw_bytes_per_s: must be a real number"):
         tiny_spec(dram_bw_bytes_per_s=value)
 
 

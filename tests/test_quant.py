@@ -101,7 +101,7 @@ def test_no_gradient_into_explicit_scale():
     assert float(g) == 0.0
 
 
-@pytest.mark.parametrize("bits", [None, NO_QUANT_BITS, 64])
+@pytest.mark.parametrize("bits", [None, NO_QUANT_BITS])
 def test_no_quantization_is_identity(bits):
     x = jax.random.normal(jax.random.key(1), (33,), jnp.float32)
     np.testing.assert_array_equal(np.asarray(fake_quant(x, bits)), np.asarray(x))
@@ -125,12 +125,23 @@ def test_dtype_preserved_and_jittable(dtype):
     assert len(np.unique(np.asarray(y, np.float32))) <= 15
 
 
-@pytest.mark.parametrize("bits,signed", [(0, False), (-1, False), (1, True), (0, True), (2.5, True), (True, True), ("8", True)])
+@pytest.mark.parametrize("bits,signed", [(0, False), (-1, False), (1, True), (0, True), (33, True), (33, False),
+                                         (64, True)])
 def test_bad_bits_raise(bits, signed):
-    with pytest.raises(ValueError, match="bits"):
+    """Out of range, above 32 included: 33 bits is an error, not float32 (32 is)."""
+    match = rf"^bits: must be in \[{2 if signed else 1}, 32\] .*got {bits}$"
+    with pytest.raises(ValueError, match=match):
         fake_quant(jnp.ones(3), bits, signed=signed)
-    with pytest.raises(ValueError, match="bits"):
+    with pytest.raises(ValueError, match=match):
         FakeQuant(bits, signed=signed)
+
+
+@pytest.mark.parametrize("bits", [2.5, 8.0, True, "8"])
+def test_bits_of_wrong_type_raise(bits):
+    with pytest.raises(TypeError, match=r"^bits: must be an int or None"):
+        fake_quant(jnp.ones(3), bits)
+    with pytest.raises(TypeError, match=r"^bits: must be an int or None"):
+        FakeQuant(bits)
 
 
 def test_unsigned_one_bit_is_allowed():

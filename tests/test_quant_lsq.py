@@ -181,7 +181,9 @@ def test_protocol_and_variable_types():
     assert hard_bits(q) == 5 and q.hard_bits() == 5
     assert float(expected_bits(FakeQuant(None))) == 32.0 and hard_bits(FakeQuant(None)) == 32
     assert float(expected_bits(FakeQuant(6))) == 6.0 and hard_bits(FakeQuant(6)) == 6
-    assert float(expected_bits(FakeQuant(40))) == 32.0
+    assert float(expected_bits(FakeQuant(32))) == 32.0 and hard_bits(FakeQuant(32)) == 32
+    with pytest.raises(ValueError, match=r"^bits: must be in \[2, 32\]"):
+        FakeQuant(40)  # not float32: an error
     assert float(expected_bits(None)) == 32.0
     with pytest.raises(TypeError, match="expected_bits"):
         expected_bits(object())
@@ -203,8 +205,6 @@ def test_protocol_and_variable_types():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(bits=1), "bits"),
     (dict(bits=0, signed=False), "bits"),
-    (dict(bits=True), "bits"),
-    (dict(bits=4.0), "bits"),
     (dict(bits=17), "bits"),
     (dict(bits=4, per_channel=True), "n_channels"),
     (dict(bits=4, per_channel=True, n_channels=0), "n_channels"),
@@ -217,6 +217,12 @@ def test_protocol_and_variable_types():
 def test_constructor_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LSQQuant(**kwargs)
+
+
+@pytest.mark.parametrize("bits", [True, 4.0])
+def test_constructor_bits_type_errors(bits):
+    with pytest.raises(TypeError, match=r"^bits: must be an int"):
+        LSQQuant(bits)
 
 
 def test_call_errors():

@@ -1,10 +1,15 @@
-"""Differentiable analytic hardware cost model: `HardwareSpec` + presets, `Workload`, `estimate`."""
+"""Differentiable analytic hardware cost model: `HardwareSpec` + presets, `Workload`, `estimate`.
+
+Inputs are checked at the boundary (`codesign.hwmodel.validate`): bit-widths in [1, 32], densities
+in [0, 1], counts >= 0, all finite (concrete values; traced ones under jit/grad are not checked),
+and every `HardwareSpec` number at construction."""
 
 from codesign.hwmodel import presets
 from codesign.hwmodel.area import area_mm2, peak_power_w
 from codesign.hwmodel.locality import LocalityProfile
 from codesign.hwmodel.locality import measure as measure_locality
 from codesign.hwmodel.estimate import CostReport, StageCost, estimate, nmp_stage_cost, smooth_max, stage_cost
+from codesign.hwmodel.validate import MAX_BITS, MIN_BITS, check_bits, check_count, check_density, resolve_densities
 from codesign.hwmodel.spec import HardwareSpec, NearMemorySpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
 from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
                                        elementwise_stage, gemm_stage, message_passing_layer, segment_spmm_stages,
@@ -14,7 +19,8 @@ __all__ = ["presets", "area_mm2", "peak_power_w", "LocalityProfile", "measure_lo
            "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "LayerWorkload", "Stage", "Workload",
            "attention_stages", "bsr_spmm_stage", "elementwise_stage", "gemm_stage", "message_passing_layer",
-           "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "with_backward"]
+           "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "with_backward", "MAX_BITS", "MIN_BITS",
+           "check_bits", "check_count", "check_density", "resolve_densities"]
 from codesign.hwmodel import comm
 from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage
 

@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.hwmodel.spec import BITS_PER_BYTE, PJ
+from codesign.hwmodel.spec import BITS_PER_BYTE, PJ, _validate_numbers
+from codesign.hwmodel.validate import check_bits, check_count
 
 GB = 1e9
 INT8_ROW_SCALE_BYTES = 4.0  # one float32 scale per row (codesign.quant.export.quantize_rows_int8)
@@ -49,7 +50,12 @@ class LinkSpec:
       name: preset name (static).
       bw_bytes_per_s: bandwidth one device can send with (one direction).
       latency_s: fixed cost per message (software + wire), >= 0.
-      energy_pj_per_byte: energy per byte moved across the link.
+      energy_pj_per_byte: energy per byte moved across the link, >= 0.
+
+    Raises:
+      ValueError: naming the field, for a bandwidth not finite and > 0, or a latency or energy
+        not finite and >= 0.
+      TypeError: naming the field, for a bool, str or non-scalar array.
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -58,11 +64,7 @@ class LinkSpec:
     energy_pj_per_byte: float
 
     def __post_init__(self):
-        for f in ("bw_bytes_per_s", "latency_s", "energy_pj_per_byte"):
-            v = getattr(self, f)
-            if isinstance(v, (int, float, np.number)) and not (np.isfinite(v) and (v >= 0 if f == "latency_s" else v > 0)):
-                raise ValueError(f"LinkSpec({self.name!r}).{f}: must be finite and {'>= 0' if f == 'latency_s' else '> 0'}, "
-                                 f"got {v!r}")
+        _validate_numbers(self, f"LinkSpec({self.name!r})", nonnegative=("latency_s", "energy_pj_per_byte"))
 
 
 def nvlink4() -> LinkSpec:
@@ -165,8 +167,12 @@ def communication_stage(name: str, rows, width, bits, *, training: bool = False,
       int8: per-row float32 scales travel with the rows (`INT8_ROW_SCALE_BYTES`).
 
     Raises:
-      ValueError: ``rows`` not square.
+      ValueError: ``rows`` not square; a concrete ``rows`` or ``width`` below 0 or ``bits``
+        outside [1, 32], or either not finite (`codesign.hwmodel.validate`; traced values pass).
     """
+    check_count(rows, "communication_stage(rows)")
+    check_count(width, "communication_stage(width)")
+    check_bits(bits, "communication_stage(bits)")
     rows = jnp.asarray(rows, jnp.float32)
     if rows.ndim != 2 or rows.shape[0] != rows.shape[1]:
         raise ValueError(f"communication_stage: rows must be [P, P], got shape {rows.shape}")

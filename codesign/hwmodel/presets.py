@@ -242,7 +242,10 @@ def get(name: str) -> HardwareSpec:
 
     Raises:
       ValueError: unknown name; the message lists the known presets.
+      TypeError: ``name`` not a str.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"hardware preset: name must be a str, got {name!r}; known presets: {', '.join(names())}")
     key = name.lower()
     if key not in _PRESETS:
         raise ValueError(f"unknown hardware preset {name!r}; known presets: {', '.join(names())}")

@@ -36,6 +36,13 @@ def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
     can differentiate every field). JAX arrays are left alone: they are tracers or spec-shaped
     trees of gradients, whose values need not be valid hardware numbers. None marks an absent
     optional part.
+
+    Fields in ``nonnegative`` must be finite and >= 0, those in ``fractions`` finite and in
+    (0, 1], every other one finite and > 0.
+
+    Raises:
+      TypeError: a bool, str or non-scalar array (naming ``<owner>.<field>``).
+      ValueError: a number outside its range or not finite (naming ``<owner>.<field>``).
     """
     concrete = {}
     for f in dataclasses.fields(obj):
@@ -45,7 +52,7 @@ def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
         if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
             continue  # placeholders JAX puts in pytree round trips (sentinels)
         if isinstance(v, (bool, str)) or np.ndim(v) != 0:
-            raise ValueError(f"{owner}.{f.name}: must be a real number, got {v!r}")
+            raise TypeError(f"{owner}.{f.name}: must be a real number, got {v!r}")
         v = float(v)
         ok = math.isfinite(v) and (v >= 0 if f.name in nonnegative else v > 0)
         if ok and f.name in fractions:
@@ -56,6 +63,14 @@ def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
         object.__setattr__(obj, f.name, v)
         concrete[f.name] = v
     return concrete
+
+
+HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "dram_energy_pj_per_byte", "onchip_buffer_bytes",
+                    "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_fp32_pj")
+"""`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
+number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
+NMP_NONNEGATIVE = ("mac_energy_pj", "internal_energy_pj_per_byte", "buffer_bytes", "host_link_energy_pj_per_byte")
+"""`NearMemorySpec` fields that may be 0; the others (units, bandwidths, rates) must be > 0."""
 
 
 @jax.tree_util.register_dataclass
@@ -78,7 +93,9 @@ class NearMemorySpec:
       host_link_energy_pj_per_byte: energy per byte across that link.
 
     Raises:
-      ValueError: naming the field, for a value that is not finite and positive.
+      ValueError: naming the field, for a value that is not finite and positive (energies and
+        ``buffer_bytes``: finite and >= 0).
+      TypeError: naming the field, for a bool, str or non-scalar array.
     """
 
     units: float
@@ -92,7 +109,7 @@ class NearMemorySpec:
     host_link_energy_pj_per_byte: float
 
     def __post_init__(self):
-        _validate_numbers(self, "NearMemorySpec")
+        _validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE)
 
 
 @jax.tree_util.register_dataclass
@@ -148,7 +165,9 @@ class HardwareSpec:
 
     Raises:
       ValueError: naming the field, if a number is not finite and positive (efficiencies in
-        (0, 1], stage_overhead_s and row_gather_overhead_s >= 0), or if int8 MACs are costlier than fp32 ones.
+        (0, 1]; overheads, energies and onchip_buffer_bytes >= 0: `HOST_NONNEGATIVE`), if
+        overlap_exponent < 1, or if int8 MACs are costlier than fp32 ones.
+      TypeError: naming the field, for a bool, str or non-scalar array.
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -179,7 +198,7 @@ class HardwareSpec:
 
     def __post_init__(self):
         concrete = _validate_numbers(
-            self, f"HardwareSpec({self.name!r})", nonnegative=("stage_overhead_s", "row_gather_overhead_s"),
+            self, f"HardwareSpec({self.name!r})", nonnegative=HOST_NONNEGATIVE,
             fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).overlap_exponent: must be >= 1 (1 = no overlap), "

@@ -18,8 +18,10 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from codesign.hwmodel.locality import LocalityProfile, stack_distance_rows
+from codesign.hwmodel.validate import check_bits, check_count, check_density
 
 INDEX_BYTES = 4  # int32 column index per stored nonzero (CSR)
 VALUE_BYTES = 4  # float32 value per stored nonzero
@@ -113,8 +115,28 @@ def _f32(v) -> jax.Array:
     return jnp.asarray(v, jnp.float32)
 
 
+def _counts(builder: str, **counts) -> None:
+    """`check_count` on each named count (finite, >= 0; traced values pass), errors naming
+    ``"<builder>(<name>)"``."""
+    for name, v in counts.items():
+        check_count(v, f"{builder}({name})")
+
+
+def _bits(builder: str, **bits) -> None:
+    """`check_bits` on each named bit-width (finite, in [1, 32]; traced values pass)."""
+    for name, v in bits.items():
+        check_bits(v, f"{builder}({name})")
+
+
 def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
-    """Dense GEMM ``[m, k] @ [k, n]``: reads both operands once, writes the result once."""
+    """Dense GEMM ``[m, k] @ [k, n]``: reads both operands once, writes the result once.
+
+    Raises:
+      ValueError: a concrete count below 0 or a bit-width outside [1, 32], or either not finite
+        (`codesign.hwmodel.validate`; traced values are not checked).
+    """
+    _counts("gemm_stage", m=m, k=k, n=n)
+    _bits("gemm_stage", a_bits=a_bits, w_bits=w_bits, out_bits=out_bits)
     m, k, n = _f32(m), _f32(k), _f32(n)
     bits = jnp.maximum(_f32(a_bits), _f32(w_bits))
     compulsory = (m * k * a_bits + k * n * w_bits + m * n * out_bits) / 8.0
@@ -139,7 +161,12 @@ def upcast_gemm_stages(m, k, n, bits, compute_bits=32.0) -> tuple[Stage, Stage, 
       ``(convert A, convert B, GEMM, convert result)``: three "elementwise" stages (one op per
       element, reading ``bits`` and writing ``compute_bits`` bits per element, or the reverse for
       the result) around a `gemm_stage` at ``compute_bits``.
+
+    Raises:
+      ValueError: as `gemm_stage`.
     """
+    _counts("upcast_gemm_stages", m=m, k=k, n=n)
+    _bits("upcast_gemm_stages", bits=bits, compute_bits=compute_bits)
     m, k, n = _f32(m), _f32(k), _f32(n)
     bits, compute_bits = _f32(bits), _f32(compute_bits)
     zero = jnp.zeros((), jnp.float32)
@@ -166,7 +193,13 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     beyond the first per row re-gathers an X row (``reuse_bytes``), which hits on chip according
     to ``locality`` (measured reuse profile; None = uniform) with reuse times scaled by
     ``access_scale`` (the kept edge fraction).
+
+    Raises:
+      ValueError: as `gemm_stage`; ``access_scale`` outside [0, 1].
     """
+    _counts("spmm_stage", n_rows=n_rows, nnz=nnz, width=width)
+    _bits("spmm_stage", x_bits=x_bits, out_bits=out_bits)
+    check_density(access_scale, "spmm_stage(access_scale)")
     n_rows, nnz, width = _f32(n_rows), _f32(nnz), _f32(width)
     x_bytes = n_rows * width * x_bits / 8.0
     out_bytes = n_rows * width * out_bits / 8.0
@@ -196,7 +229,12 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
       ``(spmm, messages)``; ``messages`` is an "elementwise" stage whose only arithmetic is
       those conversions (none when ``message_bits`` equals ``x_bits``), each charged the energy
       of one MAC at ``message_bits`` (an upper bound: a convert is cheaper than a multiply-add).
+
+    Raises:
+      ValueError: as `spmm_stage`, also for ``message_bits``.
     """
+    if message_bits is not None:
+        _bits("segment_spmm_stages", message_bits=message_bits)
     spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
     bits = _f32(x_bits if message_bits is None else message_bits)
     elements = _f32(nnz) * _f32(width)
@@ -214,7 +252,15 @@ def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
     Reads tile values (fp32) + one block-column index per tile, X once, and re-gathers a
     B x width slab of X per tile beyond the first of its block row; ``locality`` is the profile
     of the *block* gather stream (rows = block rows), None = uniform.
+
+    Raises:
+      ValueError: as `gemm_stage`; ``block_size`` not an int >= 1; ``access_scale`` outside [0, 1].
     """
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValueError(f"bsr_spmm_stage(block_size): must be an int >= 1, got {block_size!r}")
+    _counts("bsr_spmm_stage", n_rows=n_rows, nnz_blocks=nnz_blocks, width=width)
+    _bits("bsr_spmm_stage", x_bits=x_bits, out_bits=out_bits)
+    check_density(access_scale, "bsr_spmm_stage(access_scale)")
     n_rows, nnzb, width = _f32(n_rows), _f32(nnz_blocks), _f32(width)
     b = float(block_size)
     block_rows = n_rows / b
@@ -231,7 +277,12 @@ def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
                      locality: Optional[LocalityProfile] = None, access_scale=1.0) -> tuple[Stage, ...]:
     """GAT attention (Velickovic et al., ICLR 2018) over ``nnz`` edges and ``heads`` heads:
     SDDMM of per-node score terms (one add + LeakyReLU per edge and head), edge softmax
-    (`SOFTMAX_OPS_PER_EDGE`), and the attention-weighted SpMM over ``heads * head_dim`` columns."""
+    (`SOFTMAX_OPS_PER_EDGE`), and the attention-weighted SpMM over ``heads * head_dim`` columns.
+
+    Raises:
+      ValueError: as `spmm_stage`.
+    """
+    _counts("attention_stages", heads=heads, head_dim=head_dim)
     nnz, heads = _f32(nnz), _f32(heads)
     n_rows = _f32(n_rows)
     score_bytes = nnz * heads * 4.0  # fp32 scores written by the SDDMM, read by the softmax
@@ -244,7 +295,13 @@ def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
 
 
 def elementwise_stage(n, width, bits) -> Stage:
-    """Bias + activation on ``[n, width]``: one op per element, read once and write once."""
+    """Bias + activation on ``[n, width]``: one op per element, read once and write once.
+
+    Raises:
+      ValueError: as `gemm_stage`.
+    """
+    _counts("elementwise_stage", n=n, width=width)
+    _bits("elementwise_stage", bits=bits)
     n, width = _f32(n), _f32(width)
     zero = jnp.zeros((), jnp.float32)
     return Stage("elementwise", n * width, _f32(bits), 2.0 * n * width * bits / 8.0, zero, zero)
@@ -272,10 +329,15 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
 
     Returns:
       `LayerWorkload` with both dataflow orders.
+
+    Raises:
+      ValueError: ``nnz_blocks`` without ``block_size`` or the reverse; ``edge_density`` outside
+        [0, 1]; a count or bit-width out of range (see `gemm_stage`).
     """
     if (nnz_blocks is None) != (block_size is None):
         raise ValueError(f"message_passing_layer: give both nnz_blocks and block_size or neither, "
                          f"got {nnz_blocks=}, {block_size=}")
+    check_density(edge_density, "message_passing_layer(edge_density)")
     if nnz_blocks is None:
         def agg(width, bits_in, bits_out):
             return spmm_stage(n_nodes, nnz, width, bits_in, bits_out, locality, edge_density)

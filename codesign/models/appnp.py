@@ -102,8 +102,8 @@ class APPNP(nnx.Module):
           ``prop0`` .. ``prop{K-1}``: one fp32 SpMM over ``A_hat`` (nnz = kept edges + N) on C
             columns and the teleport update (2 ops per element: read the aggregate and H, write Z).
         """
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        d = hwmodel.resolve_densities(self.densities(hard), densities)
+        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
         c = self.lin2.out_features
         layers = [dense_layer("mlp0", n_nodes, d["feature"] * self.lin1.in_features, self.lin1.out_features,
                               b, b, b, training=training),

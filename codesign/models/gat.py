@@ -297,9 +297,9 @@ class GAT(nnx.Module):
         are costed at ``x1`` (what layer 1 reads), layer 1's at fp32 (logits). A `BlockEdgeMask`
         is costed through its kept edges (COO attention stages; see the module docstring).
         """
-        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         if bits is not None:
-            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), jnp.asarray(bits, jnp.float32))
+            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), jnp.asarray(hwmodel.check_bits(bits), jnp.float32))
         else:
             lb = self.layer_bits(hard)
         nnz = d["edge"] * n_edges + n_nodes

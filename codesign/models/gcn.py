@@ -125,9 +125,9 @@ class GCN(nnx.Module):
         ``bits`` overrides them all, e.g. with a traced array for gradients). With a
         `BlockEdgeMask` the aggregation is costed as the BSR kernel over the kept tiles.
         ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference)."""
-        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         if bits is not None:
-            b = jnp.asarray(bits, jnp.float32)
+            b = jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
             lb = dict.fromkeys(("x0", "w0", "x1", "w1"), b)
         else:
             lb = self.layer_bits(hard)

@@ -116,8 +116,8 @@ class GIN(nnx.Module):
           ``layer{l}.mlp``: ``lin2``'s GEMM N x hidden x out + bias (and ReLU).
         The logits (``layer1.mlp``) are fp32.
         """
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        d = hwmodel.resolve_densities(self.densities(hard), densities)
+        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
         nnz = d["edge"] * n_edges + n_nodes
         graph = dict(training=training, locality=locality, edge_density=d["edge"])
         layers = []

@@ -35,7 +35,8 @@ def make_quantizer(kind: str, bits: Optional[int], *, signed: bool, node_wise: b
                   on node-wise tensors, `FakeQuant` on weights;
         "a2q"     A^2Q-style (Zhu et al., ICLR 2023): one learned bit-width per node on node-wise
                   tensors, initialised by in-degree (`a2q_init_bits`), one per tensor on weights.
-      bits: initial / fixed bit-width; None = no quantization (always a `FakeQuant(None)`).
+      bits: initial / fixed bit-width, an int in [2, 32] (signed) / [1, 32] (unsigned); None or 32
+        = no quantization (always a `FakeQuant(None)`).
       signed: signed grid (weights, signed activations) or unsigned (ReLU outputs, bag-of-words).
       node_wise: the tensor is ``[N, F]`` node features (rows = nodes); needed by "degree", "a2q".
       in_degree: int [N] in-degrees (with self-loops) of the graph; required by node-wise
@@ -43,11 +44,13 @@ def make_quantizer(kind: str, bits: Optional[int], *, signed: bool, node_wise: b
       rngs: `nnx.Rngs` (its ``quant`` stream, else ``default``) for "degree".
 
     Raises:
-      ValueError: unknown ``kind``; ``in_degree`` missing where it is required.
+      ValueError: unknown ``kind``; ``bits`` out of range (`codesign.quant.check_bits`);
+        ``in_degree`` missing where it is required.
+      TypeError: ``bits`` not an int or None.
     """
     if kind not in QUANTIZERS:
         raise ValueError(f"quantizer: unknown kind {kind!r}; choose from {QUANTIZERS}")
-    if bits is None or bits >= FP32_BITS:
+    if q.check_bits(bits, signed) is None:  # None or 32: float32; 33 and up are refused, not run as fp32
         return FakeQuant(None, signed=signed)
     if kind in ("degree", "a2q") and node_wise and in_degree is None:
         raise ValueError(f"quantizer {kind!r} on node features needs the graph's in_degree [N]")

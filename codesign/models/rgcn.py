@@ -248,8 +248,8 @@ class RGCN(nnx.Module):
         ``relation_edges``: edges of each relation (default ``n_edges`` split evenly over R); each
         relation keeps the model's edge density. Other arguments as in `GCN.workload`.
         """
-        d = {**self.densities(hard), **(densities or {})}
-        b = jnp.asarray(bits if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        d = hwmodel.resolve_densities(self.densities(hard), densities)
+        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
         if relation_edges is None:
             relation_edges = [n_edges / self.n_relations] * self.n_relations
         if len(relation_edges) != self.n_relations:

@@ -233,10 +233,10 @@ class GraphSAGE(nnx.Module):
         weight at its own quantizer's (``bits`` overrides all); layer 0 writes at layer 1's input
         bits, layer 1 fp32 logits.
         """
-        d = {"channel": jnp.ones((), jnp.float32), **self.densities(hard), **(densities or {})}
+        d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         convs = (self.conv1, self.conv2)
         if bits is not None:
-            b = jnp.asarray(bits, jnp.float32)
+            b = jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
             lb = [dict(x=b, w_neigh=b, w_root=b) for _ in convs]
         else:
             lb = [c.layer_bits(hard) for c in convs]

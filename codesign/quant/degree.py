@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.quant.fake_quant import NO_QUANT_BITS, fake_quant, qrange
+from codesign.quant.fake_quant import NO_QUANT_BITS, check_bits, fake_quant, qrange
 from codesign.quant.lsq import _calib_amax, _check_float, _check_percentile
 
 
@@ -182,7 +182,7 @@ class DegreeQuant(nnx.Module):
                  signed: bool = True, percentile: Optional[float] = None, rng_collection: str = "quant",
                  rngs: nnx.Rngs):
         """Args:
-          bits: int, >= 2 signed / >= 1 unsigned, < 32.
+          bits: int in [2, 31] signed / [1, 31] unsigned (32 would be no quantization).
           in_degree: int or float [N] >= 0, the in-degree of every node (rows of ``x``).
           p_min, p_max: protection probabilities, ``0 <= p_min <= p_max <= 1``.
           signed: signed symmetric or unsigned range (see `fake_quant`).
@@ -191,12 +191,13 @@ class DegreeQuant(nnx.Module):
           rngs: `nnx.Rngs`.
 
         Raises:
-          ValueError: invalid ``bits`` (incl. >= 32), ``in_degree``, probabilities or ``percentile``.
-          TypeError: ``rngs`` not an `nnx.Rngs`.
+          ValueError: ``bits`` outside [2, 31] (signed) / [1, 31] (unsigned) or None, ``in_degree``,
+            probabilities or ``percentile`` invalid.
+          TypeError: ``bits`` not an int; ``rngs`` not an `nnx.Rngs`.
         """
-        qrange(bits, signed)  # validates bits; >= 32 (no quantization) is rejected too
-        if bits >= NO_QUANT_BITS:
-            raise ValueError(f"bits must be < {NO_QUANT_BITS} for DegreeQuant, got {bits=}")
+        if check_bits(bits, signed) is None:  # None or 32: not quantized, no grid to protect
+            raise ValueError(f"bits: must be < {NO_QUANT_BITS} for DegreeQuant ({NO_QUANT_BITS} = float32, "
+                             f"not quantized), got {bits!r}")
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs, got {type(rngs).__name__}")
         self.bits, self.signed = int(bits), bool(signed)

@@ -21,7 +21,9 @@ element is in range and ``d x_hat / d x = 1``). The scale gets no gradient: it i
 ``stop_gradient`` and an explicit ``scale`` is treated as a constant. Learned step sizes (LSQ,
 Esser et al., ICLR 2020) and learned bit-widths are planned in later modules, not here.
 
-``bits=None`` or ``bits >= 32`` means "not quantized": the input is returned unchanged.
+``bits=None`` or ``bits == 32`` means "not quantized" (float32): the input is returned unchanged.
+Bit-widths above 32 are an error (`check_bits`), not full precision: a run configured at 33 bits
+would otherwise train in fp32 and report 33.
 """
 
 from __future__ import annotations
@@ -31,32 +33,49 @@ from typing import final
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 NO_QUANT_BITS = 32
-"""Bit-widths at or above this value mean full precision (float32): fake_quant is the identity."""
+"""The largest bit-width, meaning full precision (float32): fake_quant is the identity."""
 
 
-def _check_bits(bits, signed: bool) -> int | None:
-    """Validates ``bits``; returns None for "no quantization", else the int bit-width."""
+def check_bits(bits, signed: bool = True) -> int | None:
+    """Validates a fixed quantizer bit-width: the one check of every quantizer constructor.
+
+    Args:
+      bits: an int in ``[2, 32]`` (signed) or ``[1, 32]`` (unsigned), or None; 32 and None mean
+        "not quantized" (float32).
+      signed: the grid the bit-width is for (a signed grid needs 2 bits for a nonzero code).
+
+    Returns:
+      None for "not quantized" (None or 32), else the int bit-width (< 32).
+
+    Raises:
+      TypeError: ``bits`` not an int or None (a bool, float, str), naming ``bits``.
+      ValueError: ``bits`` outside the range above, naming ``bits``.
+    """
     if bits is None:
         return None
-    if isinstance(bits, bool) or not isinstance(bits, numbers.Integral):
-        raise ValueError(f"bits must be an int or None, got bits={bits!r} ({type(bits).__name__})")
+    if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, numbers.Integral):
+        raise TypeError(f"bits: must be an int or None, got {bits!r} ({type(bits).__name__})")
     bits = int(bits)
     min_bits = 2 if signed else 1
-    if bits < min_bits:
-        raise ValueError(
-            f"bits must be >= {min_bits} for {'signed' if signed else 'unsigned'} quantization, got {bits=}"
-        )
-    return None if bits >= NO_QUANT_BITS else bits
+    if not min_bits <= bits <= NO_QUANT_BITS:
+        raise ValueError(f"bits: must be in [{min_bits}, {NO_QUANT_BITS}] for {'signed' if signed else 'unsigned'} "
+                         f"quantization ({NO_QUANT_BITS} = float32, not quantized), got {bits}")
+    return None if bits == NO_QUANT_BITS else bits
+
+
+_check_bits = check_bits  # the name used inside the package
 
 
 def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
     """Integer code range ``(lo, hi)``: ``(-(2^(bits-1)-1), 2^(bits-1)-1)`` signed, ``(0, 2^bits-1)`` unsigned.
 
     Raises:
-      ValueError: ``bits`` invalid (see `fake_quant`) or ``>= 32``.
+      ValueError: ``bits`` invalid (see `check_bits`) or 32 (not quantized).
+      TypeError: ``bits`` not an int.
     """
     b = _check_bits(bits, signed)
     if b is None:
@@ -72,8 +91,8 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
 
     Args:
       x: floating array [...] (any float dtype; computation in that dtype).
-      bits: bit-width, a Python int: >= 2 when ``signed``, >= 1 when unsigned; ``None`` or
-        ``>= 32`` returns ``x`` unchanged.
+      bits: bit-width, a Python int in ``[2, 32]`` when ``signed``, ``[1, 32]`` when unsigned;
+        ``None`` or 32 returns ``x`` unchanged (`check_bits`).
       signed: symmetric signed range (True) or unsigned ``[0, 2^bits - 1]`` (False; negative
         values are clipped to 0).
       scale: step size (float scalar, > 0, same units as ``x``), or None to use
@@ -85,8 +104,9 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
       ``k`` in the code range; ``|x - x_hat| <= scale / 2`` for ``x / scale`` inside the range.
 
     Raises:
-      ValueError: ``bits`` not an int >= 2 (signed) / >= 1 (unsigned) or None; ``x`` not a
+      ValueError: ``bits`` outside ``[2, 32]`` (signed) / ``[1, 32]`` (unsigned); ``x`` not a
         floating array; a concrete ``scale`` that is not > 0.
+      TypeError: ``bits`` not an int or None.
     """
     b = _check_bits(bits, signed)
     x = jnp.asarray(x)
@@ -116,7 +136,7 @@ class FakeQuant(nnx.Module):
     """Fake-quantization layer with a fixed bit-width (`fake_quant` with the default per-tensor scale).
 
     Attributes:
-      bits: int or None (static), read by the cost model; None or >= 32 means full precision.
+      bits: int or None (static), read by the cost model; None or 32 means full precision.
       signed: bool (static).
 
     Example (inside your own ``nnx.Module``)::
@@ -127,7 +147,8 @@ class FakeQuant(nnx.Module):
 
     def __init__(self, bits: int | None, *, signed: bool = True):
         """Raises:
-          ValueError: ``bits`` invalid (see `fake_quant`).
+          ValueError: ``bits`` outside [2, 32] (signed) / [1, 32] (unsigned) (`check_bits`).
+          TypeError: ``bits`` not an int or None.
         """
         _check_bits(bits, signed)
         self.bits = None if bits is None else int(bits)

@@ -320,7 +320,8 @@ class LearnedBitQuant(nnx.Module):
         if self.cap_range:
             self.qmax[...], self.step[...] = _cap_range(jax.lax.stop_gradient(x), self.qmax[...], self.step[...],
                                                         signed=self.signed, per_row=self.per_node is not None,
-                                                        min_bits=self.min_bits, pin=self.pin_range)
+                                                        min_bits=self.min_bits, max_bits=self.max_bits,
+                                                        pin=self.pin_range)
         p = self._derived()
         return learned_bit_quant(x, self._per_row(p["d"]), self._per_row(p["qmax"]), signed=self.signed)
 
@@ -335,19 +336,29 @@ def _data_init(x: jax.Array, init_bits: jax.Array, *, signed: bool, per_row: boo
     return q0, q0 / levels(init_bits, signed)
 
 
-@functools.partial(jax.jit, static_argnames=("signed", "per_row", "min_bits", "pin"))
+@functools.partial(jax.jit, static_argnames=("signed", "per_row", "min_bits", "max_bits", "pin"))
 def _cap_range(x: jax.Array, qmax: jax.Array, step: jax.Array, *, signed: bool, per_row: bool,
-               min_bits: int, pin: bool = False) -> tuple[jax.Array, jax.Array]:
-    """``(min(|q_max|, amax), min(|d|, amax / L(min_bits)))`` (`LearnedBitQuant` ``cap_range``;
-    ``q_max = amax`` with ``pin``), per tensor or row; unchanged where ``amax`` is 0 (an all-zero
-    row has nothing to fit)."""
+               min_bits: int, max_bits: int, pin: bool = False) -> tuple[jax.Array, jax.Array]:
+    """``(min(|q_max|, amax), min(|d|, amax / L(min_bits)))`` (`LearnedBitQuant` ``cap_range``),
+    per tensor or row; unchanged where ``amax`` is 0 (an all-zero row has nothing to fit).
+
+    With ``pin``: ``q_max = amax`` and ``d = amax / L_eff``, where ``L_eff = clip(|q_max| / (|d| +
+    STEP_EPS), L(min_bits), L(max_bits))`` is the effective number of levels (`_derived_params`:
+    ``bits() = log2(L_eff + 1) (+ 1)``), so the effective bit-width is kept and only the range
+    follows the data. The divisor is floored at ``L(min_bits) >= 1`` and the ratio's at
+    ``STEP_EPS``: as ``q_max`` or ``d`` goes to 0 the value and its gradient stay finite (the
+    former ``d * amax / max(|q_max|, 1e-30)`` had a gradient ``-d amax / q_max^2``: inf / NaN on
+    every node whose learned range reached 0, while the loss stayed finite)."""
     vals = (jnp.abs(x) if signed else jnp.maximum(x, 0)).astype(jnp.float32)
     amax = jnp.max(vals, axis=1) if per_row else jnp.max(vals)
     ok = amax > 0
     q = jnp.where(ok, amax if pin else jnp.minimum(jnp.abs(qmax), amax), qmax)
-    d = jnp.abs(step)
-    if pin:  # rescale d with q_max: the bit-width log2(q/d + 1) is kept, only the range follows the data
-        d = d * (amax / jnp.maximum(jnp.abs(qmax), 1e-30))
+    if pin:
+        n_levels = _st_clip(jnp.abs(qmax) / (jnp.abs(step) + STEP_EPS), levels(min_bits, signed),
+                            levels(max_bits, signed))
+        d = amax / n_levels
+    else:
+        d = jnp.abs(step)
     d = jnp.where(ok, jnp.minimum(d, amax / levels(min_bits, signed)), step)
     return q.astype(qmax.dtype), d.astype(step.dtype)
 
@@ -365,7 +376,7 @@ def _derived_params(step: jax.Array, qmax: jax.Array, *, signed: bool, min_bits:
 def expected_bits(q) -> jax.Array:
     """Average bit-width (float32 scalar) of the values quantizer ``q`` emits, for the cost model.
 
-    ``None`` (no quantizer) -> 32; `FakeQuant` -> its ``bits`` (None or >= 32 -> 32); any module
+    ``None`` (no quantizer) -> 32; `FakeQuant` -> its ``bits`` (None or 32 -> 32); any module
     with an ``expected_bits()`` method -> that (differentiable where learned).
 
     Raises:
@@ -384,7 +395,7 @@ def expected_bits(q) -> jax.Array:
 def hard_bits(q):
     """Deployed integer bit-width(s) of quantizer ``q``: int, or int32 [N] for per-node quantizers.
 
-    ``None`` -> 32; `FakeQuant` -> ``bits`` (None or >= 32 -> 32); else ``q.hard_bits()``.
+    ``None`` -> 32; `FakeQuant` -> ``bits`` (None or 32 -> 32); else ``q.hard_bits()``.
 
     Raises:
       TypeError: ``q`` is none of these.

@@ -90,19 +90,19 @@ def _scale_grad_jvp(g, primals, tangents):
 
 def _check_lsq_bits(bits, signed: bool) -> int:
     if isinstance(bits, bool) or not isinstance(bits, numbers.Integral):
-        raise ValueError(f"bits must be an int, got bits={bits!r} ({type(bits).__name__})")
+        raise TypeError(f"bits: must be an int, got {bits!r} ({type(bits).__name__})")
     min_bits = 2 if signed else 1
     if not min_bits <= int(bits) <= MAX_LSQ_BITS:
-        raise ValueError(f"bits must be in [{min_bits}, {MAX_LSQ_BITS}] for "
-                         f"{'signed' if signed else 'unsigned'} LSQ, got {bits=}")
+        raise ValueError(f"bits: must be in [{min_bits}, {MAX_LSQ_BITS}] for "
+                         f"{'signed' if signed else 'unsigned'} LSQ, got {bits}")
     return int(bits)
 
 
 def lsq_range(bits: int, signed: bool = True) -> tuple[int, int]:
     """``(Qn, Qp)`` of LSQ (paper Sec. 2): ``(2^(b-1), 2^(b-1)-1)`` signed, ``(0, 2^b-1)`` unsigned.
 
-    Codes lie in ``[-Qn, Qp]``. Raises ValueError: ``bits`` not an int in ``[2, 16]`` (signed) or
-    ``[1, 16]`` (unsigned).
+    Codes lie in ``[-Qn, Qp]``. Raises ValueError: ``bits`` not in ``[2, 16]`` (signed) or
+    ``[1, 16]`` (unsigned); TypeError: ``bits`` not an int.
     """
     b = _check_lsq_bits(bits, signed)
     return (2 ** (b - 1), 2 ** (b - 1) - 1) if signed else (0, 2**b - 1)
@@ -167,6 +167,7 @@ def lsq_quant(x: jax.Array, step: jax.Array, bits: int, *, signed: bool = True,
     Raises:
       ValueError: invalid ``bits``; ``x`` not floating; ``step`` neither a scalar nor
         ``[x.shape[-1]]``.
+      TypeError: ``bits`` not an int.
     """
     qn, qp = lsq_range(bits, signed)
     x = _check_float(x)
@@ -230,6 +231,7 @@ def lsq_init_step(x: jax.Array, bits: int, *, signed: bool = True, per_channel: 
 
     Raises:
       ValueError: invalid ``bits``, ``method`` or ``percentile``; ``x`` not floating.
+      TypeError: ``bits`` not an int.
     """
     _, qp = lsq_range(bits, signed)
     x = _check_float(x)
@@ -308,6 +310,7 @@ class LSQQuant(nnx.Module):
         Raises:
           ValueError: invalid ``bits``, ``n_channels`` (missing or < 1 when ``per_channel``),
             ``init_scale`` (not a finite float > 0), ``init_method`` or ``percentile``.
+          TypeError: ``bits`` not an int.
         """
         self.bits = _check_lsq_bits(bits, signed)
         self.signed = bool(signed)
