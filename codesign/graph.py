@@ -12,6 +12,7 @@ bad input raises a ``ValueError`` that names the field.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Optional
 
 import jax
@@ -39,9 +40,19 @@ class Graph:
       edge_type:   int32 [E] or None  relation id of each edge (R-GCN).
       n_nodes:     int (static)  N.
 
+    No self-loops (``senders[j] == receivers[j]``): the models add their own (GCN/APPNP
+    normalization, GAT's attention over the node itself, GIN's ``(1 + eps) x`` term), so a stored
+    loop would be counted twice. `without_self_loops` drops them; the converters in
+    `codesign.data.convert` drop them with a warning.
+
+    Fields may be NumPy or JAX arrays or array-likes (lists, tuples): array-likes are converted
+    with ``np.asarray``, checked, then cast to the dtypes above. Validation runs whenever every
+    field is concrete (not a tracer inside ``jit``/``vmap``, where only the pytree is rebuilt).
+
     Raises:
-      ValueError: naming the field, if shapes disagree, indices are out of range, dtypes are
-        wrong or features/weights are not finite.
+      ValueError: naming the field, if shapes disagree, indices are out of range or not integer,
+        a self-loop is present, dtypes are wrong, labels are negative, or features/weights are
+        not finite.
     """
 
     senders: Array
@@ -56,13 +67,18 @@ class Graph:
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
 
     def __post_init__(self):
-        required = [self.senders, self.receivers, self.x, self.y, self.train_mask, self.val_mask, self.test_mask]
-        optional = [v for v in (self.edge_weight, self.edge_type) if v is not None]
+        converted = {name: np.asarray(v) for name in _FIELD_DTYPES
+                     if isinstance(v := getattr(self, name), (list, tuple))}
+        for name, v in converted.items():
+            object.__setattr__(self, name, v)
+        values = [v for name in _FIELD_DTYPES
+                  if (v := getattr(self, name)) is not None or name not in ("edge_weight", "edge_type")]
         # Inside jit/vmap or a pytree round trip the leaves are tracers or placeholders:
         # validation happens at the boundary, where arrays are concrete.
-        if all(isinstance(v, (np.ndarray, jax.Array)) and not isinstance(v, jax.core.Tracer)
-               for v in required + optional):
+        if all(isinstance(v, (np.ndarray, jax.Array)) and not isinstance(v, jax.core.Tracer) for v in values):
             validate(self)
+        for name, v in converted.items():  # checked: now the canonical dtype (no truncation can happen)
+            object.__setattr__(self, name, jnp.asarray(v, _FIELD_DTYPES[name]))
 
     @property
     def n_edges(self) -> int:
@@ -83,6 +99,10 @@ class Graph:
         """A copy with some fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def without_self_loops(self) -> "Graph":
+        """The graph with every edge ``i -> i`` removed (per-edge fields sliced alike)."""
+        return self.keep_edges(np.asarray(self.senders) != np.asarray(self.receivers))
+
     def keep_edges(self, keep) -> "Graph":
         """The graph with only the edges where ``keep`` (bool [E]) is True; every per-edge field
         (senders, receivers, edge_weight, edge_type) is sliced alike, nodes are unchanged.
@@ -97,6 +117,12 @@ class Graph:
         return self.replace(**{f: np.asarray(getattr(self, f))[keep] for f in fields if getattr(self, f) is not None})
 
 
+_FIELD_DTYPES = {"senders": jnp.int32, "receivers": jnp.int32, "x": jnp.float32, "y": jnp.int32,
+                 "train_mask": jnp.bool_, "val_mask": jnp.bool_, "test_mask": jnp.bool_,
+                 "edge_weight": jnp.float32, "edge_type": jnp.int32}
+"""The canonical dtype of each array field (array-likes are cast to it after validation)."""
+
+
 def _check(cond: bool, field: str, msg: str):
     if not cond:
         raise ValueError(f"Graph.{field}: {msg}")
@@ -105,11 +131,13 @@ def _check(cond: bool, field: str, msg: str):
 def validate(g: Graph) -> None:
     """Checks every field of ``g``; raises ``ValueError`` naming the first bad field."""
     n = g.n_nodes
-    _check(isinstance(n, (int, np.integer)) and n > 0, "n_nodes", f"must be a positive int, got {n!r}")
+    _check(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0, "n_nodes",
+           f"must be a positive int, got {n!r}")
     for name in ("senders", "receivers"):
         v = getattr(g, name)
         _check(v.ndim == 1, name, f"must be 1-D [E], got shape {v.shape}")
-        _check(jnp.issubdtype(v.dtype, jnp.integer), name, f"must be integer, got {v.dtype}")
+        _check(jnp.issubdtype(v.dtype, jnp.integer) and v.dtype != jnp.bool_, name,
+               f"must be integer, got {v.dtype}")
     e = g.senders.shape[0]
     _check(g.receivers.shape == (e,), "receivers",
            f"shape {g.receivers.shape} does not match senders shape {g.senders.shape}")
@@ -118,13 +146,16 @@ def validate(g: Graph) -> None:
             v = np.asarray(getattr(g, name))
             lo, hi = int(v.min()), int(v.max())
             _check(lo >= 0 and hi < n, name, f"index out of range [0, {n}): min {lo}, max {hi}")
+        loops = np.flatnonzero(np.asarray(g.senders) == np.asarray(g.receivers))
+        _check(loops.size == 0, "senders", f"{loops.size} self-loop(s) (senders == receivers), first at edge "
+               f"{int(loops[0]) if loops.size else -1}; the models add their own: use graph.without_self_loops()")
     _check(g.x.ndim == 2 and g.x.shape[0] == n, "x", f"must be [n_nodes={n}, F], got shape {g.x.shape}")
     _check(jnp.issubdtype(g.x.dtype, jnp.floating), "x", f"must be floating, got {g.x.dtype}")
     bad = ~np.isfinite(np.asarray(g.x))
     _check(not bad.any(), "x", f"has {int(bad.sum())} non-finite values (NaN/inf), first at row "
            f"{int(np.argwhere(bad)[0][0]) if bad.any() else -1}")
     _check(g.y.shape == (n,), "y", f"must be [n_nodes={n}], got shape {g.y.shape}")
-    _check(jnp.issubdtype(g.y.dtype, jnp.integer), "y", f"must be integer, got {g.y.dtype}")
+    _check(jnp.issubdtype(g.y.dtype, jnp.integer) and g.y.dtype != jnp.bool_, "y", f"must be integer, got {g.y.dtype}")
     _check(int(np.asarray(g.y).min()) >= 0, "y", "labels must be >= 0")
     for name in ("train_mask", "val_mask", "test_mask"):
         v = getattr(g, name)
@@ -152,8 +183,14 @@ def to_scipy(g: Graph, weighted: bool = True) -> sp.csr_matrix:
 
 
 def from_scipy(adj: sp.spmatrix, x, y, train_mask, val_mask, test_mask, weighted: bool = False) -> Graph:
-    """A `Graph` from an adjacency ``adj[N, N]`` (rows = receivers, columns = senders)."""
+    """A `Graph` from an adjacency ``adj[N, N]`` (rows = receivers, columns = senders). Diagonal
+    entries (self-loops) are dropped with a warning: the models add their own (see `Graph`)."""
     coo = sp.coo_matrix(adj)
+    loops = coo.row == coo.col
+    if loops.any():
+        warnings.warn(f"from_scipy: dropped {int(loops.sum())} self-loop(s) (diagonal entries); "
+                      "the models add their own", stacklevel=2)
+        coo = sp.coo_matrix((coo.data[~loops], (coo.row[~loops], coo.col[~loops])), shape=coo.shape)
     return Graph(
         senders=jnp.asarray(coo.col, jnp.int32), receivers=jnp.asarray(coo.row, jnp.int32),
         x=jnp.asarray(x, jnp.float32), y=jnp.asarray(y, jnp.int32),

@@ -98,3 +98,31 @@ def test_unwritable_out_fails_before_training(tmp_path, capsys):
     assert f"codesign train: error: results file {blocker}/sub/train_cora_gcn_h100.jsonl cannot be written" in err
     assert "seeds to train" not in err
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_two_concurrent_sweeps_into_one_file_lose_no_record(planetoid_root, tmp_path):
+    """Two `codesign sweep` processes write one results file at the same time (different cost
+    weights, the same dense reference): every run of both ends up in the file, every line is a
+    record, and a third run of either sweep trains nothing."""
+    def sweep(cost_weight: str) -> list[str]:
+        return [sys.executable, "-m", "codesign.cli", "sweep", "--cost-weights", cost_weight, "--seeds", "2",
+                "--epochs", "2", "--out", str(tmp_path), "--name", "shared"]
+
+    procs = [subprocess.Popen(sweep(cw), env=_env(planetoid_root), cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for cw in ("0.1", "0.3")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    path = tmp_path / "shared.jsonl"
+    lines = path.read_text().splitlines()
+    records = [json.loads(line) for line in lines]  # every line parses: no torn or interleaved write
+    weights = {(r["config"]["cost_weight"], r["config"]["bits"], r["config"]["seed"]) for r in records}
+    # dense FP32 reference + each sweep's weight at 8 bits, 2 seeds each
+    assert weights == {(0.0, None, 0), (0.0, None, 1), (0.1, 8, 0), (0.1, 8, 1), (0.3, 8, 0), (0.3, 8, 1)}
+    # the dense reference may have been trained by both (neither had finished it when the other
+    # started); each of the 4 weighted runs exactly once
+    assert 6 <= len(records) <= 8
+    for cw in ("0.1", "0.3"):
+        again = subprocess.run(sweep(cw), env=_env(planetoid_root), cwd=tmp_path, capture_output=True, text=True,
+                               timeout=300)
+        assert again.returncode == 0 and "0 runs to do" in again.stderr, again.stderr[-2000:]
+    assert path.read_text().splitlines() == lines

@@ -104,8 +104,9 @@ def test_networkx_undirected_and_errors():
     assert set(zip(np.asarray(g.senders).tolist(), np.asarray(g.receivers).tolist())) == \
         {(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)}
     assert g.edge_weight is None and g.edge_type is None
-    G.add_edge(2, 2)  # a self-loop is stored once
-    assert from_networkx(G, x=np.eye(4), y=[0, 1, 0, 1]).n_edges == 7
+    G.add_edge(2, 2)  # a Graph holds no self-loops (the models add their own): dropped, with a warning
+    with pytest.warns(UserWarning, match=r"from_edge_index: dropped 1 self-loop"):
+        assert from_networkx(G, x=np.eye(4), y=[0, 1, 0, 1]).n_edges == 6
     with pytest.raises(ValueError, match="x"):
         from_networkx(nx.path_graph(3))
     with pytest.raises(ValueError, match="nodes"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,7 +115,14 @@ def test_scipy_round_trip_random(n, pairs):
         dense[r % n, s % n] = 1.0
     a = sp.csr_matrix(dense)
     z = np.zeros(n, bool)
-    g = from_scipy(a, np.ones((n, 2)), np.zeros(n), z, z, z)
+    loops = int(np.trace(dense))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = from_scipy(a, np.ones((n, 2)), np.zeros(n), z, z, z)
+    # a Graph holds no self-loops: diagonal entries are dropped, with a warning saying how many
+    assert [str(w.message) for w in caught] == ([f"from_scipy: dropped {loops} self-loop(s) (diagonal entries); "
+                                                 "the models add their own"] if loops else [])
+    np.fill_diagonal(dense, 0.0)
     np.testing.assert_array_equal(to_scipy(g).toarray(), dense)
     order = np.lexsort((np.asarray(g.senders), np.asarray(g.receivers)))
     np.testing.assert_array_equal(order, np.arange(g.n_edges))  # sorted by (receiver, sender)
@@ -127,8 +136,10 @@ def test_add_self_loops():
     np.testing.assert_array_equal(r[:4], g.receivers)
     np.testing.assert_array_equal(s[4:], np.arange(4))
     np.testing.assert_array_equal(r[4:], np.arange(4))
-    g2 = g.replace(senders=s, receivers=r)
-    np.testing.assert_array_equal(to_scipy(g2).diagonal(), np.ones(4))
+    a = sp.csr_matrix((np.ones(8), (np.asarray(r), np.asarray(s))), shape=(4, 4))
+    np.testing.assert_array_equal(a.diagonal(), np.ones(4))
+    with pytest.raises(ValueError, match=r"Graph\.senders: 4 self-loop"):  # a Graph holds none
+        g.replace(senders=s, receivers=r)
     s_jit, _ = jax.jit(add_self_loops, static_argnums=2)(g.senders, g.receivers, 4)
     np.testing.assert_array_equal(s_jit, s)
 

@@ -12,6 +12,7 @@ sums duplicates; NetworkX iterates edges grouped by source node (the edge multis
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import jax.numpy as jnp
@@ -43,6 +44,8 @@ def from_edge_index(edge_index, x, y, train_mask=None, val_mask=None, test_mask=
       edge_weight: float [E] or None; edge_type: int [E] or None.
       n_nodes: N (default ``x.shape[0]``).
 
+    Self-loops are dropped with a warning (`Graph` holds none: the models add their own).
+
     Raises:
       ValueError: ``edge_index`` not [2, E] or not integer (naming ``edge_index``); any field the
         `Graph` validation rejects (naming it).
@@ -56,6 +59,14 @@ def from_edge_index(edge_index, x, y, train_mask=None, val_mask=None, test_mask=
     n = int(x.shape[0]) if n_nodes is None else int(n_nodes)
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise ValueError(f"from_edge_index: edge_index out of range [0, {n}): min {ei.min()}, max {ei.max()}")
+    loops = ei[0] == ei[1]
+    if loops.any():  # `Graph` holds no self-loops: the models add their own
+        warnings.warn(f"from_edge_index: dropped {int(loops.sum())} self-loop(s); the models add their own",
+                      stacklevel=2)
+        keep = ~loops
+        ei = ei[:, keep]
+        edge_weight = None if edge_weight is None else np.asarray(edge_weight)[keep]
+        edge_type = None if edge_type is None else np.asarray(edge_type)[keep]
     tr, va, te = _masks(n, train_mask, val_mask, test_mask)
     return Graph(senders=jnp.asarray(ei[0], jnp.int32), receivers=jnp.asarray(ei[1], jnp.int32),
                  x=jnp.asarray(x, jnp.float32), y=jnp.asarray(y, jnp.int32),
@@ -100,7 +111,7 @@ def from_networkx(g, x=None, y=None, train_mask=None, val_mask=None, test_mask=N
     """A `Graph` from a NetworkX graph whose nodes are ``0..N-1``.
 
     Directed graphs give one edge per NetworkX edge (``u -> v``: sender ``u``, receiver ``v``);
-    undirected graphs give both directions of every edge (a self-loop once). Edges come in
+    undirected graphs give both directions of every edge (self-loops are dropped, see `from_edge_index`). Edges come in
     NetworkX's iteration order (grouped by source node). ``weight`` / ``edge_type`` edge
     attributes become ``edge_weight`` / ``edge_type`` when every edge has them. ``x``, ``y`` and
     the masks default to the node attributes of those names (as `to_networkx` writes them);

@@ -6,6 +6,8 @@ import dataclasses
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 
 @jax.tree_util.register_dataclass
@@ -21,6 +23,18 @@ class CooAdjacency:
       pattern:     `codesign.kernels.bsr.BlockPattern` or None: the BSR tiles these entries fall
                    into, which lets ``aggregate(..., impl="bsr_xla" | "pallas")`` run this edge
                    list on the block-sparse kernels (build with `with_block_pattern`).
+
+    Checked at construction (`validate_coo`): always (shapes and dtypes are static, so also under
+    ``jit``) that ``senders`` / ``receivers`` are 1-D integer arrays of one length E,
+    ``edge_weight`` is [E] and ``n_nodes`` a positive int; when the index values are concrete
+    (outside ``jit``) also that every index is in ``[0, n_nodes)``. Not checked under ``jit``:
+    index ranges and finiteness of ``edge_weight`` (the kernels would then give silent,
+    backend-dependent results for out-of-range indices, so build adjacencies outside ``jit``).
+    Self-loops are allowed (normalized adjacencies carry them).
+
+    Raises:
+      ValueError: naming the field (``CooAdjacency.senders``, ``.receivers``, ``.edge_weight``,
+        ``.n_nodes``).
     """
 
     senders: jax.Array
@@ -28,6 +42,9 @@ class CooAdjacency:
     edge_weight: Optional[jax.Array] = None
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
     pattern: Any = None
+
+    def __post_init__(self):
+        validate_coo(self)
 
     @property
     def n_edges(self) -> int:
@@ -43,3 +60,39 @@ class CooAdjacency:
         ``self_loops=True`` for models that append self-loops (GCN's `gcn_normalize`)."""
         from codesign.kernels.bsr import BlockPattern
         return dataclasses.replace(self, pattern=BlockPattern.from_coo(self, block_size, reorder, self_loops))
+
+
+def _is_array(v) -> bool:
+    return isinstance(v, (np.ndarray, jax.Array))
+
+
+def _is_concrete(v) -> bool:
+    return isinstance(v, np.ndarray) or (isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer))
+
+
+def validate_coo(adj: CooAdjacency) -> None:
+    """The checks of `CooAdjacency` (see its docstring). Pytree reconstruction with non-array
+    leaves (``jax.tree`` utilities put placeholders there) is not checked.
+
+    Raises:
+      ValueError: naming the field.
+    """
+    s, r, w = adj.senders, adj.receivers, adj.edge_weight
+    if not (_is_array(s) and _is_array(r) and (w is None or _is_array(w))):
+        return
+    n = adj.n_nodes
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"CooAdjacency.n_nodes: must be a positive int, got {n!r}")
+    for name, v in (("senders", s), ("receivers", r)):
+        if v.ndim != 1 or not jnp.issubdtype(v.dtype, jnp.integer) or v.dtype == jnp.bool_:
+            raise ValueError(f"CooAdjacency.{name}: must be a 1-D integer array [E], got {v.dtype} {v.shape}")
+    if r.shape != s.shape:
+        raise ValueError(f"CooAdjacency.receivers: length {r.shape[0]} does not match senders length {s.shape[0]}")
+    if w is not None and w.shape != s.shape:
+        raise ValueError(f"CooAdjacency.edge_weight: must be [E={s.shape[0]}], got shape {w.shape}")
+    for name, v in (("senders", s), ("receivers", r)):
+        if v.size and _is_concrete(v):
+            a = np.asarray(v)
+            lo, hi = int(a.min()), int(a.max())
+            if lo < 0 or hi >= n:
+                raise ValueError(f"CooAdjacency.{name}: index out of range [0, {n}): min {lo}, max {hi}")

@@ -26,6 +26,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
 from codesign.models.norm import gcn_normalize
@@ -59,6 +60,8 @@ class APPNP(nnx.Module):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
                  k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", rngs: nnx.Rngs):
+        check_widths("APPNP", in_features=in_features, hidden=hidden, n_classes=n_classes)
+        self.in_features = in_features
         if not (isinstance(k_hops, int) and k_hops >= 0):
             raise ValueError(f"APPNP: k_hops must be an int >= 0, got {k_hops!r}")
         if not 0.0 <= alpha <= 1.0:
@@ -83,6 +86,7 @@ class APPNP(nnx.Module):
         return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        check_input("APPNP", x, self.in_features, adj.n_nodes)
         h = self.mlp(x)
         if self.alpha == 1.0:  # Z = H exactly: skip the propagation
             return h

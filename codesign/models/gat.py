@@ -58,6 +58,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, make_quantizer, mask_densities, quant_bits
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
@@ -237,6 +238,8 @@ class GAT(nnx.Module):
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
                  attn_dropout: Optional[float] = None, impl: str = "auto", rngs: nnx.Rngs):
+        check_widths("GAT", in_features=in_features, hidden=hidden, n_classes=n_classes, heads=heads, out_heads=out_heads)
+        self.in_features = in_features
         attn = dropout if attn_dropout is None else attn_dropout
         self.bits, self.impl = bits, impl
         if edge_sparsifier is None and n_edges:
@@ -253,6 +256,7 @@ class GAT(nnx.Module):
         return self.impl == "pallas" or (self.impl == "auto" and jax.default_backend() == "gpu")
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        check_input("GAT", x, self.in_features, adj.n_nodes)
         senders, receivers = add_self_loops(adj.senders, adj.receivers, adj.n_nodes)
         csr = adj.pattern if isinstance(adj.pattern, CsrPattern) else None  # built with self_loops=True
         loops = CooAdjacency(senders, receivers, None, adj.n_nodes, csr)

@@ -17,6 +17,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
 from codesign.models.norm import gcn_normalize
@@ -83,6 +84,8 @@ class GCN(nnx.Module):
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.5, input_dropout: bool = True, impl: str = "auto",
                  rngs: nnx.Rngs):
+        check_widths("GCN", in_features=in_features, hidden=hidden, n_classes=n_classes)
+        self.in_features = in_features
         self.bits, self.input_dropout = bits, input_dropout
         if edge_sparsifier is None and n_edges:
             edge_sparsifier = EdgeMask(n_edges, rngs=rngs)
@@ -95,6 +98,7 @@ class GCN(nnx.Module):
         self.conv2 = GCNConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        check_input("GCN", x, self.in_features, adj.n_nodes)
         gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
         adj = gcn_normalize(adj, gates)
         if self.feature_mask is not None:

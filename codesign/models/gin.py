@@ -22,6 +22,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
 from codesign.sparsify import EdgeMask, FeatureMask
@@ -88,6 +89,8 @@ class GIN(nnx.Module):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
                  impl: str = "auto", rngs: nnx.Rngs):
+        check_widths("GIN", in_features=in_features, hidden=hidden, n_classes=n_classes)
+        self.in_features = in_features
         self.bits = bits
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
@@ -96,6 +99,7 @@ class GIN(nnx.Module):
         self.conv2 = GINConv(hidden, hidden, n_classes, bits=bits, impl=impl, rngs=rngs)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        check_input("GIN", x, self.in_features, adj.n_nodes)
         gates = self.edge_mask() if self.edge_mask is not None else None
         if self.feature_mask is not None:
             x = self.feature_mask(x)

@@ -31,6 +31,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, mask_densities
 from codesign.quant import FakeQuant
@@ -205,6 +206,8 @@ class RGCN(nnx.Module):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_relations: int = 1,
                  n_bases: Optional[int] = None, n_edges: Optional[int] = None, feature_mask: bool = False,
                  bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto", rngs: nnx.Rngs):
+        check_widths("RGCN", in_features=in_features, hidden=hidden, n_classes=n_classes, n_relations=n_relations)
+        self.in_features = in_features
         for field, v in (("n_relations", n_relations), ("n_bases", n_bases)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
                 raise ValueError(f"RGCN: {field} must be a positive int, got {v!r}")
@@ -228,7 +231,9 @@ class RGCN(nnx.Module):
         return adjs
 
     def __call__(self, x: jax.Array, adjs: Adjacencies) -> jax.Array:
-        adjs = relation_mean_normalize(self._check(adjs), self.edge_mask() if self.edge_mask is not None else None)
+        adjs = self._check(adjs)
+        check_input("RGCN", x, self.in_features, adjs[0].n_nodes)
+        adjs = relation_mean_normalize(adjs, self.edge_mask() if self.edge_mask is not None else None)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
         h = jax.nn.relu(self.conv1(self.dropout(x), adjs))

@@ -42,6 +42,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
+from codesign.models.base import check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
@@ -174,6 +175,8 @@ class GraphSAGE(nnx.Module):
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto", rngs: nnx.Rngs):
+        check_widths("GraphSAGE", in_features=in_features, hidden=hidden, n_classes=n_classes)
+        self.in_features = in_features
         if isinstance(edge_sparsifier, BlockEdgeMask) and edge_sparsifier.n_entries != edge_sparsifier.n_edges:
             raise ValueError("GraphSAGE: edge_sparsifier is a BlockEdgeMask built with self-loops "
                              f"({edge_sparsifier.n_entries} entries for {edge_sparsifier.n_edges} edges); GraphSAGE "
@@ -190,6 +193,7 @@ class GraphSAGE(nnx.Module):
         self.conv2 = SAGEConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
+        check_input("GraphSAGE", x, self.in_features, adj.n_nodes)
         gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
