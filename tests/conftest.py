@@ -5,6 +5,9 @@
 * ``getkey``: deterministic JAX PRNG keys, a fresh stream per test (seed 0).
 * ``planetoid_root`` / ``cora``: the data root and the loaded Cora `Graph` (session-scoped);
   tests that use them are skipped, with the reason, when the raw files are absent.
+* ``--regen``: rewrite stored reference outputs from the current code instead of comparing with
+  them (``pytest tests/test_hwmodel.py -k reference --regen``; the regenerating test skips, saying
+  so); review the diff before committing it.
 
 Strict dtype/rank promotion is deliberately not switched on globally; tests that want it use
 ``jax.numpy_rank_promotion("raise")`` / ``jax.numpy_dtype_promotion("strict")`` as context managers.
@@ -24,6 +27,12 @@ os.environ.setdefault("CODESIGN_DATA", str((Path(__file__).resolve().parent / ".
 os.environ["CODESIGN_DATA"] = str(Path(os.environ["CODESIGN_DATA"]).resolve())
 
 _PLANETOID_EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--regen", action="store_true", default=False,
+                     help="rewrite stored reference outputs (tests/data/hwmodel_reference.json) from the "
+                          "current code instead of comparing with them; review the diff")
 
 
 class GetKey:

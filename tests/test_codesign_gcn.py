@@ -1,6 +1,7 @@
 """The co-design hooks of GCN through `train`: every edge sparsifier, the channel mask, every
 quantizer kind, and the cost model seeing what they learn."""
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -10,20 +11,50 @@ from codesign.hwmodel import presets
 from codesign.models import GCN
 from codesign.models.layers import QUANTIZERS, make_quantizer
 from codesign.sparsify import BlockEdgeMask
-from codesign.train import TrainConfig, adjacency, build_model, train
+from codesign.train import TrainConfig, adjacency, build_model, dense_cost, train
 
 
 @pytest.mark.parametrize("sparsifier", ["edge", "block", "scorer", "dropedge"])
 def test_every_edge_sparsifier_trains_and_is_costed(cora, sparsifier):
     cfg = TrainConfig(seed=0, epochs=15, edge_mask=True, feature_mask=False, cost_weight=1.0,
                       edge_sparsifier=sparsifier)
-    r = train(cora, cfg, presets.get("h100"))
+    hw = presets.get("h100")
+    r = train(cora, cfg, hw)
     assert np.isfinite(r["final_loss"]) and 0 < r["test_accuracy"] <= 1
     edge = r["densities"]["edge"]
     if sparsifier == "dropedge":
         assert edge == 1.0  # DropEdge keeps every edge at test time
     else:
         assert 0 <= edge <= 1
+    # The reported costs are the cost model's, recomputed here independently: the dense FP32
+    # reference, and a fresh model of the same config with the reported hard densities (and, for
+    # tile gates, the reported number of kept tiles) costed as `train` documents.
+    n, e = cora.n_nodes, cora.n_edges
+    locality = hwmodel.measure_locality(cora.senders, cora.receivers, n)
+    assert r["dense_modeled"] == dense_cost(cfg, cora, hw, locality).summary()
+    fresh = build_model(cfg, cora, nnx.Rngs(0))
+    fresh.eval()
+    fresh(cora.x, adjacency(cora))  # an EdgeScorer's densities need logits cached by a forward
+    if sparsifier == "block":
+        mask = fresh.edge_mask
+        open_gates = round(r["tiles"]["kept"]) - mask.n_always_kept_tiles
+        assert 0 <= open_gates <= mask.n_gated_tiles and r["tiles"]["total"] == mask.n_tiles
+        mask.gate.log_alpha[...] = jnp.where(jnp.arange(mask.n_gated_tiles) < open_gates, 10.0, -10.0)
+        assert float(mask.hard_kept_tiles()) == r["tiles"]["kept"]
+    expected = hwmodel.estimate(fresh.workload(n, e, hard=True, densities=r["densities"], locality=locality), hw)
+    for k, v in expected.summary().items():
+        assert np.isfinite(r["modeled"][k]) and r["modeled"][k] > 0, k
+        np.testing.assert_allclose(r["modeled"][k], v, rtol=1e-6, err_msg=k)
+    assert r["by_hw"][hw.name]["modeled"] == r["modeled"]
+    # pruning edges (same kernel, same bits) never makes the modeled aggregation dearer
+    if sparsifier in ("edge", "scorer"):
+        for k in ("energy_j", "dram_bytes"):
+            assert r["modeled"][k] <= r["dense_modeled"][k], k
+            if edge < 1.0:
+                assert r["modeled"][k] < r["dense_modeled"][k], k
+    else:
+        if sparsifier == "dropedge":
+            assert r["modeled"] == r["dense_modeled"]
 
 
 def test_block_edge_mask_is_costed_as_the_bsr_kernel_over_kept_tiles(cora):

@@ -80,7 +80,7 @@ def test_sparsify_quant_random_tiles_distill_keeps_the_asked_tiles_and_uses_the_
     assert r["tiles"]["kept_fraction"] == pytest.approx(0.45, abs=1e-3) and r["tiles"]["total"] > 2000
     assert 0.3 < r["densities"]["edge"] < 0.7
     assert r["teacher_accuracy"] == pytest.approx(dense_teacher(cora, cfg, hw)[1])  # the full graph's teacher
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"random_tiles_0\.3"):
         mod.run_one(cora, "random_tiles_0.3", 0, hw, epochs=2)  # only the listed METHODS run
 
 

@@ -3,7 +3,9 @@ hardware and a real model's gate logits), jit/vmap, monotonicity, validation, tr
 stored reference reports (``tests/data/hwmodel_reference.json``).
 
 Regenerate the stored reports deliberately (after an intended change of the cost model) with
-``python tests/test_hwmodel.py --regen`` and review the diff.
+``pytest tests/test_hwmodel.py -k reference --regen`` (`REGEN_COMMAND`; the option is defined in
+``tests/conftest.py``) and review the diff: ``test_reference_reports`` then rewrites the file from
+the current code and skips, and ``test_reference_configs_differ`` checks the rewritten file.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import datetime
 import functools
 import json
 import math
-import sys
 from pathlib import Path
 
 import jax
@@ -30,6 +31,7 @@ from codesign.hwmodel.spec import HOST_NONNEGATIVE
 
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
 REFERENCE_RTOL = 1e-5
+REGEN_COMMAND = "pytest tests/test_hwmodel.py -k reference --regen"
 
 CORA_NODES, CORA_EDGES = 2708, 10556  # Planetoid Cora: nodes, directed edges without self-loops
 CORA_DIMS = (1433, 16, 7)  # features, hidden (Kipf & Welling), classes
@@ -680,13 +682,17 @@ def generate_reference() -> dict:
                  "hardware presets; checked by tests/test_hwmodel.py at rtol "
                  f"{REFERENCE_RTOL:g}. Units: seconds, joules, bytes."),
         "generated": datetime.date.today().isoformat(),
-        "regenerate": "python tests/test_hwmodel.py --regen",
+        "regenerate": REGEN_COMMAND,
         "jax_version": jax.__version__,
         "configs": configs,
     }
 
 
-def test_reference_reports():
+def test_reference_reports(request):
+    if request.config.getoption("regen"):
+        REFERENCE_PATH.parent.mkdir(parents=True, exist_ok=True)
+        REFERENCE_PATH.write_text(json.dumps(generate_reference(), indent=2) + "\n")
+        pytest.skip(f"--regen: regenerated {REFERENCE_PATH} from the current code (not compared); review its diff")
     stored = json.loads(REFERENCE_PATH.read_text())
     assert set(stored["configs"]) == set(REFERENCE_CONFIGS)
     for name, config in REFERENCE_CONFIGS.items():
@@ -705,13 +711,52 @@ def test_reference_reports():
 
 
 def test_reference_configs_differ():
-    """The three stored reports are not copies of one another (a guard against a bad regen)."""
-    stored = json.loads(REFERENCE_PATH.read_text())["configs"]
-    energies = [stored[n]["totals"]["energy_j"] for n in REFERENCE_CONFIGS]
-    assert len(set(energies)) == 3
-    # quantizing and sparsifying is cheaper than dense fp32 on the same hardware
-    for k in _REPORT_FIELDS:
-        assert stored["int8_edge0.5_feature0.3_h100"]["totals"][k] < stored["dense_fp32_h100"]["totals"][k]
+    """A guard against a bad regen, reading only the stored file (no cost model code): the stored
+    reports are complete, self-consistent (totals = sums of their stages) and not copies of one
+    another, and they order as the cost model must (cheaper when quantized and sparsified, and
+    the same workload differs across hardware)."""
+    stored = json.loads(REFERENCE_PATH.read_text())
+    assert stored["regenerate"] == REGEN_COMMAND
+    configs = stored["configs"]
+    assert len(configs) >= 3
+    for name, rep in configs.items():
+        assert set(rep) == {"config", "totals", "aggregate_first", "stages"}, name
+        assert set(rep["totals"]) == set(_REPORT_FIELDS), name
+        assert rep["stages"] and set(rep["aggregate_first"]) == {key.split("/")[0] for key in rep["stages"]}, name
+        for key, cost in rep["stages"].items():
+            assert set(cost) == set(_REPORT_FIELDS), (name, key)
+            assert all(math.isfinite(v) and v > 0 for v in cost.values()), (name, key, cost)
+        for k in ("energy_j", "dram_bytes"):  # `estimate` sums these over the stages
+            np.testing.assert_allclose(rep["totals"][k], sum(c[k] for c in rep["stages"].values()), rtol=1e-5,
+                                       err_msg=f"{name} {k}")
+    names = sorted(configs)
+    for i, a in enumerate(names):  # pairwise distinct: configs, every total, the stage reports
+        for b in names[i + 1:]:
+            assert configs[a]["config"] != configs[b]["config"], (a, b)
+            for k in _REPORT_FIELDS:
+                assert configs[a]["totals"][k] != configs[b]["totals"][k], (a, b, k)
+            assert configs[a]["stages"] != configs[b]["stages"], (a, b)
+    compared = 0
+    for dense in configs.values():
+        c = dense["config"]
+        if (c["bits"], c["edge_density"], c["feature_density"]) != (32.0, 1.0, 1.0):
+            continue
+        for small in configs.values():  # quantizing and sparsifying is cheaper on the same hardware
+            s = small["config"]
+            if s["preset"] == c["preset"] and small is not dense:
+                assert s["bits"] <= 32 and s["edge_density"] <= 1 and s["feature_density"] <= 1
+                for k in _REPORT_FIELDS:
+                    assert small["totals"][k] < dense["totals"][k], (s, k)
+                compared += 1
+    assert compared >= 1
+    compared = 0
+    for rep in configs.values():  # the same workload on other hardware: other latency and energy
+        for other in configs.values():
+            if other is not rep and {**other["config"], "preset": None} == {**rep["config"], "preset": None}:
+                for k in ("latency_s", "energy_j"):
+                    assert other["totals"][k] != rep["totals"][k], (rep["config"], other["config"], k)
+                compared += 1
+    assert compared >= 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -751,12 +796,3 @@ def test_training_costs_more(preset):
         # every stage is scaled by 2 or 3 (latency by at most 3 as well: both roofs scale alike)
         assert 2.0 <= ratio <= 3.0 * (1 + 1e-6), (k, ratio)
 
-
-# ---------------------------------------------------------------------------------------------
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--regen"]:
-        sys.exit(f"usage: python {sys.argv[0]} --regen   (rewrites {REFERENCE_PATH})")
-    REFERENCE_PATH.parent.mkdir(parents=True, exist_ok=True)
-    REFERENCE_PATH.write_text(json.dumps(generate_reference(), indent=2) + "\n")
-    print(f"wrote {REFERENCE_PATH}")

@@ -38,7 +38,7 @@ def test_append_requires_key(tmp_path):
         store.append({"config": {}})
     with pytest.raises(ValueError, match="key"):
         store.append({"key": ""})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="record must be a dict, got list"):
         store.append(["not", "a", "dict"])
     with pytest.raises(TypeError, match="object"):
         store.append({"key": "x", "bad": object()})
@@ -142,7 +142,7 @@ def test_config_key_stable_and_seed_sensitive():
     assert config_key({**a, "cost_weight": 0.2}) != k
     # numpy scalars hash like the equal Python values
     assert config_key({**a, "seed": np.int64(0)}) == k
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="config must be a dict, got list"):
         config_key(["not", "a", "dict"])
 
 

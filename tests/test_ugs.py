@@ -8,6 +8,7 @@ import pytest
 from codesign.data.synthetic import csbm
 from codesign.sparsify.baselines import global_magnitude_prune, magnitude_prune, prune_count
 from codesign.sparsify.ugs import build_ticket, fit, ugs_counted_macs, ugs_prune
+from codesign.train import adjacency, masked_accuracy
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +56,38 @@ def test_rewind_restores_initial_weights_of_kept_entries(graph):
     np.testing.assert_array_equal(np.asarray(ticket.gcn.edge_mask.weight[...]), np.asarray(edge, np.float32))
 
 
+def _check_best_epoch(out, graph, rebuild, *, epochs, **kw):
+    """`fit`'s contract: ``epoch`` is the first epoch of best validation accuracy (-1, with both
+    accuracies 0, if it never rose above 0), and the accuracies are the model's at that epoch:
+    replaying training for ``epoch + 1`` epochs from the same rewound ticket ends on them."""
+    n_val, n_test = int(np.sum(graph.val_mask)), int(np.sum(graph.test_mask))
+    assert -1 <= out["epoch"] < epochs
+    if out["epoch"] == -1:
+        assert out["val_accuracy"] == 0.0 and out["test_accuracy"] == 0.0
+        return
+    assert 0.0 < out["val_accuracy"] <= 1.0 and 0.0 <= out["test_accuracy"] <= 1.0
+    # accuracies are fractions of the validation / test nodes
+    assert out["val_accuracy"] * n_val == pytest.approx(round(out["val_accuracy"] * n_val), abs=1e-4)
+    assert out["test_accuracy"] * n_test == pytest.approx(round(out["test_accuracy"] * n_test), abs=1e-4)
+    replay = rebuild()
+    again = fit(replay, graph, epochs=out["epoch"] + 1, **kw)
+    assert (again["epoch"], again["val_accuracy"], again["test_accuracy"]) == (
+        out["epoch"], out["val_accuracy"], out["test_accuracy"])
+    replay.eval()
+    logits = replay(graph.x, adjacency(graph))
+    assert float(masked_accuracy(logits, graph.y, graph.val_mask)) == out["val_accuracy"]
+    assert float(masked_accuracy(logits, graph.y, graph.test_mask)) == out["test_accuracy"]
+
+
 @pytest.mark.parametrize("train_masks", [False, True])
 def test_pruned_entries_stay_zero_after_training(graph, train_masks):
     edge, ws = _pruned_keeps(graph)
     model = build_ticket(graph, 1, edge, ws, hidden=8)
     before = [np.asarray(c.kernel[...]) for c, _ in model.pairs()]
-    out = fit(model, graph, train_masks=train_masks, epochs=5, lr=0.01, weight_decay=5e-4, s1=1e-2, s2=1e-2)
-    assert (out["epoch"] >= 0) or out["val_accuracy"] == 0.0
+    kw = dict(train_masks=train_masks, lr=0.01, weight_decay=5e-4, s1=1e-2, s2=1e-2)
+    out = fit(model, graph, epochs=5, **kw)
+    _check_best_epoch(out, graph, lambda: build_ticket(graph, 1, edge, ws, hidden=8), epochs=5, **kw)
+    assert out["epoch"] >= 0  # this fixture learns within 5 epochs, so the replay above ran
     for w, keep, b in zip(model.effective_kernels(), ws, before):
         assert np.all(np.asarray(w)[~np.asarray(keep)] == 0)
         assert not np.allclose(np.asarray(w)[np.asarray(keep)], b[np.asarray(keep)])  # kept ones trained
@@ -80,7 +106,8 @@ def test_pruned_entries_stay_zero_after_training(graph, train_masks):
                                 dict(rounds=-1), dict(epochs=0), dict(mask_noise=1.5),
                                 dict(mask_noise=-0.1, pruning="random")])
 def test_bad_arguments(graph, kw):
-    with pytest.raises(ValueError):
+    (name,) = [k for k in kw if k != "pruning"]
+    with pytest.raises(ValueError, match=rf"^{name} must be .*, got {name}="):
         ugs_prune(graph, **{"rounds": 1, "epochs": 1, **kw})
 
 
