@@ -194,7 +194,7 @@ def test_distillation_reaches_every_edge_gate(cora, sparsifier, ce_share):
     from flax import nnx
 
     from codesign.sparsify import GATE_PARAMS
-    from codesign.train import _masked_ce, adjacency, build_model, distill_kl, teacher_config
+    from codesign.train import adjacency, build_model, distill_kl, masked_cross_entropy, teacher_config
 
     cfg = TrainConfig(seed=0, cost_weight=0.3, edge_mask=True, feature_mask=False, distill_weight=1.0,
                       edge_sparsifier=sparsifier)
@@ -212,7 +212,7 @@ def test_distillation_reaches_every_edge_gate(cora, sparsifier, ce_share):
         g = jnp.concatenate([jnp.ravel(v) for v in jax.tree.leaves(grads)])
         return int(jnp.sum(g != 0)), g.size
 
-    ce_moved, n = n_moved(lambda m: _masked_ce(m(cora.x, adj), cora.y, cora.train_mask))
+    ce_moved, n = n_moved(lambda m: masked_cross_entropy(m(cora.x, adj), cora.y, cora.train_mask))
     kl_moved, _ = n_moved(lambda m: distill_kl(m(cora.x, adj), teacher))
     assert n == (cora.n_edges if sparsifier == "edge" else model.edge_mask.n_gated_tiles)
     # measured: 7778 of the 10556 edges, 2212 of the 2592 gated tiles, lie in the training nodes' two hops
@@ -247,7 +247,7 @@ def test_cli_passes_distillation_and_l0_flags():
 
 
 def test_dense_teacher_is_trained_once_per_graph_and_config(cora, monkeypatch):
-    import codesign.train as T
+    import codesign.train.loop as T
 
     calls = []
     real_train = T.train

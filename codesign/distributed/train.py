@@ -1,7 +1,7 @@
 """Partitioned full-batch co-design training over a device mesh (``codesign train --devices P``).
 
-The loop of `codesign.train.train` (three optimizer groups, penalty-mode cost term) with the
-loss of `codesign.distributed.gcn` and a partition-aware cost: compute of the busiest device plus
+The one fit loop (`codesign.train.fit`) with the forward and loss of `codesign.distributed.gcn`
+and a partition-aware cost: compute of the busiest device plus
 the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`):
 
     latency_s = estimate(workload of the busiest device).latency_s + comm.latency_s
@@ -15,14 +15,10 @@ bytes; a channel mask shrinks the hidden width; fewer bits shrink compute).
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
 from typing import Callable, Optional
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 from codesign import hwmodel
@@ -32,7 +28,7 @@ from codesign.distributed.partition import Partition, partition_graph
 from codesign.graph import Graph
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
-from codesign.sparsify import GATE_PARAMS
+from codesign.train import Problem, build_model, fit, masked_accuracy, objective
 
 
 def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = False,
@@ -77,7 +73,6 @@ def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.
         quantizer other than "fixed", edge sparsifier other than "edge", budget mode,
         ``select="best_val"``).
     """
-    from codesign.train import build_model
     bad = {"model": (cfg.model, "gcn"), "quantizer": (cfg.quantizer, "fixed"), "select": (cfg.select, "last")}
     if cfg.uses_edge_mask:
         bad["edge_sparsifier"] = (cfg.edge_sparsifier, "edge")
@@ -86,6 +81,9 @@ def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.
             raise ValueError(f"distributed training: TrainConfig.{name}={got!r} is not supported (only {want!r})")
     if cfg.budget is not None:
         raise ValueError("distributed training: TrainConfig.budget is not supported; use cost_weight")
+    if cfg.distill_weight > 0:
+        raise ValueError("distributed training: TrainConfig.distill_weight is not supported (no teacher logits "
+                         "in the partitioned layout)")
     model = build_model(dataclasses.replace(cfg, edge_mask=False), graph, rngs)
     if cfg.uses_edge_mask:
         mask = PartitionedEdgeMask(part, mesh, rngs=rngs)
@@ -118,7 +116,6 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     Raises:
       ValueError: unsupported config, P < 1, P > available devices, or P > nodes.
     """
-    from codesign.train import _decay_mask, gate_optimizer, masked_accuracy, QUANT_PARAMS
     mesh = make_mesh(n_devices)
     part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, n_devices, method)
     sg = shard_graph(graph, part, mesh)
@@ -132,35 +129,14 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     dense = {k: float(v) for k, v in partitioned_cost(dense_model, part, hw, lk, hard=True, locality=locality).items()}
     dense_c = dense[cfg.objective]
 
+    def forward(m, sg):
+        return logits_and_loss(m, sg, mesh, int8_halo=int8_halo)
+
+    def cost_ratio(m, hard: bool):
+        return partitioned_cost(m, part, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.objective] / dense_c
+
     model.train()
-    weights = nnx.All(nnx.Param, nnx.Not(nnx.Any(GATE_PARAMS, QUANT_PARAMS)))
-    opt_w = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(
-        cfg.weight_decay, mask=_decay_mask(cfg.weight_decay_scope)), optax.adam(cfg.lr)), wrt=weights)
-    opt_g = nnx.Optimizer(model, gate_optimizer(cfg), wrt=GATE_PARAMS)
-
-    def loss_fn(m):
-        ce = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[1]
-        ratio = partitioned_cost(m, part, hw, lk, int8=int8_halo, locality=locality)[cfg.objective] / dense_c
-        return ce + cfg.cost_weight * jnp.log(ratio), ratio
-
-    @nnx.jit
-    def step(m, opt_w, opt_g):
-        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(m)
-        g_gates, g_weights = nnx.split_state(grads, GATE_PARAMS, ...)
-        opt_w.update(m, g_weights)
-        opt_g.update(m, g_gates)
-        return loss, ratio
-
-    t0 = time.perf_counter()
-    loss = ratio = jnp.nan
-    for epoch in range(cfg.epochs):
-        loss, ratio = step(model, opt_w, opt_g)
-        if on_epoch is not None:
-            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio})
-    jax.block_until_ready(loss)
-    train_time_s = time.perf_counter() - t0
-    if not math.isfinite(float(loss)):
-        raise FloatingPointError(f"distributed training diverged: final loss {float(loss)}")
+    fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch)
 
     model.eval()
     logits = nnx.jit(lambda m: logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0])(model)
@@ -174,8 +150,8 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
         "train_accuracy": acc(graph.train_mask), "modeled": hard, "dense_modeled": dense,
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32, "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
-        "final_loss": float(loss), "final_cost_ratio": float(ratio),
-        "train_time_s": train_time_s, "selected_epoch": cfg.epochs - 1,  # select="last" only
+        "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
+        "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
         "devices": n_devices, "link": link, "int8_halo": int8_halo,
         "partition": part.summary(), "comm_bytes_per_epoch": epoch_bytes,
     }, "train_distributed")

@@ -27,7 +27,7 @@ __all__ = ["BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_refere
 Array = jax.Array
 
 VALID_BLOCK_SIZES = (8, 16, 32, 64, 128)
-_REORDERINGS = (None, "rcm", "metis")
+REORDERINGS = (None, "rcm", "metis")
 
 
 def _validate_tile_dim(value, name: str) -> int:
@@ -60,8 +60,8 @@ def node_permutation(senders, receivers, n_nodes: int, reorder: Optional[str], b
 
     For "metis" the default ``n_parts`` is ``ceil(N / (8 * block_size))`` (parts of ~8 block rows).
     """
-    if reorder not in _REORDERINGS:
-        raise ValueError(f"reorder must be one of {_REORDERINGS}, got {reorder!r}")
+    if reorder not in REORDERINGS:
+        raise ValueError(f"reorder must be one of {REORDERINGS}, got {reorder!r}")
     if reorder is None:
         return np.arange(n_nodes, dtype=np.int32)
     if reorder == "rcm":

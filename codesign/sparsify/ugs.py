@@ -67,7 +67,7 @@ from codesign.graph import Graph
 from codesign.models.gcn import GCN
 from codesign.sparsify.baselines import (UGS_GRAPH_RATE, UGS_WEIGHT_RATE, EdgeWeightMask, MaskWeight, PruneMask,
                                          UGSSchedule, _check_fraction, global_magnitude_prune, magnitude_prune)
-from codesign.train import _masked_ce, adjacency, masked_accuracy
+from codesign.train import adjacency, masked_accuracy, masked_cross_entropy
 
 UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2=1e-2)
 """The official Cora GCN command's settings (Unified-LTH-GNN ``NodeClassification/README.md``)."""
@@ -199,7 +199,7 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
 @nnx.jit(static_argnames=("train_masks",))
 def _step(model, opt, graph, adj, s1, s2, train_masks: bool):
     def loss_fn(m):
-        loss = _masked_ce(m(graph.x, adj), graph.y, graph.train_mask)
+        loss = masked_cross_entropy(m(graph.x, adj), graph.y, graph.train_mask)
         if train_masks:
             l1_g, l1_w = m.l1_terms()
             loss = loss + s1 * l1_g + s2 * l1_w

@@ -1,0 +1,79 @@
+"""What a single-device run is built from: the model of a config, its adjacency, the dense FP32
+reference cost, and the self-distillation teacher."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Optional
+
+import numpy as np
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.graph import Graph
+from codesign.kernels import CooAdjacency
+from codesign.models import MODELS
+from codesign.quant import pin_ranges
+from codesign.sparsify import BlockEdgeMask, DropEdge, EdgeScorer
+from codesign.train.config import TrainConfig
+
+__all__ = ["build_model", "adjacency", "dense_cost", "teacher_config"]
+
+
+def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
+    """The model of ``cfg`` for ``graph``; ``dense=True`` gives its dense FP32 reference.
+
+    Raises:
+      ValueError: a co-design option (``edge_sparsifier`` other than "edge", ``channel_mask``,
+        ``quantizer`` other than "fixed") that ``cfg.model`` does not take.
+    """
+    kw = dict(n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
+              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.bits)
+    if not dense:
+        if cfg.uses_edge_mask and cfg.edge_sparsifier != "edge":
+            kw["edge_sparsifier"] = _edge_sparsifier(cfg, graph, rngs)
+        if cfg.channel_mask:
+            kw["channel_mask"] = True
+        if cfg.quantizer != "fixed":
+            kw["quantizer"] = cfg.quantizer
+            if cfg.quantizer in ("degree", "a2q"):
+                kw["in_degree"] = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) + 1
+    accepted = inspect.signature(MODELS[cfg.model].__init__).parameters
+    for name in ("edge_sparsifier", "channel_mask", "quantizer"):
+        if name in kw and name not in accepted:
+            raise ValueError(f"TrainConfig.{name}: model {cfg.model!r} does not take a {name}")
+    model = MODELS[cfg.model](graph.n_features, cfg.hidden, graph.n_classes, dropout=cfg.dropout, rngs=rngs,
+                              **kw, **cfg.model_options())
+    if cfg.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
+        pin_ranges(model, skip=(getattr(getattr(model, getattr(model, "FIRST_LAYER", "conv1")), "quant_x"),))
+    return model
+
+
+def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
+    if cfg.edge_sparsifier == "block":
+        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size, cfg.reorder,
+                                        self_loops=getattr(MODELS[cfg.model], "SELF_LOOPS", True), rngs=rngs)
+    if cfg.edge_sparsifier == "scorer":
+        return EdgeScorer(graph.n_features, rngs=rngs)
+    return DropEdge(graph.n_edges, cfg.dropedge_rate, rngs=rngs)
+
+
+def adjacency(graph: Graph) -> CooAdjacency:
+    """The graph's edges as a `CooAdjacency` (the models add self-loops and normalize)."""
+    return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
+
+
+def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
+               locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.CostReport:
+    """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``."""
+    ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
+    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
+
+
+def teacher_config(cfg: TrainConfig) -> TrainConfig:
+    """The dense FP32 teacher of ``cfg``'s self-distillation: the same model, data and training
+    settings, with no sparsifier, quantizer, cost term or distillation."""
+    return dataclasses.replace(cfg, cost_weight=0.0, budget=None, edge_mask=False, feature_mask=False,
+                               channel_mask=False, bits=None, quantizer="fixed", bits_weight=0.0,
+                               pin_ranges=False, edge_l0_weight=0.0, distill_weight=0.0, edge_sparsifier="edge")

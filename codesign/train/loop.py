@@ -1,0 +1,314 @@
+"""The one fit loop, and `train`: a single-device run built on it.
+
+`fit(model, problem, cfg)` trains any model on any `Problem`: the problem supplies the forward
+pass (logits and task loss) and the modeled cost ratio as functions of the model and a data
+pytree; the loop owns the rest - the objective (`codesign.train.objective`: a sum of pure loss
+terms), the budget controller (`codesign.train.budget`), one typed-parameter optimizer
+(`codesign.train.optim`), epoch selection (`codesign.train.select`) and divergence detection.
+`train` (one device), `codesign.distributed.train_distributed` (a device mesh) and
+`codesign.baselines.ugs` use it with their own forward and cost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import weakref
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from codesign import hwmodel
+from codesign.graph import Graph
+from codesign.sparsify import BlockEdgeMask
+from codesign.train.budget import no_controller, pi_controller
+from codesign.train.build import adjacency, build_model, dense_cost, teacher_config
+from codesign.train.config import TrainConfig
+from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
+from codesign.train.optim import optimizer
+from codesign.train.select import BestVal, selection_terms, track_best
+
+__all__ = ["Problem", "FitResult", "fit", "train", "dense_teacher", "check_budget_feasible"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What `fit` trains on: functions of the model and of ``data`` (a pytree of arrays, passed to
+    the jitted step as an argument, so large graphs are not baked into the program as constants).
+
+    Fields:
+      data: pytree of arrays (a `Graph` and its adjacency, shards on a mesh, ...).
+      forward: ``(model, data) -> (logits float [N, C], task loss float32 scalar)`` in train mode.
+      cost_ratio: ``(model, hard: bool) -> float32 scalar``: modeled cost / dense cost, at the
+        expected (``hard=False``, differentiable) or the hardened densities and bit-widths.
+      evaluate: ``(model, data) -> (val accuracy, val loss)`` of the eval-mode model, for
+        ``select="best_val"``; None if the problem does not support it.
+    """
+
+    data: Any
+    forward: Callable
+    cost_ratio: Callable
+    evaluate: Optional[Callable] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What `fit` returns (the model itself is updated in place to the selected epoch's weights):
+    ``final_loss``, ``final_cost_ratio``, ``multiplier`` (floats of the last step), ``train_time_s``
+    (wall-clock of the epochs, compile included, s), ``selected_epoch``."""
+
+    final_loss: float
+    final_cost_ratio: float
+    multiplier: float
+    train_time_s: float
+    selected_epoch: int
+
+
+def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
+        first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None) -> FitResult:
+    """Trains ``model`` on ``problem`` for ``cfg.epochs`` full-batch steps.
+
+    Each step: forward, loss = sum of ``terms`` (`codesign.train.objective`), one update of every
+    parameter by the typed-parameter optimizer (`codesign.train.optim.optimizer`), then the
+    hardened cost ratio (when the objective has a cost term) feeds the budget controller and the
+    epoch selection. With ``cfg.select="best_val"`` the model ends at the selected epoch's weights.
+
+    Args:
+      model: an `nnx.Module` in train mode.
+      problem: the `Problem`.
+      cfg: `TrainConfig` (epochs, optimizer settings, budget, select).
+      terms: the loss terms, e.g. ``objective(cfg, teacher_logits)``.
+      first_layer: attribute name of the model's first layer (weight decay scope "first").
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``.
+
+    Raises:
+      ValueError: ``select="best_val"`` on a problem without ``evaluate``.
+      FloatingPointError: the final loss is not finite; the message names the first epoch with a
+        non-finite loss and the settings used.
+    """
+    if cfg.select == "best_val" and problem.evaluate is None:
+        raise ValueError("TrainConfig.select: 'best_val' needs a problem with an evaluate function")
+    opt = optimizer(cfg, model, first_layer)
+    controller = pi_controller(cfg.budget, cfg.budget_lr, cfg.budget_kp, cfg.budget_band) \
+        if cfg.budget is not None else no_controller()
+    forward, cost_ratio, terms = problem.forward, problem.cost_ratio, tuple(terms)
+
+    def loss_fn(m, data, state):
+        logits, task = forward(m, data)
+        ctx = LossContext(m, logits, task, cost_ratio(m, False), state[1])
+        loss = terms[0](ctx)
+        for term in terms[1:]:
+            loss = loss + term(ctx)
+        return loss, ctx.cost_ratio
+
+    @nnx.jit
+    def step(m, opt, data, state):
+        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(
+            m, data, state)
+        opt.update(m, grads)
+        hard = cost_ratio(m, True) if cfg.costed else jnp.ones((), jnp.float32)
+        return loss, ratio, controller.update(state, hard), hard
+
+    t0 = time.perf_counter()
+    loss = ratio = jnp.nan
+    state = controller.init()
+    best = BestVal.start(model) if cfg.select == "best_val" else None
+    first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
+    for epoch in range(cfg.epochs):
+        loss, ratio, state, hard = step(model, opt, problem.data, state)
+        first_bad = _first_nonfinite(first_bad, epoch, loss)
+        if best is not None:
+            model.eval()  # validation forward: no dropout, deterministic gates
+            best = track_best(model, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
+            model.train()
+        if on_epoch is not None:
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": state[1]})
+    jax.block_until_ready(loss)
+    train_time_s = time.perf_counter() - t0
+    if best is not None:
+        nnx.update(model, best.params)
+    if not np.isfinite(float(loss)):
+        raise FloatingPointError(_divergence_message(cfg, float(loss), int(first_bad)))
+    return FitResult(float(loss), float(ratio), float(state[1]), train_time_s,
+                     cfg.epochs - 1 if best is None else int(best.epoch))
+
+
+@jax.jit
+def _first_nonfinite(first_bad: jax.Array, epoch, loss: jax.Array) -> jax.Array:
+    """``epoch`` if ``loss`` is the first non-finite loss seen, else ``first_bad`` (-1: none yet)."""
+    return jnp.where((first_bad < 0) & ~jnp.isfinite(loss), epoch, first_bad).astype(jnp.int32)
+
+
+def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> str:
+    """One line: where the loss stopped being finite and the settings that were used."""
+    cost = f"budget={cfg.budget}" if cfg.budget is not None else f"cost_weight={cfg.cost_weight}"
+    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.epochs} (final loss {final_loss}); "
+            f"settings used: model={cfg.model}, lr={cfg.lr}, gate_lr={cfg.gate_lr}, weight_decay={cfg.weight_decay}, "
+            f"{cost}, bits={cfg.bits or 32}, quantizer={cfg.quantizer}, seed={cfg.seed}")
+
+
+def _graph_forward(m, data):
+    graph, adj = data
+    logits = m(graph.x, adj)
+    return logits, masked_cross_entropy(logits, graph.y, graph.train_mask)
+
+
+def _graph_evaluate(m, data):
+    graph, adj = data
+    logits = m(graph.x, adj)
+    return (masked_accuracy(logits, graph.y, graph.val_mask),
+            masked_cross_entropy(logits, graph.y, graph.val_mask))
+
+
+def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
+          on_epoch: Optional[Callable[[int, dict], None]] = None,
+          also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False,
+          teacher_logits: Optional[jax.Array] = None, return_model: bool = False) -> dict:
+    """Trains ``cfg``'s model on ``graph`` full-batch (`fit`), hardens it, evaluates and costs it.
+
+    Args:
+      graph: a `Graph` with train/val/test masks.
+      cfg: `TrainConfig`.
+      hw: the `HardwareSpec` the cost term (and the reported cost) refers to.
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``.
+      also_cost: more `HardwareSpec` targets to cost the hardened model on (training only ever
+        sees ``hw``), e.g. to place one trained baseline on every target's front.
+      return_logits: also return the hardened model's logits.
+      return_model: also return the hardened model itself (eval mode), e.g. for `codesign.deploy`.
+      teacher_logits: float [N, C], the distillation teacher's logits when ``cfg.distill_weight >
+        0``; None = `dense_teacher` trained on ``graph`` (pass them to distill from a teacher
+        trained on another graph, e.g. a random-subgraph control of a learned edge mask).
+
+    Raises:
+      ValueError: ``teacher_logits`` given while ``cfg.distill_weight`` is 0, of the wrong shape or
+        not finite; ``cfg.budget`` below the cost floor (`check_budget_feasible`).
+      FloatingPointError: the training diverged (see `fit`).
+
+    Returns:
+      dict with every `codesign.results.RUN_RECORD_FIELDS` field: ``test_accuracy``,
+      ``val_accuracy``, ``train_accuracy`` (hardened model), ``modeled`` / ``dense_modeled``
+      (``latency_s``, ``energy_j``, ``dram_bytes``), ``densities`` (hard kept fractions), ``bits``,
+      ``layer_bits``, ``final_loss``, ``final_cost_ratio``, ``multiplier``, ``train_time_s``,
+      ``selected_epoch``; plus ``breakdown`` / ``dense_breakdown`` (per-stage costs), ``tiles``
+      (`BlockEdgeMask` models) and ``by_hw`` (the same costs for ``hw`` and every ``also_cost``
+      target); with distillation ``teacher_accuracy``; with ``return_logits`` ``logits``; with
+      ``return_model`` ``model``.
+    """
+    teacher = None
+    if teacher_logits is not None:
+        teacher = _check_teacher_logits(teacher_logits, graph, cfg)
+        teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
+    elif cfg.distill_weight > 0:
+        teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
+    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    dense = dense_cost(cfg, graph, hw, locality)
+    dense_c = float(getattr(dense, cfg.objective))
+    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
+    if cfg.budget is not None:
+        check_budget_feasible(cfg, model, graph, hw, locality, dense_c)
+    adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
+
+    def cost_ratio(m, hard: bool):
+        return getattr(hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw), cfg.objective) / dense_c
+
+    model.train()
+    fitted = fit(model, Problem((graph, adj), _graph_forward, cost_ratio, _graph_evaluate), cfg,
+                 objective(cfg, teacher), first_layer=getattr(model, "FIRST_LAYER", "conv1"), on_epoch=on_epoch)
+
+    model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
+    logits = _eval_logits(model, graph.x, adj)
+    by_hw = {}
+    for target in (hw, *also_cost):
+        rep = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), target)
+        ref = dense if target is hw else dense_cost(cfg, graph, target, locality)
+        by_hw[target.name] = {"modeled": rep.summary(), "dense_modeled": ref.summary(),
+                              "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target)}
+    acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
+    extra = {}
+    if teacher is not None:
+        extra["teacher_accuracy"] = teacher_accuracy
+    if return_logits:
+        extra["logits"] = logits
+    if return_model:
+        extra["model"] = model
+    return {**extra,
+        "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
+        "train_accuracy": acc(graph.train_mask),
+        "modeled": by_hw[hw.name]["modeled"], "dense_modeled": dense.summary(),
+        "breakdown": by_hw[hw.name]["breakdown"], "dense_breakdown": by_hw[hw.name]["dense_breakdown"],
+        "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
+        "bits": cfg.bits or 32,
+        "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()} if hasattr(model, "layer_bits") else {},
+        "tiles": _tile_stats(model),
+        "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
+        "multiplier": fitted.multiplier, "train_time_s": fitted.train_time_s,
+        "selected_epoch": fitted.selected_epoch,
+        "by_hw": by_hw,
+    }
+
+
+_TEACHERS: dict = {}  # (id(graph), teacher config) -> (weakref to graph, logits, test accuracy)
+
+
+def dense_teacher(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec) -> tuple[jax.Array, float]:
+    """``(logits float32 [N, C], test accuracy)`` of ``cfg``'s dense teacher (`teacher_config`)
+    on ``graph``, trained once per graph and teacher config in this process: the methods and cost
+    weights of a sweep that share a seed share it (the teacher does not depend on ``hw``)."""
+    tcfg = teacher_config(cfg)
+    key = (id(graph), tcfg)
+    hit = _TEACHERS.get(key)
+    if hit is not None and hit[0]() is graph:
+        return hit[1], hit[2]
+    res = train(graph, tcfg, hw, return_logits=True)
+    _TEACHERS[key] = (weakref.ref(graph), jax.lax.stop_gradient(res["logits"]), res["test_accuracy"])
+    return _TEACHERS[key][1], _TEACHERS[key][2]
+
+
+def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax.Array:
+    """``teacher_logits`` as a float32 [N, C] constant (no gradient), checked against ``graph``.
+
+    Raises:
+      ValueError: ``cfg.distill_weight`` is 0 (the logits would be ignored), the shape is not
+        ``(graph.n_nodes, graph.n_classes)`` or a value is not finite.
+    """
+    if not cfg.distill_weight > 0:
+        raise ValueError("train: teacher_logits given but TrainConfig.distill_weight is 0 (they would be ignored)")
+    t = jnp.asarray(teacher_logits, jnp.float32)
+    want = (graph.n_nodes, graph.n_classes)
+    if t.shape != want:
+        raise ValueError(f"train: invalid teacher_logits.shape={t.shape}, expected (n_nodes, n_classes)={want}")
+    if not bool(jnp.all(jnp.isfinite(t))):
+        raise ValueError("train: teacher_logits has non-finite values")
+    return jax.lax.stop_gradient(t)
+
+
+def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.HardwareSpec,
+                          locality, dense_c: float) -> None:
+    """Raises ValueError when ``cfg.budget`` is below the cost floor: the modeled cost of the
+    untrained ``model`` with every mask the config learns fully closed (the cost left by
+    self-loops, kept layers, the bits)."""
+    closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
+    floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
+                                                          locality=locality), hw), cfg.objective)) / dense_c
+    if cfg.budget < floor:
+        raise ValueError(f"TrainConfig.budget: infeasible budget {cfg.budget:g}: the {cfg.model} model with every "
+                         f"learned mask closed still costs {floor:.4g} x the dense {cfg.objective} on {hw.name}")
+
+
+def _tile_stats(model) -> Optional[dict]:
+    """Hardened tile counts of a `BlockEdgeMask` model: ``kept`` and ``total`` B x B tiles (the
+    kernel's nnz_blocks after and before pruning) and ``kept_fraction``; None for other models."""
+    mask = getattr(model, "edge_mask", None)
+    if not isinstance(mask, BlockEdgeMask):
+        return None
+    kept = float(mask.hard_kept_tiles())
+    return {"kept": kept, "total": mask.n_tiles, "kept_fraction": kept / mask.n_tiles,
+            "gated": mask.n_gated_tiles, "block_size": mask.block_size}
+
+
+@nnx.jit
+def _eval_logits(model, x, adj):
+    return model(x, adj)
