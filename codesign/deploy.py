@@ -1,0 +1,296 @@
+"""Deploy: a hardened model as a compact inference program, and `measure` of what it saves.
+
+`deploy(model, graph)` turns a hardened (eval-mode) GCN into a `CompactGCN`:
+
+- input features whose gate is 0 are removed: the program stores ``Q(X[:, kept] * z[kept])``
+  (the feature store of the deployed model holds only the columns it reads, quantized once: the
+  features are static data in transductive node classification) and the first weight matrix
+  only the kept rows;
+- hidden channels whose gate is 0 are removed from the first layer's columns and bias and from
+  the second layer's rows;
+- edges whose gate is 0 are removed and the GCN normalization ``D^-1/2 (A_gated + I) D^-1/2``
+  is recomputed over the kept ones, as the hardened model defines it (`gcn_normalize`); the
+  result is one scipy CSR matrix;
+- quantized weights are stored as integer codes (int8; int4 and narrower packed two per byte)
+  with their per-tensor scale, taken from the *full* weight before rows and columns are removed
+  (the hardened model's grid); activations are quantized at run time on the same grid as the
+  hardened model (per-tensor max scale). On this CPU the matrix products run in float32 on the
+  dequantized codes: numpy has no fast int8 GEMM (`int8_matmul_is_faster` measures it), so the
+  integer path is not taken where it would be slower.
+
+Its logits equal the hardened model's up to float32 summation order (the removed terms are exact
+zeros; the quantized values are the same grid points).
+
+`measure(compact, dense)` times the compact program and the dense FP32 program of the same
+architecture (`dense_program`) in one process, alternating, and reports the median latency,
+peak memory of one call (tracemalloc) and the stored model bytes of each.
+
+Supported: `codesign.models.GCN` with any edge sparsifier whose deterministic gates are per
+edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`, and the
+"fixed" quantizer (`FakeQuant`) or none. Other models and quantizers raise NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+import tracemalloc
+from typing import Callable, Optional
+
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+from codesign.graph import Graph
+from codesign.models import GCN
+from codesign.quant import FakeQuant, qrange
+
+__all__ = ["QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "int8_matmul_is_faster"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedMatrix:
+    """A weight stored as integer codes: ``values = codes * scale``.
+
+    Fields:
+      codes: int8 [K, F] (bits <= 8) or float32 [K, F] (not quantized, ``bits`` 32).
+      scale: float32 step (1.0 when not quantized).
+      bits: 1..8 or 32.
+    """
+
+    codes: np.ndarray
+    scale: float
+    bits: int
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the stored codes (``bits`` per value, packed; ceil per matrix) + the scale."""
+        if self.bits >= 32:
+            return int(self.codes.size * 4)
+        return int(-(-self.codes.size * self.bits // 8)) + 4
+
+    def dequantized(self) -> np.ndarray:
+        """float32 [K, F]: the values the hardened model multiplies by."""
+        return (self.codes.astype(np.float32) * np.float32(self.scale)) if self.bits < 32 else self.codes
+
+
+def _quantize_weight(w: np.ndarray, bits: Optional[int]) -> tuple[np.ndarray, float, int]:
+    """Integer codes and scale of ``w`` on `fake_quant`'s signed per-tensor grid."""
+    if bits is None or bits >= 32:
+        return w.astype(np.float32), 1.0, 32
+    lo, hi = qrange(bits, True)
+    amax = float(np.max(np.abs(w)))
+    scale = np.float32(amax / hi) if amax > 0 else np.float32(1.0)
+    codes = np.clip(np.round(w / scale), lo, hi).astype(np.int8)
+    return codes, float(scale), int(bits)
+
+
+def _quantize_activation(x: np.ndarray, bits: Optional[int]) -> np.ndarray:
+    """`fake_quant` of an unsigned activation (per-tensor max scale), float32."""
+    if bits is None or bits >= 32:
+        return x
+    lo, hi = qrange(bits, False)
+    amax = np.float32(np.max(np.maximum(x, 0)))
+    scale = amax / np.float32(hi) if amax > 0 else np.float32(1.0)
+    return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactGCN:
+    """A deployed two-layer GCN (`deploy`): run it with ``compact()`` (its features are stored).
+
+    Fields:
+      adj: scipy CSR float32 [N, N], the normalized adjacency over the kept edges + self-loops.
+      x: float32 [N, F_kept] the kept, gate-scaled input feature columns, already on the first
+        layer's activation grid (the features are static data: quantized once at deploy time).
+      w0, w1: `QuantizedMatrix` [F_kept, H_kept] and [H_kept, C].
+      b0: float32 [H_kept]; b1: float32 [C].
+      channel_gate: float32 [H_kept] the kept hidden channels' deterministic gates.
+      bits: activation bit-width (None = fp32).
+      kept: dict of kept counts and fractions (``features``, ``channels``, ``edges``).
+    """
+
+    adj: sp.csr_matrix
+    x: np.ndarray
+    w0: QuantizedMatrix
+    w1: QuantizedMatrix
+    b0: np.ndarray
+    b1: np.ndarray
+    channel_gate: np.ndarray
+    bits: Optional[int]
+    kept: dict
+
+    def __post_init__(self):
+        object.__setattr__(self, "_w0", self.w0.dequantized())
+        object.__setattr__(self, "_w1", self.w1.dequantized())
+
+    def __call__(self) -> np.ndarray:
+        """Logits float32 [N, C]."""
+        h = _layer(self.adj, self.x, self._w0, self.b0)
+        h = np.maximum(h, 0) * self.channel_gate
+        return _layer(self.adj, _quantize_activation(h, self.bits), self._w1, self.b1)
+
+    @property
+    def model_bytes(self) -> int:
+        """Stored parameter bytes: integer codes (packed) + scales + biases + channel gates."""
+        return self.w0.stored_bytes + self.w1.stored_bytes + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
+
+    @property
+    def graph_bytes(self) -> int:
+        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
+        a = self.adj
+        return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes + self.x.nbytes)
+
+
+def _layer(adj: sp.csr_matrix, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``A @ x @ w + b`` in the cheaper order (combine first when it narrows the matrix)."""
+    if w.shape[1] <= w.shape[0]:
+        return np.asarray(adj @ (x @ w)) + b
+    return np.asarray(adj @ x) @ w + b
+
+
+def _normalized_csr(senders: np.ndarray, receivers: np.ndarray, weight: np.ndarray, n: int) -> sp.csr_matrix:
+    """``D^-1/2 (A + I) D^-1/2`` as float32 CSR (rows = receivers), computed as `gcn_normalize`."""
+    s = np.concatenate([senders, np.arange(n)])
+    r = np.concatenate([receivers, np.arange(n)])
+    w = np.concatenate([weight.astype(np.float32), np.ones(n, np.float32)])
+    deg = np.zeros(n, np.float32)
+    np.add.at(deg, r, w)
+    inv = (1.0 / np.sqrt(np.maximum(deg, np.float32(1e-12)))).astype(np.float32)
+    return sp.csr_matrix(((w * inv[s] * inv[r]).astype(np.float32), (r, s)), shape=(n, n))
+
+
+def deploy(model: GCN, graph: Graph) -> CompactGCN:
+    """The compact program of the hardened ``model`` on ``graph`` (see the module docstring).
+
+    Args:
+      model: a trained `codesign.models.GCN`; it is switched to eval mode (deterministic gates).
+      graph: the `Graph` it runs on (its features are stored compact in the program).
+
+    Raises:
+      NotImplementedError: a model other than GCN, or a quantizer other than `FakeQuant`.
+      ValueError: ``graph.n_features`` differs from the model's input width.
+    """
+    if not isinstance(model, GCN):
+        raise NotImplementedError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
+    convs = (model.conv1, model.conv2)
+    for conv in convs:
+        for q in (conv.quant_x, conv.quant_w):
+            if not isinstance(q, FakeQuant):
+                raise NotImplementedError(f"deploy: only the fixed quantizer (FakeQuant) is supported, got "
+                                          f"{type(q).__name__}")
+    if graph.n_features != model.in_features:
+        raise ValueError(f"graph.x: the model expects {model.in_features} input features, got {graph.n_features}")
+    model.eval()
+    n = graph.n_nodes
+    senders, receivers = np.asarray(graph.senders), np.asarray(graph.receivers)
+    weight = np.ones(len(senders), np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
+    if model.edge_mask is not None:
+        weight = weight * np.asarray(model.edge_mask.edge_gates(graph.x, graph.senders, graph.receivers,
+                                                                deterministic=True), np.float32)
+    keep_e = weight != 0
+    adj = _normalized_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
+
+    x = np.asarray(graph.x, np.float32)
+    z_f = np.ones(x.shape[1], np.float32) if model.feature_mask is None else \
+        np.asarray(model.feature_mask.gate(True), np.float32)
+    keep_f = z_f > 0
+    hidden = model.conv1.out_features
+    z_c = np.ones(hidden, np.float32) if model.channel_mask is None else \
+        np.asarray(model.channel_mask.gate(True), np.float32)
+    keep_c = z_c > 0
+
+    w0, s0, b0bits = _quantize_weight(np.asarray(model.conv1.kernel[...]), model.conv1.quant_w.bits)
+    w1, s1, b1bits = _quantize_weight(np.asarray(model.conv2.kernel[...]), model.conv2.quant_w.bits)
+    return CompactGCN(
+        adj=adj, x=_quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), model.conv1.quant_x.bits),
+        w0=QuantizedMatrix(np.ascontiguousarray(w0[keep_f][:, keep_c]), s0, b0bits),
+        w1=QuantizedMatrix(np.ascontiguousarray(w1[keep_c]), s1, b1bits),
+        b0=np.asarray(model.conv1.bias[...], np.float32)[keep_c], b1=np.asarray(model.conv2.bias[...], np.float32),
+        channel_gate=z_c[keep_c], bits=model.conv1.quant_x.bits,
+        kept={"features": int(keep_f.sum()), "feature_fraction": float(keep_f.mean()),
+              "channels": int(keep_c.sum()), "channel_fraction": float(keep_c.mean()),
+              "edges": int(keep_e.sum()), "edge_fraction": float(keep_e.mean()) if len(keep_e) else 1.0})
+
+
+def dense_program(model: GCN, graph: Graph) -> CompactGCN:
+    """The dense FP32 program of the same architecture (all features, channels and edges, float32
+    weights of ``model``, no quantization), run by the same code: the fair reference of `measure`."""
+    n = graph.n_nodes
+    weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
+    adj = _normalized_csr(np.asarray(graph.senders), np.asarray(graph.receivers), weight, n)
+    w0, w1 = (np.asarray(c.kernel[...], np.float32) for c in (model.conv1, model.conv2))
+    return CompactGCN(adj=adj, x=np.asarray(graph.x, np.float32), w0=QuantizedMatrix(w0, 1.0, 32),
+                      w1=QuantizedMatrix(w1, 1.0, 32), b0=np.asarray(model.conv1.bias[...], np.float32),
+                      b1=np.asarray(model.conv2.bias[...], np.float32),
+                      channel_gate=np.ones(w0.shape[1], np.float32), bits=None,
+                      kept={"features": w0.shape[0], "feature_fraction": 1.0, "channels": w0.shape[1],
+                            "channel_fraction": 1.0, "edges": graph.n_edges, "edge_fraction": 1.0})
+
+
+def _peak_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes allocated (tracemalloc, which numpy reports to) during one call of ``fn``."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        fn()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()
+
+
+def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: int = 3) -> dict:
+    """Times ``compact`` and ``dense`` in this process, alternating call by call.
+
+    Args:
+      compact, dense: the programs (`deploy`, `dense_program`).
+      reps: timed calls of each (>= 1); warmup: untimed calls of each first.
+
+    Returns:
+      ``{"measured": {...}, "dense_measured": {...}, "speedup": dense median / compact median,
+      "speedup_spread": [min, max] of the per-pair ratios}``; each ``measured`` dict holds
+      ``latency_s`` (median wall-clock of one inference), ``latency_spread_s`` ([min, max]),
+      ``peak_bytes`` (tracemalloc peak of one call), ``model_bytes`` and ``graph_bytes``.
+
+    Raises:
+      ValueError: ``reps < 1`` or ``warmup < 0``.
+    """
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"measure: reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    for _ in range(warmup):
+        compact(), dense()
+    tc, td = [], []
+    for _ in range(reps):
+        for prog, out in ((compact, tc), (dense, td)):
+            t0 = time.perf_counter()
+            prog()
+            out.append(time.perf_counter() - t0)
+
+    def stats(prog: CompactGCN, times: list) -> dict:
+        return {"latency_s": statistics.median(times), "latency_spread_s": [min(times), max(times)],
+                "peak_bytes": _peak_bytes(prog), "model_bytes": prog.model_bytes, "graph_bytes": prog.graph_bytes}
+
+    ratios = [d / c for c, d in zip(tc, td)]
+    return {"measured": stats(compact, tc), "dense_measured": stats(dense, td),
+            "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)]}
+
+
+def int8_matmul_is_faster(m: int = 2048, k: int = 512, n: int = 64, reps: int = 5) -> dict:
+    """Times an int8 x int8 -> int32 matmul against float32 (numpy, this CPU): the measurement
+    behind the float path. Returns ``{"int8_s", "float32_s", "int8_faster"}`` (medians)."""
+    rng = np.random.default_rng(0)
+    a8, b8 = rng.integers(-127, 128, (m, k), dtype=np.int8), rng.integers(-127, 128, (k, n), dtype=np.int8)
+    af, bf = a8.astype(np.float32), b8.astype(np.float32)
+
+    def median_time(fn):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    t8 = median_time(lambda: np.matmul(a8, b8, dtype=np.int32))
+    tf = median_time(lambda: af @ bf)
+    return {"int8_s": t8, "float32_s": tf, "int8_faster": t8 < tf}

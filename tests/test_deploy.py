@@ -1,0 +1,104 @@
+"""`codesign.deploy`: the compact program of a hardened GCN gives the hardened model's logits with
+the pruned features, channels and edges physically removed and the weights stored as integers."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from codesign.deploy import QuantizedMatrix, deploy, dense_program, measure
+from codesign.graph import Graph
+from codesign.models import GAT, GCN
+from codesign.train import adjacency
+
+
+def _graph(n=40, f=12, c=3, e=120, seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = np.unique(rng.integers(0, n, (e, 2)), axis=0)  # distinct edges
+    s, r = pairs[:, 0], pairs[:, 1]
+    keep = s != r
+    x = rng.random((n, f)).astype(np.float32) * (rng.random((n, f)) < 0.4)
+    return Graph(senders=s[keep], receivers=r[keep], x=x, y=rng.integers(0, c, n), train_mask=np.ones(n, bool),
+                 val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool), n_nodes=n)
+
+
+def _hardened_gcn(g, bits, seed=0, hidden=8):
+    m = GCN(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
+            channel_mask=True, bits=bits, rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for gate, n in ((m.feature_mask.gate, g.n_features), (m.channel_mask.gate, hidden), (m.edge_mask.gate, g.n_edges)):
+        # a third of the gates closed (exact zeros), the rest open at values in (0, 1]
+        closed = (rng.random(n) < 1 / 3) | (np.arange(n) == 0)  # at least one closed gate per mask
+        gate.log_alpha[...] = jnp.asarray(np.where(closed, -10.0, rng.uniform(-1.5, 3.0, n)), jnp.float32)
+    m.eval()
+    return m
+
+
+@pytest.mark.parametrize("bits", [None, 8, 4])
+def test_compact_logits_equal_the_hardened_model(bits):
+    g = _graph()
+    m = _hardened_gcn(g, bits)
+    ref = np.asarray(m(g.x, adjacency(g)))
+    c = deploy(m, g)
+    # physically smaller: exactly the open gates remain
+    assert c.x.shape == (g.n_nodes, int(np.asarray(m.feature_mask.hard_mask()).sum()))
+    assert c.w0.codes.shape == (c.x.shape[1], int(np.asarray(m.channel_mask.hard_mask()).sum()))
+    assert c.adj.nnz == int(np.asarray(m.edge_mask.hard_mask()).sum()) + g.n_nodes
+    assert c.kept["edges"] < g.n_edges and c.kept["features"] < g.n_features and c.kept["channels"] < 8
+    # equal up to float32 summation order (the removed terms are exact zeros)
+    np.testing.assert_allclose(c(), ref, rtol=1e-5, atol=1e-6 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_weights_are_stored_as_integer_codes_on_the_full_tensors_grid(bits):
+    g = _graph()
+    m = _hardened_gcn(g, bits)
+    c = deploy(m, g)
+    assert c.w0.codes.dtype == np.int8 and c.w0.bits == bits
+    hi = 2 ** (bits - 1) - 1
+    assert np.abs(c.w0.codes).max() <= hi
+    # the scale is the full weight's max / qmax (the hardened model's grid), not the kept part's
+    full = np.asarray(m.conv1.kernel[...])
+    assert c.w0.scale == pytest.approx(float(np.abs(full).max()) / hi, rel=1e-6)
+    # packed bytes: bits per value, plus the float32 scale
+    assert c.w0.stored_bytes == -(-c.w0.codes.size * bits // 8) + 4
+    dense = dense_program(m, g)
+    assert c.model_bytes < dense.model_bytes
+
+
+def test_dense_program_is_the_fp32_model_without_masks():
+    g = _graph()
+    m = GCN(g.n_features, 8, 3, rngs=nnx.Rngs(1))
+    m.eval()
+    np.testing.assert_allclose(dense_program(m, g)(), np.asarray(m(g.x, adjacency(g))), rtol=1e-5, atol=1e-6)
+
+
+def test_measure_reports_both_programs():
+    g = _graph()
+    m = _hardened_gcn(g, 8)
+    r = measure(deploy(m, g), dense_program(m, g), reps=3, warmup=1)
+    for side in ("measured", "dense_measured"):
+        assert set(r[side]) == {"latency_s", "latency_spread_s", "peak_bytes", "model_bytes", "graph_bytes"}
+        lo, hi = r[side]["latency_spread_s"]
+        assert 0 < lo <= r[side]["latency_s"] <= hi and r[side]["peak_bytes"] > 0
+    assert r["speedup"] > 0 and r["speedup_spread"][0] <= r["speedup_spread"][1]
+    with pytest.raises(ValueError, match="measure: reps must be >= 1"):
+        measure(deploy(m, g), dense_program(m, g), reps=0)
+
+
+def test_unsupported_models_and_widths_are_refused():
+    g = _graph()
+    with pytest.raises(NotImplementedError, match="only codesign.models.GCN"):
+        deploy(GAT(g.n_features, 4, 3, heads=2, rngs=nnx.Rngs(0)), g)
+    with pytest.raises(NotImplementedError, match="only the fixed quantizer"):
+        deploy(GCN(g.n_features, 8, 3, bits=8, quantizer="lsq", rngs=nnx.Rngs(0)), g)
+    with pytest.raises(ValueError, match=r"graph\.x: the model expects 5 input features, got 12"):
+        deploy(GCN(5, 8, 3, rngs=nnx.Rngs(0)), g)
+
+
+def test_quantized_matrix_round_trip():
+    q = QuantizedMatrix(np.array([[1, -2], [3, 0]], np.int8), 0.5, 8)
+    np.testing.assert_array_equal(q.dequantized(), np.array([[0.5, -1.0], [1.5, 0.0]], np.float32))
+    assert q.stored_bytes == 4 + 4
