@@ -1,6 +1,7 @@
-"""Command line: ``codesign train | sweep | cost | bench``.
+"""Command line: ``codesign train | deploy | sweep | cost | bench``.
 
   codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
+  codesign train --bits 8 --feature-mask on --cost-weight 3 --seeds 1 --save ckpt && codesign deploy ckpt/seed0
   codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
   codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 import sys
 from typing import Optional, Sequence
 
@@ -232,8 +234,13 @@ def cmd_train(args) -> int:
                 result = train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
                                            on_epoch=lambda *_: bar.update())
             else:
-                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update())
+                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update(), return_model=bool(args.save))
                 result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
+                if args.save:  # orbax checkpoint of this seed's hardened model (codesign deploy DIR)
+                    from codesign.checkpoint import save_model
+                    saved = save_model(Path(args.save) / f"seed{cfg.seed}", result.pop("model"), cfg, graph,
+                                       args.dataset)
+                    print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
             check_run_record(result, "train_distributed" if args.devices > 1 else "train")
             record = {"key": key, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg),
                                              **scale_out},
@@ -273,6 +280,44 @@ def cmd_train(args) -> int:
     for k, unit in (("latency_s", "s"), ("energy_j", "J"), ("dram_bytes", "B")):
         print(f"  {k:14s}{m[k]:14.4g}{dm[k]:14.4g}{dm[k] / m[k]:7.2f}x")
     print(f"  results         {out['results']}")
+    return 0
+
+
+def cmd_deploy(args) -> int:
+    """Restores a checkpoint (`codesign train --save`), deploys it and measures it on this machine."""
+    from codesign import hwmodel
+    from codesign.checkpoint import load_model
+    from codesign.data import load_planetoid
+    from codesign.deploy import deploy, dense_program, measure
+    meta = json.loads((Path(args.checkpoint) / "meta.json").read_text()) \
+        if (Path(args.checkpoint) / "meta.json").is_file() else None
+    if meta is None:
+        raise FileNotFoundError(f"{args.checkpoint}: no codesign checkpoint (meta.json); make one with "
+                                f"codesign train --save DIR")
+    graph = load_planetoid(meta["dataset"], root=args.data_root)
+    model, cfg, meta = load_model(args.checkpoint, graph)
+    compact, dense = deploy(model, graph), dense_program(model, graph)
+    out = measure(compact, dense, reps=args.reps)
+    hw = hwmodel.presets.get("cpu")
+    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
+    from codesign.train import dense_cost
+    ref = dense_cost(cfg, graph, hw, locality)
+    out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
+    out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
+    out["kept"] = compact.kept
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    m, d = out["measured"], out["dense_measured"]
+    print(f"{cfg.model} from {args.checkpoint} on {meta['dataset']}: kept features "
+          f"{100 * compact.kept['feature_fraction']:.1f} %, channels {100 * compact.kept['channel_fraction']:.1f} %, "
+          f"edges {100 * compact.kept['edge_fraction']:.1f} %")
+    print(f"  {'':22s}{'compact':>14s}{'dense fp32':>14s}{'ratio':>8s}")
+    for k in ("latency_s", "peak_bytes", "model_bytes"):
+        print(f"  {'measured ' + k:22s}{m[k]:14.4g}{d[k]:14.4g}{d[k] / m[k]:7.2f}x")
+    ml, dl = out["modeled_local"]["latency_s"], out["dense_modeled_local"]["latency_s"]
+    print(f"  {'modeled latency_s (cpu)':22s}{ml:14.4g}{dl:14.4g}{dl / ml:7.2f}x")
     return 0
 
 
@@ -437,7 +482,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder: each finished seed is appended there as it finishes; a re-run skips "
                         "the seeds already stored")
     p.add_argument("--name", default=None, help="results file stem (default train_<dataset>_<model>_<hw>)")
+    p.add_argument("--save", default=None, metavar="DIR",
+                   help="save each seed's hardened model with orbax to DIR/seed<k> (a new folder), with its config "
+                        "and the graph's hash, for `codesign deploy DIR/seed<k>` (single device only)")
     p.set_defaults(func=cmd_train)
+
+    p = add("deploy", "restore a saved model, deploy it as a compact program and measure it next to dense FP32")
+    p.add_argument("checkpoint", help="a folder written by codesign train --save (DIR/seed<k>)")
+    p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
+    p.add_argument("--reps", type=_positive_int("reps"), default=30, help="timed inferences of each program")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(func=cmd_deploy)
 
     p = add("sweep", "accuracy-vs-cost sweep over cost weights x seeds (resumable)")
     _add_common(p)
@@ -519,6 +574,12 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
                 if given:
                     parser.exit(2, f"codesign train: error: argument {flag}: needs --devices > 1\n")
         args.link = args.link or "nvlink4"
+        if args.save is not None:
+            if args.devices > 1:
+                parser.exit(2, "codesign train: error: argument --save: single device only (not with --devices > 1)\n")
+            if Path(args.save, "seed0").exists():
+                parser.exit(2, f"codesign train: error: argument --save: {Path(args.save, 'seed0')} exists; "
+                               f"choose a new folder\n")
     if args.command == "sweep":
         why = _writable_folder_error(args.out)
         if why:

@@ -49,7 +49,8 @@ COMMANDS = [c for c in readme_commands() if _covered(c)]
 def test_readme_documents_every_command():
     kinds = {" ".join(c.split()[:3]) if c.startswith("codesign bench") else " ".join(c.split()[:2])
              for c in COMMANDS}
-    assert kinds == {"codesign train", "codesign sweep", "codesign cost", "codesign bench cost"}, COMMANDS
+    assert kinds == {"codesign train", "codesign deploy", "codesign sweep", "codesign cost", "codesign bench cost"}, \
+        COMMANDS
 
 
 def _run(argv: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
@@ -72,6 +73,12 @@ def test_readme_command_runs(command, cora, tmp_path):
         argv += ["--cost-weights", "0.1", *SHORT, "--out", str(tmp_path)]
     elif argv[:2] == ["bench", "cost"]:
         argv += ["--points", "10", "--reps", "1"]
+    elif argv[0] == "deploy":  # the checkpoint it names, made as README's preceding `train --save` does
+        folder = str(pathlib.PurePath(argv[1]).parent)
+        made = _run(["train", "--bits", "8", "--feature-mask", "on", "--cost-weight", "3", *SHORT,
+                     "--out", str(tmp_path), "--save", folder], tmp_path)
+        assert made.returncode == 0, made.stderr[-3000:]
+        argv += ["--reps", "2"]
     r = _run(argv, tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
@@ -102,5 +109,8 @@ def test_readme_command_runs(command, cora, tmp_path):
                 assert len(per) == 2 and all(rep["energy_j"] > 0 and rep["stages"] for rep in per.values())
         else:
             assert all(hw in out for hw in hws) and "latency_s" in out and "bound" in out
+    elif argv[0] == "deploy":
+        for field in ("kept features", "measured latency_s", "measured model_bytes", "modeled latency_s (cpu)"):
+            assert field in out, (field, out)
     else:  # bench cost
         assert "cost + gradient of 10 design points" in out and "points/s" in out

@@ -102,3 +102,39 @@ def test_quantized_matrix_round_trip():
     q = QuantizedMatrix(np.array([[1, -2], [3, 0]], np.int8), 0.5, 8)
     np.testing.assert_array_equal(q.dequantized(), np.array([[0.5, -1.0], [1.5, 0.0]], np.float32))
     assert q.stored_bytes == 4 + 4
+
+
+def test_checkpoint_round_trip_and_graph_hash(tmp_path):
+    from codesign.checkpoint import graph_sha256, load_model, save_model
+    from codesign.train import TrainConfig, build_model
+    g = _graph()
+    cfg = TrainConfig(hidden=8, bits=8, feature_mask=True, channel_mask=True, edge_mask=True, epochs=1)
+    m = build_model(cfg, g, nnx.Rngs(3))
+    m.feature_mask.gate.log_alpha[...] = jnp.linspace(-5.0, 5.0, g.n_features)
+    m.eval()
+    save_model(tmp_path / "ck", m, cfg, g, "toy")
+    restored, cfg2, meta = load_model(tmp_path / "ck", g)
+    assert cfg2 == cfg and meta["dataset"] == "toy" and meta["graph_sha256"] == graph_sha256(g)
+    np.testing.assert_array_equal(np.asarray(restored(g.x, adjacency(g))), np.asarray(m(g.x, adjacency(g))))
+    other = g.replace(x=np.asarray(g.x) + 1.0)
+    with pytest.raises(ValueError, match="load_model: graph_sha256 mismatch"):
+        load_model(tmp_path / "ck", other)
+    with pytest.raises(FileExistsError, match="exists"):
+        save_model(tmp_path / "ck", m, cfg, g, "toy")
+    with pytest.raises(FileNotFoundError, match="no codesign checkpoint"):
+        load_model(tmp_path, g)
+
+
+def test_cli_train_save_then_deploy(cora, tmp_path, capsys):
+    from codesign import cli
+    ck = tmp_path / "ck"
+    assert cli.main(["train", "--bits", "8", "--feature-mask", "on", "--cost-weight", "3", "--seeds", "1",
+                     "--epochs", "3", "--out", str(tmp_path), "--save", str(ck)]) == 0
+    capsys.readouterr()
+    assert cli.main(["deploy", str(ck / "seed0"), "--reps", "2", "--json"]) == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured"]["model_bytes"] < out["dense_measured"]["model_bytes"]
+    assert out["modeled_local"]["latency_s"] > 0 and out["speedup"] > 0
+    assert cli.main(["train", "--seeds", "1", "--epochs", "2", "--out", str(tmp_path), "--save", str(ck)]) == 2
+    assert "argument --save" in capsys.readouterr().err
