@@ -38,7 +38,6 @@ import time
 import tracemalloc
 from typing import Callable, Optional
 
-import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 

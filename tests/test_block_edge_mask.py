@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from codesign.kernels import CooAdjacency, bsr_spmm_reference
+from codesign.kernels import CooAdjacency, bsr_spmm_reference, with_block_pattern
 from codesign.sparsify import BETA, GAMMA, ZETA, BlockEdgeMask, EdgeSparsifier, GateLogit, deterministic
 
 B = 16
@@ -31,7 +31,7 @@ def _sbm_edges(n=480, k=6, p_in=0.04, p_out=0.002, seed=0):
 @pytest.fixture(scope="module")
 def graph():
     s, r, n = _sbm_edges()
-    adj = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(B, "rcm", self_loops=True)
+    adj = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), B, "rcm", self_loops=True)
     return s, r, n, adj
 
 
@@ -264,14 +264,14 @@ def test_kept_tiles_are_the_kernel_tiles_random_graph(graph):
 
 def test_kept_tiles_are_the_kernel_tiles_without_self_loops(graph):
     s, r, n, _ = graph
-    adj = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(B, None, self_loops=False)
+    adj = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), B, None, self_loops=False)
     mask = _mask(adj)
     assert mask.n_always_kept_tiles == 0 and mask.n_ungated_edges == 0
     _check_kept_tiles_are_the_kernel_tiles(adj, mask, seed=5)
 
 
 def test_kept_tiles_are_the_kernel_tiles_cora(cora):
-    adj = CooAdjacency(cora.senders, cora.receivers, None, cora.n_nodes).with_block_pattern(B, "rcm", self_loops=True)
+    adj = with_block_pattern(CooAdjacency(cora.senders, cora.receivers, None, cora.n_nodes), B, "rcm", self_loops=True)
     mask = _mask(adj)
     stats = mask.tile_stats()
     assert stats["n_tiles"] == adj.pattern.bsr.nnz_blocks and stats["n_always_kept_tiles"] >= adj.pattern.bsr.n_block_rows - 1
@@ -318,10 +318,10 @@ def test_validation_errors(graph):
     mask = _mask(adj)
     with pytest.raises(ValueError, match="senders"):
         mask.edge_gates(None, jnp.zeros(3, jnp.int32), None)
-    other = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(32, "rcm", self_loops=True)
+    other = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), 32, "rcm", self_loops=True)
     with pytest.raises(ValueError, match="not the BlockPattern"):
         mask.pruned_pattern(other.pattern)
-    natural = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(B, None, self_loops=True)
+    natural = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), B, None, self_loops=True)
     with pytest.raises(ValueError, match="not the BlockPattern"):
         mask.pruned_pattern(natural.pattern)
 

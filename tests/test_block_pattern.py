@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from codesign.kernels import CooAdjacency, aggregate
+from codesign.kernels import CooAdjacency, aggregate, with_block_pattern
 from codesign.models import GCN
 from codesign.sparsify import GateLogit
 
@@ -24,7 +24,7 @@ def random_adj(key, n, e):
 def test_pattern_aggregate_matches_segment(getkey, impl, reorder):
     adj = random_adj(getkey(), 50, 300)  # duplicates included: they must add up
     x = jax.random.normal(getkey(), (50, 16))
-    blocked = adj.with_block_pattern(16, reorder)
+    blocked = with_block_pattern(adj, 16, reorder)
     with jax.default_matmul_precision("highest"):
         out = aggregate(blocked, x, impl=impl)
     np.testing.assert_allclose(out, aggregate(adj, x, impl="segment"), rtol=1e-5, atol=1e-5)
@@ -43,7 +43,7 @@ def test_pattern_errors(getkey):
     x = jnp.ones((20, 4))
     with pytest.raises(ValueError, match="with_block_pattern"):
         aggregate(adj, x, impl="pallas")
-    blocked = adj.with_block_pattern(16, None, self_loops=True)  # built for E + N entries
+    blocked = with_block_pattern(adj, 16, None, self_loops=True)  # built for E + N entries
     with pytest.raises(ValueError, match="self-loop setting"):
         aggregate(blocked, x, impl="bsr_xla")
 
@@ -54,7 +54,7 @@ def test_gcn_runs_on_pallas_with_gate_gradients(getkey):
     adj = CooAdjacency(jnp.asarray(np.r_[s, (s + 1) % n], jnp.int32), jnp.asarray(np.r_[(s + 1) % n, s], jnp.int32),
                        None, n)
     x = jax.random.uniform(getkey(), (n, 24))
-    blocked = adj.with_block_pattern(16, "rcm", self_loops=True)
+    blocked = with_block_pattern(adj, 16, "rcm", self_loops=True)
     ref = GCN(24, 16, 3, n_edges=adj.n_edges, rngs=nnx.Rngs(0))
     pal = GCN(24, 16, 3, n_edges=adj.n_edges, impl="pallas", rngs=nnx.Rngs(0))
     ref.eval(), pal.eval()

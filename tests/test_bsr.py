@@ -252,7 +252,7 @@ def test_csr_to_tiles_matches_scipy_bsr():
     counts with explicit zeros) on a graph where SciPy still works."""
     import scipy.sparse as sp
 
-    from codesign.kernels.bsr import _csr_to_tiles
+    from codesign.kernels.tiling import csr_to_tiles
     rng = np.random.default_rng(0)
     n, b = 96, 16
     r, c = rng.integers(0, n, 400), rng.integers(0, n, 400)
@@ -260,7 +260,7 @@ def test_csr_to_tiles_matches_scipy_bsr():
     w[:20] = 0.0  # explicit zeros are stored, and counted
     csr = sp.csr_matrix((w, (r, c)), shape=(n, n))
     csr.sort_indices()
-    indptr, indices, data, tile_nnz = _csr_to_tiles(csr, b)
+    indptr, indices, data, tile_nnz = csr_to_tiles(csr, b)
     ref = sp.bsr_matrix(csr, blocksize=(b, b))
     ref.sort_indices()
     ones = csr.copy()

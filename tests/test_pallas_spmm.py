@@ -195,7 +195,7 @@ def test_aggregate_dispatch():
     for impl in ("auto", "bsr_xla", "pallas"):
         got = bsr.unpermute(aggregate(bsr, xp, impl=impl))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=impl)
-    with pytest.raises(ValueError, match="needs block structure: attach it with adj.with_block_pattern"):
+    with pytest.raises(ValueError, match=r"needs block structure: attach it with with_block_pattern\(adj, block_size\)"):
         aggregate(adj, x, impl="pallas")
     with pytest.raises(ValueError, match="needs a CooAdjacency.*'bsr_xla' or 'pallas'"):
         aggregate(bsr, xp, impl="segment")

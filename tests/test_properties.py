@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from codesign.distributed.partition import partition_graph
 from codesign.graph import Graph
 from codesign.kernels import (BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate, apply_permutation,
-                              metis_permutation, rcm_permutation, with_csr_pattern)
+                              metis_permutation, rcm_permutation, with_block_pattern, with_csr_pattern)
 from codesign.train import FIELD_DOMAINS, TrainConfig
 
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -176,7 +176,7 @@ def test_bsr_xla_matches_segment_in_value_and_gradients(g, block_size, reorder, 
     s, r, w, n = g
     x, w_, probe = jnp.asarray(features(n, f, seed)), jnp.asarray(w), jnp.asarray(features(n, f, seed + 1))
     want = _value_and_vjp(coo(*g), x, w_, probe, impl="segment")
-    got = _value_and_vjp(coo(*g).with_block_pattern(block_size, reorder=reorder), x, w_, probe, impl="bsr_xla")
+    got = _value_and_vjp(with_block_pattern(coo(*g), block_size, reorder=reorder), x, w_, probe, impl="bsr_xla")
     for name, a, b in zip(("value", "d/dx", "d/dw"), got, want):
         assert a.shape == b.shape, name
         assert_close(a, b)

@@ -13,7 +13,7 @@ from flax import nnx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codesign.kernels import CooAdjacency
+from codesign.kernels import CooAdjacency, with_block_pattern
 from codesign.sparsify import (
     BlockEdgeMask,
     DropEdge,
@@ -215,7 +215,7 @@ def test_edge_weight_mask_round():
 def _edge_sparsifier(name, s, r, n, f):
     rngs = nnx.Rngs(0)
     if name == "BlockEdgeMask":
-        adj = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n).with_block_pattern(8, None, self_loops=True)
+        adj = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), 8, None, self_loops=True)
         return BlockEdgeMask(adj.pattern, s.size, rngs=rngs)
     return {
         "EdgeMask": lambda: EdgeMask(s.size, rngs=rngs),

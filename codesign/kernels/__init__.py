@@ -1,7 +1,11 @@
-"""Aggregation kernels: one dispatch entry (`aggregate`) over interchangeable backends."""
+"""Aggregation kernels: formats (coo, csr_cpu's CsrPattern, bsr, condensed) x backends (segment,
+scipy CSR, XLA references, Pallas), joined by one ``(format, impl)`` dispatch table (`api.IMPLS`)
+behind one entry point, `aggregate`; `auto_impl` is the only place that picks a backend."""
 
-from codesign.kernels.api import aggregate
-from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, condensed_spmm_reference, format_report
+from codesign.kernels.api import IMPLS, aggregate, auto_impl
+from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency, format_report, with_block_pattern
+from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
+from codesign.kernels.tiling import REORDERINGS
 from codesign.kernels.config import BlockSizes
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, with_csr_pattern
@@ -12,7 +16,7 @@ from codesign.kernels.reorder import apply_permutation, metis_permutation, rcm_p
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
 __all__ = [
-    "aggregate", "CooAdjacency", "segment_spmm", "dense_spmm",
+    "aggregate", "auto_impl", "IMPLS", "CooAdjacency", "BlockPattern", "with_block_pattern", "REORDERINGS", "segment_spmm", "dense_spmm",
     "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference", "format_report",
     "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
     "rcm_permutation", "metis_permutation", "apply_permutation",

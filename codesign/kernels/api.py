@@ -1,32 +1,37 @@
-"""`aggregate`: the one entry point through which every model aggregates messages."""
+"""`aggregate`: the one entry point through which every model aggregates messages, and the one
+``(format, impl)`` dispatch table behind it.
+
+    format               impl            backend                                           x rows
+    CooAdjacency         segment         XLA gather + segment_sum (`segment_spmm`, the reference)   N
+    CooAdjacency         dense           dense N x N product (tests, tiny graphs)                   N
+    CooAdjacency         csr_scipy       scipy CSR through a host callback (needs a `CsrPattern`)   N
+    CooAdjacency         bsr_xla/pallas  the BSR backends over an attached `BlockPattern`           N
+    BlockSparseAdjacency bsr_xla         einsum over tiles + segment_sum (`bsr_spmm_reference`)     n_pad
+    BlockSparseAdjacency pallas          Triton BSR SpMM (`bsr_spmm`; interpreter off GPU)          n_pad
+    CondensedRowWindows  condensed_xla   `condensed_spmm_reference`                                 n_pad
+    CondensedRowWindows  pallas          Triton condensed SpMM (`condensed_spmm`)                   n_pad
+
+``impl="auto"`` is resolved by `auto_impl`, the only place that chooses a backend.
+"""
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Callable, Union
 
 import jax
 import jax.numpy as jnp
 
-from codesign.kernels.bsr import BlockSparseAdjacency, CondensedRowWindows, condensed_spmm_reference
+from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency
+from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate
 from codesign.kernels.pallas_condensed import condensed_spmm
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
-# Backends over a `CooAdjacency` (x in original node order, [N, F]).
-# "csr_scipy" needs a `CsrPattern` in ``adj.pattern`` (`with_csr_pattern`); host CPU only.
-_IMPLS = {"segment": segment_spmm, "dense": dense_spmm, "csr_scipy": csr_aggregate}
-# Backends over a `BlockSparseAdjacency` (x in its reordered, padded order, [n_pad, F]).
-# "pallas" picks interpret mode by itself off GPU (`pallas_spmm.resolve_interpret`).
-_BSR_IMPLS = {"bsr_xla": bsr_spmm_reference, "pallas": bsr_spmm}
-# Backends over `CondensedRowWindows` (TC-GNN condensed tiles; x as for BSR, [n_pad, F]).
-_CONDENSED_IMPLS = {"condensed_xla": condensed_spmm_reference, "pallas": condensed_spmm}
+__all__ = ["aggregate", "auto_impl", "IMPLS", "CSR_AUTO_MIN_WORK"]
 
-
-def _auto_bsr_impl() -> str:
-    return "pallas" if jax.default_backend() == "gpu" else "bsr_xla"
-
+Adjacency = Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows]
 
 # Below this many entries x feature columns, "auto" keeps segment_sum even with a CsrPattern: the
 # callback's fixed cost outweighs the gain (Cora GCN, 13k entries x 16: 13 ms vs 10 ms per training
@@ -34,78 +39,84 @@ def _auto_bsr_impl() -> str:
 CSR_AUTO_MIN_WORK = 1 << 20
 
 
-def _auto_coo_impl(adj: CooAdjacency, x: jax.Array) -> str:
-    """scipy's CSR kernel where a `CsrPattern` is attached, the backend is the CPU and the product
-    is large enough (``CSR_AUTO_MIN_WORK``), else segment_sum."""
+def _coo_on_blocks(kernel: Callable) -> Callable:
+    """A BSR backend run on a `CooAdjacency` with a `BlockPattern`: the edge weights are scattered
+    into the pattern's tiles and x is permuted in and out."""
+    def run(adj: CooAdjacency, x: jax.Array) -> jax.Array:
+        w = jnp.ones(adj.senders.shape, x.dtype) if adj.edge_weight is None else adj.edge_weight
+        bsr = adj.pattern.tiles(w)
+        return bsr.unpermute(kernel(bsr, bsr.permute_features(x)))
+    return run
+
+
+IMPLS: dict[tuple[type, str], Callable] = {
+    (CooAdjacency, "segment"): segment_spmm,
+    (CooAdjacency, "dense"): dense_spmm,
+    (CooAdjacency, "csr_scipy"): csr_aggregate,
+    (CooAdjacency, "bsr_xla"): _coo_on_blocks(bsr_spmm_reference),
+    (CooAdjacency, "pallas"): _coo_on_blocks(bsr_spmm),
+    (BlockSparseAdjacency, "bsr_xla"): bsr_spmm_reference,
+    (BlockSparseAdjacency, "pallas"): bsr_spmm,
+    (CondensedRowWindows, "condensed_xla"): condensed_spmm_reference,
+    (CondensedRowWindows, "pallas"): condensed_spmm,
+}
+"""The dispatch table: ``(format class, impl name) -> backend(adj, x)``."""
+
+
+def auto_impl(adj: Adjacency, x: jax.Array) -> str:
+    """The backend ``impl="auto"`` runs: Pallas for the block formats on a GPU, their XLA references
+    elsewhere; for a `CooAdjacency` scipy's CSR kernel where a `CsrPattern` is attached, the backend
+    is the CPU and E x F >= `CSR_AUTO_MIN_WORK`, else segment_sum."""
+    gpu = jax.default_backend() == "gpu"
+    if isinstance(adj, BlockSparseAdjacency):
+        return "pallas" if gpu else "bsr_xla"
+    if isinstance(adj, CondensedRowWindows):
+        return "pallas" if gpu else "condensed_xla"
     big = adj.n_edges * (x.shape[1] if x.ndim == 2 else 1) >= CSR_AUTO_MIN_WORK
-    return "csr_scipy" if isinstance(adj.pattern, CsrPattern) and jax.default_backend() == "cpu" and big else "segment"
+    return "csr_scipy" if isinstance(adj.pattern, CsrPattern) and jax.default_backend() == "cpu" and big \
+        else "segment"
 
 
-def _check_padded(adj, x) -> None:
-    """``x`` must be [n_pad, F] in a block format's reordered, padded node order."""
-    if x.ndim != 2 or x.shape[0] != adj.n_pad:
-        raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
-                         f"order (adj.permute_features(x)), got shape {x.shape}")
+def _impls_of(fmt: type) -> list[str]:
+    return ["auto", *(impl for f, impl in IMPLS if f is fmt)]
 
 
-def aggregate(adj: Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows], x: jax.Array,
-              impl: str = "auto") -> jax.Array:
+def aggregate(adj: Adjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
     """Sum-aggregation ``A @ x`` over the adjacency ``adj`` (rows = receivers).
 
     Args:
-      adj: `CooAdjacency` over N nodes, or `BlockSparseAdjacency` (BSR tiles of the reordered graph).
-      x: float [N, F] for a `CooAdjacency`; float [n_pad, F] in the reordered, padded node order
-        (``adj.permute_features(x)``) for a `BlockSparseAdjacency`.
-      impl: for a `CooAdjacency`: "auto" ("csr_scipy" on CPU when ``adj.pattern`` is a
-        `CsrPattern` and E x F >= ``CSR_AUTO_MIN_WORK``, else "segment"), "segment" (XLA gather + segment_sum reference), "dense"
-        (dense N x N product; tests and tiny graphs only), "csr_scipy" (scipy CSR through a host
-        callback, `codesign.kernels.csr_cpu`; needs `with_csr_pattern`), or
-        "bsr_xla" / "pallas" when ``adj.pattern`` is set (`CooAdjacency.with_block_pattern`): the
-        edge weights are scattered into the pattern's tiles and x is permuted in and out.
-        For a `BlockSparseAdjacency`: "auto" ("pallas" on GPU, else "bsr_xla"), "bsr_xla" (einsum
-        over tiles + segment_sum) or "pallas" (Triton kernel; the interpreter off GPU).
-        For `CondensedRowWindows` (x as for BSR): "auto" ("pallas" on GPU, else "condensed_xla"),
-        "condensed_xla" (`condensed_spmm_reference`) or "pallas" (`condensed_spmm`).
-        `codesign.kernels.choose_format` says which tile format suits a graph.
+      adj: `CooAdjacency` over N nodes, `BlockSparseAdjacency` or `CondensedRowWindows`.
+      x: float [N, F] for a `CooAdjacency`; float [n_pad, F] in the block format's reordered, padded
+        node order (``adj.permute_features(x)``) for the block formats.
+      impl: "auto" (`auto_impl`) or a name of the dispatch table (module docstring) for ``adj``'s
+        format; "bsr_xla" / "pallas" on a `CooAdjacency` need an attached `BlockPattern`
+        (`codesign.kernels.with_block_pattern`), "csr_scipy" a `CsrPattern` (`with_csr_pattern`).
 
     Returns:
-      float [N, F] (COO) or [n_pad, F] (BSR / condensed, same order as ``x``).
+      float [N, F] (COO) or [n_pad, F] (block formats, same order as ``x``).
 
     Raises:
-      ValueError: unknown ``impl``, an ``impl`` that does not fit the adjacency type (the message
-        says what to pass), or ``x`` whose first dimension does not match.
+      ValueError: an unknown ``impl`` or one that does not fit the adjacency (the message lists
+        the valid ones, or says what to attach), or ``x`` whose first dimension does not match.
     """
-    if isinstance(adj, BlockSparseAdjacency):
-        name = _auto_bsr_impl() if impl == "auto" else impl
-        if name in _IMPLS:
+    fmt = type(adj)
+    if fmt not in (CooAdjacency, BlockSparseAdjacency, CondensedRowWindows):
+        raise ValueError(f"aggregate: adj must be a CooAdjacency, BlockSparseAdjacency or CondensedRowWindows, "
+                         f"got {fmt.__name__}")
+    name = auto_impl(adj, x) if impl == "auto" else impl
+    if (fmt, name) not in IMPLS:
+        if fmt is BlockSparseAdjacency and (CooAdjacency, name) in IMPLS:
             raise ValueError(f"aggregate: impl {impl!r} needs a CooAdjacency; for a BlockSparseAdjacency pass "
                              f"impl='auto', 'bsr_xla' or 'pallas'")
-        if name not in _BSR_IMPLS:
-            raise ValueError(f"aggregate: unknown impl {impl!r}; for a BlockSparseAdjacency choose from "
-                             f"{['auto', *_BSR_IMPLS]}")
-        _check_padded(adj, x)
-        return _BSR_IMPLS[name](adj, x)
-    if isinstance(adj, CondensedRowWindows):
-        name = ("pallas" if jax.default_backend() == "gpu" else "condensed_xla") if impl == "auto" else impl
-        if name not in _CONDENSED_IMPLS:
-            raise ValueError(f"aggregate: unknown impl {impl!r} for CondensedRowWindows; choose from "
-                             f"{['auto', *_CONDENSED_IMPLS]}")
-        _check_padded(adj, x)
-        return _CONDENSED_IMPLS[name](adj, x)
-    if not isinstance(adj, CooAdjacency):
-        raise ValueError(f"aggregate: adj must be a CooAdjacency, BlockSparseAdjacency or CondensedRowWindows, "
-                         f"got {type(adj).__name__}")
-    if impl in _BSR_IMPLS:
-        if adj.pattern is None or isinstance(adj.pattern, CsrPattern):
+        raise ValueError(f"aggregate: unknown impl {impl!r} for {fmt.__name__}; choose from {_impls_of(fmt)}")
+    if fmt is CooAdjacency:
+        if name in ("bsr_xla", "pallas") and not isinstance(adj.pattern, BlockPattern):
             raise ValueError(f"aggregate: impl {impl!r} needs block structure: attach it with "
-                             f"adj.with_block_pattern(block_size) (or pass a BlockSparseAdjacency, or use "
+                             f"with_block_pattern(adj, block_size) (or pass a BlockSparseAdjacency, or use "
                              f"impl='segment' / 'dense')")
-        w = jnp.ones(adj.senders.shape, x.dtype) if adj.edge_weight is None else adj.edge_weight
-        bsr = adj.pattern.tiles(w)
-        return bsr.unpermute(_BSR_IMPLS[impl](bsr, bsr.permute_features(x)))
-    if x.ndim != 2 or x.shape[0] != adj.n_nodes:
-        raise ValueError(f"aggregate: x must be [n_nodes={adj.n_nodes}, F], got shape {x.shape}")
-    name = _auto_coo_impl(adj, x) if impl == "auto" else impl
-    if name not in _IMPLS:
-        raise ValueError(f"aggregate: unknown impl {impl!r}; choose from {['auto', *_IMPLS, *_BSR_IMPLS]}")
-    return _IMPLS[name](adj, x)
+        if name not in ("bsr_xla", "pallas") and (x.ndim != 2 or x.shape[0] != adj.n_nodes):
+            raise ValueError(f"aggregate: x must be [n_nodes={adj.n_nodes}, F], got shape {x.shape}")
+    elif x.ndim != 2 or x.shape[0] != adj.n_pad:
+        raise ValueError(f"aggregate: x must be [n_pad={adj.n_pad}, F] in the adjacency's reordered, padded "
+                         f"order (adj.permute_features(x)), got shape {x.shape}")
+    return IMPLS[(fmt, name)](adj, x)

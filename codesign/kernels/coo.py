@@ -20,9 +20,9 @@ class CooAdjacency:
       receivers:   int32 [E]  row (target node) of each nonzero.
       edge_weight: float [E] or None  value of each nonzero (None means 1).
       n_nodes:     int (static)  N; the matrix is N x N.
-      pattern:     `codesign.kernels.bsr.BlockPattern` or None: the BSR tiles these entries fall
-                   into, which lets ``aggregate(..., impl="bsr_xla" | "pallas")`` run this edge
-                   list on the block-sparse kernels (build with `with_block_pattern`).
+      pattern:     a `codesign.kernels.bsr.BlockPattern` (`codesign.kernels.with_block_pattern`) or a
+                   `codesign.kernels.csr_cpu.CsrPattern` (`with_csr_pattern`) or None: extra
+                   structure of the same entries that the BSR / scipy backends of `aggregate` use.
 
     Checked at construction (`validate_coo`): always (shapes and dtypes are static, so also under
     ``jit``) that ``senders`` / ``receivers`` are 1-D integer arrays of one length E,
@@ -54,12 +54,6 @@ class CooAdjacency:
         """The same pattern with new values ``edge_weight[E]``."""
         return dataclasses.replace(self, edge_weight=edge_weight)
 
-    def with_block_pattern(self, block_size: int, reorder: Optional[str] = "rcm",
-                           self_loops: bool = False) -> "CooAdjacency":
-        """This adjacency with a `BlockPattern` attached (host-side, once per graph). Pass
-        ``self_loops=True`` for models that append self-loops (GCN's `gcn_normalize`)."""
-        from codesign.kernels.bsr import BlockPattern
-        return dataclasses.replace(self, pattern=BlockPattern.from_coo(self, block_size, reorder, self_loops))
 
 
 def _is_array(v) -> bool:

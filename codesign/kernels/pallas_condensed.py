@@ -1,7 +1,7 @@
 """TC-GNN condensed row-window SpMM ``A @ X`` as Pallas kernels (Triton lowering), with a custom VJP,
 and `choose_format`, which picks BSR or condensed tiles for a graph.
 
-Format: `codesign.kernels.bsr.CondensedRowWindows` (Y. Wang et al., "TC-GNN: Bridging Sparse GNN
+Format: `codesign.kernels.condensed.CondensedRowWindows` (Y. Wang et al., "TC-GNN: Bridging Sparse GNN
 Computation and Dense Tensor Cores on GPUs", USENIX ATC 2023, Sec. 4.1): per window of ``B`` rows
 the distinct neighbour columns are compacted into dense ``B x K`` tiles; X rows are gathered by
 column id.
@@ -53,7 +53,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from codesign.kernels.bsr import CondensedRowWindows, _reordered_csr, _validate_tile_dim
+from codesign.kernels.condensed import CondensedRowWindows
+from codesign.kernels.tiling import reordered_csr, validate_tile_dim
 from codesign.kernels.config import BlockSizes
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.pallas_spmm import PALLAS_BLOCK_SIZES, resolve_interpret
@@ -338,9 +339,9 @@ def stored_tile_entries(adj: CooAdjacency, block_size: int, k: Optional[int] = N
     Returns ``dict(bsr=nnzb * B * B, condensed=T * B * K, bsr_tiles=nnzb, condensed_tiles=T)``
     after the same node reordering for both formats.
     """
-    block_size = _validate_tile_dim(block_size, "block_size")
-    k = _validate_tile_dim(block_size if k is None else k, "k")
-    csr, _, _ = _reordered_csr(adj, block_size, reorder, None)
+    block_size = validate_tile_dim(block_size, "block_size")
+    k = validate_tile_dim(block_size if k is None else k, "k")
+    csr, _, _ = reordered_csr(adj, block_size, reorder, None)
     coo = csr.tocoo()
     rows, cols = coo.row.astype(np.int64), coo.col.astype(np.int64)
     n_win = csr.shape[0] // block_size

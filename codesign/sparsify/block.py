@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.kernels.bsr import BlockPattern
+from codesign.kernels.bsr import BlockPattern, with_block_pattern
 from codesign.kernels.coo import CooAdjacency
 from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, prob_nonzero
-from codesign.sparsify.masks import _check_count, _check_edge_index
+from codesign.sparsify.masks import check_count, check_edge_index
 
 
 @final
@@ -54,7 +54,7 @@ class BlockEdgeMask(nnx.Module):
     ``expected_edge_density()`` that of the E *edges*; ``expected_kept_tiles()`` is the cost
     model's expected ``nnz_blocks``.
 
-    Example (inside your own ``nnx.Module``; ``adj = coo.with_block_pattern(16, "rcm", True)``)::
+    Example (inside your own ``nnx.Module``; ``adj = with_block_pattern(coo, 16, "rcm", True)``)::
 
       self.tile_mask = BlockEdgeMask(adj.pattern, adj.n_edges, rngs=rngs)      # in __init__
       w = self.tile_mask.edge_gates() * edge_weight                            # in __call__, [E]
@@ -83,7 +83,7 @@ class BlockEdgeMask(nnx.Module):
         """
         if not isinstance(pattern, BlockPattern):
             raise ValueError(f"pattern must be a BlockPattern, got {type(pattern).__name__}")
-        self.n_edges = _check_count(n_edges, "n_edges")
+        self.n_edges = check_count(n_edges, "n_edges")
         bsr = pattern.bsr
         self.n_nodes, self.block_size, self.n_tiles = int(bsr.n_nodes), int(bsr.block_size), int(bsr.nnz_blocks)
         slots = np.asarray(pattern.slots, np.int64)
@@ -114,7 +114,7 @@ class BlockEdgeMask(nnx.Module):
     def from_graph(cls, senders, receivers, n_nodes: int, block_size: int = 16, reorder: Optional[str] = "rcm",
                    self_loops: bool = True, *, init_log_alpha: float = 3.0, beta: float = BETA,
                    rngs: nnx.Rngs) -> "BlockEdgeMask":
-        """Builds the pattern with ``CooAdjacency(senders, receivers, None, n_nodes).with_block_pattern(
+        """Builds the pattern with ``with_block_pattern(CooAdjacency(senders, receivers, None, n_nodes), 
         block_size, reorder, self_loops)`` (host-side, deterministic), so a model that attaches its
         pattern with the same three arguments runs the same tiles.
 
@@ -130,7 +130,7 @@ class BlockEdgeMask(nnx.Module):
           ValueError: as the constructor and `BlockPattern.from_coo`.
         """
         adj = CooAdjacency(jnp.asarray(senders, jnp.int32), jnp.asarray(receivers, jnp.int32), None, int(n_nodes))
-        pattern = adj.with_block_pattern(block_size, reorder, self_loops).pattern
+        pattern = with_block_pattern(adj, block_size, reorder, self_loops).pattern
         return cls(pattern, adj.n_edges, init_log_alpha=init_log_alpha, beta=beta, rngs=rngs)
 
     # ---- training ------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class BlockEdgeMask(nnx.Module):
         Raises:
           ValueError: ``senders`` / ``receivers`` given with a shape other than ``(E,)``.
         """
-        _check_edge_index(senders, receivers, self.n_edges, "BlockEdgeMask")
+        check_edge_index(senders, receivers, self.n_edges, "BlockEdgeMask")
         z = self.gate(deterministic)
         return jnp.concatenate([z, jnp.ones((1,), z.dtype)])[self.edge_to_gate[...]]
 

@@ -9,7 +9,7 @@ import math
 import numbers
 from typing import Optional
 
-from codesign.kernels.bsr import REORDERINGS
+from codesign.kernels import REORDERINGS
 from codesign.models import MODEL_DEFAULTS, MODELS
 from codesign.models.layers import FP32_BITS, QUANTIZERS
 from codesign.models.sage import AGGREGATORS as SAGE_AGGREGATORS
