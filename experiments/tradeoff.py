@@ -21,7 +21,7 @@ Methods (``METHODS``; family "codesign" or "baseline"):
   edge_only     learned edge gates only (per-tensor Adam as above), FP32, cost in the loss.
   quant_only    learned bit-widths only, cost in the loss.
   ugs_int8      UGS-style iterative magnitude pruning of edges and weights with rewinding
-                (`codesign.sparsify.ugs.ugs_prune`, Chen et al. ICML 2021), trained with INT8 fake
+                (`codesign.baselines.ugs.ugs_prune`, Chen et al. ICML 2021), trained with INT8 fake
                 quantization; one point per pruning round. GCN only (UGS's trainer is a GCN).
   degree_quant  Degree-Quant INT4 (Tailor et al., ICLR 2021).
   int8, int4    uniform quantization-aware training.
@@ -199,7 +199,7 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
                 for hw in targets]
     if job.method == "ugs_int8":
         from codesign.models import GCN
-        from codesign.sparsify.ugs import ugs_prune
+        from codesign.baselines.ugs import ugs_prune
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         kw = {} if epochs is None else {"epochs": epochs}
         rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.hidden, bits=8, hw=targets[0], net="gcn",

@@ -1,5 +1,5 @@
 """UGS-style baseline on Cora GCN: iterative magnitude pruning of adjacency and weights with
-rewinding (`codesign.sparsify.ugs.ugs_prune`; Chen et al., ICML 2021), x seeds.
+rewinding (`codesign.baselines.ugs.ugs_prune`; Chen et al., ICML 2021), x seeds.
 
     python experiments/ugs_baseline.py                    # 8 rounds (weight sparsity 83 %), 3 seeds
     python experiments/ugs_baseline.py --rounds 8 --seeds 5
@@ -49,7 +49,7 @@ def main(argv=None) -> list[dict]:
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, code_version, config_key
-    from codesign.sparsify.ugs import NETS, PRUNINGS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
+    from codesign.baselines.ugs import NETS, PRUNINGS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
     p.add_argument("--hw", default="h100")

@@ -1,4 +1,4 @@
-"""Tests of the UGS-style baseline trainer (`codesign.sparsify.ugs`) on a tiny cSBM graph."""
+"""Tests of the UGS-style baseline trainer (`codesign.baselines.ugs`) on a tiny cSBM graph."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import pytest
 
 from codesign.data.synthetic import csbm
 from codesign.sparsify.baselines import global_magnitude_prune, magnitude_prune, prune_count
-from codesign.sparsify.ugs import build_ticket, fit, ugs_counted_macs, ugs_prune
+from codesign.baselines.ugs import build_ticket, fit, ugs_counted_macs, ugs_prune
 from codesign.train import adjacency, masked_accuracy
 
 

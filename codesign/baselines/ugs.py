@@ -66,7 +66,7 @@ from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.models.gcn import GCN
 from codesign.sparsify.baselines import (UGS_GRAPH_RATE, UGS_WEIGHT_RATE, EdgeWeightMask, MaskWeight, PruneMask,
-                                         UGSSchedule, _check_fraction, global_magnitude_prune, magnitude_prune)
+                                         UGSSchedule, check_fraction, global_magnitude_prune, magnitude_prune)
 from codesign.train import adjacency, masked_accuracy, masked_cross_entropy
 
 UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2=1e-2)
@@ -320,7 +320,7 @@ def ugs_prune(graph: Graph, rounds: int = 8, *, seed: int = 0, epochs: int = UGS
     if pruning not in PRUNINGS:
         raise ValueError(f"ugs_prune: pruning must be one of {PRUNINGS}, got {pruning!r}")
     _check_mask_noise(mask_noise)  # before round 0's training, and also where no get-mask stage uses it
-    graph_rate, weight_rate = _check_fraction(graph_rate, "graph_rate"), _check_fraction(weight_rate, "weight_rate")
+    graph_rate, weight_rate = check_fraction(graph_rate, "graph_rate"), check_fraction(weight_rate, "weight_rate")
     rounds = _check_rounds(rounds)
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive int, got epochs={epochs!r}")

@@ -38,7 +38,7 @@ from codesign.distributed.halo import sar_aggregate
 from codesign.distributed.mesh import AXIS, shard_map, sharded
 from codesign.distributed.partition import Partition
 from codesign.graph import Graph
-from codesign.models.dropout import _GOLDEN, _M1, _M2
+from codesign.models.dropout import GOLDEN, M1, M2
 from codesign.quant import FakeQuant
 from codesign.quant.fake_quant import fake_quant, qrange
 from codesign.sparsify import hard_concrete as hc
@@ -156,11 +156,11 @@ def _hash_keep(seed: jax.Array, node_id: jax.Array, width: int, rate: float) -> 
     of an [N, width] tensor: lowbias32 of the global flat index ``node * width + column``."""
     idx = jnp.maximum(node_id, 0).astype(jnp.uint32)[:, None] * jnp.uint32(width) + \
         jnp.arange(width, dtype=jnp.uint32)[None, :]
-    h = idx * jnp.uint32(_GOLDEN) + seed.astype(jnp.uint32)
+    h = idx * jnp.uint32(GOLDEN) + seed.astype(jnp.uint32)
     h = h ^ (h >> 16)
-    h = h * jnp.uint32(_M1)
+    h = h * jnp.uint32(M1)
     h = h ^ (h >> 15)
-    h = h * jnp.uint32(_M2)
+    h = h * jnp.uint32(M2)
     h = h ^ (h >> 16)
     return h >= jnp.uint32(int(rate * 2**32))
 

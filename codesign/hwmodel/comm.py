@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.hwmodel.spec import BITS_PER_BYTE, PJ, _validate_numbers
+from codesign.hwmodel.spec import BITS_PER_BYTE, PJ, validate_numbers
 from codesign.hwmodel.validate import check_bits, check_count
 
 GB = 1e9
@@ -64,7 +64,7 @@ class LinkSpec:
     energy_pj_per_byte: float
 
     def __post_init__(self):
-        _validate_numbers(self, f"LinkSpec({self.name!r})", nonnegative=("latency_s", "energy_pj_per_byte"))
+        validate_numbers(self, f"LinkSpec({self.name!r})", nonnegative=("latency_s", "energy_pj_per_byte"))
 
 
 def nvlink4() -> LinkSpec:

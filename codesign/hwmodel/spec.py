@@ -29,7 +29,7 @@ HOROWITZ_SRAM_1MB_PJ_PER_BYTE = 100.0 / 8
 HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
 
 
-def _validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
+def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
     """Checks the numeric fields of a frozen spec dataclass; returns the concrete ones as floats.
 
     Python and NumPy numbers are user input and are checked (ints become floats, so that jax.grad
@@ -109,7 +109,7 @@ class NearMemorySpec:
     host_link_energy_pj_per_byte: float
 
     def __post_init__(self):
-        _validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE)
+        validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE)
 
 
 @jax.tree_util.register_dataclass
@@ -197,7 +197,7 @@ class HardwareSpec:
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
-        concrete = _validate_numbers(
+        concrete = validate_numbers(
             self, f"HardwareSpec({self.name!r})", nonnegative=HOST_NONNEGATIVE,
             fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:

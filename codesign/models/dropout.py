@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-_GOLDEN = 0x9E3779B9
-_M1, _M2 = 0x7FEB352D, 0x846CA68B
+GOLDEN = 0x9E3779B9
+M1, M2 = 0x7FEB352D, 0x846CA68B
 
 
 def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -26,11 +26,11 @@ def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     n = 1
     for d in shape:
         n *= d
-    h = jax.lax.iota(jnp.uint32, n).reshape(shape) * jnp.uint32(_GOLDEN) + seed.astype(jnp.uint32)
+    h = jax.lax.iota(jnp.uint32, n).reshape(shape) * jnp.uint32(GOLDEN) + seed.astype(jnp.uint32)
     h = h ^ (h >> 16)
-    h = h * jnp.uint32(_M1)
+    h = h * jnp.uint32(M1)
     h = h ^ (h >> 15)
-    h = h * jnp.uint32(_M2)
+    h = h * jnp.uint32(M2)
     return h ^ (h >> 16)
 
 

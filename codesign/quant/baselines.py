@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from codesign.quant.fake_quant import _check_bits, qrange
-from codesign.quant.lsq import LSQQuant, _calib_amax, _check_float, _check_percentile
+from codesign.quant.fake_quant import check_bits, qrange
+from codesign.quant.lsq import LSQQuant, calib_amax, check_float, check_percentile
 
 CALIBRATION_METHODS = ("max", "percentile")
 """Calibration statistics of `calibrate_scale`."""
@@ -55,14 +55,14 @@ def calibrate_scale(x: jax.Array, bits: int, *, signed: bool = True, method: str
     Raises:
       ValueError: invalid ``bits`` (incl. >= 32), ``method`` or ``percentile``; ``x`` not floating.
     """
-    if _check_bits(bits, signed) is None:
+    if check_bits(bits, signed) is None:
         raise ValueError(f"bits must be < 32 to calibrate a quantizer, got {bits=}")
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"method must be one of {CALIBRATION_METHODS}, got {method=!r}")
-    pct = _check_percentile(percentile) if method == "percentile" else None
-    x = _check_float(x)
+    pct = check_percentile(percentile) if method == "percentile" else None
+    x = check_float(x)
     _, hi = qrange(bits, signed)
-    amax = _calib_amax(x, signed=signed, percentile=pct, per_channel=per_channel)
+    amax = calib_amax(x, signed=signed, percentile=pct, per_channel=per_channel)
     return jnp.where(amax > 0, amax * (1.0 / hi), 1.0).astype(jnp.float32)
 
 
@@ -104,7 +104,7 @@ def prepare_ptq(model: nnx.Module, method: str = "max", percentile: Optional[flo
     """
     if method not in CALIBRATION_METHODS:
         raise ValueError(f"method must be one of {CALIBRATION_METHODS}, got {method=!r}")
-    pct = _check_percentile(percentile) if method == "percentile" else None
+    pct = check_percentile(percentile) if method == "percentile" else None
     count = 0
     for _, module in nnx.iter_modules(model):
         if isinstance(module, LSQQuant):

@@ -36,7 +36,7 @@ import numpy as np
 from flax import nnx
 
 from codesign.quant.fake_quant import NO_QUANT_BITS, check_bits, fake_quant, qrange
-from codesign.quant.lsq import _calib_amax, _check_float, _check_percentile
+from codesign.quant.lsq import calib_amax, check_float, check_percentile
 
 
 def _check_in_degree(in_degree) -> jax.Array:
@@ -152,7 +152,7 @@ def _range_scale(x: jax.Array, protected: Optional[jax.Array], *, hi: int, signe
     where = None
     if protected is not None:
         where = jnp.broadcast_to(~protected.reshape((-1,) + (1,) * (x.ndim - 1)), x.shape)
-    amax = _calib_amax(x, signed=signed, percentile=percentile, where=where)
+    amax = calib_amax(x, signed=signed, percentile=percentile, where=where)
     return jnp.where(amax > 0, amax * (1.0 / hi), 1.0)  # reciprocal: same value eager and jitted
 
 
@@ -201,7 +201,7 @@ class DegreeQuant(nnx.Module):
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs, got {type(rngs).__name__}")
         self.bits, self.signed = int(bits), bool(signed)
-        self.percentile = _check_percentile(percentile)
+        self.percentile = check_percentile(percentile)
         probs = protection_probs(in_degree, p_min, p_max)
         self.n_nodes = int(probs.shape[0])
         self.protect_prob = nnx.Variable(probs)
@@ -226,7 +226,7 @@ class DegreeQuant(nnx.Module):
         Raises:
           ValueError: ``x`` not floating or ``x.shape[0] != N``.
         """
-        x = _check_float(x)
+        x = check_float(x)
         if x.ndim == 0 or x.shape[0] != self.n_nodes:
             raise ValueError(f"x must have N={self.n_nodes} rows (one per node), got {x.shape=}")
         det = self.deterministic if deterministic is None else deterministic

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from codesign.quant.degree import DegreeQuant
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, qrange
 from codesign.quant.learned_bits import LearnedBitQuant, learned_bit_codes
-from codesign.quant.lsq import LSQQuant, _check_float, lsq_codes
+from codesign.quant.lsq import LSQQuant, check_float, lsq_codes
 
 MAX_EXPORT_BITS = 8
 """Codes are stored as int8 (signed) or uint8 (unsigned), so at most 8 bits."""
@@ -138,7 +138,7 @@ def quantize_to_int(x: jax.Array, bits: int, *, signed: bool = True, per_channel
         ``scale`` of the wrong shape or not > 0 (when concrete).
     """
     bits = _check_export_bits(bits, signed)
-    x = _check_float(x)
+    x = check_float(x)
     if per_channel and x.ndim == 0:
         raise ValueError(f"per_channel needs x with at least one axis, got {x.shape=}")
     lo, hi = qrange(bits, signed)
@@ -169,7 +169,7 @@ def quantize_rows_int8(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     Raises:
       ValueError: ``x`` not a 2-D floating array.
     """
-    x = _check_float(x)
+    x = check_float(x)
     if x.ndim != 2:
         raise ValueError(f"x must be [N, F], got {x.shape=}")
     _, hi = qrange(8, True)
@@ -204,7 +204,7 @@ def export_quantizer(q, x: jax.Array) -> QuantizedTensor:
         learned-bit quantizer not initialised yet (call it once on data first); bad ``x``.
       TypeError: ``q`` of another type.
     """
-    x = _check_float(x)
+    x = check_float(x)
     if isinstance(q, FakeQuant):
         if q.bits is None or q.bits >= NO_QUANT_BITS:
             raise ValueError(f"q.bits={q.bits} means full precision: nothing to export")

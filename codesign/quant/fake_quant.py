@@ -67,7 +67,6 @@ def check_bits(bits, signed: bool = True) -> int | None:
     return None if bits == NO_QUANT_BITS else bits
 
 
-_check_bits = check_bits  # the name used inside the package
 
 
 def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
@@ -77,7 +76,7 @@ def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
       ValueError: ``bits`` invalid (see `check_bits`) or 32 (not quantized).
       TypeError: ``bits`` not an int.
     """
-    b = _check_bits(bits, signed)
+    b = check_bits(bits, signed)
     if b is None:
         raise ValueError(f"bits has no integer range when not quantized, got {bits=}")
     if signed:
@@ -108,7 +107,7 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
         floating array; a concrete ``scale`` that is not > 0.
       TypeError: ``bits`` not an int or None.
     """
-    b = _check_bits(bits, signed)
+    b = check_bits(bits, signed)
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"x must be a floating array, got x.dtype={x.dtype}")
@@ -150,7 +149,7 @@ class FakeQuant(nnx.Module):
           ValueError: ``bits`` outside [2, 32] (signed) / [1, 32] (unsigned) (`check_bits`).
           TypeError: ``bits`` not an int or None.
         """
-        _check_bits(bits, signed)
+        check_bits(bits, signed)
         self.bits = None if bits is None else int(bits)
         self.signed = bool(signed)
 

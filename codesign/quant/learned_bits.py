@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant
-from codesign.quant.lsq import STEP_EPS, QuantStep, _check_float, _init_once, round_ste
+from codesign.quant.lsq import STEP_EPS, QuantStep, check_float, init_once, round_ste
 
 MAX_LEARNED_BITS = 16
 """Largest ``max_bits`` accepted by `LearnedBitQuant` (export to int8 needs ``<= 8``)."""
@@ -91,7 +91,7 @@ def learned_bit_quant(x: jax.Array, d: jax.Array, qmax: jax.Array, *, signed: bo
     Raises:
       ValueError: ``x`` not floating.
     """
-    return _learned_bit_quant(_check_float(x), jnp.asarray(d), jnp.asarray(qmax), signed=signed)
+    return _learned_bit_quant(check_float(x), jnp.asarray(d), jnp.asarray(qmax), signed=signed)
 
 
 @functools.partial(jax.jit, static_argnames="signed")
@@ -115,7 +115,7 @@ def learned_bit_codes(x: jax.Array, d: jax.Array, qmax: jax.Array, *, signed: bo
     Raises:
       ValueError: ``x`` not floating.
     """
-    return _learned_bit_codes(_check_float(x), jnp.asarray(d), jnp.asarray(qmax), signed=signed)
+    return _learned_bit_codes(check_float(x), jnp.asarray(d), jnp.asarray(qmax), signed=signed)
 
 
 @functools.partial(jax.jit, static_argnames="signed")
@@ -291,7 +291,7 @@ class LearnedBitQuant(nnx.Module):
         self.initialized[...] = jnp.asarray(False)
 
     def _check_x(self, x) -> jax.Array:
-        x = _check_float(x)
+        x = check_float(x)
         if self.per_node is not None and (x.ndim != 2 or x.shape[0] != self.per_node):
             raise ValueError(f"x must be [N={self.per_node}, F] for per_node={self.per_node}, got {x.shape=}")
         return x
@@ -314,7 +314,7 @@ class LearnedBitQuant(nnx.Module):
             return _data_init(jax.lax.stop_gradient(x), self.init_bits[...], signed=self.signed,
                               per_row=self.per_node is not None)
 
-        q, d = _init_once(self.initialized[...], (self.qmax[...], self.step[...]), data_init)
+        q, d = init_once(self.initialized[...], (self.qmax[...], self.step[...]), data_init)
         self.qmax[...], self.step[...] = q, d
         self.initialized[...] = jnp.asarray(True)
         if self.cap_range:

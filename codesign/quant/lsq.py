@@ -108,7 +108,7 @@ def lsq_range(bits: int, signed: bool = True) -> tuple[int, int]:
     return (2 ** (b - 1), 2 ** (b - 1) - 1) if signed else (0, 2**b - 1)
 
 
-def _check_float(x, name: str = "x") -> jax.Array:
+def check_float(x, name: str = "x") -> jax.Array:
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{name} must be a floating array, got {name}.dtype={x.dtype}")
@@ -138,7 +138,7 @@ def lsq_codes(x: jax.Array, step: jax.Array, bits: int, *, signed: bool = True) 
       float [...] (dtype of ``x``) with integer values in ``[-Qn, Qp]``.
     """
     qn, qp = lsq_range(bits, signed)
-    return _lsq_codes(_check_float(x), jnp.asarray(step), qn, qp)
+    return _lsq_codes(check_float(x), jnp.asarray(step), qn, qp)
 
 
 @functools.partial(jax.jit, static_argnames=("qn", "qp"))
@@ -170,7 +170,7 @@ def lsq_quant(x: jax.Array, step: jax.Array, bits: int, *, signed: bool = True,
       TypeError: ``bits`` not an int.
     """
     qn, qp = lsq_range(bits, signed)
-    x = _check_float(x)
+    x = check_float(x)
     step = jnp.asarray(step)
     if step.ndim > 1 or (step.ndim == 1 and (x.ndim == 0 or step.shape[0] != x.shape[-1])):
         raise ValueError(f"step must be a scalar or [x.shape[-1]], got {step.shape=} for {x.shape=}")
@@ -186,7 +186,7 @@ def _lsq_quant(x: jax.Array, step: jax.Array, qn: int, qp: int, grad_scale: floa
     return round_ste(_clip_codes(x * (1.0 / s), -qn, qp)) * s
 
 
-def _init_once(initialized: jax.Array, current, data_init):
+def init_once(initialized: jax.Array, current, data_init):
     """``current`` if ``initialized`` else ``data_init()``; a ``lax.cond`` when the flag is traced
     (under ``nnx.jit``), a Python branch when it is concrete (cheaper in eager mode)."""
     if isinstance(initialized, jax.core.Tracer):
@@ -195,7 +195,7 @@ def _init_once(initialized: jax.Array, current, data_init):
 
 
 @functools.partial(jax.jit, static_argnames=("signed", "percentile", "per_channel"))
-def _calib_amax(x: jax.Array, *, signed: bool, percentile: Optional[float] = None,
+def calib_amax(x: jax.Array, *, signed: bool, percentile: Optional[float] = None,
                 per_channel: bool = False, where: Optional[jax.Array] = None) -> jax.Array:
     """Calibrated range: max (or ``percentile``-th percentile, in (0, 100]) of ``|x|`` (signed) or
     ``max(x, 0)`` (unsigned), over the entries where ``where`` is True (all if None). Float32
@@ -212,7 +212,7 @@ def _calib_amax(x: jax.Array, *, signed: bool, percentile: Optional[float] = Non
     return jnp.where(jnp.isnan(amax), 0.0, amax)
 
 
-def _check_percentile(percentile) -> Optional[float]:
+def check_percentile(percentile) -> Optional[float]:
     if percentile is None:
         return None
     if isinstance(percentile, bool) or not isinstance(percentile, numbers.Real) or not 0 < percentile <= 100:
@@ -234,10 +234,10 @@ def lsq_init_step(x: jax.Array, bits: int, *, signed: bool = True, per_channel: 
       TypeError: ``bits`` not an int.
     """
     _, qp = lsq_range(bits, signed)
-    x = _check_float(x)
+    x = check_float(x)
     if method not in INIT_METHODS:
         raise ValueError(f"method must be one of {INIT_METHODS}, got {method=!r}")
-    pct = _check_percentile(percentile if method == "percentile" else None)
+    pct = check_percentile(percentile if method == "percentile" else None)
     if method == "percentile" and pct is None:
         raise ValueError("percentile must be given when method='percentile'")
     return _lsq_init_step(x, qp=qp, signed=signed, per_channel=per_channel, method=method, percentile=pct)
@@ -249,7 +249,7 @@ def _lsq_init_step(x, *, qp, signed, per_channel, method, percentile):
         axis = tuple(range(x.ndim - 1)) if per_channel else None
         stat = 2.0 * jnp.mean(jnp.abs(x).astype(jnp.float32), axis=axis) * (1.0 / math.sqrt(qp))
     else:
-        stat = _calib_amax(x, signed=signed, percentile=percentile, per_channel=per_channel) * (1.0 / qp)
+        stat = calib_amax(x, signed=signed, percentile=percentile, per_channel=per_channel) * (1.0 / qp)
     return jnp.where(stat > 0, stat, 1.0).astype(jnp.float32)
 
 
@@ -257,7 +257,7 @@ def _lsq_init_step(x, *, qp, signed, per_channel, method, percentile):
 def _cap_step(x: jax.Array, step: jax.Array, *, qp: int, signed: bool, per_channel: bool) -> jax.Array:
     """``min(|step|, amax / Qp)`` (`LSQQuant` ``cap_step``); unchanged where ``amax`` is 0. The
     projection is in the forward pass, so the gradient flows to the (projected) step as usual."""
-    cap = _calib_amax(x, signed=signed, per_channel=per_channel) * (1.0 / qp)
+    cap = calib_amax(x, signed=signed, per_channel=per_channel) * (1.0 / qp)
     return jnp.where(cap > 0, jnp.minimum(jnp.abs(step), cap), step).astype(step.dtype)
 
 
@@ -326,7 +326,7 @@ class LSQQuant(nnx.Module):
             raise ValueError(f"init_scale must be a finite float > 0 or None, got {init_scale=!r}")
         if init_method not in INIT_METHODS:
             raise ValueError(f"init_method must be one of {INIT_METHODS}, got {init_method=!r}")
-        self.percentile = _check_percentile(percentile)
+        self.percentile = check_percentile(percentile)
         if init_method == "percentile" and self.percentile is None:
             raise ValueError("percentile must be given when init_method='percentile'")
         self.init_method = init_method
@@ -340,7 +340,7 @@ class LSQQuant(nnx.Module):
         return jnp.abs(self.step[...]) + STEP_EPS
 
     def _check_x(self, x) -> jax.Array:
-        x = _check_float(x)
+        x = check_float(x)
         if self.per_channel and (x.ndim == 0 or x.shape[-1] != self.step.shape[0]):
             raise ValueError(f"x.shape[-1] must equal n_channels={self.step.shape[0]}, got {x.shape=}")
         return x
@@ -358,7 +358,7 @@ class LSQQuant(nnx.Module):
                                  per_channel=self.per_channel, method=self.init_method, percentile=self.percentile)
 
         # The statistic (a sort for percentiles) is only computed on the first call.
-        self.step[...] = _init_once(self.initialized[...], self.step[...], data_init)
+        self.step[...] = init_once(self.initialized[...], self.step[...], data_init)
         self.initialized[...] = jnp.asarray(True)
         if self.cap_step:
             self.step[...] = _cap_step(jax.lax.stop_gradient(x), self.step[...], qp=lsq_range(self.bits, self.signed)[1],
@@ -385,7 +385,7 @@ class LSQQuant(nnx.Module):
         if init_method is not None:
             if init_method not in INIT_METHODS:
                 raise ValueError(f"init_method must be one of {INIT_METHODS}, got {init_method=!r}")
-            pct = _check_percentile(percentile) if percentile is not None else self.percentile
+            pct = check_percentile(percentile) if percentile is not None else self.percentile
             if init_method == "percentile" and pct is None:
                 raise ValueError("percentile must be given when init_method='percentile'")
             self.init_method, self.percentile = init_method, pct

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.sparsify.masks import EdgeItems, _check_count, _check_edge_index
+from codesign.sparsify.masks import EdgeItems, check_count, check_edge_index
 
 UGS_GRAPH_RATE = 0.05
 """p_g: fraction of the remaining graph-mask entries pruned per UGS round (Chen et al. 2021, Alg. 1
@@ -49,7 +49,7 @@ UGS_WEIGHT_RATE = 0.2
 p_theta = 20 %; README: ``--pruning_percent_wei 0.2``)."""
 
 
-def _check_fraction(value, name: str) -> float:
+def check_fraction(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 <= float(value) <= 1.0):
         raise ValueError(f"{name} must be a float in [0, 1], got {name}={value!r}")
     return float(value)
@@ -67,7 +67,7 @@ def prune_count(n: int, fraction: float) -> int:
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
         raise ValueError(f"n must be a non-negative int, got n={n!r}")
-    return int(math.floor(_check_fraction(fraction, "fraction") * int(n) + 0.5))
+    return int(math.floor(check_fraction(fraction, "fraction") * int(n) + 0.5))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,8 +100,8 @@ def random_edge_removal(key: jax.Array, n_edges: int, keep_fraction: float) -> j
     Raises:
       ValueError: ``n_edges`` not a positive int; ``keep_fraction`` outside [0, 1].
     """
-    n_edges = _check_count(n_edges, "n_edges")
-    n_keep = prune_count(n_edges, _check_fraction(keep_fraction, "keep_fraction"))
+    n_edges = check_count(n_edges, "n_edges")
+    n_keep = prune_count(n_edges, check_fraction(keep_fraction, "keep_fraction"))
     return _random_subset(key, n_edges, jnp.asarray(n_keep, jnp.int32))
 
 
@@ -141,8 +141,8 @@ class DropEdge(EdgeItems, nnx.Module):
           ValueError: ``n_edges`` not a positive int, ``rate`` outside [0, 1].
           TypeError: ``rngs`` not an `nnx.Rngs`.
         """
-        self.n_edges = _check_count(n_edges, "n_edges")
-        self.rate = _check_fraction(rate, "rate")
+        self.n_edges = check_count(n_edges, "n_edges")
+        self.rate = check_fraction(rate, "rate")
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs, got {type(rngs).__name__}")
         self.n_kept = self.n_edges - prune_count(self.n_edges, self.rate)
@@ -158,7 +158,7 @@ class DropEdge(EdgeItems, nnx.Module):
         Raises:
           ValueError: ``senders`` / ``receivers`` given with a shape other than ``(E,)``.
         """
-        _check_edge_index(senders, receivers, self.n_edges, "DropEdge")
+        check_edge_index(senders, receivers, self.n_edges, "DropEdge")
         if not self._training(deterministic):
             return jnp.ones((self.n_edges,), jnp.float32)
         return random_edge_removal(self.rngs(), self.n_edges, self.n_kept / self.n_edges).astype(jnp.float32)
@@ -218,7 +218,7 @@ def magnitude_prune(scores: jax.Array, current_mask: jax.Array, fraction: float)
     Raises:
       ValueError: shapes differ, ``current_mask`` not bool, ``fraction`` outside [0, 1].
     """
-    fraction = _check_fraction(fraction, "fraction")
+    fraction = check_fraction(fraction, "fraction")
     scores, current_mask = jnp.asarray(scores), jnp.asarray(current_mask)
     if scores.shape != current_mask.shape:
         raise ValueError(f"magnitude_prune: invalid {scores.shape=} for {current_mask.shape=} (must be equal)")
@@ -277,8 +277,8 @@ class UGSSchedule:
     weight_rate: float = UGS_WEIGHT_RATE
 
     def __post_init__(self):
-        _check_fraction(self.graph_rate, "graph_rate")
-        _check_fraction(self.weight_rate, "weight_rate")
+        check_fraction(self.graph_rate, "graph_rate")
+        check_fraction(self.weight_rate, "weight_rate")
 
     def sparsity(self, k: int) -> tuple[float, float]:
         """``(graph, weight)`` sparsity (pruned fractions) after ``k >= 0`` rounds.
@@ -296,7 +296,7 @@ class UGSSchedule:
         Raises:
           ValueError: ``n_rounds`` not a positive int.
         """
-        return [self.sparsity(k) for k in range(1, _check_count(n_rounds, "n_rounds") + 1)]
+        return [self.sparsity(k) for k in range(1, check_count(n_rounds, "n_rounds") + 1)]
 
 
 class MaskWeight(nnx.Param):
@@ -342,7 +342,7 @@ class EdgeWeightMask(EdgeItems, nnx.Module):
         Raises:
           ValueError: ``n_edges`` not a positive int.
         """
-        self.n_edges = _check_count(n_edges, "n_edges")
+        self.n_edges = check_count(n_edges, "n_edges")
         self.weight = MaskWeight(jnp.ones((self.n_edges,), jnp.float32))
         self.keep = PruneMask(jnp.ones((self.n_edges,), bool))
 
@@ -352,7 +352,7 @@ class EdgeWeightMask(EdgeItems, nnx.Module):
         Raises:
           ValueError: ``senders`` / ``receivers`` given with a shape other than ``(E,)``.
         """
-        _check_edge_index(senders, receivers, self.n_edges, "EdgeWeightMask")
+        check_edge_index(senders, receivers, self.n_edges, "EdgeWeightMask")
         return self.weight[...] * self.keep[...].astype(jnp.float32)
 
     def l1_norm(self) -> jax.Array:

@@ -39,7 +39,7 @@ _U_EPS = 1e-6
 (1 - 1e-6 is representable in float32)."""
 
 
-def _check_beta(beta: float) -> float:
+def check_beta(beta: float) -> float:
     if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not (beta > 0 and math.isfinite(beta)):
         raise ValueError(f"beta must be a finite float > 0, got {beta=!r}")
     return float(beta)
@@ -64,7 +64,7 @@ def sample(key: jax.Array, log_alpha: jax.Array, beta: float = BETA) -> jax.Arra
     Raises:
       ValueError: ``beta`` not a finite positive number.
     """
-    beta = _check_beta(beta)
+    beta = check_beta(beta)
     log_alpha = jnp.asarray(log_alpha)
     u = jax.random.uniform(key, log_alpha.shape, log_alpha.dtype)
     u = jnp.clip(u, _U_EPS, 1.0 - _U_EPS)
@@ -98,7 +98,7 @@ def prob_nonzero(log_alpha: jax.Array, beta: float = BETA) -> jax.Array:
     Raises:
       ValueError: ``beta`` not a finite positive number.
     """
-    beta = _check_beta(beta)
+    beta = check_beta(beta)
     return jax.nn.sigmoid(jnp.asarray(log_alpha) - beta * math.log(-GAMMA / ZETA))
 
 
@@ -168,7 +168,7 @@ class HardConcreteGate(nnx.Module):
             raise ValueError(f"init_log_alpha must be a finite float, got {init_log_alpha=!r}")
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs, got {type(rngs).__name__}")
-        self.beta = _check_beta(beta)
+        self.beta = check_beta(beta)
         self.log_alpha = GateLogit(jnp.full(shape, float(init_log_alpha), jnp.float32))
         self.deterministic = False
         self.rngs = rngs[rng_collection].fork()

@@ -65,13 +65,13 @@ class EdgeSparsifier(Sparsifier, Protocol):
     def hard_edge_density(self) -> jax.Array: ...
 
 
-def _check_count(value, name: str) -> int:
+def check_count(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {name}={value!r}")
     return int(value)
 
 
-def _check_edge_index(senders, receivers, n_edges: int, owner: str) -> None:
+def check_edge_index(senders, receivers, n_edges: int, owner: str) -> None:
     """Shape check of optional ``senders`` / ``receivers`` passed to ``edge_gates``."""
     for name, idx in (("senders", senders), ("receivers", receivers)):
         if idx is not None and jnp.shape(idx) != (n_edges,):
@@ -142,7 +142,7 @@ class EdgeMask(EdgeItems, nnx.Module):
         Raises:
           ValueError: ``n_edges`` not a positive int; ``init_log_alpha`` / ``beta`` invalid.
         """
-        self.n_edges = _check_count(n_edges, "n_edges")
+        self.n_edges = check_count(n_edges, "n_edges")
         self.gate = HardConcreteGate((self.n_edges,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs)
 
     def __call__(self, deterministic: bool | None = None) -> jax.Array:
@@ -155,7 +155,7 @@ class EdgeMask(EdgeItems, nnx.Module):
         Raises:
           ValueError: ``senders`` / ``receivers`` given with a shape other than ``(E,)``.
         """
-        _check_edge_index(senders, receivers, self.n_edges, "EdgeMask")
+        check_edge_index(senders, receivers, self.n_edges, "EdgeMask")
         return self.gate(deterministic)
 
     def expected_density(self) -> jax.Array:
@@ -201,7 +201,7 @@ class FeatureMask(nnx.Module):
         Raises:
           ValueError: ``n_features`` not a positive int; ``init_log_alpha`` / ``beta`` invalid.
         """
-        self.n_features = _check_count(n_features, "n_features")
+        self.n_features = check_count(n_features, "n_features")
         self.gate = HardConcreteGate(
             (self.n_features,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs
         )
@@ -267,7 +267,7 @@ class ChannelMask(nnx.Module):
         Raises:
           ValueError: ``n_channels`` not a positive int; ``init_log_alpha`` / ``beta`` invalid.
         """
-        self.n_channels = _check_count(n_channels, "n_channels")
+        self.n_channels = check_count(n_channels, "n_channels")
         self.gate = HardConcreteGate(
             (self.n_channels,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs
         )

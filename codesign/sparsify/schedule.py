@@ -21,7 +21,7 @@ import jax
 import optax
 from flax import nnx
 
-from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, _check_beta
+from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, check_beta
 from codesign.sparsify.scorer import EdgeScorer
 
 
@@ -36,7 +36,7 @@ def _temperature(value, name: str) -> float:
     try:
         if isinstance(value, (bool, str, bytes)):
             raise TypeError
-        return _check_beta(float(value))
+        return check_beta(float(value))
     except (TypeError, ValueError, jax.errors.ConcretizationTypeError):
         raise ValueError(f"{name} must be a concrete finite float > 0, got {name}={value!r}") from None
 

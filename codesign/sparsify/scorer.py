@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from codesign.sparsify.hard_concrete import BETA, _check_beta, deterministic, prob_nonzero, sample
-from codesign.sparsify.masks import EdgeItems, _check_count
+from codesign.sparsify.hard_concrete import BETA, check_beta, deterministic, prob_nonzero, sample
+from codesign.sparsify.masks import EdgeItems, check_count
 
 _deterministic_gate = deterministic  # ``deterministic`` is also an argument name below
 
@@ -106,13 +106,13 @@ class EdgeScorer(EdgeItems, nnx.Module):
             ``beta`` not > 0.
           TypeError: ``rngs`` not an `nnx.Rngs`.
         """
-        self.in_features = _check_count(in_features, "in_features")
-        self.hidden = _check_count(hidden, "hidden")
+        self.in_features = check_count(in_features, "in_features")
+        self.hidden = check_count(hidden, "hidden")
         if isinstance(init_log_alpha, bool) or not isinstance(init_log_alpha, (int, float)) or not math.isfinite(init_log_alpha):
             raise ValueError(f"init_log_alpha must be a finite float, got {init_log_alpha=!r}")
         if not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs must be an nnx.Rngs, got {type(rngs).__name__}")
-        self.beta = _check_beta(beta)
+        self.beta = check_beta(beta)
         he = jax.nn.initializers.he_normal()
         f, h = self.in_features, self.hidden
         self.w_send = ScorerParam(he(rngs.params(), (f, h), jnp.float32))
