@@ -26,7 +26,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
 from codesign.models.norm import gcn_normalize
@@ -35,7 +35,7 @@ from codesign.sparsify import EdgeMask, FeatureMask
 AXPY_OPS_PER_ELEMENT = 2.0  # (1 - alpha) * agg + alpha * H: one multiply-add and one scale
 
 
-class APPNP(nnx.Module):
+class APPNP(GNN):
     """MLP (``dropout -> lin1 -> ReLU -> dropout -> lin2``) followed by K personalized-PageRank
     propagation steps, with optional edge mask, feature mask and N-bit fake quantization of the
     MLP's features and weights.
@@ -54,6 +54,8 @@ class APPNP(nnx.Module):
     Raises:
       ValueError: ``k_hops < 0`` or ``alpha`` outside [0, 1].
     """
+
+    OPTIONS = ("k_hops", "alpha")
 
     FIRST_LAYER = "lin1"  # the paper's L2 regularization acts on this layer only
 

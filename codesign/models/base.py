@@ -1,4 +1,5 @@
-"""What every model checks at its boundary: its widths at construction, its input at each call.
+"""The model contract (`GNN`) and what every model checks at its boundary: its widths at
+construction, its input at each call.
 
 One place for the checks that turn a shape mistake into one line naming the field, instead of a
 ``ZeroDivisionError`` in an initializer or a ``dot_general`` error deep inside JAX. Shapes are
@@ -7,10 +8,16 @@ static, so `check_input` also works under ``jit``.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import numpy as np
+from flax import nnx
 
-__all__ = ["check_widths", "check_input"]
+from codesign.models.layers import quant_bits
+from codesign.quant import Quantizer
+
+__all__ = ["GNN", "check_widths", "check_input"]
 
 
 def check_widths(owner: str, **widths) -> None:
@@ -46,3 +53,46 @@ def check_input(owner: str, x: jax.Array, in_features: int, n_nodes: int) -> Non
         raise ValueError(f"x: {owner} expects {in_features} input features, got {x.shape[1]}")
     if x.shape[0] != n_nodes:
         raise ValueError(f"x: {owner} got {x.shape[0]} rows of features for an adjacency of {n_nodes} nodes")
+
+
+class GNN(nnx.Module):
+    """The contract every model of `codesign.models` implements (the six models derive from it).
+
+    Class-level facts, as data (read by `codesign.train` instead of probing the constructor):
+      FIRST_LAYER: attribute name of the first layer (weight decay with scope "first"; the input
+        quantizer that ``pin_ranges`` leaves learned).
+      SELF_LOOPS: whether the model appends self-loops to the graph (`BlockEdgeMask` tiles).
+      OPTIONS: model-specific constructor options a `TrainConfig` may set (heads, aggr, ...).
+      HOOKS: the co-design hooks the constructor takes beyond edge mask, feature mask and bits:
+        a subset of {"edge_sparsifier", "channel_mask", "quantizer"}.
+
+    Methods: ``__call__(x [N, F], adj) -> logits [N, C]`` (calls `check_input` first),
+    ``densities(hard) -> dict``, ``workload(n_nodes, n_edges, *, hard, training, bits, densities,
+    locality) -> hwmodel.Workload`` and ``layer_bits(hard) -> dict`` (default: every quantizer in
+    the model by its path; models with named tensors override it).
+    """
+
+    FIRST_LAYER: ClassVar[str] = "conv1"
+    SELF_LOOPS: ClassVar[bool] = True
+    OPTIONS: ClassVar[tuple] = ()
+    HOOKS: ClassVar[frozenset] = frozenset()
+
+    def __call__(self, x, adj):
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(x, adj)")
+
+    def densities(self, hard: bool = False) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must implement densities(hard)")
+
+    def workload(self, n_nodes: int, n_edges: int, **kw):
+        raise NotImplementedError(f"{type(self).__name__} must implement workload(n_nodes, n_edges, ...)")
+
+    def layer_bits(self, hard: bool = False) -> dict:
+        """Mean bit-width (float32 scalar) of every quantizer in the model, keyed by its path
+        (expected, or deployed with ``hard``)."""
+        return {"/".join(map(str, path)): quant_bits(node, hard)
+                for path, node in nnx.iter_graph(self) if isinstance(node, Quantizer)}
+
+    @classmethod
+    def accepts(cls, name: str) -> bool:
+        """Whether a `TrainConfig` option or co-design hook ``name`` applies to this model."""
+        return name in cls.OPTIONS or name in cls.HOOKS

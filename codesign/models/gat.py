@@ -58,7 +58,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, make_quantizer, mask_densities, quant_bits
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
@@ -198,7 +198,7 @@ class GATConv(nnx.Module):
         return True
 
 
-class GAT(nnx.Module):
+class GAT(GNN):
     """Two-layer GAT for node classification (the paper's transductive architecture) with
     optional edge sparsifier, feature mask, channel mask and quantizers:
     [feature mask] -> dropout -> GATConv(heads x hidden, concat) -> ELU [-> channel mask] -> dropout
@@ -232,6 +232,9 @@ class GAT(nnx.Module):
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges, no self-loops)
     -> logits [N, n_classes]``.
     """
+
+    HOOKS = frozenset({"edge_sparsifier", "channel_mask", "quantizer"})
+    OPTIONS = ("heads",)
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,

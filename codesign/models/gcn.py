@@ -17,7 +17,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
 from codesign.models.norm import gcn_normalize
@@ -56,7 +56,7 @@ class GCNConv(nnx.Module):
         return out + self.bias[...]
 
 
-class GCN(nnx.Module):
+class GCN(GNN):
     """Two-layer GCN for node classification with optional edge sparsifier, feature mask, channel
     mask and quantizers.
 
@@ -78,6 +78,8 @@ class GCN(nnx.Module):
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
+
+    HOOKS = frozenset({"edge_sparsifier", "channel_mask", "quantizer"})
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,

@@ -22,7 +22,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
 from codesign.sparsify import EdgeMask, FeatureMask
@@ -71,7 +71,7 @@ class GINConv(nnx.Module):
         return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
 
 
-class GIN(nnx.Module):
+class GIN(GNN):
     """Two GIN-eps layers for node classification with optional edge mask, feature mask and
     N-bit fake quantization: ``GINConv(in, hidden, hidden) -> ReLU -> dropout ->
     GINConv(hidden, hidden, n_classes)``, dropout also on the input.

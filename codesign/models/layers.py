@@ -12,7 +12,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign import quant as q
 from codesign.quant import FakeQuant
-from codesign.sparsify import EdgeMask, FeatureMask
+from codesign.sparsify import BlockEdgeMask, EdgeMask, FeatureMask
 
 FP32_BITS = 32
 QUANTIZERS = ("fixed", "lsq", "learned", "degree", "a2q")
@@ -98,7 +98,7 @@ def edge_density(sparsifier, hard: bool) -> jax.Array:
 
 def kept_tiles(sparsifier, hard: bool):
     """Kept B x B tiles (float32 scalar) of a `codesign.sparsify.BlockEdgeMask`, else None."""
-    if sparsifier is None or not hasattr(sparsifier, "expected_kept_tiles"):
+    if not isinstance(sparsifier, BlockEdgeMask):
         return None
     return sparsifier.hard_kept_tiles() if hard else sparsifier.expected_kept_tiles()
 

@@ -31,7 +31,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, mask_densities
 from codesign.quant import FakeQuant
@@ -179,7 +179,7 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     return tuple(layers)
 
 
-class RGCN(nnx.Module):
+class RGCN(GNN):
     """Two-layer R-GCN for node classification (Schlichtkrull et al. 2018, entity classification)
     with optional edge mask, feature mask and N-bit fake quantization.
 

@@ -42,7 +42,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
-from codesign.models.base import check_input, check_widths
+from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
@@ -140,7 +140,7 @@ class SAGEConv(nnx.Module):
                 "w_root": quant_bits(self.quant_w_root, hard)}
 
 
-class GraphSAGE(nnx.Module):
+class GraphSAGE(GNN):
     """Two-layer GraphSAGE for node classification with optional edge sparsifier, feature mask,
     channel mask and quantizers: [feature mask] -> dropout -> SAGEConv -> ReLU [-> channel mask]
     -> dropout -> SAGEConv (dropout acts on each layer's quantized input).
@@ -167,6 +167,9 @@ class GraphSAGE(nnx.Module):
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
+
+    HOOKS = frozenset({"edge_sparsifier", "channel_mask", "quantizer"})
+    OPTIONS = ("aggr",)
 
     SELF_LOOPS = False
     """GraphSAGE aggregates no self-loops: a `BlockEdgeMask` for it tiles the E edges only."""

@@ -15,7 +15,7 @@ from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, prote
                                    protective_mask)
 from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
                                    quantize_to_int, unpack_int4)
-from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, check_bits, fake_quant, qrange
+from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits, bits_from_range, code_bits,
                                          expected_bits, hard_bits, learned_bit_codes, learned_bit_quant,
                                          pin_ranges)
@@ -24,6 +24,7 @@ from codesign.quant.lsq import (LSQQuant, QuantStep, lsq_codes, lsq_init_step, l
 
 __all__ = [
     "NO_QUANT_BITS",
+    "Quantizer",
     "FakeQuant",
     "check_bits",
     "fake_quant",

@@ -29,7 +29,7 @@ would otherwise train in fp32 and report 33.
 from __future__ import annotations
 
 import numbers
-from typing import final
+from typing import Protocol, final, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -156,3 +156,25 @@ class FakeQuant(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         """``fake_quant(x, self.bits, signed=self.signed)``: same shape and dtype as ``x``."""
         return fake_quant(x, self.bits, signed=self.signed)
+
+    def expected_bits(self) -> jax.Array:
+        """float32 scalar: the fixed width (32 when not quantized); no gradient to learn."""
+        return jnp.asarray(float(self.hard_bits()), jnp.float32)
+
+    def hard_bits(self) -> int:
+        """The deployed width: ``bits``, or 32 (`NO_QUANT_BITS`) when not quantized."""
+        return NO_QUANT_BITS if self.bits is None else min(self.bits, NO_QUANT_BITS)
+
+
+@runtime_checkable
+class Quantizer(Protocol):
+    """What every quantizer of `codesign.quant` provides (`FakeQuant`, `LSQQuant`,
+    `LearnedBitQuant`, `DegreeQuant`): ``q(x) -> x_hat`` of the same shape and dtype,
+    ``expected_bits()`` (float32 scalar, the mean width the cost model prices; differentiable where
+    learned) and ``hard_bits()`` (the deployed integer width, or int32 [N] per node)."""
+
+    def __call__(self, x: jax.Array) -> jax.Array: ...
+
+    def expected_bits(self) -> jax.Array: ...
+
+    def hard_bits(self): ...

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant
+from codesign.quant.fake_quant import NO_QUANT_BITS, Quantizer
 from codesign.quant.lsq import STEP_EPS, QuantStep, check_float, init_once, round_ste
 
 MAX_LEARNED_BITS = 16
@@ -374,39 +374,32 @@ def _derived_params(step: jax.Array, qmax: jax.Array, *, signed: bool, min_bits:
 
 
 def expected_bits(q) -> jax.Array:
-    """Average bit-width (float32 scalar) of the values quantizer ``q`` emits, for the cost model.
-
-    ``None`` (no quantizer) -> 32; `FakeQuant` -> its ``bits`` (None or 32 -> 32); any module
-    with an ``expected_bits()`` method -> that (differentiable where learned).
+    """Average bit-width (float32 scalar) of the values quantizer ``q`` emits, for the cost model:
+    ``q.expected_bits()`` for every `Quantizer` (differentiable where learned); ``None`` (no
+    quantizer) -> 32.
 
     Raises:
-      TypeError: ``q`` is none of these.
+      TypeError: ``q`` is neither None nor a `Quantizer`.
     """
     if q is None:
         return jnp.asarray(float(NO_QUANT_BITS), jnp.float32)
-    if isinstance(q, FakeQuant):
-        b = NO_QUANT_BITS if q.bits is None else min(q.bits, NO_QUANT_BITS)
-        return jnp.asarray(float(b), jnp.float32)
-    if callable(getattr(q, "expected_bits", None)):
-        return jnp.asarray(q.expected_bits(), jnp.float32)
-    raise TypeError(f"q must be None, a FakeQuant or have an expected_bits() method, got {type(q).__name__}")
+    if not isinstance(q, Quantizer):
+        raise TypeError(f"q must be None or a Quantizer (expected_bits, hard_bits), got {type(q).__name__}")
+    return jnp.asarray(q.expected_bits(), jnp.float32)
 
 
 def hard_bits(q):
-    """Deployed integer bit-width(s) of quantizer ``q``: int, or int32 [N] for per-node quantizers.
-
-    ``None`` -> 32; `FakeQuant` -> ``bits`` (None or 32 -> 32); else ``q.hard_bits()``.
+    """Deployed integer bit-width(s) of quantizer ``q``: ``q.hard_bits()`` (int, or int32 [N] per
+    node); ``None`` -> 32.
 
     Raises:
-      TypeError: ``q`` is none of these.
+      TypeError: ``q`` is neither None nor a `Quantizer`.
     """
     if q is None:
         return NO_QUANT_BITS
-    if isinstance(q, FakeQuant):
-        return NO_QUANT_BITS if q.bits is None else min(q.bits, NO_QUANT_BITS)
-    if callable(getattr(q, "hard_bits", None)):
-        return q.hard_bits()
-    raise TypeError(f"q must be None, a FakeQuant or have a hard_bits() method, got {type(q).__name__}")
+    if not isinstance(q, Quantizer):
+        raise TypeError(f"q must be None or a Quantizer (expected_bits, hard_bits), got {type(q).__name__}")
+    return q.hard_bits()
 
 
 def pin_ranges(module: nnx.Module, *, skip: Sequence[nnx.Module] = ()) -> int:

@@ -41,7 +41,7 @@ from codesign.sparsify.hard_concrete import (
     prob_nonzero,
     sample,
 )
-from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, Sparsifier
+from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, LastAxisMask, Sparsifier
 from codesign.sparsify.schedule import set_temperature, temperature_schedule
 from codesign.sparsify.scorer import EdgeScorer, ScorerLogits, ScorerParam
 
@@ -65,6 +65,7 @@ __all__ = [
     "ScorerParam",
     "ScorerLogits",
     "FeatureMask",
+    "LastAxisMask",
     "ChannelMask",
     "GATE_PARAMS",
     "temperature_schedule",

@@ -171,16 +171,63 @@ class EdgeMask(EdgeItems, nnx.Module):
         return self.gate.hard_density()
 
 
+class LastAxisMask(nnx.Module):
+    """One hard-concrete gate per entry of the last axis: ``__call__(x [..., n]) -> x * z``.
+
+    The one implementation behind `FeatureMask` (input-feature columns) and `ChannelMask` (hidden
+    channels); they differ only in the name of their width (``n_features`` / ``n_channels``), which
+    the errors name. Group sparsity with L0 gates on whole neurons: Louizos et al. (ICLR 2018).
+
+    Shapes: ``n`` = the width; ``__call__(x [..., n]) -> [..., n]`` (dtype of x),
+    ``hard_mask() -> bool [n]``.
+    """
+
+    WIDTH_NAME = "n"
+    """The width's name in errors and as an attribute (``n_features`` / ``n_channels``)."""
+
+    def __init__(self, n: int, *, init_log_alpha: float = 3.0, beta: float = BETA, rngs: nnx.Rngs):
+        """Args:
+          n: the width (positive int).
+          init_log_alpha: initial logit of every gate (finite).
+          beta: hard-concrete temperature (> 0).
+          rngs: `nnx.Rngs`; the ``"gates"`` stream (else ``default``) feeds the sampling.
+
+        Raises:
+          ValueError: the width not a positive int (named as ``WIDTH_NAME``); ``init_log_alpha`` /
+            ``beta`` invalid.
+        """
+        self.width = check_count(n, self.WIDTH_NAME)
+        self.gate = HardConcreteGate((self.width,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs)
+
+    def __call__(self, x: jax.Array, deterministic: bool | None = None) -> jax.Array:
+        """Returns ``x * z`` with ``z`` float [n] broadcast over the leading axes of ``x``.
+
+        Args:
+          x: float [..., n].
+          deterministic: overrides the module's mode when not None.
+
+        Raises:
+          ValueError: ``x.shape[-1]`` differs from the width, or ``x`` is a scalar.
+        """
+        return _gate_last_axis(self.gate, x, deterministic, self.WIDTH_NAME)
+
+    def expected_density(self) -> jax.Array:
+        """float32 scalar: expected kept fraction, mean of P(z > 0) (Louizos et al. eq. 12)."""
+        return self.gate.expected_density()
+
+    def hard_mask(self) -> jax.Array:
+        """bool [n]: entries kept at test time."""
+        return self.gate.hard_mask()
+
+    def hard_density(self) -> jax.Array:
+        """float32 scalar: fraction kept at test time."""
+        return self.gate.hard_density()
+
+
 @final
-class FeatureMask(nnx.Module):
-    """Learnable input-feature sparsity: one hard-concrete gate per feature column.
-
-    Louizos et al. (ICLR 2018) put their L0 gates on the input neurons of MLP layers in the same
-    way (group sparsity). Pruned features shrink the combination GEMM's K dimension and the bytes
-    of X read by the first layer.
-
-    Shapes: ``F = n_features``; ``__call__(x [..., F]) -> [..., F]`` (dtype of x),
-    ``hard_mask() -> bool [F]``.
+class FeatureMask(LastAxisMask):
+    """Learnable input-feature sparsity: one gate per feature column (`LastAxisMask`). Pruned
+    features shrink the first GEMM's K dimension and the bytes of X read.
 
     Example (inside your own ``nnx.Module``)::
 
@@ -189,112 +236,27 @@ class FeatureMask(nnx.Module):
       loss = task_loss + lam * model.feat_mask.expected_density()        # in the loss
     """
 
-    def __init__(
-        self, n_features: int, *, init_log_alpha: float = 3.0, beta: float = BETA, rngs: nnx.Rngs
-    ):
-        """Args:
-          n_features: F, number of input features; a positive int.
-          init_log_alpha: initial logit of every gate (finite).
-          beta: hard-concrete temperature (> 0).
-          rngs: `nnx.Rngs`; the ``"gates"`` stream (else ``default``) feeds the sampling.
+    WIDTH_NAME = "n_features"
 
-        Raises:
-          ValueError: ``n_features`` not a positive int; ``init_log_alpha`` / ``beta`` invalid.
-        """
-        self.n_features = check_count(n_features, "n_features")
-        self.gate = HardConcreteGate(
-            (self.n_features,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs
-        )
-
-    def __call__(self, x: jax.Array, deterministic: bool | None = None) -> jax.Array:
-        """Returns ``x * z`` with ``z`` float [F] broadcast over the leading axes of ``x``.
-
-        Args:
-          x: float [..., F] (typically [N, F] node features).
-          deterministic: overrides the module's mode when not None.
-
-        Returns:
-          [..., F], the dtype of ``x`` (gates are cast to it).
-
-        Raises:
-          ValueError: ``x.shape[-1] != n_features`` or ``x`` is a scalar.
-        """
-        return _gate_last_axis(self.gate, x, deterministic, "n_features")
-
-    def expected_density(self) -> jax.Array:
-        """float32 scalar: expected kept-feature fraction, mean of P(z_f > 0) (Louizos et al. eq. 12)."""
-        return self.gate.expected_density()
-
-    def hard_mask(self) -> jax.Array:
-        """bool [F]: features kept at test time."""
-        return self.gate.hard_mask()
-
-    def hard_density(self) -> jax.Array:
-        """float32 scalar: fraction of features kept at test time."""
-        return self.gate.hard_density()
+    @property
+    def n_features(self) -> int:
+        return self.width
 
 
 @final
-class ChannelMask(nnx.Module):
-    """Learnable structured hidden-unit sparsity: one hard-concrete gate per channel of a hidden layer.
-
-    The group-sparsity use of L0 gates in Louizos et al. (ICLR 2018; their MLP and LeNet-5
-    experiments gate whole neurons and convolutional feature maps). Gating channel ``c`` of ``h = X W1`` to zero removes
-    column ``c`` of ``W1`` and row ``c`` of the next layer's ``W2``: it shrinks the producing
-    GEMM's output dimension and the consuming GEMM's K dimension (and the aggregation's feature
-    width when the layer aggregates ``h``). The cost model consumes ``expected_density()`` as the
-    kept fraction of the C channels (training) and ``hard_density()`` after hardening.
-
-    Shapes: ``C = n_channels``; ``__call__(h [..., C]) -> [..., C]`` (dtype of h),
-    ``hard_mask() -> bool [C]``.
+class ChannelMask(LastAxisMask):
+    """Learnable hidden-unit sparsity: one gate per channel of a hidden layer (`LastAxisMask`).
+    Gating channel ``c`` of ``h = X W1`` removes column ``c`` of ``W1`` and row ``c`` of the next
+    layer's ``W2``: the producing GEMM's output and the consuming GEMM's K dimension shrink.
 
     Example (inside your own ``nnx.Module``)::
 
       self.chan_mask = ChannelMask(hidden, rngs=rngs)                        # in __init__
       h = self.lin2(self.chan_mask(jax.nn.relu(self.lin1(x))))               # in __call__
-      loss = task_loss + lam * model.chan_mask.expected_density()            # in the loss
     """
 
-    def __init__(
-        self, n_channels: int, *, init_log_alpha: float = 3.0, beta: float = BETA, rngs: nnx.Rngs
-    ):
-        """Args:
-          n_channels: C, width of the gated hidden layer; a positive int.
-          init_log_alpha: initial logit of every gate (finite).
-          beta: hard-concrete temperature (> 0).
-          rngs: `nnx.Rngs`; the ``"gates"`` stream (else ``default``) feeds the sampling.
+    WIDTH_NAME = "n_channels"
 
-        Raises:
-          ValueError: ``n_channels`` not a positive int; ``init_log_alpha`` / ``beta`` invalid.
-        """
-        self.n_channels = check_count(n_channels, "n_channels")
-        self.gate = HardConcreteGate(
-            (self.n_channels,), init_log_alpha=init_log_alpha, beta=beta, rngs=rngs
-        )
-
-    def __call__(self, h: jax.Array, deterministic: bool | None = None) -> jax.Array:
-        """Returns ``h * z`` with ``z`` float [C] broadcast over the leading axes of ``h``.
-
-        Args:
-          h: float [..., C] hidden activations (typically [N, C]).
-          deterministic: overrides the module's mode when not None.
-
-        Returns:
-          [..., C], the dtype of ``h``.
-
-        Raises:
-          ValueError: ``h.shape[-1] != n_channels`` or ``h`` is a scalar.
-        """
-        return _gate_last_axis(self.gate, h, deterministic, "n_channels")
-
-    def expected_density(self) -> jax.Array:
-        """float32 scalar: expected kept-channel fraction, mean of P(z_c > 0) (Louizos et al. eq. 12)."""
-        return self.gate.expected_density()
-
-    def hard_mask(self) -> jax.Array:
-        """bool [C]: channels kept at test time."""
-        return self.gate.hard_mask()
-
-    def hard_density(self) -> jax.Array:
-        """float32 scalar: fraction of channels kept at test time."""
-        return self.gate.hard_density()
+    @property
+    def n_channels(self) -> int:
+        return self.width

@@ -4,7 +4,6 @@ reference cost, and the self-distillation teacher."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Optional
 
 import numpy as np
@@ -39,21 +38,20 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
             kw["quantizer"] = cfg.quantizer
             if cfg.quantizer in ("degree", "a2q"):
                 kw["in_degree"] = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) + 1
-    accepted = inspect.signature(MODELS[cfg.model].__init__).parameters
     for name in ("edge_sparsifier", "channel_mask", "quantizer"):
-        if name in kw and name not in accepted:
+        if name in kw and not MODELS[cfg.model].accepts(name):
             raise ValueError(f"TrainConfig.{name}: model {cfg.model!r} does not take a {name}")
     model = MODELS[cfg.model](graph.n_features, cfg.hidden, graph.n_classes, dropout=cfg.dropout, rngs=rngs,
                               **kw, **cfg.model_options())
     if cfg.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
-        pin_ranges(model, skip=(getattr(getattr(model, getattr(model, "FIRST_LAYER", "conv1")), "quant_x"),))
+        pin_ranges(model, skip=(getattr(model, model.FIRST_LAYER).quant_x,))
     return model
 
 
 def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
     if cfg.edge_sparsifier == "block":
         return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size, cfg.reorder,
-                                        self_loops=getattr(MODELS[cfg.model], "SELF_LOOPS", True), rngs=rngs)
+                                        self_loops=MODELS[cfg.model].SELF_LOOPS, rngs=rngs)
     if cfg.edge_sparsifier == "scorer":
         return EdgeScorer(graph.n_features, rngs=rngs)
     return DropEdge(graph.n_edges, cfg.dropedge_rate, rngs=rngs)

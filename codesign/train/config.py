@@ -4,7 +4,6 @@ domain in `FIELD_DOMAINS` (one table; the command line derives its flag types fr
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 import numbers
 from typing import Optional
@@ -147,9 +146,8 @@ class TrainConfig:
         if self.edge_l0_weight > 0 and not self.uses_edge_mask:
             raise ValueError("TrainConfig.edge_l0_weight: needs an edge mask (edge_mask=True, or a cost term "
                              "with edge_mask left at None)")
-        accepted = inspect.signature(MODELS[self.model].__init__).parameters
         for name in self.model_options():
-            if name not in accepted:
+            if not MODELS[self.model].accepts(name):
                 raise ValueError(f"TrainConfig.{name}: model {self.model!r} has no option {name!r}")
 
     @property

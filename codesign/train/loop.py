@@ -216,7 +216,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 
     model.train()
     fitted = fit(model, Problem((graph, adj), _graph_forward, cost_ratio, _graph_evaluate), cfg,
-                 objective(cfg, teacher), first_layer=getattr(model, "FIRST_LAYER", "conv1"), on_epoch=on_epoch)
+                 objective(cfg, teacher), first_layer=model.FIRST_LAYER, on_epoch=on_epoch)
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
@@ -241,7 +241,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "breakdown": by_hw[hw.name]["breakdown"], "dense_breakdown": by_hw[hw.name]["dense_breakdown"],
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
         "bits": cfg.bits or 32,
-        "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()} if hasattr(model, "layer_bits") else {},
+        "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
         "tiles": _tile_stats(model),
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "multiplier": fitted.multiplier, "train_time_s": fitted.train_time_s,
