@@ -207,12 +207,12 @@ def _train_store(args):
 
 def cmd_train(args) -> int:
     import dataclasses
-    import datetime
 
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
-    from codesign.results import check_run_record, code_version
+    from codesign.experiment import make_record, run_key
+    from codesign.results import check_run_record
     from codesign.train import train
     hw = presets.get(args.hw)
     store = _train_store(args)  # an unwritable --out fails here, before any training
@@ -242,10 +242,8 @@ def cmd_train(args) -> int:
                                        args.dataset)
                     print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
             check_run_record(result, "train_distributed" if args.devices > 1 else "train")
-            record = {"key": key, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg),
-                                             **scale_out},
-                      **result, "code_version": code_version(),
-                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg), **scale_out},
+                                 result)
             store.append(record)  # written as it finishes: a later failure loses nothing
             stored[key] = record
     runs = [stored[key] for key in keys]
@@ -322,52 +320,54 @@ def cmd_deploy(args) -> int:
 
 
 def sweep_configs(args) -> list:
-    """The sweep grid: the dense FP32 reference plus every cost weight at ``--bits``, x seeds."""
-    grid = [(0.0, None)] + [(cw, args.bits) for cw in args.cost_weights]
-    return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
+    """The sweep grid: the dense FP32 reference plus every cost weight at ``--bits``, x seeds. With
+    ``--method NAME`` (`codesign.experiment.METHODS`) the method's `TrainConfig` overrides replace
+    the flags' values: a cost-level method at every cost weight, any other at one point per seed.
 
-
-def run_key(dataset: str, hw: str, cfg, **extra) -> str:
-    """A run's identity in a results file: dataset, hardware and the `TrainConfig` fields that
-    differ from their defaults, so that adding a field (with a default) keeps old keys valid;
-    ``extra``: more settings that make another run (e.g. ``codesign train --devices``)."""
+    Raises:
+      ValueError: a method whose levels need their own driver (UGS rounds, random keep fractions)
+        or that does not apply to ``--model``.
+    """
     import dataclasses
-
-    from codesign.results import config_key
-    from codesign.train import TrainConfig
-    default = TrainConfig()
-    changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-               if getattr(cfg, f.name) != getattr(default, f.name)}
-    return config_key({"dataset": dataset, "hw": hw, **changed, **extra})
+    grid = [(0.0, None)] + [(cw, args.bits) for cw in args.cost_weights]
+    if getattr(args, "method", None) is None:
+        return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
+    from codesign.experiment import get_method
+    method = get_method(args.method)
+    if method.levels not in (None, "cost") or (method.models is not None and args.model not in method.models):
+        raise ValueError(f"--method: {args.method!r} (levels {method.levels!r}, models {method.models}) cannot be "
+                         f"swept for --model {args.model}; run python experiments/tradeoff.py --methods {args.method}")
+    dense = [_config(args, 0.0, None, seed) for seed in range(args.seeds)]
+    weights = args.cost_weights if method.levels == "cost" else [method.overrides.get("cost_weight", 0.0)]
+    runs = [dataclasses.replace(_config(args, cw, args.bits, seed), **{**method.overrides, "cost_weight": cw})
+            for cw in dict.fromkeys(weights) for seed in range(args.seeds)]
+    return list(dict.fromkeys(dense + runs))
 
 
 def cmd_sweep(args) -> int:
     import dataclasses
-    import datetime
     import os
 
     from tqdm import tqdm
 
+    from codesign.experiment import make_record, run_key
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version
+    from codesign.results import ResultsStore
     from codesign.train import train
+    configs = sweep_configs(args)  # a method that cannot be swept fails here, before any loading
     graph, hw = _load(args), presets.get(args.hw)
-    name = args.name or f"{args.dataset}_{args.model}_{args.hw}"
+    name = args.name or f"{args.dataset}_{args.model}_{args.hw}" + (f"_{args.method}" if args.method else "")
     path = os.path.join(args.out, f"{name}.jsonl")
     store = ResultsStore(path)
     done = store.done_keys()
-    todo = []
-    for cfg in sweep_configs(args):
-        config = {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)}
-        if run_key(args.dataset, args.hw, cfg) not in done:
-            todo.append((cfg, config))
+    method = {"method": args.method} if args.method else {}
+    todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg), **method})
+            for cfg in configs if run_key(args.dataset, args.hw, cfg) not in done]
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):
         result = train(graph, cfg, hw)
         result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
-        store.append({"key": run_key(args.dataset, args.hw, cfg), "config": config, **result,
-                      "code_version": code_version(),
-                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+        store.append(make_record(run_key(args.dataset, args.hw, cfg), config, result))
     print(path)
     return 0
 
@@ -503,7 +503,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated cost weights (finite, >= 0), each run at --bits (the FP32 dense "
                         "reference is added)")
     p.add_argument("--seeds", type=_positive_int("seeds"), default=3, help="seeds 0 .. SEEDS-1 per configuration")
-    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>)")
+    from codesign.experiment import METHODS
+    p.add_argument("--method", default=None, choices=[m for m, v in METHODS.items() if v.levels in (None, "cost")],
+                   metavar="NAME",
+                   help="a method of the paper (codesign.experiment.METHODS, e.g. codesign_int8): its TrainConfig "
+                        "overrides replace the flags' values; cost-level methods run at every --cost-weights value")
+    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>[_<method>])")
     p.add_argument("--out", default="results", help="results folder (created if missing)")
     p.set_defaults(func=cmd_sweep)
 

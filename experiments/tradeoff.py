@@ -53,45 +53,13 @@ from typing import Optional
 
 import numpy as np
 
+from codesign.experiment import PAPER_METHODS as METHODS
+
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
 COST_WEIGHTS = (0.3, 1.0, 3.0, 10.0)
 KEEPS = (0.3, 0.5, 0.7)
 UGS_ROUNDS = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class Method:
-    """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
-    `TrainConfig` overrides, what its levels are ("cost" = cost weights or budgets, "keep",
-    "round", or None for a single point), and the models it applies to (None = all)."""
-
-    family: str
-    overrides: dict
-    levels: Optional[str] = None
-    models: Optional[tuple] = None
-
-    @property
-    def per_hw(self) -> bool:
-        """Trained once per hardware target (the cost of that target is in its loss)."""
-        return self.levels == "cost"
-
-
-METHODS = {
-    "dense": Method("reference", {}),
-    "codesign": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
-                                        bits=8, gate_optimizer="tensor_adam"), "cost"),
-    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
-    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
-    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
-    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",)),
-    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree")),
-    "int8": Method("baseline", dict(bits=8)),
-    "int4": Method("baseline", dict(bits=4)),
-    "random_edges": Method("baseline", {}, "keep"),
-    "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
-                                        dropedge_rate=0.5)),
-}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -104,7 +104,7 @@ def test_cli_cost_json(cora, capsys):
 
 def test_sweep_run_key_ignores_fields_left_at_their_defaults():
     import dataclasses
-    from codesign.cli import run_key
+    from codesign.experiment import run_key
     cfg = TrainConfig(cost_weight=0.1, bits=8, seed=2)
     assert run_key("cora", "h100", cfg) == run_key("cora", "h100", dataclasses.replace(cfg))
     assert run_key("cora", "h100", cfg) != run_key("cora", "h100", dataclasses.replace(cfg, seed=3))
