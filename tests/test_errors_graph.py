@@ -181,3 +181,22 @@ def test_models_name_both_widths_when_x_does_not_fit(name, cls, kw):
     with pytest.raises(ValueError, match=rf"x: {name} got 4 rows of features for an adjacency of 3 nodes"):
         model(jnp.ones((4, 5)), adj)
     assert model(jnp.ones((3, 5)), adj).shape == (3, 3)
+
+
+def test_gcn_runs_an_injected_aggregation():
+    """GCNConv takes its aggregation as an argument (jraph-style): a dense aggregation gives the
+    same logits as the default kernel, and it is the one called."""
+    from codesign.kernels import aggregate as default_aggregate
+    calls = []
+
+    def dense(adj, x, impl="auto"):
+        calls.append(x.shape)
+        return default_aggregate(adj, x, impl="dense")
+
+    adj = CooAdjacency(jnp.array([0, 1, 2]), jnp.array([1, 2, 0]), None, n_nodes=3)
+    x = jnp.arange(15.0).reshape(3, 5) / 10
+    ref = GCN(5, 4, 2, rngs=nnx.Rngs(0))
+    injected = GCN(5, 4, 2, aggregate_fn=dense, rngs=nnx.Rngs(0))
+    ref.eval(), injected.eval()
+    np.testing.assert_allclose(np.asarray(injected(x, adj)), np.asarray(ref(x, adj)), rtol=1e-6, atol=1e-6)
+    assert len(calls) == 2  # one aggregation per layer

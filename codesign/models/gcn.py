@@ -9,7 +9,7 @@ The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`,
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,12 +29,17 @@ class GCNConv(nnx.Module):
     """``H' = A_hat @ Q(H) @ Q(W) + b`` (Kipf & Welling 2017, eq. 2) with fake quantization Q.
 
     Shapes: x float32 [N, in_features] -> float32 [N, out_features]; ``adj`` is the normalized
-    adjacency. Weights use Glorot-uniform init, as in the paper.
+    adjacency. Weights use Glorot-uniform init, as in the paper. ``aggregate_fn(adj, x, impl=...)``
+    is the aggregation (default `codesign.kernels.aggregate`), injected as in jraph's
+    ``GraphConvolution(aggregate_nodes_fn=...)``, so another aggregation (a fused or a
+    distributed one) runs the same layer.
     """
 
     def __init__(self, in_features: int, out_features: int, *, bits: Optional[int] = None,
-                 quantizer: str = "fixed", in_degree=None, impl: str = "auto", rngs: nnx.Rngs):
+                 quantizer: str = "fixed", in_degree=None, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
+        self.aggregate_fn = aggregate_fn
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
@@ -50,9 +55,9 @@ class GCNConv(nnx.Module):
         if dropout is not None:
             x = dropout(x)
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
-            out = aggregate(adj, x @ w, impl=self.impl)
+            out = self.aggregate_fn(adj, x @ w, impl=self.impl)
         else:
-            out = aggregate(adj, x, impl=self.impl) @ w
+            out = self.aggregate_fn(adj, x, impl=self.impl) @ w
         return out + self.bias[...]
 
 
@@ -75,6 +80,7 @@ class GCN(GNN):
       dropout: dropout rate on each layer's input (paper: 0.5).
       input_dropout: if False, dropout only on the hidden layer's input, not on the raw features
         (UGS's ``net_gcn``, Chen et al. ICML 2021).
+      aggregate_fn: the aggregation both layers run (`GCNConv`; default `codesign.kernels.aggregate`).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
@@ -85,7 +91,7 @@ class GCN(GNN):
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.5, input_dropout: bool = True, impl: str = "auto",
-                 rngs: nnx.Rngs):
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GCN", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         self.bits, self.input_dropout = bits, input_dropout
@@ -95,7 +101,7 @@ class GCN(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, rngs=rngs)
+        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = GCNConv(in_features, hidden, **q)
         self.conv2 = GCNConv(hidden, n_classes, **q)
 
