@@ -167,7 +167,7 @@ def _download(url: str, dest: Path) -> None:
             raise FileNotFoundError(
                 f"WordNet files not found and downloading {url} failed ({e}). Point the loader at a local "
                 f"copy: root=/path/holding/wordnet or CODESIGN_DATA (files {', '.join(DATA_FILES)}), or "
-                f"install Debian's wordnet-base ({SYSTEM_DIRS[0]})") from e
+                "install Debian's wordnet-base (/usr/share/wordnet)") from e
         wanted = {f"dict/{f}": f for f in DATA_FILES} | {"LICENSE": "LICENSE"}
         found = {}
         try:
@@ -313,6 +313,7 @@ def parse_data_file(name: str, data: bytes, path: str = "") -> _Parsed:
         if len(ptrs) != 4 * p_cnt or not _PTR_BLOCK(" ".join(ptrs)):
             _check_pointers(t, i + 1, p_cnt, where)
         i += 1 + 4 * p_cnt
+        last = f"p_cnt: {len(t) - i} field(s) beyond those p_cnt={p_cnt} announces"
         if name == "data.verb" and i < len(t):
             f_cnt = _digits(t[i], 2, 10, where, "f_cnt")
             for j, k in enumerate(range(i + 1, i + 1 + 3 * f_cnt, 3), 1):
@@ -321,9 +322,9 @@ def parse_data_file(name: str, data: bytes, path: str = "") -> _Parsed:
                 _digits(_field(t, k + 1, where, f"frame {j} f_num"), 2, 10, where, f"frame {j} f_num")
                 _digits(_field(t, k + 2, where, f"frame {j} w_num"), 2, 16, where, f"frame {j} w_num")
             i += 1 + 3 * f_cnt
+            last = f"f_cnt: {len(t) - i} field(s) beyond the f_cnt={f_cnt} frames"
         if i != len(t):
-            raise ValueError(f"{where}: p_cnt: {len(t) - i} field(s) beyond those p_cnt={p_cnt} announces "
-                             f"before the gloss: {' '.join(t[i:])!r}")
+            raise ValueError(f"{where}: {last} before the gloss: {' '.join(t[i:])!r}")
         src = len(out.offset)
         out.p_src.extend([src] * p_cnt)
         out.p_rel.extend(_POINTER_ID[sym] for sym in ptrs[0::4])
