@@ -433,12 +433,14 @@ def load_wordnet(root: str | os.PathLike | None = None, *, vocab_size: int = DEF
         sender). ``symmetrize=True`` (default, for homogeneous models): the union of those edges
         and their reverses, duplicates removed, sorted by (receiver, sender); ``edge_type`` is
         None (a pair may carry several relations).
-      x float32 [N, vocab_size]: `bag_of_words` of the glosses (text after ``|``, definition and
-        examples), `tokenize`-d; the ``vocab_size`` tokens in the most glosses.
+      x float32 [N, F]: `bag_of_words` of the glosses (text after ``|``, definition and examples),
+        `tokenize`-d, over the F = min(``vocab_size``, distinct tokens) tokens in the most glosses.
       masks bool [N]: `stratified_split` (60/20/20 per class) by ``split_seed``; its `split_hash`
         is `WordNetInfo.split_hash`.
-    WordNet 3.0, ``vocab_size`` 2000: N = 117,659, 45 classes, 377,592 pointers; 364,543 typed
-    edges (26 relations), 367,578 symmetrized; split 70,576 / 23,514 / 23,569.
+    WordNet 3.0, ``vocab_size`` 2000: N = 117,659, 45 classes, 377,592 pointers, of which 19 are
+    self-loops (``+`` between words of one synset) and 13,030 repeat a (sender, receiver, type)
+    triple; 364,543 typed edges (26 relations), 367,578 symmetrized; 1,229 synsets have no
+    vocabulary token (a zero row of x); split 70,576 / 23,514 / 23,569.
 
     The parsed arrays are cached (``cache=True``) in ``${XDG_CACHE_HOME:-~/.cache}/codesign/
     wordnet/parsed/`` keyed by the files' SHA-256 and ``vocab_size`` (`_cached_arrays`); the files
@@ -455,7 +457,7 @@ def load_wordnet(root: str | os.PathLike | None = None, *, vocab_size: int = DEF
         a malformed line (file, line number and field, `parse_data_file`); a pointer to no synset;
         ``vocab_size`` not a positive int; ``$CODESIGN_SKIP_VERIFY`` not 0/1/true/false/yes/no; a
         downloaded archive that is unreadable, lacks a file or holds a file with the wrong hash.
-      TypeError: ``verify`` is not a bool.
+      TypeError: ``verify`` or ``cache`` is not a bool.
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
         raise ValueError(f"load_wordnet: vocab_size must be a positive int, got {vocab_size!r}")
