@@ -76,6 +76,15 @@ def test_tiny_typed_graph_by_hand(tiny_env):
     assert info.source == str(TINY)
 
 
+def test_tiny_typed_graph_splits_into_relations(tiny_env):
+    from codesign.models.rgcn import relation_adjacencies
+
+    g = load_wordnet(TINY, vocab_size=5, symmetrize=False)
+    adjs = relation_adjacencies(g, len(wn.POINTERS))
+    sizes = [int(a.senders.shape[0]) for a in adjs]
+    assert sizes == [sum(t == r for *_, t in TINY_TYPED) for r in range(len(wn.POINTERS))]
+
+
 def test_tiny_symmetrized_graph_by_hand(tiny_env):
     g = load_wordnet(TINY, vocab_size=5)
     assert g.edge_type is None
@@ -176,7 +185,7 @@ def test_dangling_pointer_names_file_line_and_target(tiny_env):
 # ----------------------------------------------------------------------------- checksums and options
 
 
-def test_checksum_mismatch_names_file_and_both_hashes(tiny_env):
+def test_checksum_mismatch_names_file_and_both_hashes(tiny_env, monkeypatch):
     d = _copy_tiny(tiny_env / "wn")
     (d / "data.verb").write_bytes((d / "data.verb").read_bytes().replace(b"move on foot", b"move on feet"))
     got = hashlib.sha256((d / "data.verb").read_bytes()).hexdigest()
@@ -186,12 +195,9 @@ def test_checksum_mismatch_names_file_and_both_hashes(tiny_env):
     with pytest.warns(UserWarning, match=f"verify=False: NOT checking {d}/data.noun"):
         g = load_wordnet(d, verify=False, vocab_size=5)
     assert g.n_nodes == 11
-    os.environ["CODESIGN_SKIP_VERIFY"] = "1"
-    try:
-        with pytest.warns(UserWarning, match="CODESIGN_SKIP_VERIFY=1: NOT checking"):
-            load_wordnet(d, vocab_size=5)
-    finally:
-        del os.environ["CODESIGN_SKIP_VERIFY"]
+    monkeypatch.setenv("CODESIGN_SKIP_VERIFY", "1")
+    with pytest.warns(UserWarning, match="CODESIGN_SKIP_VERIFY=1: NOT checking"):
+        load_wordnet(d, vocab_size=5)
 
 
 def test_real_checksums_reject_the_fixture(monkeypatch, tmp_path):
