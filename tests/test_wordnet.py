@@ -178,7 +178,8 @@ def test_dangling_pointer_names_file_line_and_target(tiny_env):
     text = (d / "data.noun").read_text().replace("@ 00001740 n", "@ 00001741 n", 1)  # animal's hypernym
     (d / "data.noun").write_text(text)
     with pytest.warns(UserWarning, match="verify=False: NOT checking"), \
-            pytest.raises(ValueError, match=f"^{d}/data.noun: line 31: pointer target 00001741 is no synset of data.noun"):
+            pytest.raises(ValueError, match=f"^{d}/data.noun: line 31: pointer target 00001741 is no synset "
+                                            f"of data.noun"):
         load_wordnet(d, verify=False)
 
 
@@ -296,7 +297,8 @@ def test_download_failures(download_env, monkeypatch):
     with pytest.raises(ValueError, match="a.tar.gz: the archive lacks WordNet-3.0/{data.adv}"):
         load_wordnet()
     monkeypatch.setattr(wn, "TARBALL_URL", _tarball(download_env / "b.tar.gz", tamper=("data.adj",)))
-    with pytest.raises(ValueError, match=f"b.tar.gz: data.adj: sha256 checksum mismatch: expected {TINY_SHA['data.adj']}, got "):
+    with pytest.raises(ValueError, match=f"b.tar.gz: data.adj: sha256 checksum mismatch: "
+                                         f"expected {TINY_SHA['data.adj']}, got [0-9a-f]{{64}}$"):
         load_wordnet()
     (download_env / "c.tar.gz").write_bytes(b"not gzip")
     monkeypatch.setattr(wn, "TARBALL_URL", (download_env / "c.tar.gz").as_uri())
