@@ -81,6 +81,7 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--vocab-size", type=int, default=None, help="feature width (default: load_wordnet's)")
+    p.add_argument("--root", default=None, help="folder holding wordnet/data.* or data.* (default: load_wordnet's search)")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: gcn + mlp, 1 seed, 2 epochs")
     args = p.parse_args(argv)
@@ -92,7 +93,7 @@ def main(argv=None) -> list[dict]:
     store = ResultsStore(Path(args.out) / f"wordnet_baselines{'_quick' if args.quick else ''}.jsonl")
     store.check_writable()
     t0 = time.perf_counter()
-    graph, info = load_wordnet(**({} if args.vocab_size is None else {"vocab_size": args.vocab_size}),
+    graph, info = load_wordnet(args.root, **({} if args.vocab_size is None else {"vocab_size": args.vocab_size}),
                                return_info=True)
     load_s = time.perf_counter() - t0
     print(f"WordNet: {graph.n_nodes} nodes, {graph.n_edges} edges, {graph.n_features} features, "

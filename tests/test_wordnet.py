@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -305,6 +306,30 @@ def test_download_failures(download_env, monkeypatch):
     with pytest.raises(ValueError, match="c.tar.gz: not a readable .tar.gz"):
         load_wordnet()
     assert not any((download_env / "cache" / "codesign" / "wordnet").glob("data.*"))  # nothing half-installed
+
+
+# ----------------------------------------------------------------------------- experiments/wordnet_baselines.py
+
+
+def test_baselines_script_quick_on_the_fixture(tiny_env):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "wordnet_baselines", Path(__file__).parent.parent / "experiments" / "wordnet_baselines.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = load_wordnet(TINY, vocab_size=5)
+    mlp = mod.without_edges(g)  # every real node isolated; two placeholders joined by one edge, in no mask
+    assert mlp.n_nodes == 13 and _edges(mlp) == [(11, 12)]
+    assert not any(np.asarray(m)[11:].any() for m in (mlp.train_mask, mlp.val_mask, mlp.test_mask))
+    np.testing.assert_array_equal(np.asarray(mlp.x)[:11], np.asarray(g.x))
+    rows = mod.main(["--quick", "--root", str(TINY), "--out", str(tiny_env / "res")])
+    assert [(r["model"], r["epochs"], r["seeds"]) for r in rows] == [("gcn", 2, 1), ("mlp", 2, 1)]
+    records = [json.loads(ln) for ln in (tiny_env / "res" / "wordnet_baselines_quick.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in records} == {"gcn", "mlp"} and all(0 <= r["test_accuracy"] <= 1 for r in records)
+    assert all(r["peak_rss_gb"] > 0 and r["s_per_epoch"] > 0 for r in records)
+    assert mod.main(["--quick", "--root", str(TINY), "--out", str(tiny_env / "res")]) == rows
+    assert len((tiny_env / "res" / "wordnet_baselines_quick.jsonl").read_text().splitlines()) == 2  # resumed: none rerun
 
 
 # ----------------------------------------------------------------------------- real WordNet 3.0
