@@ -68,10 +68,11 @@ CHECKSUMS: dict[str, str | None] = {
 def default_root() -> Path:
     """``$CODESIGN_DATA`` if set, else the download cache ``${XDG_CACHE_HOME:-~/.cache}/codesign``."""
     env = os.environ.get("CODESIGN_DATA")
-    return Path(env).expanduser() if env else _cache_root()
+    return Path(env).expanduser() if env else cache_root()
 
 
-def _cache_root() -> Path:
+def cache_root() -> Path:
+    """The download cache: ``${XDG_CACHE_HOME:-~/.cache}/codesign``."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "codesign"
 
 
@@ -131,7 +132,7 @@ def _find_files(name: str, root) -> dict[str, Path]:
             raise FileNotFoundError(
                 f"Planetoid file {p} not found. Point the loader at a local copy: set "
                 f"CODESIGN_DATA=/path/containing/planetoid or pass root=/path/containing/planetoid "
-                f"(with neither, missing files are downloaded into {_cache_root()}).")
+                f"(with neither, missing files are downloaded into {cache_root()}).")
     return paths
 
 
@@ -139,7 +140,12 @@ SKIP_VERIFY_ENV = "CODESIGN_SKIP_VERIFY"
 _verified: dict[tuple[str, int, int, str], None] = {}  # (path, size, mtime_ns, expected) checked in-process
 
 
-def _skip_verify_from_env() -> bool:
+def skip_verify_from_env() -> bool:
+    """Whether ``$CODESIGN_SKIP_VERIFY`` asks to skip checksum verification (1/true/yes).
+
+    Raises:
+      ValueError: any other non-empty value.
+    """
     val = os.environ.get(SKIP_VERIFY_ENV, "").strip().lower()
     if val in ("", "0", "false", "no"):
         return False
@@ -154,7 +160,7 @@ def _verify_files(paths: Mapping[str, Path], verify: bool) -> None:
     unless opted out. Results are cached per (path, size, mtime) for this process."""
     if not isinstance(verify, bool):
         raise TypeError(f"load_planetoid: verify must be a bool, got {type(verify).__name__}")
-    if not verify or _skip_verify_from_env():
+    if not verify or skip_verify_from_env():
         how = "verify=False" if not verify else f"{SKIP_VERIFY_ENV}=1"
         warnings.warn(f"load_planetoid: {how}: NOT checking {', '.join(str(p) for p in paths.values())} "
                       f"against their known checksums", stacklevel=3)

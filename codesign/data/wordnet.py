@@ -41,7 +41,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.data.planetoid import SKIP_VERIFY_ENV, _cache_root, _skip_verify_from_env
+from codesign.data.planetoid import SKIP_VERIFY_ENV, cache_root, skip_verify_from_env
 from codesign.graph import Graph
 
 # The 45 lexicographer files, index = lex_filenum: WordNet 3.0 ``dict/lexnames`` (lexnames(5WN)).
@@ -144,7 +144,7 @@ def _locate(root) -> Path:
         raise FileNotFoundError(f"WordNet files not found: neither {base / 'wordnet'} nor {base} holds "
                                 f"{', '.join(DATA_FILES)}")
     env = os.environ.get("CODESIGN_DATA")
-    cache = _cache_root() / "wordnet"
+    cache = cache_root() / "wordnet"
     for d in ([Path(env).expanduser() / "wordnet"] if env else []) + [*SYSTEM_DIRS, cache]:
         if _complete(d):
             return d
@@ -197,7 +197,7 @@ def _read_files(d: Path, verify: bool) -> tuple[dict, dict]:
     """``({name: bytes}, {name: sha256 hex})``; checks each file's hash (of the bytes then parsed)."""
     if not isinstance(verify, bool):
         raise TypeError(f"load_wordnet: verify must be a bool, got {type(verify).__name__}")
-    skip = not verify or _skip_verify_from_env()
+    skip = not verify or skip_verify_from_env()
     if skip:
         how = "verify=False" if not verify else f"{SKIP_VERIFY_ENV}=1"
         warnings.warn(f"load_wordnet: {how}: NOT checking {', '.join(str(d / f) for f in DATA_FILES)} "
@@ -513,7 +513,7 @@ def _cached_arrays(d: Path, data: dict, sha: dict, vocab_size: int, cache: bool)
     if not isinstance(cache, bool):
         raise TypeError(f"load_wordnet: cache must be a bool, got {type(cache).__name__}")
     key = hashlib.sha256(repr((_CACHE_VERSION, vocab_size, sorted(sha.items()))).encode()).hexdigest()[:32]
-    path = _cache_root() / "wordnet" / "parsed" / f"wordnet-{key}.npz"
+    path = cache_root() / "wordnet" / "parsed" / f"wordnet-{key}.npz"
     if cache and path.is_file():
         try:
             with np.load(path, allow_pickle=False) as z:
