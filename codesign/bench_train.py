@@ -120,13 +120,14 @@ def run_codesign(spec: dict) -> dict:
 
     from codesign.kernels import CooAdjacency, with_csr_pattern
     from codesign.models import GAT, GCN
+    from codesign.train import Problem, TrainConfig, make_step, masked_cross_entropy, task_term
 
     if spec["impl"] not in IMPLS:
         raise ValueError(f"bench train: unknown impl {spec['impl']!r}; choose from {IMPLS}")
     g = np.load(spec["graph_npz"])
     n = int(g["n_nodes"])
     x, y = jnp.asarray(g["x"], jnp.float32), jnp.asarray(g["y"], jnp.int32)
-    mask = jnp.asarray(g["train_mask"], jnp.float32)
+    mask = jnp.asarray(g["train_mask"], bool)
     adj = CooAdjacency(jnp.asarray(g["senders"], jnp.int32), jnp.asarray(g["receivers"], jnp.int32), None, n)
     del g
     jax.block_until_ready((x, y, mask, adj))
@@ -143,31 +144,32 @@ def run_codesign(spec: dict) -> dict:
         model = GAT(x.shape[1], int(spec["hidden"]), n_cls, heads=int(spec["heads"]),
                     out_heads=int(spec["out_heads"]), dropout=p, rngs=rngs)
     model.train()
-    tx = optax.chain(optax.add_decayed_weights(float(spec["weight_decay"])), optax.adam(float(spec["lr"])))
-    graphdef, state = nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+    # the toolkit's own training step (`codesign.train.make_step`, what `fit` runs each epoch):
+    # Adam with L2 on every weight and bias (PyG's Adam(weight_decay=...)), no cost term
+    cfg = TrainConfig.from_flat(lr=float(spec["lr"]), weight_decay=float(spec["weight_decay"]),
+                                weight_decay_scope="all", epochs=int(spec["epochs"]), seed=seed)
 
-    def loss_fn(m, x, y, mask, adj):
-        ce = optax.softmax_cross_entropy_with_integer_labels(m(x, adj), y)
-        return jnp.sum(ce * mask) / jnp.maximum(mask.sum(), 1.0)
+    def forward(m, data):
+        x, y, mask, adj = data
+        logits = m(x, adj)
+        return logits, masked_cross_entropy(logits, y, mask)
 
-    def step(state, x, y, mask, adj):
-        m, opt = nnx.merge(graphdef, state)
-        loss, grads = nnx.value_and_grad(loss_fn)(m, x, y, mask, adj)
-        opt.update(m, grads)
-        return nnx.state((m, opt)), loss
+    problem = Problem((x, y, mask, adj), forward, lambda m, hard: jnp.ones((), jnp.float32))
+    train_step = make_step(model, problem, cfg, [task_term], first_layer=model.FIRST_LAYER)
+    state, ctrl = train_step.state, train_step.controller.init()
 
     t0 = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=0).lower(state, x, y, mask, adj).compile()
+    compiled = train_step.step.lower(state, problem.data, ctrl).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    state, loss = jax.block_until_ready(compiled(state, x, y, mask, adj))
+    state, loss, _, ctrl, _ = jax.block_until_ready(compiled(state, problem.data, ctrl))
     first_step_s = time.perf_counter() - t0
     peak_first, resident = peak_mib() - baseline, rss_mib() - baseline
     reset_peak()
     epoch_s = []
     for _ in range(int(spec["epochs"])):
         t0 = time.perf_counter()
-        state, loss = jax.block_until_ready(compiled(state, x, y, mask, adj))
+        state, loss, _, ctrl, _ = jax.block_until_ready(compiled(state, problem.data, ctrl))
         epoch_s.append(time.perf_counter() - t0)
     import flax
     import scipy

@@ -10,7 +10,6 @@ the wrong data.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
 import json
@@ -53,7 +52,7 @@ def save_model(directory: str | os.PathLike, model, cfg: TrainConfig, graph: Gra
     d.mkdir(parents=True)
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(d / "state", nnx.state(model))
-    write_json_atomic(d / _META, {"config": dataclasses.asdict(cfg), "dataset": dataset,
+    write_json_atomic(d / _META, {"config": cfg.flat(), "dataset": dataset,
                                   "graph_sha256": graph_sha256(graph), "code_version": code_version(),
                                   "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
     return d
@@ -75,7 +74,7 @@ def load_model(directory: str | os.PathLike, graph: Graph):
     if got != meta["graph_sha256"]:
         raise ValueError(f"load_model: graph_sha256 mismatch: the checkpoint was trained on {meta['graph_sha256']}, "
                          f"this graph is {got}")
-    cfg = TrainConfig(**meta["config"])
+    cfg = TrainConfig.from_flat(**meta["config"])
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
                                              quant=cfg.seed + 3))
     abstract = nnx.state(model)

@@ -93,7 +93,7 @@ def _model_default(name: str) -> str:
     `TrainConfig`'s field default, e.g. `` (default: 0.01; gat 0.005)``."""
     from codesign.models import MODEL_DEFAULTS
     from codesign.train import TrainConfig
-    base = TrainConfig.__dataclass_fields__[name].default
+    base = TrainConfig().flat()[name]
     per_model = [f"{m} {d[name]}" for m, d in MODEL_DEFAULTS.items() if name in d and d[name] != base]
     base = "the model's own" if base is None else base
     return f" (default: {base}" + ("; " + ", ".join(per_model) if per_model else "") + ")"
@@ -206,8 +206,6 @@ def _train_store(args):
 
 
 def cmd_train(args) -> int:
-    import dataclasses
-
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
@@ -227,7 +225,7 @@ def cmd_train(args) -> int:
             print(f"train: seed {cfg.seed} already in {store.path} (key {key}); not trained again", file=sys.stderr)
     todo = [(cfg, key) for cfg, key in zip(configs, keys) if key not in stored]
     print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
-    with tqdm(total=sum(c.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
+    with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
         for cfg, key in todo:
             if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
                 from codesign.distributed import train_distributed
@@ -242,7 +240,7 @@ def cmd_train(args) -> int:
                                        args.dataset)
                     print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
             check_run_record(result, "train_distributed" if args.devices > 1 else "train")
-            record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg), **scale_out},
+            record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **scale_out},
                                  result)
             store.append(record)  # written as it finishes: a later failure loses nothing
             stored[key] = record
@@ -308,7 +306,7 @@ def cmd_deploy(args) -> int:
         print(json.dumps(out))
         return 0
     m, d = out["measured"], out["dense_measured"]
-    print(f"{cfg.model} from {args.checkpoint} on {meta['dataset']}: kept features "
+    print(f"{cfg.model.name} from {args.checkpoint} on {meta['dataset']}: kept features "
           f"{100 * compact.kept['feature_fraction']:.1f} %, channels {100 * compact.kept['channel_fraction']:.1f} %, "
           f"edges {100 * compact.kept['edge_fraction']:.1f} %")
     print(f"  {'':22s}{'compact':>14s}{'dense fp32':>14s}{'ratio':>8s}")
@@ -328,7 +326,6 @@ def sweep_configs(args) -> list:
       ValueError: a method whose levels need their own driver (UGS rounds, random keep fractions)
         or that does not apply to ``--model``.
     """
-    import dataclasses
     grid = [(0.0, None)] + [(cw, args.bits) for cw in args.cost_weights]
     if getattr(args, "method", None) is None:
         return [_config(args, cw, bits, seed) for cw, bits in dict.fromkeys(grid) for seed in range(args.seeds)]
@@ -339,13 +336,12 @@ def sweep_configs(args) -> list:
                          f"swept for --model {args.model}; run python experiments/tradeoff.py --methods {args.method}")
     dense = [_config(args, 0.0, None, seed) for seed in range(args.seeds)]
     weights = args.cost_weights if method.levels == "cost" else [method.overrides.get("cost_weight", 0.0)]
-    runs = [dataclasses.replace(_config(args, cw, args.bits, seed), **{**method.overrides, "cost_weight": cw})
+    runs = [_config(args, cw, args.bits, seed).replace(**{**method.overrides, "cost_weight": cw})
             for cw in dict.fromkeys(weights) for seed in range(args.seeds)]
     return list(dict.fromkeys(dense + runs))
 
 
 def cmd_sweep(args) -> int:
-    import dataclasses
     import os
 
     from tqdm import tqdm
@@ -361,7 +357,7 @@ def cmd_sweep(args) -> int:
     store = ResultsStore(path)
     done = store.done_keys()
     method = {"method": args.method} if args.method else {}
-    todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg), **method})
+    todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **method})
             for cfg in configs if run_key(args.dataset, args.hw, cfg) not in done]
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):

@@ -159,13 +159,12 @@ def get_method(name: str) -> Method:
 
 
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:
-    """A run's identity in a results file: dataset, hardware and the `TrainConfig` fields that
-    differ from their defaults (so adding a field with a default keeps old keys valid), plus
+    """A run's identity in a results file: dataset, hardware and the `TrainConfig` flat fields
+    (`TrainConfig.flat`) that differ from their defaults (so adding a field with a default keeps old keys valid), plus
     ``extra`` identity (e.g. devices, link); without ``extra`` the key of `codesign sweep` and
     `codesign train` since their first results files."""
-    default = TrainConfig()
-    changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-               if getattr(cfg, f.name) != getattr(default, f.name)}
+    default = TrainConfig().flat()
+    changed = {k: v for k, v in cfg.flat().items() if v != default[k]}
     return config_key({"dataset": dataset, "hw": hw, **changed, **extra})
 
 

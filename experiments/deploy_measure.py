@@ -59,7 +59,7 @@ def main(argv=None) -> list[dict]:
     out = []
     for method, overrides in METHODS.items():
         for seed in range(args.seeds):
-            cfg = TrainConfig(**{**overrides, "seed": seed, "epochs": args.epochs})
+            cfg = TrainConfig.from_flat(**{**overrides, "seed": seed, "epochs": args.epochs})
             config = {"experiment": "deploy_measure", "dataset": args.dataset, "method": method, "hw": hw.name,
                       "seed": seed, "epochs": args.epochs, "overrides": overrides}
             key = config_key(config)

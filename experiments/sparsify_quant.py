@@ -37,7 +37,6 @@ is compared with random removal under the same loss.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import sys
 from pathlib import Path
@@ -77,7 +76,7 @@ def run_one(graph, method: str, seed: int, hw, epochs):
     over = dict(METHODS[method])
     if epochs is not None:
         over["epochs"] = epochs
-    cfg = TrainConfig(seed=seed, **over)
+    cfg = TrainConfig.from_flat(seed=seed, **over)
     g, tiles, teacher = graph, None, None
     random = RANDOM.fullmatch(method)
     if random:
@@ -85,14 +84,14 @@ def run_one(graph, method: str, seed: int, hw, epochs):
         if kind == "edges":
             g = _keep_random_edges(graph, keep, seed)
         else:
-            g, tiles = _keep_random_tiles(graph, keep, seed, cfg.block_size, cfg.reorder)
-        if cfg.distill_weight > 0:  # the dense teacher of the full graph, as the learned masks have
+            g, tiles = _keep_random_tiles(graph, keep, seed, cfg.masks.block_size, cfg.masks.reorder)
+        if cfg.distill.weight > 0:  # the dense teacher of the full graph, as the learned masks have
             teacher = dense_teacher(graph, cfg, hw)[0]
     r = train(g, cfg, hw, teacher_logits=teacher)
     if g is not graph:  # cost and densities relative to the full graph
         r["densities"]["edge"] = g.n_edges / graph.n_edges
         r["tiles"] = tiles or r["tiles"]
-    n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.hidden, int(graph.y.max()) + 1
+    n, f, h, c = graph.n_nodes, graph.x.shape[1], cfg.model.hidden, int(graph.y.max()) + 1
     r["bits_elements"] = {"x0": n * f, "w0": f * h, "x1": n * h, "w1": h * c}  # values per quantized tensor
     per_tensor, per_value = average_bits(r["layer_bits"], r["bits_elements"])
     r["mean_bits"] = {"per_tensor": per_tensor, "element_weighted": per_value}
@@ -169,7 +168,7 @@ def main(argv=None) -> list[dict]:
     for method, seed in tqdm(todo, desc="sparsify_quant", unit="run"):
         cfg, r = run_one(graph, method, seed, hw, epochs)
         store.append({"key": key(method, seed),
-                      "method": method, "config": {"dataset": args.dataset, "hw": args.hw, **dataclasses.asdict(cfg)},
+                      "method": method, "config": {"dataset": args.dataset, "hw": args.hw, **cfg.flat()},
                       **r, "code_version": code_version(),
                       "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
     records = [r for r in store.records() if r["method"] in methods]

@@ -170,9 +170,9 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
         from codesign.baselines.ugs import ugs_prune
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         kw = {} if epochs is None else {"epochs": epochs}
-        rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.hidden, bits=8, hw=targets[0], net="gcn",
+        rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.model.hidden, bits=8, hw=targets[0], net="gcn",
                            **kw)
-        shell = GCN(graph.n_features, cfg.hidden, graph.n_classes, bits=8, rngs=nnx.Rngs(0))
+        shell = GCN(graph.n_features, cfg.model.hidden, graph.n_classes, bits=8, rngs=nnx.Rngs(0))
         out = []
         for rec in rounds:
             dens = {"edge": rec["kept_edges"] / graph.n_edges, "feature": 1.0}
@@ -282,7 +282,7 @@ def main(argv=None) -> list[dict]:
             if key in done:
                 continue
             cfg = train_config(point, args.epochs, budget_mode)
-            store.append({"key": key, "config": {**config, "train": dataclasses.asdict(cfg)}, **fields,
+            store.append({"key": key, "config": {**config, "train": cfg.flat()}, **fields,
                           "code_version": code_version(),
                           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
             done.add(key)

@@ -24,7 +24,6 @@ normalized adjacency is the identity on every real node, so it is a 2-layer MLP 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import resource
 import sys
@@ -110,7 +109,7 @@ def main(argv=None) -> list[dict]:
             r = train(g, cfg, hw)
             rec = dict(key=key, dataset="wordnet", model=model, seed=seed, epochs=epochs,
                        vocab_size=graph.n_features, split_hash=info.split_hash, n_nodes=graph.n_nodes,
-                       n_edges=g.n_edges, config=dataclasses.asdict(cfg), test_accuracy=r["test_accuracy"],
+                       n_edges=g.n_edges, config=cfg.flat(), test_accuracy=r["test_accuracy"],
                        val_accuracy=r["val_accuracy"], train_accuracy=r["train_accuracy"],
                        selected_epoch=r["selected_epoch"], train_time_s=r["train_time_s"],
                        s_per_epoch=r["train_time_s"] / epochs, peak_rss_gb=peak_rss_gb(), load_s=load_s,

@@ -229,7 +229,7 @@ def test_gat_cost_weighted_training_prunes_under_best_val_selection(cora):
     """GAT's defaults select the best-validation epoch; before the selection was cost-aware it
     picked an epoch before any gate had closed (densities 1.0)."""
     cfg = TrainConfig.for_model("gat", cost_weight=1.0, bits=8, epochs=25, gate_lr=0.3, seed=0)
-    assert cfg.select == "best_val"
+    assert cfg.optim.select == "best_val"
     r = train(cora, cfg, presets.get("h100"))
     assert r["densities"]["edge"] < 0.9 and r["densities"]["feature"] < 0.9
     assert r["modeled"]["energy_j"] < r["dense_modeled"]["energy_j"]

@@ -16,7 +16,7 @@ from codesign.train import TrainConfig, adjacency, build_model, dense_cost, trai
 
 @pytest.mark.parametrize("sparsifier", ["edge", "block", "scorer", "dropedge"])
 def test_every_edge_sparsifier_trains_and_is_costed(cora, sparsifier):
-    cfg = TrainConfig(seed=0, epochs=15, edge_mask=True, feature_mask=False, cost_weight=1.0,
+    cfg = TrainConfig.from_flat(seed=0, epochs=15, edge_mask=True, feature_mask=False, cost_weight=1.0,
                       edge_sparsifier=sparsifier)
     hw = presets.get("h100")
     r = train(cora, cfg, hw)
@@ -58,7 +58,7 @@ def test_every_edge_sparsifier_trains_and_is_costed(cora, sparsifier):
 
 
 def test_block_edge_mask_is_costed_as_the_bsr_kernel_over_kept_tiles(cora):
-    model = build_model(TrainConfig(edge_mask=True, edge_sparsifier="block", cost_weight=1.0), cora, nnx.Rngs(0))
+    model = build_model(TrainConfig.from_flat(edge_mask=True, edge_sparsifier="block", cost_weight=1.0), cora, nnx.Rngs(0))
     assert isinstance(model.edge_mask, BlockEdgeMask)
     n, e = cora.n_nodes, cora.n_edges
     wl = model.workload(n, e, hard=True)
@@ -74,7 +74,7 @@ def test_block_edge_mask_is_costed_as_the_bsr_kernel_over_kept_tiles(cora):
 
 
 def test_channel_mask_shrinks_both_gemms(cora):
-    model = build_model(TrainConfig(channel_mask=True, hidden=16), cora, nnx.Rngs(0))
+    model = build_model(TrainConfig.from_flat(channel_mask=True, hidden=16), cora, nnx.Rngs(0))
     hw = presets.get("h100")
     full = hwmodel.estimate(model.workload(cora.n_nodes, cora.n_edges, hard=True), hw)
     la = model.channel_mask.gate.log_alpha
@@ -89,7 +89,7 @@ def test_channel_mask_shrinks_both_gemms(cora):
 
 @pytest.mark.parametrize("kind", QUANTIZERS)
 def test_every_quantizer_kind_trains_and_reports_its_bits(cora, kind):
-    r = train(cora, TrainConfig(seed=0, epochs=10, bits=4, quantizer=kind), presets.get("h100"))
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=10, bits=4, quantizer=kind), presets.get("h100"))
     assert np.isfinite(r["final_loss"])
     bits = r["layer_bits"]
     assert set(bits) == {"x0", "w0", "x1", "w1"}
@@ -101,7 +101,7 @@ def test_every_quantizer_kind_trains_and_reports_its_bits(cora, kind):
 def test_learned_bits_get_the_cost_gradient(cora):
     """The cost term reaches a learned bit-width: d cost / d q_max != 0 through layer_bits."""
     import jax
-    model = build_model(TrainConfig(bits=4, quantizer="learned"), cora, nnx.Rngs(0, quant=1))
+    model = build_model(TrainConfig.from_flat(bits=4, quantizer="learned"), cora, nnx.Rngs(0, quant=1))
     model(cora.x, adjacency(cora))  # data-dependent init of the quantizers
     hw = presets.get("h100")
     from codesign.quant import BitParam

@@ -108,7 +108,7 @@ def test_checkpoint_round_trip_and_graph_hash(tmp_path):
     from codesign.checkpoint import graph_sha256, load_model, save_model
     from codesign.train import TrainConfig, build_model
     g = _graph()
-    cfg = TrainConfig(hidden=8, bits=8, feature_mask=True, channel_mask=True, edge_mask=True, epochs=1)
+    cfg = TrainConfig.from_flat(hidden=8, bits=8, feature_mask=True, channel_mask=True, edge_mask=True, epochs=1)
     m = build_model(cfg, g, nnx.Rngs(3))
     m.feature_mask.gate.log_alpha[...] = jnp.linspace(-5.0, 5.0, g.n_features)
     m.eval()

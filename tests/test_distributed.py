@@ -266,7 +266,7 @@ try:
 except FileNotFoundError as e:
     out["train_distributed"] = {"skip": str(e)}
 else:
-    cfg = TrainConfig(epochs=2, bits=8, cost_weight=0.1, edge_mask=True, seed=0)
+    cfg = TrainConfig.from_flat(epochs=2, bits=8, cost_weight=0.1, edge_mask=True, seed=0)
     res = dist.train_distributed(cora, cfg, presets.get("h100"), 2, int8_halo=True)
     check_run_record(res)
     out["train_distributed"] = {k: res[k] for k in ("test_accuracy", "val_accuracy", "train_accuracy", "final_loss",
@@ -371,11 +371,11 @@ def _small_graph(n=80, e=400, f=12, c=3, seed=0):
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("model", "gat", r"TrainConfig\.model='gat' is not supported"),
-    ("quantizer", "lsq", r"TrainConfig\.quantizer='lsq' is not supported"),
-    ("select", "best_val", r"TrainConfig\.select='best_val' is not supported"),
-    ("edge_sparsifier", "block", r"TrainConfig\.edge_sparsifier='block' is not supported"),
-    ("budget", 0.5, r"TrainConfig\.budget is not supported"),
+    ("model", "gat", r"TrainConfig\.model\.name='gat' is not supported"),
+    ("quantizer", "lsq", r"TrainConfig\.quant\.quantizer='lsq' is not supported"),
+    ("select", "best_val", r"TrainConfig\.optim\.select='best_val' is not supported"),
+    ("edge_sparsifier", "block", r"TrainConfig\.masks\.edge_sparsifier='block' is not supported"),
+    ("budget", 0.5, r"TrainConfig\.cost\.budget is not supported"),
 ])
 def test_build_partitioned_model_rejects(field, value, match):
     from flax import nnx
@@ -385,7 +385,7 @@ def test_build_partitioned_model_rejects(field, value, match):
     kw = {"bits": 8} if field == "quantizer" else {}
     if field == "edge_sparsifier":
         kw["edge_mask"] = True
-    cfg = TrainConfig(**{field: value}, **kw)
+    cfg = TrainConfig.from_flat(**{field: value}, **kw)
     with pytest.raises(ValueError, match=match):
         dist.build_partitioned_model(cfg, g, part, dist.make_mesh(1), nnx.Rngs(0))
 
@@ -399,8 +399,8 @@ def test_check_model_rejects(case, match):
     from flax import nnx
     from codesign.train import TrainConfig, build_model
     g = _small_graph()
-    cfg = {"gat": TrainConfig(model="gat"), "lsq": TrainConfig(bits=8, quantizer="lsq"),
-           "edge_mask": TrainConfig(edge_mask=True)}[case]
+    cfg = {"gat": TrainConfig.from_flat(model="gat"), "lsq": TrainConfig.from_flat(bits=8, quantizer="lsq"),
+           "edge_mask": TrainConfig.from_flat(edge_mask=True)}[case]
     model = build_model(cfg, g, nnx.Rngs(0))
     with pytest.raises(ValueError, match=match):
         dist.check_model(model)
@@ -416,7 +416,7 @@ def test_partitioned_cost_halo_terms():
     g = _small_graph()
     s, r = np.asarray(g.senders), np.asarray(g.receivers)
     hw, link = hwmodel.presets.get("h100"), comm.get_link("nvlink4")
-    cfg = TrainConfig(bits=8, cost_weight=0.1, edge_mask=False, feature_mask=True, hidden=8)
+    cfg = TrainConfig.from_flat(bits=8, cost_weight=0.1, edge_mask=False, feature_mask=True, hidden=8)
     reports = {}
     for P in (1, 2):
         part = dist.partition_graph(s, r, g.n_nodes, P)

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from codesign import cli
-from codesign.train import FIELD_DOMAINS, TrainConfig, train
+from codesign.train import FIELD_DOMAINS, FLAT_FIELDS, SECTIONS, TrainConfig, train
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,7 @@ def test_config_error_from_the_library_is_one_line_exit_2(cora, capsys):
     assert cli.main(["train", "--budget", "0.5", "--cost-weight", "0.1", "--epochs", "2", "--seeds", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert err.startswith("codesign train: error: TrainConfig.budget:") and "cost_weight" in err
+    assert err.startswith("codesign train: error: TrainConfig.cost.budget:") and "cost_weight" in err
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
@@ -130,21 +130,27 @@ BAD_CONFIG = [
 
 @pytest.mark.parametrize("field,value,error", BAD_CONFIG, ids=[f"{f}={v!r}" for f, v, _ in BAD_CONFIG])
 def test_trainconfig_refuses_values_outside_the_domain(field, value, error):
-    with pytest.raises(error, match=rf"^TrainConfig\.{field}: must be "):
-        TrainConfig(**{field: value})
+    section, name = FLAT_FIELDS[field]
+    path = name if section is None else f"{section}.{name}"
+    with pytest.raises(error, match=rf"^TrainConfig\.{path}( \({field}\))?: must be "):
+        TrainConfig.from_flat(**{field: value})
 
 
 def test_every_trainconfig_field_has_a_domain_and_its_default_is_inside():
-    assert set(FIELD_DOMAINS) == {f.name for f in dataclasses.fields(TrainConfig)}
-    TrainConfig()  # every default passes its own domain
+    assert set(FIELD_DOMAINS) == set(FLAT_FIELDS)
+    # every section field has exactly one flat name (and the seed is TrainConfig's own field)
+    nested = {(s, f.name) for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)} | {(None, "seed")}
+    assert sorted(FLAT_FIELDS.values(), key=str) == sorted(nested, key=str)
+    assert {f.name for f in dataclasses.fields(TrainConfig)} == {*SECTIONS, "seed"}
+    TrainConfig.from_flat()  # every default passes its own domain
     for model in ("gcn", "gat", "sage", "gin", "appnp", "rgcn"):
         TrainConfig.for_model(model)
 
 
 def test_trainconfig_domain_edges_are_accepted():
-    cfg = TrainConfig(bits=32, dropout=0.0, weight_decay=0.0, seed=0, budget=1.0, lr=1, hidden=1)
-    assert (cfg.bits, cfg.budget, cfg.hidden) == (32, 1.0, 1)
-    assert TrainConfig(bits=1).bits == 1 and TrainConfig(bits=None).bits is None
+    cfg = TrainConfig.from_flat(bits=32, dropout=0.0, weight_decay=0.0, seed=0, budget=1.0, lr=1, hidden=1)
+    assert (cfg.quant.bits, cfg.cost.budget, cfg.model.hidden) == (32, 1.0, 1)
+    assert TrainConfig.from_flat(bits=1).quant.bits == 1 and TrainConfig.from_flat(bits=None).quant.bits is None
 
 
 # ---- divergence: one line naming the epoch and the settings used
@@ -152,7 +158,7 @@ def test_trainconfig_domain_edges_are_accepted():
 
 def test_divergence_names_the_epoch_and_the_settings(cora):
     from codesign.hwmodel import presets
-    cfg = TrainConfig(lr=1e30, epochs=3, seed=0)
+    cfg = TrainConfig.from_flat(lr=1e30, epochs=3, seed=0)
     with pytest.raises(FloatingPointError, match=r"^training diverged: loss not finite from epoch \d+ of 3 ") as info:
         train(cora, cfg, presets.get("cpu"))
     msg = str(info.value)

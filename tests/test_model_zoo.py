@@ -236,22 +236,22 @@ def test_appnp_workload_by_hand():
 
 def test_train_config_model_defaults_and_options():
     cfg = TrainConfig.for_model("gat", epochs=5)
-    assert (cfg.lr, cfg.hidden, cfg.heads, cfg.dropout, cfg.epochs) == (0.005, 8, 8, 0.6, 5)
-    assert TrainConfig.for_model("gcn") == TrainConfig()
+    assert (cfg.optim.lr, cfg.model.hidden, cfg.model.heads, cfg.model.dropout, cfg.optim.epochs) == (0.005, 8, 8, 0.6, 5)
+    assert TrainConfig.for_model("gcn") == TrainConfig.from_flat()
     assert set(MODEL_DEFAULTS) == set(MODELS)
     with pytest.raises(ValueError, match="heads"):
-        TrainConfig(model="gcn", heads=4)  # GCN has no heads option
+        TrainConfig.from_flat(model="gcn", heads=4)  # GCN has no heads option
     with pytest.raises(ValueError, match="select"):
-        TrainConfig(select="best")
+        TrainConfig.from_flat(select="best")
     args = cli.build_parser().parse_args(["train", "--model", "appnp", "--lr", "0.02"])
     cfg = cli._config(args, 0.0, None, 0)
-    assert (cfg.lr, cfg.weight_decay, cfg.k_hops, cfg.alpha) == (0.02, 5e-3, 10, 0.1)
+    assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.model.k_hops, cfg.model.alpha) == (0.02, 5e-3, 10, 0.1)
 
 
 def test_best_val_selection_keeps_the_best_epoch(cora):
     hw = hwmodel.presets.get("cpu")
-    last = train(cora, TrainConfig(seed=0, epochs=10), hw)
-    best = train(cora, TrainConfig(seed=0, epochs=10, select="best_val"), hw)
+    last = train(cora, TrainConfig.from_flat(seed=0, epochs=10), hw)
+    best = train(cora, TrainConfig.from_flat(seed=0, epochs=10, select="best_val"), hw)
     assert last["selected_epoch"] == 9 and 0 <= best["selected_epoch"] <= 9
     assert best["val_accuracy"] >= last["val_accuracy"]  # same trajectory; the best epoch is kept
 

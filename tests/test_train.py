@@ -12,13 +12,13 @@ from codesign.train import TrainConfig, train
 
 def test_dense_gcn_reaches_paper_accuracy_on_cora(cora):
     """Kipf & Welling report 81.5%; the skeleton's bar is a 5-seed mean >= 80.0%."""
-    accs = [train(cora, TrainConfig(seed=s), presets.get("h100"))["test_accuracy"] for s in range(5)]
+    accs = [train(cora, TrainConfig.from_flat(seed=s), presets.get("h100"))["test_accuracy"] for s in range(5)]
     assert np.mean(accs) >= 0.80, accs
 
 
 def test_cost_term_prunes_and_hardened_cost_is_consistent(cora):
     hw = presets.get("h100")
-    r = train(cora, TrainConfig(seed=0, epochs=100, cost_weight=0.3, bits=8), hw)
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=100, cost_weight=0.3, bits=8), hw)
     d = r["densities"]
     assert d["edge"] < 0.9 and d["feature"] < 0.9, d  # the cost term removed edges and features
     assert r["modeled"]["energy_j"] < 0.5 * r["dense_modeled"]["energy_j"]
@@ -27,7 +27,7 @@ def test_cost_term_prunes_and_hardened_cost_is_consistent(cora):
 
 
 def test_zero_cost_weight_has_no_masks_and_dense_cost(cora):
-    r = train(cora, TrainConfig(seed=0, epochs=2), presets.get("cpu"))
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=2), presets.get("cpu"))
     assert r["densities"] == {"edge": 1.0, "feature": 1.0}
     assert r["modeled"] == r["dense_modeled"]
 
@@ -36,7 +36,7 @@ def test_zero_cost_weight_has_no_masks_and_dense_cost(cora):
                                          ("objective", "watts"), ("model", "transformer"), ("dropout", 1.0)])
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        TrainConfig(**{field: value})
+        TrainConfig.from_flat(**{field: value})
 
 
 def test_cli_train_json(cora, capsys, tmp_path):
@@ -56,9 +56,9 @@ def test_cli_learned_bit_flags_reach_the_config(cora, capsys, tmp_path):
     args = cli.build_parser().parse_args(["train", "--bits", "8", "--quantizer", "learned", "--bits-weight", "0.1",
                                           "--pin-ranges"])
     cfg = cli._config(args, 0.3, 8, 0)
-    assert (cfg.quantizer, cfg.bits_weight, cfg.pin_ranges) == ("learned", 0.1, True)
+    assert (cfg.quant.quantizer, cfg.quant.bits_weight, cfg.quant.pin_ranges) == ("learned", 0.1, True)
     cfg = cli._config(cli.build_parser().parse_args(["train"]), 0.0, None, 0)
-    assert (cfg.quantizer, cfg.bits_weight, cfg.pin_ranges) == ("fixed", 0.0, False)  # TrainConfig defaults
+    assert (cfg.quant.quantizer, cfg.quant.bits_weight, cfg.quant.pin_ranges) == ("fixed", 0.0, False)  # TrainConfig defaults
     rc = cli.main(["train", "--bits", "8", "--quantizer", "learned", "--pin-ranges", "--bits-weight", "0.1",
                    "--cost-weight", "0.3", "--edge-mask", "off", "--feature-mask", "off", "--epochs", "3",
                    "--seeds", "1", "--json", "--out", str(tmp_path)])
@@ -103,17 +103,16 @@ def test_cli_cost_json(cora, capsys):
 
 
 def test_sweep_run_key_ignores_fields_left_at_their_defaults():
-    import dataclasses
     from codesign.experiment import run_key
-    cfg = TrainConfig(cost_weight=0.1, bits=8, seed=2)
-    assert run_key("cora", "h100", cfg) == run_key("cora", "h100", dataclasses.replace(cfg))
-    assert run_key("cora", "h100", cfg) != run_key("cora", "h100", dataclasses.replace(cfg, seed=3))
+    cfg = TrainConfig.from_flat(cost_weight=0.1, bits=8, seed=2)
+    assert run_key("cora", "h100", cfg) == run_key("cora", "h100", cfg.replace())
+    assert run_key("cora", "h100", cfg) != run_key("cora", "h100", cfg.replace(seed=3))
     assert run_key("cora", "h100", cfg) != run_key("cora", "gnnear", cfg)
 
 
 def test_budget_mode_lands_at_the_budget(cora):
     """PI multiplier on the hardened cost: 0.96-1.02 of a 0.1 budget measured on 2 seeds (train.py)."""
-    r = train(cora, TrainConfig(seed=0, budget=0.1, bits=8, edge_mask=False), presets.get("h100"))
+    r = train(cora, TrainConfig.from_flat(seed=0, budget=0.1, bits=8, edge_mask=False), presets.get("h100"))
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
     assert 0.9 <= ratio / 0.1 <= 1.05, ratio
     assert r["densities"]["feature"] < 0.6  # the 8-bit model alone is at 0.21: the mask did the rest
@@ -121,7 +120,7 @@ def test_budget_mode_lands_at_the_budget(cora):
 
 
 def test_budget_mode_multiplier_stays_zero_when_the_budget_is_loose(cora):
-    r = train(cora, TrainConfig(seed=0, epochs=20, budget=0.9, bits=8), presets.get("h100"))
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=20, budget=0.9, bits=8), presets.get("h100"))
     assert r["multiplier"] == 0.0  # 8-bit is already at 0.21 of the dense cost: constraint inactive
     assert r["densities"]["feature"] > 0.9
 
@@ -132,12 +131,12 @@ def test_budget_mode_multiplier_stays_zero_when_the_budget_is_loose(cora):
                                       (dict(gate_optimizer="sgd"), "gate_optimizer")])
 def test_bad_budget_config(kw, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**kw)
+        TrainConfig.from_flat(**kw)
 
 
 def test_infeasible_budget_is_refused_before_training(cora):
     # Only the feature mask learns: the aggregation of the second layer and the 8-bit GEMMs stay.
-    cfg = TrainConfig(budget=1e-4, bits=8, edge_mask=False)
+    cfg = TrainConfig.from_flat(budget=1e-4, bits=8, edge_mask=False)
     with pytest.raises(ValueError, match="infeasible budget"):
         train(cora, cfg, presets.get("h100"))
 
@@ -168,7 +167,7 @@ def test_tensor_rms_keeps_relative_gradient_sizes_and_is_scale_free():
     (dict(distill_temperature=0.0), "distill_temperature")])
 def test_bad_bits_and_distill_config(kw, match):
     with pytest.raises(ValueError, match=match):
-        TrainConfig(**kw)
+        TrainConfig.from_flat(**kw)
 
 
 def test_distill_kl_by_hand():
@@ -196,9 +195,9 @@ def test_distillation_reaches_every_edge_gate(cora, sparsifier, ce_share):
     from codesign.sparsify import GATE_PARAMS
     from codesign.train import adjacency, build_model, distill_kl, masked_cross_entropy, teacher_config
 
-    cfg = TrainConfig(seed=0, cost_weight=0.3, edge_mask=True, feature_mask=False, distill_weight=1.0,
+    cfg = TrainConfig.from_flat(seed=0, cost_weight=0.3, edge_mask=True, feature_mask=False, distill_weight=1.0,
                       edge_sparsifier=sparsifier)
-    assert teacher_config(cfg).uses_edge_mask is False and teacher_config(cfg).distill_weight == 0.0
+    assert teacher_config(cfg).uses_edge_mask is False and teacher_config(cfg).distill.weight == 0.0
     model = build_model(cfg, cora, nnx.Rngs(params=0, dropout=1, gates=2, quant=3))
     # gate logits 0: every deterministic (eval-mode) gate sits inside the hard-concrete's linear
     # range, so a gate's gradient is zero only where the loss does not depend on its edge
@@ -221,7 +220,7 @@ def test_distillation_reaches_every_edge_gate(cora, sparsifier, ce_share):
 
 
 def test_bits_penalty_lowers_every_tensor(cora):
-    r = train(cora, TrainConfig(seed=0, epochs=40, bits=8, quantizer="learned", edge_mask=False,
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=40, bits=8, quantizer="learned", edge_mask=False,
                                 feature_mask=False, bits_weight=1.0), presets.get("h100"))
     assert set(r["layer_bits"]) == {"x0", "w0", "x1", "w1"}
     assert all(b < 8 for b in r["layer_bits"].values()), r["layer_bits"]
@@ -231,8 +230,8 @@ def test_edge_l0_weight_prunes_edges(cora):
     """The L0 term prunes where the cost term alone does not (the energy hardly depends on edges)."""
     hw = presets.get("h100")
     base = dict(seed=0, epochs=150, cost_weight=0.3, edge_mask=True, feature_mask=False)
-    plain = train(cora, TrainConfig(**base), hw)["densities"]["edge"]
-    l0 = train(cora, TrainConfig(**base, edge_l0_weight=3.0), hw)["densities"]["edge"]
+    plain = train(cora, TrainConfig.from_flat(**base), hw)["densities"]["edge"]
+    l0 = train(cora, TrainConfig.from_flat(**base, edge_l0_weight=3.0), hw)["densities"]["edge"]
     assert l0 < plain - 0.1, (l0, plain)
 
 
@@ -242,8 +241,8 @@ def test_cli_passes_distillation_and_l0_flags():
     args = build_parser().parse_args(["train", "--edge-mask", "on", "--edge-l0-weight", "0.8",
                                       "--distill-weight", "1", "--distill-temperature", "2"])
     cfg = _config(args, cost_weight=0.3, bits=None, seed=0)
-    assert (cfg.edge_l0_weight, cfg.distill_weight, cfg.distill_temperature, cfg.edge_mask) == (0.8, 1.0, 2.0, True)
-    assert _config(build_parser().parse_args(["train"]), 0.0, None, 0).distill_weight == 0.0
+    assert (cfg.masks.edge_l0_weight, cfg.distill.weight, cfg.distill.temperature, cfg.masks.edge) == (0.8, 1.0, 2.0, True)
+    assert _config(build_parser().parse_args(["train"]), 0.0, None, 0).distill.weight == 0.0
 
 
 def test_dense_teacher_is_trained_once_per_graph_and_config(cora, monkeypatch):
@@ -260,11 +259,11 @@ def test_dense_teacher_is_trained_once_per_graph_and_config(cora, monkeypatch):
     monkeypatch.setattr(T, "train", counting_train)
     monkeypatch.setattr(T, "_TEACHERS", {})
     hw = presets.get("h100")
-    a = T.dense_teacher(cora, TrainConfig(seed=0, epochs=3, edge_mask=True, distill_weight=1.0), hw)
-    b = T.dense_teacher(cora, TrainConfig(seed=0, epochs=3, edge_mask=True, edge_sparsifier="block",
+    a = T.dense_teacher(cora, TrainConfig.from_flat(seed=0, epochs=3, edge_mask=True, distill_weight=1.0), hw)
+    b = T.dense_teacher(cora, TrainConfig.from_flat(seed=0, epochs=3, edge_mask=True, edge_sparsifier="block",
                                           cost_weight=0.3, distill_weight=2.0), hw)
     assert len(calls) == 1 and a[1] == b[1] and a[0] is b[0]
-    T.dense_teacher(cora, TrainConfig(seed=1, epochs=3, edge_mask=True, distill_weight=1.0), hw)
+    T.dense_teacher(cora, TrainConfig.from_flat(seed=1, epochs=3, edge_mask=True, distill_weight=1.0), hw)
     assert len(calls) == 2 and calls[1].seed == 1
 
 
@@ -272,7 +271,7 @@ def test_teacher_logits_passed_in_equal_the_trained_teacher(cora):
     """``train(teacher_logits=)`` with the dense teacher's own logits trains the same student."""
     from codesign.train import dense_teacher
     hw = presets.get("h100")
-    cfg = TrainConfig(seed=0, epochs=4, cost_weight=0.3, edge_mask=True, feature_mask=False, distill_weight=1.0)
+    cfg = TrainConfig.from_flat(seed=0, epochs=4, cost_weight=0.3, edge_mask=True, feature_mask=False, distill_weight=1.0)
     logits, acc = dense_teacher(cora, cfg, hw)
     own, passed = train(cora, cfg, hw), train(cora, cfg, hw, teacher_logits=logits)
     assert passed["final_loss"] == pytest.approx(own["final_loss"], rel=1e-6)
@@ -280,12 +279,12 @@ def test_teacher_logits_passed_in_equal_the_trained_teacher(cora):
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(distill_weight=0.0), "distill_weight is 0"),
+    (dict(distill_weight=0.0), r"distill\.weight is 0"),
     (dict(shape=(5, 7)), r"teacher_logits.shape=\(5, 7\)"),
     (dict(fill=float("nan")), "teacher_logits has non-finite")])
 def test_bad_teacher_logits(cora, kw, match):
     import jax.numpy as jnp
     shape = kw.get("shape", (cora.n_nodes, cora.n_classes))
-    cfg = TrainConfig(seed=0, epochs=1, distill_weight=kw.get("distill_weight", 1.0))
+    cfg = TrainConfig.from_flat(seed=0, epochs=1, distill_weight=kw.get("distill_weight", 1.0))
     with pytest.raises(ValueError, match=match):
         train(cora, cfg, presets.get("h100"), teacher_logits=jnp.full(shape, kw.get("fill", 0.0)))

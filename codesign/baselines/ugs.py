@@ -67,7 +67,8 @@ from codesign.graph import Graph
 from codesign.models.gcn import GCN
 from codesign.sparsify.baselines import (UGS_GRAPH_RATE, UGS_WEIGHT_RATE, EdgeWeightMask, MaskWeight, PruneMask,
                                          UGSSchedule, check_fraction, global_magnitude_prune, magnitude_prune)
-from codesign.train import adjacency, masked_accuracy, masked_cross_entropy
+from codesign.train import LossTerm, Problem, TrainConfig, adjacency, graph_forward, masked_accuracy, task_term
+from codesign.train import fit as train_fit
 
 UGS_CORA = dict(hidden=512, lr=0.008, weight_decay=8e-5, epochs=200, s1=1e-2, s2=1e-2)
 """The official Cora GCN command's settings (Unified-LTH-GNN ``NodeClassification/README.md``)."""
@@ -196,58 +197,52 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
     return model
 
 
-@nnx.jit(static_argnames=("train_masks",))
-def _step(model, opt, graph, adj, s1, s2, train_masks: bool):
-    def loss_fn(m):
-        loss = masked_cross_entropy(m(graph.x, adj), graph.y, graph.train_mask)
-        if train_masks:
-            l1_g, l1_w = m.l1_terms()
-            loss = loss + s1 * l1_g + s2 * l1_w
-        return loss
-
-    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, model.trainable(train_masks)))(model)
-    opt.update(model, grads)
-    return loss
+def _val_accuracy(m, data):
+    """UGS's selection key: the validation accuracy alone (loss 0, so an equal accuracy never
+    replaces the first epoch that reached it: UGS's strictly improving best)."""
+    graph, adj = data
+    return masked_accuracy(m(graph.x, adj), graph.y, graph.val_mask), jnp.zeros((), jnp.float32)
 
 
-@nnx.jit
-def _evaluate(model, graph, adj):
-    logits = model(graph.x, adj)
-    return masked_accuracy(logits, graph.y, graph.val_mask), masked_accuracy(logits, graph.y, graph.test_mask)
+def _l1_term(weight: float, which: int) -> LossTerm:
+    """``weight * ||m||_1`` of the graph masks (``which`` 0) or the weight masks (1) of a `UGSGCN`."""
+    return lambda ctx: weight * ctx.model.l1_terms()[which]
 
 
 def fit(model: UGSGCN, graph: Graph, *, train_masks: bool, epochs: int, lr: float, weight_decay: float,
         s1: float = 0.0, s2: float = 0.0) -> dict:
-    """Full-batch training of ``model`` (in place), UGS's loop: Adam (lr, L2 ``weight_decay`` on
-    every trained parameter, as torch's ``Adam(weight_decay=...)``), one evaluation per epoch,
-    the epoch with the best (strictly improving) validation accuracy selected.
+    """Full-batch training of ``model`` (in place) with UGS's optimizer and selection, through the
+    one fit loop (`codesign.train.fit`): Adam (lr, L2 ``weight_decay`` coupled on every trained
+    parameter, as torch's ``Adam(weight_decay=...)``), one evaluation per epoch, the epoch with
+    the best (strictly improving) validation accuracy selected; the model ends at that epoch.
 
     Args:
       train_masks: True: the get-mask stage (weights and `MaskWeight` masks trained, L1 ``s1`` on
         the graph mask and ``s2`` on the weight masks); False: the fixed-mask retraining.
 
     Returns:
-      ``{"val_accuracy", "test_accuracy", "epoch"}`` at the best-validation epoch, and with
-      ``train_masks`` ``"masks"``: ``(edge float32 [E], [kernel masks])`` trained mask values at
-      that epoch (``weight * keep``).
+      ``{"val_accuracy", "test_accuracy", "epoch"}`` at the best-validation epoch (epoch -1 and
+      both accuracies 0 if the validation accuracy never rose above 0; the model then ends at
+      epoch 0), and with ``train_masks`` ``"masks"``: ``(edge float32 [E], [kernel masks])``
+      trained mask values at that epoch (``weight * keep``).
     """
-    opt = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(weight_decay), optax.adam(lr)),
-                        wrt=model.trainable(train_masks))
+    cfg = TrainConfig.from_flat(epochs=epochs, lr=lr, weight_decay=weight_decay, select="best_val")
+    tx = optax.chain(optax.add_decayed_weights(cfg.optim.weight_decay), optax.adam(cfg.optim.lr))
+    terms = [task_term, _l1_term(s1, 0), _l1_term(s2, 1)] if train_masks else [task_term]
     adj = adjacency(graph)
-    s1, s2 = jnp.float32(s1), jnp.float32(s2)
-    best = {"val_accuracy": 0.0, "test_accuracy": 0.0, "epoch": -1}
-    for epoch in range(epochs):
-        model.train()
-        _step(model, opt, graph, adj, s1, s2, train_masks=train_masks)
-        model.eval()
-        val, test = (float(a) for a in _evaluate(model, graph, adj))
-        if val > best["val_accuracy"]:
-            best.update(val_accuracy=val, test_accuracy=test, epoch=epoch)
-            if train_masks:
-                best["masks"] = (model.gcn.edge_mask.edge_gates(), [mask.gates() for _, mask in model.pairs()])
+    problem = Problem((graph, adj), graph_forward, lambda m, hard: jnp.ones((), jnp.float32), _val_accuracy)
     model.train()
-    if train_masks and "masks" not in best:  # validation accuracy never above 0: the last masks
+    result = train_fit(model, problem, cfg, terms, tx=tx, wrt=model.trainable(train_masks))
+    model.eval()
+    logits = model(graph.x, adj)
+    val = float(masked_accuracy(logits, graph.y, graph.val_mask))
+    best = {"val_accuracy": val, "test_accuracy": float(masked_accuracy(logits, graph.y, graph.test_mask)),
+            "epoch": result.selected_epoch}
+    if val == 0.0:
+        best.update(val_accuracy=0.0, test_accuracy=0.0, epoch=-1)
+    if train_masks:
         best["masks"] = (model.gcn.edge_mask.edge_gates(), [mask.gates() for _, mask in model.pairs()])
+    model.train()
     return best
 
 

@@ -14,7 +14,6 @@ bytes; a channel mask shrinks the hidden width; fewer bits shrink compute).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional
 
 import jax.numpy as jnp
@@ -73,18 +72,19 @@ def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.
         quantizer other than "fixed", edge sparsifier other than "edge", budget mode,
         ``select="best_val"``).
     """
-    bad = {"model": (cfg.model, "gcn"), "quantizer": (cfg.quantizer, "fixed"), "select": (cfg.select, "last")}
+    bad = {"model.name": (cfg.model.name, "gcn"), "quant.quantizer": (cfg.quant.quantizer, "fixed"),
+           "optim.select": (cfg.optim.select, "last")}
     if cfg.uses_edge_mask:
-        bad["edge_sparsifier"] = (cfg.edge_sparsifier, "edge")
+        bad["masks.edge_sparsifier"] = (cfg.masks.edge_sparsifier, "edge")
     for name, (got, want) in bad.items():
         if got != want:
             raise ValueError(f"distributed training: TrainConfig.{name}={got!r} is not supported (only {want!r})")
-    if cfg.budget is not None:
-        raise ValueError("distributed training: TrainConfig.budget is not supported; use cost_weight")
-    if cfg.distill_weight > 0:
-        raise ValueError("distributed training: TrainConfig.distill_weight is not supported (no teacher logits "
+    if cfg.cost.budget is not None:
+        raise ValueError("distributed training: TrainConfig.cost.budget is not supported; use cost_weight")
+    if cfg.distill.weight > 0:
+        raise ValueError("distributed training: TrainConfig.distill.weight is not supported (no teacher logits "
                          "in the partitioned layout)")
-    model = build_model(dataclasses.replace(cfg, edge_mask=False), graph, rngs)
+    model = build_model(cfg.replace(edge_mask=False), graph, rngs)
     if cfg.uses_edge_mask:
         mask = PartitionedEdgeMask(part, mesh, rngs=rngs)
         # the model was built without an edge mask, so the attribute is static until marked as data
@@ -122,18 +122,18 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     lk = comm.get_link(link)
     model = build_partitioned_model(cfg, graph, part, mesh,
                                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
-    dense_model = build_partitioned_model(dataclasses.replace(cfg, bits=None, cost_weight=0.0, edge_mask=False,
-                                                              feature_mask=False, channel_mask=False),
+    dense_model = build_partitioned_model(cfg.replace(bits=None, cost_weight=0.0, edge_mask=False, feature_mask=False,
+                                                      channel_mask=False),
                                           graph, part, mesh, nnx.Rngs(0))
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = {k: float(v) for k, v in partitioned_cost(dense_model, part, hw, lk, hard=True, locality=locality).items()}
-    dense_c = dense[cfg.objective]
+    dense_c = dense[cfg.cost.objective]
 
     def forward(m, sg):
         return logits_and_loss(m, sg, mesh, int8_halo=int8_halo)
 
     def cost_ratio(m, hard: bool):
-        return partitioned_cost(m, part, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.objective] / dense_c
+        return partitioned_cost(m, part, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.cost.objective] / dense_c
 
     model.train()
     fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch)
@@ -149,7 +149,7 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
         "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
         "train_accuracy": acc(graph.train_mask), "modeled": hard, "dense_modeled": dense,
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
-        "bits": cfg.bits or 32, "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
+        "bits": cfg.quant.bits or 32, "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
         "devices": n_devices, "link": link, "int8_halo": int8_halo,

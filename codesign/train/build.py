@@ -3,7 +3,6 @@ reference cost, and the self-distillation teacher."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import numpy as np
@@ -15,7 +14,7 @@ from codesign.kernels import CooAdjacency
 from codesign.models import MODELS
 from codesign.quant import pin_ranges
 from codesign.sparsify import BlockEdgeMask, DropEdge, EdgeScorer
-from codesign.train.config import TrainConfig
+from codesign.train.config import FLAT_FIELDS, TrainConfig
 
 __all__ = ["build_model", "adjacency", "dense_cost", "teacher_config"]
 
@@ -25,36 +24,36 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
 
     Raises:
       ValueError: a co-design option (``edge_sparsifier`` other than "edge", ``channel_mask``,
-        ``quantizer`` other than "fixed") that ``cfg.model`` does not take.
+        ``quantizer`` other than "fixed") that ``cfg.model.name`` does not take.
     """
     kw = dict(n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
-              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.bits)
+              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.quant.bits)
     if not dense:
-        if cfg.uses_edge_mask and cfg.edge_sparsifier != "edge":
+        if cfg.uses_edge_mask and cfg.masks.edge_sparsifier != "edge":
             kw["edge_sparsifier"] = _edge_sparsifier(cfg, graph, rngs)
-        if cfg.channel_mask:
+        if cfg.masks.channel:
             kw["channel_mask"] = True
-        if cfg.quantizer != "fixed":
-            kw["quantizer"] = cfg.quantizer
-            if cfg.quantizer in ("degree", "a2q"):
+        if cfg.quant.quantizer != "fixed":
+            kw["quantizer"] = cfg.quant.quantizer
+            if cfg.quant.quantizer in ("degree", "a2q"):
                 kw["in_degree"] = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) + 1
     for name in ("edge_sparsifier", "channel_mask", "quantizer"):
-        if name in kw and not MODELS[cfg.model].accepts(name):
-            raise ValueError(f"TrainConfig.{name}: model {cfg.model!r} does not take a {name}")
-    model = MODELS[cfg.model](graph.n_features, cfg.hidden, graph.n_classes, dropout=cfg.dropout, rngs=rngs,
-                              **kw, **cfg.model_options())
-    if cfg.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
+        if name in kw and not MODELS[cfg.model.name].accepts(name):
+            raise ValueError(f"TrainConfig.{'.'.join(FLAT_FIELDS[name])}: model {cfg.model.name!r} does not take a {name}")
+    model = MODELS[cfg.model.name](graph.n_features, cfg.model.hidden, graph.n_classes, dropout=cfg.model.dropout, rngs=rngs,
+                              **kw, **cfg.model.options())
+    if cfg.quant.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
         pin_ranges(model, skip=(getattr(model, model.FIRST_LAYER).quant_x,))
     return model
 
 
 def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
-    if cfg.edge_sparsifier == "block":
-        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.block_size, cfg.reorder,
-                                        self_loops=MODELS[cfg.model].SELF_LOOPS, rngs=rngs)
-    if cfg.edge_sparsifier == "scorer":
+    if cfg.masks.edge_sparsifier == "block":
+        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.masks.block_size, cfg.masks.reorder,
+                                        self_loops=MODELS[cfg.model.name].SELF_LOOPS, rngs=rngs)
+    if cfg.masks.edge_sparsifier == "scorer":
         return EdgeScorer(graph.n_features, rngs=rngs)
-    return DropEdge(graph.n_edges, cfg.dropedge_rate, rngs=rngs)
+    return DropEdge(graph.n_edges, cfg.masks.dropedge_rate, rngs=rngs)
 
 
 def adjacency(graph: Graph) -> CooAdjacency:
@@ -72,6 +71,4 @@ def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
 def teacher_config(cfg: TrainConfig) -> TrainConfig:
     """The dense FP32 teacher of ``cfg``'s self-distillation: the same model, data and training
     settings, with no sparsifier, quantizer, cost term or distillation."""
-    return dataclasses.replace(cfg, cost_weight=0.0, budget=None, edge_mask=False, feature_mask=False,
-                               channel_mask=False, bits=None, quantizer="fixed", bits_weight=0.0,
-                               pin_ranges=False, edge_l0_weight=0.0, distill_weight=0.0, edge_sparsifier="edge")
+    return TrainConfig(model=cfg.model, optim=cfg.optim, seed=cfg.seed)

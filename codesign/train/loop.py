@@ -14,24 +14,25 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
 from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.sparsify import BlockEdgeMask
-from codesign.train.budget import no_controller, pi_controller
+from codesign.train.budget import Controller, no_controller, pi_controller
 from codesign.train.build import adjacency, build_model, dense_cost, teacher_config
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
 from codesign.train.optim import optimizer
 from codesign.train.select import BestVal, selection_terms, track_best
 
-__all__ = ["Problem", "FitResult", "fit", "train", "dense_teacher", "check_budget_feasible"]
+__all__ = ["Problem", "FitResult", "TrainStep", "make_step", "fit", "graph_forward", "graph_evaluate", "train", "dense_teacher", "check_budget_feasible"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,17 @@ class Problem:
     evaluate: Optional[Callable] = None
 
 
+class TrainStep(NamedTuple):
+    """What `make_step` returns: ``graphdef`` and ``state`` of the split ``(model, optimizer)``,
+    ``step(state, data, ctrl) -> (state, loss, cost_ratio, ctrl, hard_cost_ratio)`` (jitted, ``state``
+    donated) and the budget ``controller`` (``ctrl = controller.init()``)."""
+
+    graphdef: Any
+    state: Any
+    step: Callable
+    controller: Controller
+
+
 @dataclasses.dataclass(frozen=True)
 class FitResult:
     """What `fit` returns (the model itself is updated in place to the selected epoch's weights):
@@ -67,73 +79,97 @@ class FitResult:
     selected_epoch: int
 
 
-def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
-        first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None) -> FitResult:
-    """Trains ``model`` on ``problem`` for ``cfg.epochs`` full-batch steps.
+def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
+              first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
+              wrt=nnx.Param) -> TrainStep:
+    """The training step of `fit`, for callers that drive or time the epochs themselves
+    (`codesign.bench_train` times exactly this step).
 
-    Each step: forward, loss = sum of ``terms`` (`codesign.train.objective`), one update of every
-    parameter by the typed-parameter optimizer (`codesign.train.optim.optimizer`), then the
-    hardened cost ratio (when the objective has a cost term) feeds the budget controller and the
-    epoch selection. With ``cfg.select="best_val"`` the model ends at the selected epoch's weights.
+    One step: forward, loss = sum of ``terms`` (`codesign.train.objective`), one update of the
+    ``wrt`` parameters by ``tx`` (default: the typed-parameter optimizer of ``cfg``,
+    `codesign.train.optim.optimizer`), then the hardened cost ratio (when ``cfg`` has a cost term)
+    feeds the budget controller. The step is a pure function of the split ``(model, optimizer)``
+    state, jitted with that state donated (no copy of the parameters per epoch).
 
     Args:
-      model: an `nnx.Module` in train mode.
+      model: an `nnx.Module` in train mode (its state is copied into the returned ``state``).
+      problem, cfg, terms, first_layer: as in `fit`.
+      tx: an optax transformation replacing ``cfg``'s optimizer (a baseline's own, e.g. UGS's
+        Adam with coupled L2 on every trained parameter).
+      wrt: the `nnx` filter of the trained parameters (default every `nnx.Param`).
+    """
+    opt = nnx.Optimizer(model, tx, wrt=wrt) if tx is not None else optimizer(cfg, model, first_layer)
+    controller = pi_controller(cfg.cost.budget, cfg.cost.budget_lr, cfg.cost.budget_kp, cfg.cost.budget_band) \
+        if cfg.cost.budget is not None else no_controller()
+    forward, cost_ratio, terms = problem.forward, problem.cost_ratio, tuple(terms)
+    graphdef, state = nnx.split((model, opt))
+    state = jax.tree.map(jnp.copy, state)  # donated below: never the caller's arrays (the model may share them)
+
+    def loss_fn(m, data, ctrl):
+        logits, task = forward(m, data)
+        ctx = LossContext(m, logits, task, cost_ratio(m, False), ctrl[1])
+        loss = terms[0](ctx)
+        for term in terms[1:]:
+            loss = loss + term(ctx)
+        return loss, ctx.cost_ratio
+
+    def step(state, data, ctrl):
+        m, o = nnx.merge(graphdef, state)
+        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)(m, data, ctrl)
+        o.update(m, grads)
+        hard = cost_ratio(m, True) if cfg.costed else jnp.ones((), jnp.float32)
+        return nnx.state((m, o)), loss, ratio, controller.update(ctrl, hard), hard
+
+    return TrainStep(graphdef, state, jax.jit(step, donate_argnums=0), controller)
+
+
+def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
+        first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None,
+        tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param) -> FitResult:
+    """Trains ``model`` on ``problem`` for ``cfg.optim.epochs`` full-batch steps (`make_step`).
+
+    With ``cfg.optim.select="best_val"`` the eval-mode model is validated after every step
+    (`codesign.train.select`) and the model ends at the selected epoch's weights; otherwise at the
+    last epoch's.
+
+    Args:
+      model: an `nnx.Module` in train mode; updated in place.
       problem: the `Problem`.
-      cfg: `TrainConfig` (epochs, optimizer settings, budget, select).
+      cfg: `TrainConfig` (optim: epochs, optimizer settings, select; cost: budget).
       terms: the loss terms, e.g. ``objective(cfg, teacher_logits)``.
       first_layer: attribute name of the model's first layer (weight decay scope "first").
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``.
+      tx, wrt: a baseline's own optimizer and trained-parameter filter (`make_step`).
 
     Raises:
       ValueError: ``select="best_val"`` on a problem without ``evaluate``.
       FloatingPointError: the final loss is not finite; the message names the first epoch with a
         non-finite loss and the settings used.
     """
-    if cfg.select == "best_val" and problem.evaluate is None:
-        raise ValueError("TrainConfig.select: 'best_val' needs a problem with an evaluate function")
-    opt = optimizer(cfg, model, first_layer)
-    controller = pi_controller(cfg.budget, cfg.budget_lr, cfg.budget_kp, cfg.budget_band) \
-        if cfg.budget is not None else no_controller()
-    forward, cost_ratio, terms = problem.forward, problem.cost_ratio, tuple(terms)
-
-    def loss_fn(m, data, state):
-        logits, task = forward(m, data)
-        ctx = LossContext(m, logits, task, cost_ratio(m, False), state[1])
-        loss = terms[0](ctx)
-        for term in terms[1:]:
-            loss = loss + term(ctx)
-        return loss, ctx.cost_ratio
-
-    @nnx.jit
-    def step(m, opt, data, state):
-        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param), has_aux=True)(
-            m, data, state)
-        opt.update(m, grads)
-        hard = cost_ratio(m, True) if cfg.costed else jnp.ones((), jnp.float32)
-        return loss, ratio, controller.update(state, hard), hard
-
+    if cfg.optim.select == "best_val" and problem.evaluate is None:
+        raise ValueError("TrainConfig.optim.select: 'best_val' needs a problem with an evaluate function")
+    graphdef, state, step, controller = make_step(model, problem, cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
     t0 = time.perf_counter()
     loss = ratio = jnp.nan
-    state = controller.init()
-    best = BestVal.start(model) if cfg.select == "best_val" else None
+    ctrl = controller.init()
+    best = BestVal.start(model) if cfg.optim.select == "best_val" else None
     first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
-    for epoch in range(cfg.epochs):
-        loss, ratio, state, hard = step(model, opt, problem.data, state)
+    for epoch in range(cfg.optim.epochs):
+        state, loss, ratio, ctrl, hard = step(state, problem.data, ctrl)
         first_bad = _first_nonfinite(first_bad, epoch, loss)
-        if best is not None:
-            model.eval()  # validation forward: no dropout, deterministic gates
-            best = track_best(model, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
-            model.train()
+        if best is not None:  # validation forward of the eval-mode model (no dropout, deterministic gates)
+            best = track_best(graphdef, state, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
         if on_epoch is not None:
-            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": state[1]})
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": ctrl[1]})
     jax.block_until_ready(loss)
     train_time_s = time.perf_counter() - t0
+    nnx.update(model, nnx.state(nnx.merge(graphdef, state)[0]))
     if best is not None:
         nnx.update(model, best.params)
     if not np.isfinite(float(loss)):
         raise FloatingPointError(_divergence_message(cfg, float(loss), int(first_bad)))
-    return FitResult(float(loss), float(ratio), float(state[1]), train_time_s,
-                     cfg.epochs - 1 if best is None else int(best.epoch))
+    return FitResult(float(loss), float(ratio), float(ctrl[1]), train_time_s,
+                     cfg.optim.epochs - 1 if best is None else int(best.epoch))
 
 
 @jax.jit
@@ -144,19 +180,23 @@ def _first_nonfinite(first_bad: jax.Array, epoch, loss: jax.Array) -> jax.Array:
 
 def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> str:
     """One line: where the loss stopped being finite and the settings that were used."""
-    cost = f"budget={cfg.budget}" if cfg.budget is not None else f"cost_weight={cfg.cost_weight}"
-    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.epochs} (final loss {final_loss}); "
-            f"settings used: model={cfg.model}, lr={cfg.lr}, gate_lr={cfg.gate_lr}, weight_decay={cfg.weight_decay}, "
-            f"{cost}, bits={cfg.bits or 32}, quantizer={cfg.quantizer}, seed={cfg.seed}")
+    cost = f"budget={cfg.cost.budget}" if cfg.cost.budget is not None else f"cost_weight={cfg.cost.weight}"
+    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.optim.epochs} (final loss {final_loss}); "
+            f"settings used: model={cfg.model.name}, lr={cfg.optim.lr}, gate_lr={cfg.masks.gate_lr}, weight_decay={cfg.optim.weight_decay}, "
+            f"{cost}, bits={cfg.quant.bits or 32}, quantizer={cfg.quant.quantizer}, seed={cfg.seed}")
 
 
-def _graph_forward(m, data):
+def graph_forward(m, data):
+    """A node-classification `Problem`'s forward: ``data = (graph, adj)`` -> ``(logits float [N, C],
+    mean cross-entropy over graph.train_mask)`` of ``m(graph.x, adj)``."""
     graph, adj = data
     logits = m(graph.x, adj)
     return logits, masked_cross_entropy(logits, graph.y, graph.train_mask)
 
 
-def _graph_evaluate(m, data):
+def graph_evaluate(m, data):
+    """A node-classification `Problem`'s evaluate: ``(val accuracy, val cross-entropy)`` of
+    ``m(graph.x, adj)`` for ``data = (graph, adj)``."""
     graph, adj = data
     logits = m(graph.x, adj)
     return (masked_accuracy(logits, graph.y, graph.val_mask),
@@ -178,13 +218,13 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         sees ``hw``), e.g. to place one trained baseline on every target's front.
       return_logits: also return the hardened model's logits.
       return_model: also return the hardened model itself (eval mode), e.g. for `codesign.deploy`.
-      teacher_logits: float [N, C], the distillation teacher's logits when ``cfg.distill_weight >
+      teacher_logits: float [N, C], the distillation teacher's logits when ``cfg.distill.weight >
         0``; None = `dense_teacher` trained on ``graph`` (pass them to distill from a teacher
         trained on another graph, e.g. a random-subgraph control of a learned edge mask).
 
     Raises:
-      ValueError: ``teacher_logits`` given while ``cfg.distill_weight`` is 0, of the wrong shape or
-        not finite; ``cfg.budget`` below the cost floor (`check_budget_feasible`).
+      ValueError: ``teacher_logits`` given while ``cfg.distill.weight`` is 0, of the wrong shape or
+        not finite; ``cfg.cost.budget`` below the cost floor (`check_budget_feasible`).
       FloatingPointError: the training diverged (see `fit`).
 
     Returns:
@@ -201,21 +241,21 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     if teacher_logits is not None:
         teacher = _check_teacher_logits(teacher_logits, graph, cfg)
         teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
-    elif cfg.distill_weight > 0:
+    elif cfg.distill.weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
-    dense_c = float(getattr(dense, cfg.objective))
+    dense_c = float(getattr(dense, cfg.cost.objective))
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
-    if cfg.budget is not None:
+    if cfg.cost.budget is not None:
         check_budget_feasible(cfg, model, graph, hw, locality, dense_c)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
     def cost_ratio(m, hard: bool):
-        return getattr(hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw), cfg.objective) / dense_c
+        return getattr(hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw), cfg.cost.objective) / dense_c
 
     model.train()
-    fitted = fit(model, Problem((graph, adj), _graph_forward, cost_ratio, _graph_evaluate), cfg,
+    fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate), cfg,
                  objective(cfg, teacher), first_layer=model.FIRST_LAYER, on_epoch=on_epoch)
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
@@ -240,7 +280,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         "modeled": by_hw[hw.name]["modeled"], "dense_modeled": dense.summary(),
         "breakdown": by_hw[hw.name]["breakdown"], "dense_breakdown": by_hw[hw.name]["dense_breakdown"],
         "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
-        "bits": cfg.bits or 32,
+        "bits": cfg.quant.bits or 32,
         "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
         "tiles": _tile_stats(model),
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
@@ -271,11 +311,11 @@ def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax
     """``teacher_logits`` as a float32 [N, C] constant (no gradient), checked against ``graph``.
 
     Raises:
-      ValueError: ``cfg.distill_weight`` is 0 (the logits would be ignored), the shape is not
+      ValueError: ``cfg.distill.weight`` is 0 (the logits would be ignored), the shape is not
         ``(graph.n_nodes, graph.n_classes)`` or a value is not finite.
     """
-    if not cfg.distill_weight > 0:
-        raise ValueError("train: teacher_logits given but TrainConfig.distill_weight is 0 (they would be ignored)")
+    if not cfg.distill.weight > 0:
+        raise ValueError("train: teacher_logits given but TrainConfig.distill.weight is 0 (they would be ignored)")
     t = jnp.asarray(teacher_logits, jnp.float32)
     want = (graph.n_nodes, graph.n_classes)
     if t.shape != want:
@@ -287,15 +327,15 @@ def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax
 
 def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.HardwareSpec,
                           locality, dense_c: float) -> None:
-    """Raises ValueError when ``cfg.budget`` is below the cost floor: the modeled cost of the
+    """Raises ValueError when ``cfg.cost.budget`` is below the cost floor: the modeled cost of the
     untrained ``model`` with every mask the config learns fully closed (the cost left by
     self-loops, kept layers, the bits)."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
     floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
-                                                          locality=locality), hw), cfg.objective)) / dense_c
-    if cfg.budget < floor:
-        raise ValueError(f"TrainConfig.budget: infeasible budget {cfg.budget:g}: the {cfg.model} model with every "
-                         f"learned mask closed still costs {floor:.4g} x the dense {cfg.objective} on {hw.name}")
+                                                          locality=locality), hw), cfg.cost.objective)) / dense_c
+    if cfg.cost.budget < floor:
+        raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} model with every "
+                         f"learned mask closed still costs {floor:.4g} x the dense {cfg.cost.objective} on {hw.name}")
 
 
 def _tile_stats(model) -> Optional[dict]:

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["LossContext", "LossTerm", "objective", "masked_cross_entropy", "masked_accuracy", "distill_kl"]
+__all__ = ["LossContext", "LossTerm", "objective", "task_term", "cost_penalty", "cost_constraint", "bits_penalty",
+           "edge_l0", "distillation", "masked_cross_entropy", "masked_accuracy", "distill_kl"]
 
 
 class LossContext(NamedTuple):
@@ -116,22 +117,22 @@ def objective(cfg, teacher_logits: Optional[jax.Array] = None) -> list[LossTerm]
     Args:
       cfg: the config; its ``cost_weight`` / ``budget``, ``bits_weight``, ``edge_l0_weight`` and
         ``distill_weight`` switch the terms on.
-      teacher_logits: float [N, C] distillation targets, required when ``cfg.distill_weight > 0``.
+      teacher_logits: float [N, C] distillation targets, required when ``cfg.distill.weight > 0``.
 
     Raises:
-      ValueError: ``cfg.distill_weight > 0`` without ``teacher_logits``.
+      ValueError: ``cfg.distill.weight > 0`` without ``teacher_logits``.
     """
     terms: list[LossTerm] = [task_term]
-    if cfg.budget is not None:
-        terms.append(cost_constraint(cfg.budget))
-    elif cfg.cost_weight > 0:
-        terms.append(cost_penalty(cfg.cost_weight))
-    if cfg.bits_weight > 0:
-        terms.append(bits_penalty(cfg.bits_weight))
-    if cfg.edge_l0_weight > 0:
-        terms.append(edge_l0(cfg.edge_l0_weight))
-    if cfg.distill_weight > 0:
+    if cfg.cost.budget is not None:
+        terms.append(cost_constraint(cfg.cost.budget))
+    elif cfg.cost.weight > 0:
+        terms.append(cost_penalty(cfg.cost.weight))
+    if cfg.quant.bits_weight > 0:
+        terms.append(bits_penalty(cfg.quant.bits_weight))
+    if cfg.masks.edge_l0_weight > 0:
+        terms.append(edge_l0(cfg.masks.edge_l0_weight))
+    if cfg.distill.weight > 0:
         if teacher_logits is None:
-            raise ValueError("objective: TrainConfig.distill_weight > 0 needs teacher_logits")
-        terms.append(distillation(cfg.distill_weight, teacher_logits, cfg.distill_temperature))
+            raise ValueError("objective: TrainConfig.distill.weight > 0 needs teacher_logits")
+        terms.append(distillation(cfg.distill.weight, teacher_logits, cfg.distill.temperature))
     return terms

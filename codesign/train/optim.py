@@ -66,10 +66,10 @@ def scale_by_tensor_rms(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-12) 
 
 def gate_transform(cfg) -> optax.GradientTransformation:
     """The gate group's transformation: Adam (``cfg.gate_optimizer="adam"``) or Adam with a
-    per-tensor second moment (``"tensor_adam"``), step ``cfg.gate_lr``."""
-    if cfg.gate_optimizer == "adam":
-        return optax.adam(cfg.gate_lr)
-    return optax.chain(scale_by_tensor_rms(), optax.scale(-cfg.gate_lr))
+    per-tensor second moment (``"tensor_adam"``), step ``cfg.masks.gate_lr``."""
+    if cfg.masks.gate_optimizer == "adam":
+        return optax.adam(cfg.masks.gate_lr)
+    return optax.chain(scale_by_tensor_rms(), optax.scale(-cfg.masks.gate_lr))
 
 
 def decay_mask(scope: str, first_layer: str = "conv1"):
@@ -102,11 +102,11 @@ def optimizer(cfg, model, first_layer: str = "conv1") -> nnx.Optimizer:
       first_layer: the attribute name of its first layer (weight decay with scope "first").
     """
     groups = {
-        "weights": optax.chain(optax.add_decayed_weights(cfg.weight_decay,
-                                                         mask=decay_mask(cfg.weight_decay_scope, first_layer)),
-                               optax.adam(cfg.lr)),
+        "weights": optax.chain(optax.add_decayed_weights(cfg.optim.weight_decay,
+                                                         mask=decay_mask(cfg.optim.weight_decay_scope, first_layer)),
+                               optax.adam(cfg.optim.lr)),
         "gates": gate_transform(cfg),
-        "quant": optax.chain(optax.scale_by_adam(), optax.scale_by_param_block_rms(1e-12), optax.scale(-cfg.quant_lr)),
+        "quant": optax.chain(optax.scale_by_adam(), optax.scale_by_param_block_rms(1e-12), optax.scale(-cfg.quant.lr)),
     }
     inner = optax.multi_transform(groups, param_labels(model))
     # nnx.Optimizer initializes from the variables and updates with their raw values; the labels

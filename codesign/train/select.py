@@ -11,6 +11,7 @@ none does). Selecting on accuracy alone picked epochs before the gates had moved
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -49,19 +50,28 @@ def selection_terms(cfg, hard_ratio: jax.Array) -> tuple:
         among feasible ones (violation 0) the best validation accuracy.
     """
     zero = jnp.zeros((), jnp.float32)
-    if cfg.budget is not None:
-        return zero, jnp.maximum(0.0, jnp.log(hard_ratio) - math.log(cfg.budget)), jnp.asarray(False)
-    if cfg.cost_weight > 0:
-        return cfg.cost_weight * jnp.log(hard_ratio), zero, jnp.asarray(True)
+    if cfg.cost.budget is not None:
+        return zero, jnp.maximum(0.0, jnp.log(hard_ratio) - math.log(cfg.cost.budget)), jnp.asarray(False)
+    if cfg.cost.weight > 0:
+        return cfg.cost.weight * jnp.log(hard_ratio), zero, jnp.asarray(True)
     return zero, zero, jnp.asarray(False)
 
 
-@nnx.jit(static_argnums=1)
-def track_best(model, evaluate, data, best: BestVal, epoch, cost_term=0.0, violation=0.0,
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def track_best(graphdef, state, evaluate, data, best: BestVal, epoch, cost_term=0.0, violation=0.0,
                by_objective=False) -> BestVal:
-    """``best`` updated with the (eval-mode) ``model`` of ``epoch`` if it is better (see
-    `selection_terms`); ``evaluate(model, data) -> (val_accuracy, val_loss)``. On device: no host
-    sync per epoch."""
+    """``best`` updated with the epoch's model if it is better (see `selection_terms`).
+
+    Args:
+      graphdef, state: the split ``(model, optimizer)`` of `codesign.train.make_step` (static
+        graphdef); the model is merged and put in eval mode (no dropout, deterministic gates).
+      evaluate: ``(model, data) -> (val_accuracy, val_loss)`` (static).
+      data, best, epoch: the problem's data, the best so far, this epoch (int).
+      cost_term, violation, by_objective: from `selection_terms`.
+
+    On device: no host sync per epoch."""
+    model, _ = nnx.merge(graphdef, state)
+    model.eval()
     acc, loss = evaluate(model, data)
     loss = loss + cost_term
     by_acc = (acc > best.val_accuracy) | ((acc == best.val_accuracy) & (loss < best.val_loss))
