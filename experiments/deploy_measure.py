@@ -17,7 +17,6 @@ in the loss).
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
@@ -37,7 +36,8 @@ def main(argv=None) -> list[dict]:
     from codesign import hwmodel
     from codesign.data import load_planetoid
     from codesign.deploy import deploy, dense_program, measure
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.experiment import make_record
+    from codesign.results import ResultsStore, config_key
     from codesign.train import TrainConfig, train
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,13 +71,12 @@ def main(argv=None) -> list[dict]:
             logits_gap = float(np.abs(compact() - np.asarray(res["logits"])).max())
             m = measure(compact, dense, reps=args.reps)
             modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
-            record = {"key": key, "config": config, "test_accuracy": res["test_accuracy"],
-                      "densities": res["densities"], "kept": compact.kept, **m,
-                      "modeled_local": {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)},
-                      "dense_modeled_local": {"latency_s": res["dense_modeled"]["latency_s"],
-                                              "energy_j": res["dense_modeled"]["energy_j"]},
-                      "max_logit_gap": logits_gap, "code_version": code_version(),
-                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            record = make_record(key, config, {
+                "test_accuracy": res["test_accuracy"], "densities": res["densities"], "kept": compact.kept, **m,
+                "modeled_local": {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)},
+                "dense_modeled_local": {"latency_s": res["dense_modeled"]["latency_s"],
+                                        "energy_j": res["dense_modeled"]["energy_j"]},
+                "max_logit_gap": logits_gap})
             store.append(record)
             out.append(record)
             print(f"{method:20s} seed {seed}: acc {100 * res['test_accuracy']:.2f} %  measured speedup "

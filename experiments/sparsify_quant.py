@@ -37,7 +37,6 @@ is compared with random removal under the same loss.
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
@@ -141,7 +140,8 @@ def main(argv=None) -> list[dict]:
 
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.experiment import make_record
+    from codesign.results import ResultsStore, config_key
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
     p.add_argument("--hw", default="h100")
@@ -167,10 +167,8 @@ def main(argv=None) -> list[dict]:
     print(f"{len(todo)} runs to do, {len(done)} already in {store.path}", file=sys.stderr)
     for method, seed in tqdm(todo, desc="sparsify_quant", unit="run"):
         cfg, r = run_one(graph, method, seed, hw, epochs)
-        store.append({"key": key(method, seed),
-                      "method": method, "config": {"dataset": args.dataset, "hw": args.hw, **cfg.flat()},
-                      **r, "code_version": code_version(),
-                      "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+        store.append(make_record(key(method, seed), {"dataset": args.dataset, "hw": args.hw, **cfg.flat()},
+                                 {"method": method, **r}))
     records = [r for r in store.records() if r["method"] in methods]
     rows = summarize(records)
     # bits: per-tensor mean; b/val: element-weighted mean (bits per stored value); per-tensor: x0 w0 x1 w1

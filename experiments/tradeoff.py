@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import sys
 from pathlib import Path
 from typing import Optional
@@ -237,7 +236,8 @@ def main(argv=None) -> list[dict]:
 
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.experiment import make_record
+    from codesign.results import ResultsStore, config_key
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora", help="a Planetoid dataset: cora, citeseer, pubmed")
     p.add_argument("--models", default=",".join(MODELS))
@@ -282,9 +282,7 @@ def main(argv=None) -> list[dict]:
             if key in done:
                 continue
             cfg = train_config(point, args.epochs, budget_mode)
-            store.append({"key": key, "config": {**config, "train": cfg.flat()}, **fields,
-                          "code_version": code_version(),
-                          "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+            store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
             done.add(key)
     wanted = {k for j in jobs for k in job_keys(j, args.dataset, args.epochs, budget_mode)}
     rows = summarize([r for r in store.records() if r["key"] in wanted])

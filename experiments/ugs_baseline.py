@@ -18,7 +18,6 @@ validation epoch), modeled energy on ``--hw`` vs the dense GCN, and UGS-counted 
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
@@ -48,7 +47,8 @@ def main(argv=None) -> list[dict]:
 
     from codesign.data import load_planetoid
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.experiment import make_record
+    from codesign.results import ResultsStore, config_key
     from codesign.baselines.ugs import NETS, PRUNINGS, UGS_CORA, UGS_MASK_NOISE, ugs_prune
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
@@ -84,8 +84,7 @@ def main(argv=None) -> list[dict]:
     def on_round(rec):
         key = _key(config_key, cfg, rec["seed"], rec["round"])
         if key not in done:
-            store.append({"key": key, "config": cfg, **rec, "code_version": code_version(),
-                          "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+            store.append(make_record(key, cfg, rec))
         bar.update(1)
         bar.set_postfix(seed=rec["seed"], acc=f"{rec['test_accuracy']:.3f}", wsp=f"{rec['weight_sparsity']:.2f}")
 

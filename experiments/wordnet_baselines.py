@@ -24,7 +24,6 @@ normalized adjacency is the identity on every real node, so it is a 2-layer MLP 
 from __future__ import annotations
 
 import argparse
-import datetime
 import resource
 import sys
 import time
@@ -72,7 +71,8 @@ def summarize(records: list[dict]) -> list[dict]:
 def main(argv=None) -> list[dict]:
     from codesign.data import load_wordnet
     from codesign.hwmodel import presets
-    from codesign.results import ResultsStore, code_version, config_key
+    from codesign.experiment import make_record
+    from codesign.results import ResultsStore, config_key
     from codesign.train import TrainConfig, train
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,13 +107,12 @@ def main(argv=None) -> list[dict]:
             if store.has(key):
                 continue
             r = train(g, cfg, hw)
-            rec = dict(key=key, dataset="wordnet", model=model, seed=seed, epochs=epochs,
-                       vocab_size=graph.n_features, split_hash=info.split_hash, n_nodes=graph.n_nodes,
-                       n_edges=g.n_edges, config=cfg.flat(), test_accuracy=r["test_accuracy"],
-                       val_accuracy=r["val_accuracy"], train_accuracy=r["train_accuracy"],
-                       selected_epoch=r["selected_epoch"], train_time_s=r["train_time_s"],
-                       s_per_epoch=r["train_time_s"] / epochs, peak_rss_gb=peak_rss_gb(), load_s=load_s,
-                       code_version=code_version(), date=datetime.datetime.now().isoformat(timespec="seconds"))
+            rec = make_record(key, cfg.flat(), dict(
+                dataset="wordnet", model=model, seed=seed, epochs=epochs, vocab_size=graph.n_features,
+                split_hash=info.split_hash, n_nodes=graph.n_nodes, n_edges=g.n_edges,
+                test_accuracy=r["test_accuracy"], val_accuracy=r["val_accuracy"], train_accuracy=r["train_accuracy"],
+                selected_epoch=r["selected_epoch"], train_time_s=r["train_time_s"],
+                s_per_epoch=r["train_time_s"] / epochs, peak_rss_gb=peak_rss_gb(), load_s=load_s))
             store.append(rec)
             print(f"{model} seed {seed}: test {r['test_accuracy']:.4f} val {r['val_accuracy']:.4f} "
                   f"{rec['s_per_epoch']:.2f} s/epoch, peak RSS {rec['peak_rss_gb']:.2f} GB", flush=True)
