@@ -100,10 +100,11 @@ def _model_default(name: str) -> str:
 
 
 def _add_common(p: argparse.ArgumentParser, multi_hw: bool = False):
-    from codesign.data.planetoid import PLANETOID_NAMES
+    from codesign.data import DATASETS
     from codesign.hwmodel import presets
     from codesign.models import MODELS
-    p.add_argument("--dataset", default="cora", type=str.lower, choices=PLANETOID_NAMES, help="planetoid dataset")
+    p.add_argument("--dataset", default="cora", type=str.lower, choices=DATASETS,
+                   help="dataset (Planetoid or WordNet 3.0)")
     p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
     p.add_argument("--model", default="gcn", choices=sorted(MODELS),
                    help="model (hyper-parameters not given default to its MODEL_DEFAULTS entry)")
@@ -184,8 +185,8 @@ def _config(args, cost_weight: float, bits: Optional[int], seed: int):
 
 
 def _load(args):
-    from codesign.data import load_planetoid
-    return load_planetoid(args.dataset, root=args.data_root)
+    from codesign.data import load_dataset
+    return load_dataset(args.dataset, root=args.data_root)
 
 
 def _mean_dicts(ds: list[dict]) -> dict:
@@ -283,32 +284,24 @@ def cmd_deploy(args) -> int:
     """Restores a checkpoint (`codesign train --save`), deploys it and measures it on this machine."""
     from codesign import hwmodel
     from codesign.checkpoint import load_model
-    from codesign.data import load_planetoid
-    from codesign.deploy import deploy, dense_program, measure
+    from codesign.data import load_dataset
+    from codesign.deploy import measure_model
     meta = json.loads((Path(args.checkpoint) / "meta.json").read_text()) \
         if (Path(args.checkpoint) / "meta.json").is_file() else None
     if meta is None:
         raise FileNotFoundError(f"{args.checkpoint}: no codesign checkpoint (meta.json); make one with "
                                 f"codesign train --save DIR")
-    graph = load_planetoid(meta["dataset"], root=args.data_root)
+    graph = load_dataset(meta["dataset"], root=args.data_root)
     model, cfg, meta = load_model(args.checkpoint, graph)
-    compact, dense = deploy(model, graph), dense_program(model, graph)
-    out = measure(compact, dense, reps=args.reps)
-    hw = hwmodel.presets.get("cpu")
-    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
-    from codesign.train import dense_cost
-    ref = dense_cost(cfg, graph, hw, locality)
-    out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
-    out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
-    out["kept"] = compact.kept
+    out = measure_model(model, graph, hwmodel.presets.get("cpu"), reps=args.reps)
+    kept = out["kept"]
     if args.json:
         print(json.dumps(out))
         return 0
     m, d = out["measured"], out["dense_measured"]
     print(f"{cfg.model.name} from {args.checkpoint} on {meta['dataset']}: kept features "
-          f"{100 * compact.kept['feature_fraction']:.1f} %, channels {100 * compact.kept['channel_fraction']:.1f} %, "
-          f"edges {100 * compact.kept['edge_fraction']:.1f} %")
+          f"{100 * kept['feature_fraction']:.1f} %, channels {100 * kept['channel_fraction']:.1f} %, "
+          f"edges {100 * kept['edge_fraction']:.1f} %")
     print(f"  {'':22s}{'compact':>14s}{'dense fp32':>14s}{'ratio':>8s}")
     for k in ("latency_s", "peak_bytes", "model_bytes"):
         print(f"  {'measured ' + k:22s}{m[k]:14.4g}{d[k]:14.4g}{d[k] / m[k]:7.2f}x")
@@ -351,19 +344,26 @@ def cmd_sweep(args) -> int:
     from codesign.results import ResultsStore
     from codesign.train import train
     configs = sweep_configs(args)  # a method that cannot be swept fails here, before any loading
+    if args.measure and args.model != "gcn":
+        raise ValueError(f"--measure: codesign.deploy compiles GCN models only, got --model {args.model}")
     graph, hw = _load(args), presets.get(args.hw)
-    name = args.name or f"{args.dataset}_{args.model}_{args.hw}" + (f"_{args.method}" if args.method else "")
+    name = args.name or (f"{args.dataset}_{args.model}_{args.hw}" + (f"_{args.method}" if args.method else "")
+                         + ("_measured" if args.measure else ""))
     path = os.path.join(args.out, f"{name}.jsonl")
     store = ResultsStore(path)
     done = store.done_keys()
     method = {"method": args.method} if args.method else {}
-    todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **method})
-            for cfg in configs if run_key(args.dataset, args.hw, cfg) not in done]
+    measured = {"measured_on": "cpu"} if args.measure else {}  # part of the run's identity
+    todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **method, **measured})
+            for cfg in configs if run_key(args.dataset, args.hw, cfg, **measured) not in done]
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):
-        result = train(graph, cfg, hw)
+        result = train(graph, cfg, hw, return_model=args.measure)
         result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
-        store.append(make_record(run_key(args.dataset, args.hw, cfg), config, result))
+        if args.measure:
+            from codesign.deploy import measure_model
+            result.update(measure_model(result.pop("model"), graph, presets.get("cpu"), reps=args.reps))
+        store.append(make_record(run_key(args.dataset, args.hw, cfg, **measured), config, result))
     print(path)
     return 0
 
@@ -504,7 +504,14 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="NAME",
                    help="a method of the paper (codesign.experiment.METHODS, e.g. codesign_int8): its TrainConfig "
                         "overrides replace the flags' values; cost-level methods run at every --cost-weights value")
-    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>[_<method>])")
+    p.add_argument("--measure", action="store_true",
+                   help="also deploy every trained model (codesign.deploy, GCN only) and time it next to the dense "
+                        "FP32 program on this machine, beside the cpu preset's modeled latency: adds measured, "
+                        "dense_measured and modeled_local to each record")
+    p.add_argument("--reps", type=_positive_int("reps"), default=20, help="with --measure: timed inferences of each "
+                   "program (median)")
+    p.add_argument("--name", default=None, help="results file stem (default <dataset>_<model>_<hw>[_<method>]"
+                   "[_measured])")
     p.add_argument("--out", default="results", help="results folder (created if missing)")
     p.set_defaults(func=cmd_sweep)
 

@@ -45,7 +45,8 @@ from codesign.graph import Graph
 from codesign.models import GCN
 from codesign.quant import FakeQuant, qrange
 
-__all__ = ["QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "int8_matmul_is_faster"]
+__all__ = ["QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "measure_model",
+           "int8_matmul_is_faster"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +274,53 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
     ratios = [d / c for c, d in zip(tc, td)]
     return {"measured": stats(compact, tc), "dense_measured": stats(dense, td),
             "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)]}
+
+
+def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
+                  locality=None) -> dict:
+    """Deploys the hardened ``model`` and measures it next to the dense FP32 program on this
+    machine (`measure`), beside the cost model's prediction for this machine: the record fields of
+    a measured design point (`codesign sweep --measure`, `codesign deploy`, experiments/deploy_measure.py).
+
+    Args:
+      model: a trained `codesign.models.GCN` (switched to eval mode).
+      graph: the `Graph` it runs on.
+      local_hw: the `codesign.hwmodel.HardwareSpec` of the machine that measures (the ``cpu``
+        preset on a CPU).
+      reps, warmup: as in `measure`.
+      locality: a `codesign.hwmodel.LocalityProfile` of ``graph`` (measured when None).
+
+    Returns:
+      `measure`'s dict plus ``modeled_local`` / ``dense_modeled_local`` (``latency_s`` s and
+      ``energy_j`` J of the hardened and of the dense FP32 model of the same widths on
+      ``local_hw``), ``kept`` (`CompactGCN.kept`) and ``max_logit_gap`` (max |compact - hardened
+      model| over the logits, float).
+
+    Raises:
+      NotImplementedError / ValueError: as `deploy`.
+    """
+    from flax import nnx
+
+    from codesign import hwmodel
+    compact, dense = deploy(model, graph), dense_program(model, graph)
+    out = measure(compact, dense, reps=reps, warmup=warmup)
+    if locality is None:
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    n, e = graph.n_nodes, graph.n_edges
+    modeled = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), local_hw)
+    shell = GCN(model.in_features, model.conv1.out_features, model.conv2.out_features, rngs=nnx.Rngs(0))
+    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality), local_hw)
+    logits = np.asarray(model(graph.x, _jax_adjacency(graph)))
+    out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
+    out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
+    out["kept"] = compact.kept
+    out["max_logit_gap"] = float(np.abs(compact() - logits).max())
+    return out
+
+
+def _jax_adjacency(graph: Graph):
+    from codesign.kernels import CooAdjacency
+    return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
 
 
 def int8_matmul_is_faster(m: int = 2048, k: int = 512, n: int = 64, reps: int = 5) -> dict:

@@ -20,7 +20,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
 
 METHODS = {
     "dense": {},
@@ -35,7 +34,7 @@ METHODS = {
 def main(argv=None) -> list[dict]:
     from codesign import hwmodel
     from codesign.data import load_planetoid
-    from codesign.deploy import deploy, dense_program, measure
+    from codesign.deploy import measure_model
     from codesign.experiment import make_record
     from codesign.results import ResultsStore, config_key
     from codesign.train import TrainConfig, train
@@ -65,22 +64,14 @@ def main(argv=None) -> list[dict]:
             key = config_key(config)
             if key in done:
                 continue
-            res = train(graph, cfg, hw, return_logits=True, return_model=True)
-            model = res["model"]
-            compact, dense = deploy(model, graph), dense_program(model, graph)
-            logits_gap = float(np.abs(compact() - np.asarray(res["logits"])).max())
-            m = measure(compact, dense, reps=args.reps)
-            modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
-            record = make_record(key, config, {
-                "test_accuracy": res["test_accuracy"], "densities": res["densities"], "kept": compact.kept, **m,
-                "modeled_local": {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)},
-                "dense_modeled_local": {"latency_s": res["dense_modeled"]["latency_s"],
-                                        "energy_j": res["dense_modeled"]["energy_j"]},
-                "max_logit_gap": logits_gap})
+            res = train(graph, cfg, hw, return_model=True)
+            m = measure_model(res["model"], graph, hw, reps=args.reps, locality=locality)
+            record = make_record(key, config, {"test_accuracy": res["test_accuracy"], "densities": res["densities"],
+                                               **m})
             store.append(record)
             out.append(record)
             print(f"{method:20s} seed {seed}: acc {100 * res['test_accuracy']:.2f} %  measured speedup "
-                  f"{m['speedup']:.2f}x  modeled {res['dense_modeled']['latency_s'] / float(modeled.latency_s):.2f}x  "
+                  f"{m['speedup']:.2f}x  modeled {m['dense_modeled_local']['latency_s'] / m['modeled_local']['latency_s']:.2f}x  "
                   f"model bytes {m['measured']['model_bytes']} vs {m['dense_measured']['model_bytes']}",
                   file=sys.stderr)
     return out

@@ -138,3 +138,26 @@ def test_cli_train_save_then_deploy(cora, tmp_path, capsys):
     assert out["modeled_local"]["latency_s"] > 0 and out["speedup"] > 0
     assert cli.main(["train", "--seeds", "1", "--epochs", "2", "--out", str(tmp_path), "--save", str(ck)]) == 2
     assert "argument --save" in capsys.readouterr().err
+
+
+def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, capsys):
+    import json
+    from codesign import cli
+    argv = ["sweep", "--measure", "--cost-weights", "3", "--feature-mask", "on", "--seeds", "1", "--epochs", "3",
+            "--reps", "2", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    path = tmp_path / "cora_gcn_h100_measured.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(recs) == 2 and {r["config"]["cost_weight"] for r in recs} == {0.0, 3.0}
+    for r in recs:
+        assert r["config"]["measured_on"] == "cpu"
+        for side in ("measured", "dense_measured"):
+            assert r[side]["latency_s"] > 0 and r[side]["peak_bytes"] > 0 and r[side]["model_bytes"] > 0
+        assert r["modeled_local"]["latency_s"] > 0 and r["dense_modeled_local"]["energy_j"] > 0
+        assert r["max_logit_gap"] < 1e-2  # the compact program computes the hardened model's logits
+    dense = next(r for r in recs if r["config"]["cost_weight"] == 0.0)
+    assert dense["modeled_local"] == dense["dense_modeled_local"]  # the reference is its own dense model
+    capsys.readouterr()
+    assert cli.main(argv) == 0 and "0 runs to do" in capsys.readouterr().err  # resumed, nothing retrained
+    assert cli.main(["sweep", "--measure", "--model", "gat", "--seeds", "1", "--out", str(tmp_path)]) == 2
+    assert "--measure: codesign.deploy compiles GCN models only" in capsys.readouterr().err
