@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figures import breakdown, fronts, kernels, summary, tradeoff, validation  # noqa: E402
+from paper_figures import breakdown, fronts, kernels, measured, summary, tradeoff, validation  # noqa: E402
 from paper_figures.common import DEFAULT_OUT, DEFAULT_RESULTS, DPI, QUICK_DPI, prefer_quick_or_full  # noqa: E402
 
 __all__ = ["run_all", "sweep_inputs", "main"]
@@ -47,7 +47,8 @@ def sweep_inputs(results: Path, quick: bool = False) -> list[Path]:
     hw = "|".join(re.escape(h) for h in presets.names())
     pat = re.compile(rf"^[A-Za-z0-9-]+_[A-Za-z0-9-]+_({hw})(_[A-Za-z0-9_-]+)?\.jsonl$")
     return prefer_quick_or_full([p for p in results.glob("*.jsonl") if pat.match(p.name)
-                                 and not summary.TRADEOFF_NAME.match(p.name)], quick)
+                                 and not summary.TRADEOFF_NAME.match(p.name)
+                                 and not p.stem.removesuffix("_quick").endswith("_measured")], quick)
 
 
 class _Report:
@@ -112,6 +113,14 @@ def run_all(results: Path, out: Path, quick: bool = False, dpi: int = DPI,
 
         rep.run(f"pareto {f.name}", lambda f=f: list(pareto.main([str(f), "--out", str(out)])))
 
+    meas = measured.find_inputs(results)
+    if meas:
+        def draw_measured():
+            pts = measured.load_points(meas)
+            return [w for d in sorted({p["dataset"] for p in pts}) for w in measured.draw(pts, out, d, dpi)]
+        rep.run("measured", draw_measured)
+    else:
+        rep.skipped.append(f"measured: no {results}/*_measured.jsonl (codesign sweep --measure writes them)")
     val = validation.find_inputs(results, quick)
     if val:
         rep.run("validation", lambda: validation.draw(val, out, dpi))

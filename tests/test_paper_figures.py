@@ -473,3 +473,34 @@ def test_prefer_quick_or_full(tmp_path):
     a, aq, bq = tmp_path / "a.json", tmp_path / "a_quick.json", tmp_path / "b_quick.json"
     assert prefer_quick_or_full([aq, a, bq], quick=False) == [a, bq]
     assert prefer_quick_or_full([aq, a, bq], quick=True) == [aq, bq]
+
+
+def _measured_record(dataset, cw, acc, measured, dense_measured, modeled, dense_modeled, energy=(1.0, 1.0)):
+    return {"key": f"{dataset}{cw}", "config": {"dataset": dataset, "cost_weight": cw, "bits": 8 if cw else None},
+            "test_accuracy": acc, "speedup": dense_measured / measured,
+            "modeled": {"energy_j": energy[0]}, "dense_modeled": {"energy_j": energy[1]},
+            "measured": {"latency_s": measured}, "dense_measured": {"latency_s": dense_measured},
+            "modeled_local": {"latency_s": modeled}, "dense_modeled_local": {"latency_s": dense_modeled}}
+
+
+def test_measured_agreement_by_hand_and_figure(tmp_path):
+    from paper_figures import measured
+    recs = [_measured_record("cora", 0.0, 0.81, 2e-3, 2e-3, 1e-3, 1e-3),
+            _measured_record("cora", 1.0, 0.80, 1e-3, 2.2e-3, 0.6e-3, 1e-3, energy=(0.5, 1.0)),
+            _measured_record("cora", 3.0, 0.78, 0.5e-3, 1.8e-3, 0.4e-3, 1e-3, energy=(0.25, 1.0))]
+    path = tmp_path / "cora_gcn_h100_measured.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    pts = measured.load_points(measured.find_inputs(tmp_path))
+    assert [p["energy_reduction"] for p in pts] == [1.0, 2.0, 4.0]
+    a = measured.agreement(pts)
+    # programs: three compact (2, 1, 0.5 ms measured; 1, 0.6, 0.4 modeled) + the dense one once
+    # (median of 2, 2.2, 1.8 = 2 ms measured; 1 ms modeled)
+    want = np.mean([0.5, 0.4, 0.2, 0.5])
+    assert a["n"] == 4 and a["mape"] == pytest.approx(want) and a["spearman"] == pytest.approx(1.0)  # same order: ties rank alike
+    written = measured.draw(pts, tmp_path / "out", "cora", dpi=40)
+    assert all(p.stat().st_size > 0 for p in written)
+    bad = tmp_path / "bad" / "x_measured.jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"config": {"dataset": "cora"}, "test_accuracy": 0.5}) + "\n")
+    with pytest.raises(ValueError, match=r"x_measured\.jsonl:1: record has no"):
+        measured.load_points([bad])
