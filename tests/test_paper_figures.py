@@ -432,9 +432,10 @@ def test_all_draws_what_exists_and_skips_the_rest(tradeoff_file, tmp_path, capsy
     res.mkdir()
     assert main(["--results", str(res), "--out", str(tmp_path / "o"), "--dpi", "30"]) == 0
     text = capsys.readouterr().out
-    for what in ("tradeoff, breakdown, roofline, summary: no", "pareto: no", "validation: no", "kernels: no"):
+    for what in ("tradeoff, breakdown, roofline, summary: no", "pareto: no", "measured: no", "validation: no",
+                 "kernels: no"):
         assert f"skipped {what}" in text
-    assert "0 file(s) written, 4 skipped, 0 failed" in text
+    assert "0 file(s) written, 5 skipped, 0 failed" in text
 
     # a small tradeoff file (one hardware, three points): the figures' content is tested above
     write_jsonl(res / "cora_tradeoff.jsonl", synthetic_records(hws=("h100",), runs=RUNS[:3]))
@@ -448,7 +449,7 @@ def test_all_draws_what_exists_and_skips_the_rest(tradeoff_file, tmp_path, capsy
              "cora_tradeoff_gcn_roofline", "hwmodel_validation", "kernel_speedups"]
     assert names == sorted(f"{s}.{e}" for s in stems for e in ("png", "pdf"))
     assert (res / "summary.md").read_text().startswith("# Accuracy vs modeled cost")
-    assert "1 skipped, 0 failed" in capsys.readouterr().out  # pareto: no sweep file
+    assert "2 skipped, 0 failed" in capsys.readouterr().out  # pareto, measured: no sweep file
 
 
 def test_all_quick_and_failures(tradeoff_file, tmp_path, capsys):
