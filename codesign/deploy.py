@@ -33,6 +33,7 @@ edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 import tracemalloc
@@ -251,13 +252,16 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
       ``{"measured": {...}, "dense_measured": {...}, "speedup": dense median / compact median,
       "speedup_spread": [min, max] of the per-pair ratios}``; each ``measured`` dict holds
       ``latency_s`` (median wall-clock of one inference), ``latency_spread_s`` ([min, max]),
-      ``peak_bytes`` (tracemalloc peak of one call), ``model_bytes`` and ``graph_bytes``.
+      ``peak_bytes`` (tracemalloc peak of one call), ``model_bytes`` and ``graph_bytes``; and
+      ``load_average`` (the machine's 1-minute load average before and after the timing: other
+      work on the cores inflates and spreads the latencies).
 
     Raises:
       ValueError: ``reps < 1`` or ``warmup < 0``.
     """
     if reps < 1 or warmup < 0:
         raise ValueError(f"measure: reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    load_before = os.getloadavg()[0]
     for _ in range(warmup):
         compact(), dense()
     tc, td = [], []
@@ -273,7 +277,8 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
 
     ratios = [d / c for c, d in zip(tc, td)]
     return {"measured": stats(compact, tc), "dense_measured": stats(dense, td),
-            "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)]}
+            "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)],
+            "load_average": [load_before, os.getloadavg()[0]]}
 
 
 def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
