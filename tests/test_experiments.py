@@ -153,3 +153,11 @@ def test_ugs_baseline_quick(tmp_path):
     rows = load("ugs_baseline").main(["--quick", "--out", str(tmp_path)])
     assert [r["round"] for r in rows] == [0, 1] and rows[1]["weight_sparsity"] > 0
     assert len((tmp_path / "cora_gcn_ugs_quick.jsonl").read_text().splitlines()) == 2
+
+
+def test_realized_savings_quick(tmp_path, cora):
+    rows = load("realized_savings").main(["--quick", "--out", str(tmp_path)])
+    recs = [json.loads(line) for line in (tmp_path / "cora_gcn_h100_measured_quick.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all(r["measured"]["latency_s"] > 0 for r in recs)
+    assert [r["dataset"] for r in rows] == ["cora"] and rows[0]["n"] == 3  # two compact programs + the dense one
+    assert rows[0]["best_speedup"] > 0 and 0 <= rows[0]["best_accuracy"] <= 1
