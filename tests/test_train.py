@@ -288,3 +288,22 @@ def test_bad_teacher_logits(cora, kw, match):
     cfg = TrainConfig.from_flat(seed=0, epochs=1, distill_weight=kw.get("distill_weight", 1.0))
     with pytest.raises(ValueError, match=match):
         train(cora, cfg, presets.get("h100"), teacher_logits=jnp.full(shape, kw.get("fill", 0.0)))
+
+
+def test_trainconfig_sections_flat_view_and_replace():
+    from codesign.train import CostConfig, ModelConfig, QuantConfig
+    cfg = TrainConfig(model=ModelConfig(name="gat", heads=4), quant=QuantConfig(bits=8), cost=CostConfig(weight=0.3))
+    assert cfg == TrainConfig.from_flat(model="gat", heads=4, bits=8, cost_weight=0.3)
+    flat = cfg.flat()
+    assert (flat["model"], flat["heads"], flat["bits"], flat["cost_weight"], flat["quant_lr"]) == ("gat", 4, 8, 0.3, 0.02)
+    assert TrainConfig.from_flat(**flat) == cfg
+    other = cfg.replace(bits=4, distill_weight=1.0)
+    assert (other.quant.bits, other.distill.weight, other.model.heads, cfg.quant.bits) == (4, 1.0, 4, 8)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['bitz'\]"):
+        TrainConfig.from_flat(bitz=8)
+    with pytest.raises(TypeError, match=r"TrainConfig\.quant: must be a QuantConfig, got dict"):
+        TrainConfig(quant={"bits": 8})
+    with pytest.raises(ValueError, match=r"TrainConfig\.model\.heads: model 'gcn' has no option 'heads'"):
+        ModelConfig(heads=2)
+    with pytest.raises(ValueError, match=r"TrainConfig\.quant\.bits: must be an integer in \[1, 32\]"):
+        QuantConfig(bits=0)
