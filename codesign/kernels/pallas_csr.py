@@ -532,6 +532,13 @@ def _cfg(chunks: CsrChunks, n_features: int, has_values: bool, interpret: Option
                    n_slots=chunks.n_slots, t_n_slots=chunks.t_n_slots)
 
 
+def _sorted_values(chunks: CsrChunks, values):
+    """``values`` (COO order) in CSR order, with ``chunk`` padding entries."""
+    if values.shape[0] == 0:
+        return jnp.zeros(chunks.perm.shape, values.dtype)
+    return values[chunks.perm]
+
+
 def _scale(v):
     return None if v is None else lax.stop_gradient(v.astype(jnp.float32))
 
@@ -541,7 +548,7 @@ def _csr_jit(chunks: CsrChunks, x, values, row_scale, col_scale, cfg: _Config):
     n_feat = x.shape[1]
     extra = -n_feat % cfg.block_f
     xp = jnp.pad(x, ((0, 0), (0, extra))) if extra else x
-    vals = values[chunks.perm] if cfg.has_values else jnp.zeros((0,), jnp.float32)
+    vals = _sorted_values(chunks, values) if cfg.has_values else jnp.zeros((0,), jnp.float32)
     g = _Graph(chunks.fwd, chunks.tr, chunks.t_to_f, _scale(col_scale), _scale(row_scale))
     return _spmm_vjp(cfg, vals, xp, g)[:, :n_feat]
 
@@ -581,7 +588,7 @@ def _csr_int8_jit(chunks, x_q, scales, values, row_scale, cfg: _Config):
     n_feat = x_q.shape[1]
     extra = -n_feat % cfg.block_f
     xp = jnp.pad(x_q, ((0, 0), (0, extra))) if extra else x_q
-    vals = values[chunks.perm] if cfg.has_values else None
+    vals = _sorted_values(chunks, values) if cfg.has_values else None
     return _spmm_call(cfg, chunks.fwd, cfg.n_slots, vals, xp, scales.astype(jnp.float32), _scale(row_scale),
                       jnp.float32, "csr_spmm_int8")[:, :n_feat]
 
