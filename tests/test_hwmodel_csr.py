@@ -102,3 +102,15 @@ def test_bench_device_loop_times_and_nominal_bandwidth():
     assert kb.nominal_dram_bw("cpu", 12.5) == (12.5e9, "measured copy")
     x_q, scales = kb.int8_rows(jnp.asarray(np.arange(-8.0, 8.0).reshape(2, 8)))
     assert x_q.dtype == jnp.int8 and int(jnp.abs(x_q).max()) == 127 and scales.shape == (2,)
+
+
+def test_bench_predict_quick(tmp_path):
+    kb = _kernel_bench()
+    out = kb.main(["--predict", "--quick", "--out", str(tmp_path / "pred.json")])
+    row = out["by_features"]["64"]
+    assert out["graph"] == "rmat11" and out["work_items"]["items"] > 0
+    # locality can only help; int8 moves fewer bytes than f32; the roofline fraction is a fraction
+    assert row["csr_f32_ms"] <= row["csr_f32_uniform_reuse_ms"]
+    assert row["csr_int8_compulsory_bytes"] < row["csr_f32_compulsory_bytes"]
+    assert 0 < row["fraction_of_compulsory_roofline"] <= 1
+    assert (tmp_path / "pred.json").exists()
