@@ -169,6 +169,14 @@ def test_work_items_cover_every_edge_once(degrees, budget_chunks, rows):
     np.testing.assert_array_equal(slots[:, 4], np.arange(slots.shape[0]))
 
 
+def test_auto_picks_the_csr_kernel_only_on_a_gpu():
+    from codesign.kernels import auto_impl
+    adj = with_csr_chunks(make_graph(10), SIZES)
+    x = jnp.ones((N_NODES, F), jnp.float32)
+    assert auto_impl(adj, x) == ("pallas_csr" if ON_GPU else "segment")
+    assert auto_impl(make_graph(10), x) == "segment"  # no CsrChunks attached
+
+
 def test_empty_graph():
     adj = CooAdjacency(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.int32), jnp.zeros((0,)), N_NODES)
     chunks = csr_chunks(adj, SIZES)
