@@ -4,6 +4,7 @@
 #   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark (all impls, tile keep 1.0:
 #                                                     # the issue-19 "summary" incl. the Pallas CSR kernel, cuSPARSE)
 #   bash experiments/gpu_session.sh bench_learned     # the BSR / CSR rows at the learned BlockEdgeMask tile keeps
+#   bash experiments/gpu_session.sh csr_tune          # CsrBlockSizes sweep of the Pallas CSR kernel (scale 20, F = 128)
 #   bash experiments/gpu_session.sh validate ugs      # h100 cost-model validation + UGS on Cora
 #
 # The validation grid is cut to SpMMs of <= 1.5e8 edge-features (--max-work): the full grid ran
@@ -41,6 +42,9 @@ for stage in "$@"; do
     bench_learned)
       timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --tile-keep learned \
         --out "$OUT/kernel_bench_learned_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench_learned.log" | grep -v "it/s\]" | tail -40 ;;
+    csr_tune)
+      timeout 300 $PY experiments/csr_tune.py --out "$OUT/csr_tune_$GPU_TAG.json" \
+        2>&1 | tee "$OUT/csr_tune.log" | tail -20 ;;
     validate)
       timeout 350 $PY experiments/hwmodel_validation.py --hw h100 --max-work 1.5e8 --reps 10 --out "$OUT/hwmodel_validation_h100.json" \
         2>&1 | tr '\r' '\n' | grep -v "kernel/s\]\|s/kernel\]" | tee "$OUT/validation.log" | tail -12 ;;
