@@ -6,7 +6,7 @@ next to segment_sum in the same run, each output checked against segment_sum.
     python experiments/csr_tune.py --quick            # CPU smoke run (interpret mode; not a timing)
 
 The grid varies one field at a time around the default (chunk, edges per work item, rows per
-window, feature tile, warps, pipeline stages), so each row reads as "this field, this value".
+window, feature tile, rows walked together, warps, pipeline stages), so each row reads as "this field, this value".
 Writes ``results/csr_tune_<backend>.json`` (or ``--out``) atomically: device, JAX version, date,
 the work-item counts of every candidate and every timing.
 """
@@ -29,7 +29,7 @@ from codesign.kernels.pallas_csr import csr_chunk_spmm, csr_chunks, work_item_st
 from codesign.results import write_json_atomic
 
 GRID = {"chunk": (8, 32), "max_item_edges": (256, 1024, 4096), "max_item_rows": (8, 128), "block_f": (32, 128),
-        "num_warps": (2, 8), "num_stages": (1, 3)}
+        "rows_per_step": (4, 8), "num_warps": (2, 8), "num_stages": (1, 3)}
 
 
 def _kernel_bench():

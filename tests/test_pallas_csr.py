@@ -83,6 +83,24 @@ class PallasCsrTest(ExactF32Dots):
         for g, w in zip(got, want):
             assert g.shape == w.shape and rel_err(g, w) < 1e-5
 
+    @pytest.mark.parametrize("rows_per_step", [4])
+    def test_rows_walked_together(self, rows_per_step):
+        """Windows walked ``rows_per_step`` rows at a time (masked uneven rows), heavy rows as
+        segments: values, GCN scales and both gradients."""
+        sizes = dataclasses.replace(SIZES, rows_per_step=rows_per_step)
+        adj = make_graph(11, hub_fraction=0.3, n_empty=6)
+        chunks = csr_chunks(adj, sizes)
+        x = jax.random.normal(jax.random.key(11), (N_NODES, F), jnp.float32)
+        assert rel_err(self.spmm(chunks, x, adj.edge_weight), segment_spmm(adj, x)) < 1e-5
+        rs, cs = gcn_scales(chunks)
+        norm = adj.with_weight(rs[adj.receivers] * cs[adj.senders])
+        assert rel_err(self.spmm(chunks, x, row_scale=rs, col_scale=cs), segment_spmm(norm, x)) < 1e-5
+        ct = jnp.cos(x)
+        got = jax.grad(lambda x, w: jnp.vdot(self.spmm(chunks, x, w), ct), (0, 1))(x, adj.edge_weight)
+        want = jax.grad(lambda x, w: jnp.vdot(segment_spmm(adj.with_weight(w), x), ct), (0, 1))(x, adj.edge_weight)
+        for g, w in zip(got, want):
+            assert rel_err(g, w) < 1e-5
+
     def test_hub_is_split_and_items_are_bounded(self):
         adj = make_graph(1, hub_fraction=0.5)
         stats = work_item_stats(csr_chunks(adj, SIZES))
@@ -192,6 +210,8 @@ def test_errors_name_the_field():
         CsrBlockSizes(chunk=12)
     with pytest.raises(ValueError, match="CsrBlockSizes.max_item_edges must be a positive multiple of chunk=16"):
         CsrBlockSizes(max_item_edges=40)
+    with pytest.raises(ValueError, match="CsrBlockSizes.rows_per_step must be a power of two >= 1"):
+        CsrBlockSizes(rows_per_step=3)
     with pytest.raises(ValueError, match="CsrBlockSizes.max_item_rows must be an int >= 1"):
         CsrBlockSizes(max_item_rows=0)
     with pytest.raises(TypeError, match="csr_chunks: adj must be a CooAdjacency"):
@@ -242,6 +262,12 @@ class TritonLoweringTest:
         assert len(triton_calls(grad_text)) == 4
         assert {"csr_spmm", "csr_spmm_combine", "csr_spmm_t", "csr_sddmm"} <= set(re.findall(r"csr_\w+", grad_text))
         assert "tpu_custom_call" not in grad_text
+
+    def test_rows_walked_together_lower_to_triton(self):
+        chunks = csr_chunks(make_graph(12, hub_fraction=0.0), dataclasses.replace(SIZES, rows_per_step=4))
+        x = jnp.zeros((N_NODES, F), jnp.bfloat16)
+        grad = jax.grad(lambda x: csr_chunk_spmm(chunks, x, interpret=False).astype(jnp.float32).sum())
+        assert len(triton_calls(lowered_text(grad, x))) == 1  # A^T dY only (unweighted: no SDDMM)
 
     def test_int8_and_gcn_lower_to_triton(self):
         chunks = csr_chunks(make_graph(9, hub_fraction=0.0), SIZES)

@@ -69,6 +69,10 @@ class CsrBlockSizes:
       max_item_rows: rows per window work item (>= 1).
       block_f: feature columns per gathered tile (a power of two >= 8); all ``ceil(F / block_f)``
         tiles are looped inside one program, so column ids are loaded once per row chunk.
+      rows_per_step: rows of a window walked together (a power of two >= 1): 1 walks them one by
+        one (GE-SpMM's row split); more load a ``[rows, chunk]`` tile of column ids and gather a
+        ``[rows, chunk, block_f]`` tile per step, masking rows shorter than the longest (more
+        loads in flight per program, idle lanes on uneven rows).
       num_warps: warps per program (power of two).
       num_stages: software-pipelining stages of the chunk loop (Triton ``num_stages``).
       items_multiple: the work-item, split-row and slot counts are padded up to a multiple of this
@@ -79,12 +83,13 @@ class CsrBlockSizes:
     max_item_edges: int = 512
     max_item_rows: int = 32
     block_f: int = 64
+    rows_per_step: int = 1
     num_warps: int = 4
     num_stages: int = 2
     items_multiple: int = 64
 
     def __post_init__(self):
-        for name, lo in (("chunk", 8), ("block_f", 8), ("num_warps", 1)):
+        for name, lo in (("chunk", 8), ("block_f", 8), ("rows_per_step", 1), ("num_warps", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo or v & (v - 1):
                 raise ValueError(f"CsrBlockSizes.{name} must be a power of two >= {lo}, got {v!r}")

@@ -311,8 +311,12 @@ def _gather_index(cols, j: int, block_f: int):
 
 
 def _spmm_kernel(items_ref, indptr_ref, cols_ref, vals_ref, x_ref, cs_ref, rs_ref, o_ref, p_ref, *,
-                 chunk: int, block_f: int, n_ftiles: int):
+                 chunk: int, block_f: int, n_ftiles: int, rows_per_step: int = 1):
     """Sums of the rows of work item ``program_id(0)``.
+
+    ``rows_per_step`` > 1: a window item walks its rows ``rows_per_step`` at a time (a
+    ``[rows, chunk]`` tile of column ids and a ``[rows, chunk, block_f]`` gathered tile per step,
+    rows shorter than the longest masked), heavy-row segments one row at a time.
 
     Refs: items int32[K, 5], indptr int32[R+1], cols int32[E+C], vals float[E+C] or None (weight 1),
     x [N, F_pad] (float or int8), cs f32[N] or None (scale of each gathered X row: GCN's
@@ -361,7 +365,57 @@ def _spmm_kernel(items_ref, indptr_ref, cols_ref, vals_ref, x_ref, cs_ref, rs_re
                     p_ref[slot, pl.ds(j * block_f, block_f)] = accs[j]
         return carry
 
-    lax.fori_loop(row_lo, row_hi, row_body, 0)
+    if rows_per_step == 1:
+        lax.fori_loop(row_lo, row_hi, row_body, 0)
+        return
+
+    @pl.when(slot >= 0)
+    def _():
+        lax.fori_loop(row_lo, row_hi, row_body, 0)
+
+    rps = rows_per_step
+    rlanes = lax.broadcasted_iota(jnp.int32, (rps,), 0)
+    shape2, shape3 = (rps, block_f), (rps, chunk, block_f)
+
+    def group_body(g, carry):
+        rows = row_lo + g * rps + rlanes
+        rvalid = rows < row_hi
+        starts = _masked_load(indptr_ref.at[rows], rvalid, 0)
+        ends = _masked_load(indptr_ref.at[rows + 1], rvalid, 0)
+
+        def chunk_rows(c, accs):
+            e = starts[:, None] + c * chunk + lanes[None, :]  # [rows, chunk]
+            valid = e < ends[:, None]
+            cols = _masked_load(cols_ref.at[e], valid, 0)
+            w = jnp.where(valid, 1.0, 0.0).astype(jnp.float32)
+            if vals_ref is not None:
+                w = _masked_load(vals_ref.at[e], valid, 0).astype(jnp.float32)
+            if cs_ref is not None:
+                w = w * _masked_load(cs_ref.at[cols], valid, 0.0)
+            valid3 = jnp.broadcast_to(valid[:, :, None], shape3)
+            cols3 = jnp.broadcast_to(cols[:, :, None], shape3)
+            out = []
+            for j in range(n_ftiles):
+                feats3 = j * block_f + lax.broadcasted_iota(jnp.int32, shape3, 2)
+                xs = _masked_load(x_ref.at[cols3, feats3], valid3, 0)
+                out.append(accs[j] + jnp.sum(xs.astype(jnp.float32) * w[:, :, None], axis=1))
+            return tuple(out)
+
+        n_chunks = jnp.max((ends - starts + chunk - 1) // chunk)
+        accs = lax.fori_loop(0, n_chunks, chunk_rows, tuple(jnp.zeros(shape2, jnp.float32) for _ in range(n_ftiles)))
+        if rs_ref is not None:
+            r_scale = _masked_load(rs_ref.at[rows], rvalid, 0.0)
+            accs = tuple(a * r_scale[:, None] for a in accs)
+        rows2 = jnp.broadcast_to(rows[:, None], shape2)
+        rvalid2 = jnp.broadcast_to(rvalid[:, None], shape2)
+        for j in range(n_ftiles):
+            feats2 = j * block_f + lax.broadcasted_iota(jnp.int32, shape2, 1)
+            _masked_store(o_ref.at[rows2, feats2], accs[j].astype(o_ref.dtype), rvalid2)
+        return carry
+
+    @pl.when(slot < 0)
+    def _():
+        lax.fori_loop(0, (row_hi - row_lo + rps - 1) // rps, group_body, 0)
 
 
 def _sddmm_kernel(items_ref, indptr_ref, cols_ref, dy_ref, x_ref, cs_ref, rs_ref, dv_ref, *,
@@ -406,6 +460,7 @@ class _Config(NamedTuple):
     """Static parameters of one call (hashable; the custom_vjp's nondiff argument)."""
     chunk: int
     block_f: int
+    rows_per_step: int
     num_warps: int
     num_stages: int
     interpret: bool
@@ -418,7 +473,8 @@ def _spmm_call(cfg: _Config, plan: CsrPlan, n_slots: int, vals, x, cs, rs, out_d
     """``diag(rs) A diag(cs) x`` over ``plan`` ([R, F_pad] in ``out_dtype``), both passes."""
     n_rows, f_pad = plan.n_rows, x.shape[1]
     whole = pl.BlockSpec()
-    kernel = functools.partial(_spmm_kernel, chunk=cfg.chunk, block_f=cfg.block_f, n_ftiles=f_pad // cfg.block_f)
+    kernel = functools.partial(_spmm_kernel, chunk=cfg.chunk, block_f=cfg.block_f, n_ftiles=f_pad // cfg.block_f,
+                               rows_per_step=cfg.rows_per_step)
     out_shape = [jax.ShapeDtypeStruct((n_rows, f_pad), out_dtype)]
     if n_slots:
         out_shape.append(jax.ShapeDtypeStruct((n_slots, f_pad), jnp.float32))
@@ -527,7 +583,8 @@ def _check(fn: str, chunks, x, dtypes, values, row_scale, col_scale) -> None:
 
 def _cfg(chunks: CsrChunks, n_features: int, has_values: bool, interpret: Optional[bool]) -> _Config:
     sz = chunks.sizes
-    return _Config(chunk=sz.chunk, block_f=sz.feature_tile(n_features), num_warps=sz.num_warps,
+    return _Config(chunk=sz.chunk, block_f=sz.feature_tile(n_features), rows_per_step=sz.rows_per_step,
+                   num_warps=sz.num_warps,
                    num_stages=sz.num_stages, interpret=resolve_interpret(interpret), has_values=has_values,
                    n_slots=chunks.n_slots, t_n_slots=chunks.t_n_slots)
 
