@@ -146,7 +146,7 @@ class CsrChunks:
       tr:       `CsrPlan` of A^T (rows = senders, columns = receivers).
       perm:     int32 [E + C]  original (COO) edge index of each CSR entry of A (C zeros of padding).
       inv_perm: int32 [E]      CSR position of each COO edge (``perm``'s inverse).
-      t_to_f:   int32 [E + C]  position in A's CSR of each entry of A^T's CSR.
+      t_perm:   int32 [E + C]  original (COO) edge index of each CSR entry of A^T (C zeros of padding).
       row_degree: int32 [N]    entries per row of A (receiver in-degree, multiplicity counted).
 
     Build with `csr_chunks` (outside ``jit``: the partition is computed with NumPy).
@@ -156,7 +156,7 @@ class CsrChunks:
     tr: CsrPlan
     perm: Array
     inv_perm: Array
-    t_to_f: Array
+    t_perm: Array
     row_degree: Array
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
     sizes: CsrBlockSizes = dataclasses.field(default=CsrBlockSizes(), metadata=dict(static=True))
@@ -265,7 +265,7 @@ def csr_chunks(adj: CooAdjacency, sizes: CsrBlockSizes = CsrBlockSizes()) -> Csr
     pad = np.zeros(sizes.chunk, np.int64)
     i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
     return CsrChunks(fwd=fwd, tr=tr, perm=i32(np.concatenate([perm, pad])), inv_perm=i32(inv_perm),
-                     t_to_f=i32(np.concatenate([inv_perm[t_perm], pad])), row_degree=i32(row_degree),
+                     t_perm=i32(np.concatenate([t_perm, pad])), row_degree=i32(row_degree),
                      n_nodes=n, sizes=sizes, n_slots=n_slots, t_n_slots=t_n_slots)
 
 
@@ -532,31 +532,39 @@ class _Graph(NamedTuple):
     """Arrays of a call that get no gradient: the structure and the node scales."""
     fwd: CsrPlan
     tr: CsrPlan
-    t_to_f: Array
+    perm: Array
+    inv_perm: Array
+    t_perm: Array
     cs: Optional[Array]
     rs: Optional[Array]
 
 
+def _sorted_values(values, perm):
+    """``values`` (COO order, [E]) in CSR order with the ``chunk`` padding entries ([E + C])."""
+    if values.shape[0] == 0:
+        return jnp.zeros(perm.shape, values.dtype)
+    return values[perm]
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _spmm_vjp(cfg: _Config, vals, x, g: _Graph):
-    return _spmm_call(cfg, g.fwd, cfg.n_slots, vals if cfg.has_values else None, x, g.cs, g.rs, x.dtype,
-                      "csr_spmm")
+def _spmm_vjp(cfg: _Config, values, x, g: _Graph):
+    vals = _sorted_values(values, g.perm) if cfg.has_values else None
+    return _spmm_call(cfg, g.fwd, cfg.n_slots, vals, x, g.cs, g.rs, x.dtype, "csr_spmm")
 
 
-def _spmm_vjp_fwd(cfg, vals, x, g):
-    return _spmm_vjp(cfg, vals, x, g), (vals, x, g)
+def _spmm_vjp_fwd(cfg, values, x, g):
+    return _spmm_vjp(cfg, values, x, g), (values, x, g)
 
 
 def _spmm_vjp_bwd(cfg, res, dy):
-    vals, x, g = res
+    values, x, g = res
     # dX = diag(cs) A^T diag(rs) dY: the forward kernel over A^T's CSR (deterministic, no atomics)
-    t_vals = vals[g.t_to_f] if cfg.has_values else None
+    t_vals = _sorted_values(values, g.t_perm) if cfg.has_values else None
     dx = _spmm_call(cfg, g.tr, cfg.t_n_slots, t_vals, dy, g.rs, g.cs, x.dtype, "csr_spmm_t")
-    dvals = jnp.zeros_like(vals)
-    if cfg.has_values:  # the C padding entries past E are not written: zero them
-        dv = _sddmm_call(cfg, g.fwd, dy, x, g.cs, g.rs)
-        dvals = jnp.where(jnp.arange(dv.shape[0]) < dv.shape[0] - cfg.chunk, dv, 0.0).astype(vals.dtype)
-    return dvals, dx, None
+    dvalues = jnp.zeros_like(values)
+    if cfg.has_values:  # CSR-order SDDMM, gathered back to COO order (a gather: no scatter-add)
+        dvalues = _sddmm_call(cfg, g.fwd, dy, x, g.cs, g.rs)[g.inv_perm].astype(values.dtype)
+    return dvalues, dx, None
 
 
 _spmm_vjp.defvjp(_spmm_vjp_fwd, _spmm_vjp_bwd)
@@ -589,13 +597,6 @@ def _cfg(chunks: CsrChunks, n_features: int, has_values: bool, interpret: Option
                    n_slots=chunks.n_slots, t_n_slots=chunks.t_n_slots)
 
 
-def _sorted_values(chunks: CsrChunks, values):
-    """``values`` (COO order) in CSR order, with ``chunk`` padding entries."""
-    if values.shape[0] == 0:
-        return jnp.zeros(chunks.perm.shape, values.dtype)
-    return values[chunks.perm]
-
-
 def _scale(v):
     return None if v is None else lax.stop_gradient(v.astype(jnp.float32))
 
@@ -605,9 +606,10 @@ def _csr_jit(chunks: CsrChunks, x, values, row_scale, col_scale, cfg: _Config):
     n_feat = x.shape[1]
     extra = -n_feat % cfg.block_f
     xp = jnp.pad(x, ((0, 0), (0, extra))) if extra else x
-    vals = _sorted_values(chunks, values) if cfg.has_values else jnp.zeros((0,), jnp.float32)
-    g = _Graph(chunks.fwd, chunks.tr, chunks.t_to_f, _scale(col_scale), _scale(row_scale))
-    return _spmm_vjp(cfg, vals, xp, g)[:, :n_feat]
+    values = values if cfg.has_values else jnp.zeros((0,), jnp.float32)
+    g = _Graph(chunks.fwd, chunks.tr, chunks.perm, chunks.inv_perm, chunks.t_perm, _scale(col_scale),
+               _scale(row_scale))
+    return _spmm_vjp(cfg, values, xp, g)[:, :n_feat]
 
 
 def csr_chunk_spmm(chunks: CsrChunks, x: Array, values: Optional[Array] = None, *,
@@ -645,7 +647,7 @@ def _csr_int8_jit(chunks, x_q, scales, values, row_scale, cfg: _Config):
     n_feat = x_q.shape[1]
     extra = -n_feat % cfg.block_f
     xp = jnp.pad(x_q, ((0, 0), (0, extra))) if extra else x_q
-    vals = _sorted_values(chunks, values) if cfg.has_values else None
+    vals = _sorted_values(values, chunks.perm) if cfg.has_values else None
     return _spmm_call(cfg, chunks.fwd, cfg.n_slots, vals, xp, scales.astype(jnp.float32), _scale(row_scale),
                       jnp.float32, "csr_spmm_int8")[:, :n_feat]
 
