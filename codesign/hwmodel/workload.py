@@ -362,7 +362,8 @@ def with_backward(stages) -> tuple[Stage, ...]:
     return tuple(s.scaled(_BACKWARD[s.kind]) for s in stages)
 
 
-GPU_SECTOR_BYTES = 32  # DRAM / L2 access granularity of NVIDIA GPUs (CUDA C++ Programming Guide, "Device Memory Accesses")
+# DRAM / L2 access granularity of NVIDIA GPUs (CUDA C++ Programming Guide, "Device Memory Accesses")
+GPU_SECTOR_BYTES = 32
 
 
 def csr_chunk_spmm_stages(n_rows, nnz, width, x_bits, out_bits, *, edge_values: bool = True, node_scales: int = 0,
