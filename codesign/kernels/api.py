@@ -68,11 +68,12 @@ IMPLS: dict[tuple[type, str], Callable] = {
 
 def auto_impl(adj: Adjacency, x: jax.Array) -> str:
     """The backend ``impl="auto"`` runs: Pallas for the block formats on a GPU, their XLA references
-    elsewhere; for a `CooAdjacency` the Pallas CSR kernel where a `CsrChunks` is attached and the
-    backend is a GPU, scipy's CSR kernel where a `CsrPattern` is attached, the backend is the CPU
+    elsewhere; for a `CooAdjacency` the Pallas CSR kernel where a `CsrChunks` is attached, the
+    backend is a GPU and x is float32 / bfloat16, scipy's CSR kernel where a `CsrPattern` is attached, the backend is the CPU
     and E x F >= `CSR_AUTO_MIN_WORK`, else segment_sum."""
     gpu = jax.default_backend() == "gpu"
-    if isinstance(adj, CooAdjacency) and isinstance(adj.pattern, CsrChunks) and gpu:
+    if isinstance(adj, CooAdjacency) and isinstance(adj.pattern, CsrChunks) and gpu \
+            and x.dtype in (jnp.float32, jnp.bfloat16):
         return "pallas_csr"
     if isinstance(adj, BlockSparseAdjacency):
         return "pallas" if gpu else "bsr_xla"
