@@ -3,8 +3,9 @@
 The natural-graph aggregation kernel of issue 19: no tiles, so a program moves only the bytes a
 CSR gather must move (row pointers, column ids, the gathered X rows, Y once), against ~2,900
 bytes per edge of 16 x 16 BSR tiles on an RCM-ordered R-MAT graph. Design after GE-SpMM's
-row-split CSR (Huang et al., SC'20) with a host-side balanced partition of the edges
-(merge-path style: Merrill & Garland, SC'16) so a hub row never serializes one program.
+row-split CSR (Huang et al., SC'20), with work items bounded in edges on the host so a hub row
+never serializes one program (the nonzero-split idea of merge-based SpMV: Merrill & Garland,
+SC'16; here a plain split of the heavy rows, not a merge path).
 
 Layout (STYLE 5: kernel, the function building its ``pallas_call``, a public ``custom_vjp``
 entry and the plain-JAX reference side by side; tile sizes in `CsrBlockSizes`):
@@ -19,7 +20,9 @@ entry and the plain-JAX reference side by side; tile sizes in `CsrBlockSizes`):
   ``chunk`` edges: one vector load of the column ids (and of the edge values, if any), one
   gathered ``[chunk, block_f]`` tile of X per feature tile (all F looped inside the program, the
   ids loaded once), f32 multiply by the edge weight and reduction over the chunk. The per-row
-  f32 sums are scaled by ``row_scale[row]`` and stored once.
+  f32 sums are scaled by ``row_scale[row]`` and stored once. With ``rows_per_step`` > 1 a window
+  is walked that many rows at a time (``[rows, chunk]`` id tiles, ``[rows, chunk, block_f]``
+  gathers, uneven rows masked).
 * `_sddmm_kernel`: the edge-value gradient ``dv[e] = r[i] c[j] <dY[i], X[j]>`` over the same
   work items and chunks (each edge belongs to exactly one item, so the masked stores never
   overlap).
@@ -31,7 +34,7 @@ entry and the plain-JAX reference side by side; tile sizes in `CsrBlockSizes`):
 
 GCN normalization folded: ``D^-1/2 A D^-1/2 X`` is ``row_scale = col_scale = deg^-1/2`` with no
 ``values`` (`gcn_scales`): no per-edge value is loaded, only a node vector gathered by the same
-column ids (N x 4 bytes, L2-resident on an H100's 50 MB L2 up to ~12M nodes).
+column ids (N x 4 bytes: 4 MiB at 2^20 nodes, small beside an H100's 50 MB L2).
 
 Triton specifics live in three helpers (`_masked_load`, `_masked_store`, `_compiler_params`):
 JAX 0.11 deprecates the Pallas Triton backend in favour of Mosaic GPU; the kernels use only
