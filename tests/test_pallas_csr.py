@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from codesign.kernels import CooAdjacency, aggregate, segment_spmm
@@ -62,6 +62,7 @@ class PallasCsrTest(ExactF32Dots):
 
     @PALLAS
     @given(adj=graphs, dtype=st.sampled_from(["float32", "bfloat16"]), seed=st.integers(0, 99))
+    @example(adj=make_graph(0, hub_fraction=0.6), dtype="bfloat16", seed=0)
     def test_forward_matches_segment_sum(self, adj, dtype, seed):
         chunks = csr_chunks(adj, SIZES)
         x = jax.random.normal(jax.random.key(seed), (N_NODES, F), jnp.float32).astype(dtype)
@@ -72,16 +73,18 @@ class PallasCsrTest(ExactF32Dots):
         deg = np.bincount(np.asarray(adj.receivers), minlength=N_NODES)
         np.testing.assert_array_equal(np.asarray(got)[deg == 0], 0)  # empty rows are written, as zeros
 
-    @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(adj=graphs, seed=st.integers(0, 99))
-    def test_gradients_match_segment_sum(self, adj, seed):
+    @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(adj=graphs, dtype=st.sampled_from(["float32", "bfloat16"]), seed=st.integers(0, 99))
+    @example(adj=make_graph(0, hub_fraction=0.6), dtype="bfloat16", seed=0)  # always: bf16 with a split hub
+    def test_gradients_match_segment_sum(self, adj, dtype, seed):
         chunks = csr_chunks(adj, SIZES)
         x = jax.random.normal(jax.random.key(seed), (N_NODES, F), jnp.float32)
         ct = jax.random.normal(jax.random.key(seed + 1), (N_NODES, F), jnp.float32)
-        got = jax.grad(lambda x, w: jnp.vdot(self.spmm(chunks, x, w), ct), (0, 1))(x, adj.edge_weight)
+        got = jax.grad(lambda x, w: jnp.vdot(self.spmm(chunks, x.astype(dtype), w).astype(jnp.float32), ct),
+                       (0, 1))(x, adj.edge_weight)
         want = jax.grad(lambda x, w: jnp.vdot(segment_spmm(adj.with_weight(w), x), ct), (0, 1))(x, adj.edge_weight)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape and rel_err(g, w) < 1e-5
+        for g, w in zip(got, want):  # bf16: x, dY and dX are rounded to 8 bits of mantissa
+            assert g.shape == w.shape and rel_err(g, w) < (1e-5 if dtype == "float32" else 2e-2)
 
     @pytest.mark.parametrize("rows_per_step", [4])
     def test_rows_walked_together(self, rows_per_step):
