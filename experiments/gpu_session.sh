@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in as few device calls as the 10-minute per-call limit allows.
 #
-#   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark
+#   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark (all impls, tile keep 1.0:
+#                                                     # the issue-19 "summary" incl. the Pallas CSR kernel, cuSPARSE)
+#   bash experiments/gpu_session.sh bench_learned     # the BSR / CSR rows at the learned BlockEdgeMask tile keeps
+#   bash experiments/gpu_session.sh csr_tune          # CsrBlockSizes sweep of the Pallas CSR kernel (scale 20, F = 128)
 #   bash experiments/gpu_session.sh validate ugs      # h100 cost-model validation + UGS on Cora
 #
 # The validation grid is cut to SpMMs of <= 1.5e8 edge-features (--max-work): the full grid ran
@@ -17,6 +20,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export CODESIGN_DATA=${CODESIGN_DATA:-$PWD/.devdata}
 PY=${PY:-python3}
+# h200 on an H200, else h100 (names the kernel benchmark's output)
+GPU_TAG=${GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && echo h200 || echo h100)}
 
 {
   date -u +%FT%TZ
@@ -29,11 +34,17 @@ for stage in "$@"; do
   case "$stage" in
     tests)
       timeout 270 $PY -m pytest -q -p no:cacheprovider -k "Gpu or GPU or dispatch or aggregate or tf32" \
-        ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_kernels.py} \
+        ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_pallas_csr.py tests/test_kernels.py} \
         2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
     bench)
-      timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --out "$OUT/kernel_bench_h100.json" \
-        2>&1 | tee "$OUT/kernel_bench.log" | grep -v "it/s\]" | tail -40 ;;
+      timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --tile-keep 1.0 \
+        --out "$OUT/kernel_bench_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench.log" | grep -v "it/s\]" | tail -40 ;;
+    bench_learned)
+      timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --tile-keep learned \
+        --out "$OUT/kernel_bench_learned_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench_learned.log" | grep -v "it/s\]" | tail -40 ;;
+    csr_tune)
+      timeout 300 $PY experiments/csr_tune.py --out "$OUT/csr_tune_$GPU_TAG.json" \
+        2>&1 | tee "$OUT/csr_tune.log" | tail -20 ;;
     validate)
       timeout 350 $PY experiments/hwmodel_validation.py --hw h100 --max-work 1.5e8 --reps 10 --out "$OUT/hwmodel_validation_h100.json" \
         2>&1 | tr '\r' '\n' | grep -v "kernel/s\]\|s/kernel\]" | tee "$OUT/validation.log" | tail -12 ;;

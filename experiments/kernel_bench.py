@@ -6,6 +6,18 @@ and forward + backward, on Cora and an R-MAT graph after RCM reordering.
     python experiments/kernel_bench.py --scale 20 --edges 8000000   # the 1M-node / 16M-edge graph (GPU)
     python experiments/kernel_bench.py --quick              # CI smoke run
 
+Also the Pallas CSR edge-chunk kernel (`codesign.kernels.pallas_csr`: f32, bf16 and int8
+features; GPU only) and cuSPARSE through `jax.experimental.sparse` (``bcsr`` / ``bcoo`` with
+``jax_bcoo_cusparse_lowering=True`` on a GPU; the lowered HLO is checked for the cuSPARSE call).
+
+Timing is device-side: ``--inner`` repetitions of the product run inside one jitted
+``lax.fori_loop`` (each iteration's input depends on the previous output, so nothing is hoisted),
+and the median over ``--reps`` such calls is divided by ``--inner``; sub-millisecond kernels are
+not host-timed one call at a time. Every output is checked against segment_sum at full scale
+(``rel_err_vs_segment``). The top-level ``"summary"`` holds the issue-19 ratios (medians over F
+on the R-MAT graph); ``--predict`` prints the `h100` cost model's CSR-kernel times instead (no
+timing, any machine).
+
 Reports per (graph, F, tile keep fraction, impl): median time (ms) of forward and of forward +
 backward, achieved GB/s on the bytes the kernel must move (the `codesign.hwmodel` compulsory
 bytes: structure + X + output), and that as a fraction of the measured device copy bandwidth.
@@ -26,19 +38,88 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.experimental import sparse as jsparse
 
 from codesign import hwmodel
 from codesign.bench import median_time_s
 from codesign.data.synthetic import rmat_edges
 from codesign.kernels import BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate
+from codesign.kernels.pallas_csr import csr_chunk_spmm, csr_chunk_spmm_int8, csr_chunks, work_item_stats
 from codesign.kernels.pallas_spmm import bsr_spmm_int8
 from codesign.kernels.reorder import apply_permutation, rcm_permutation
 from codesign.results import write_json_atomic
 
 
+# nominal DRAM bandwidth (bytes/s) by device kind, for the compulsory-bytes roofline: NVIDIA H100 SXM5 /
+# PCIe and H200 datasheets. Other devices: the measured copy bandwidth.
+NOMINAL_DRAM_BW = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
+CSR_IMPLS = ("pallas_csr", "pallas_csr_bf16", "pallas_csr_int8")
+CUSPARSE_IMPLS = ("bcsr", "bcoo")
+
+
 def median_ms(fn, *args, reps: int) -> float:
     return 1e3 * median_time_s(fn, *args, reps=reps)
+
+
+def _perturbed(x, s):
+    """``x`` (or the first array of a tuple) with element [0, 0] bumped by a value that depends on
+    the scalar ``s`` but is 0 in practice: makes each loop iteration depend on the previous one."""
+    first = x[0] if isinstance(x, tuple) else x
+    bump = (s == jnp.float32(-1.2345e-33)).astype(first.dtype)
+    first = lax.dynamic_update_slice(first, first[:1, :1] + bump, (0, 0))
+    return (first, *x[1:]) if isinstance(x, tuple) else first
+
+
+def device_loop_ms(fn, operand, x, *, inner: int, reps: int) -> float:
+    """Device time (ms) of one ``fn(operand, x)``: ``inner`` calls in one jitted ``fori_loop``
+    (median over ``reps`` host-timed loops, divided by ``inner``)."""
+    def loop(a, x):
+        def body(_, carry):
+            x, s = carry
+            y = fn(a, _perturbed(x, s))
+            return x, sum((v.reshape(-1)[0] + v.reshape(-1)[-1]).astype(jnp.float32) for v in jax.tree.leaves(y))
+        return lax.fori_loop(0, inner, body, (x, jnp.float32(0.0)))[1]
+    return median_ms(jax.jit(loop), operand, x, reps=reps) / inner
+
+
+def nominal_dram_bw(device_kind: str, copy_gb_s: float) -> tuple[float, str]:
+    """``(bytes/s, source)`` of the roofline's DRAM bandwidth for ``device_kind``."""
+    for name, bw in NOMINAL_DRAM_BW:
+        if name in device_kind:
+            return bw, f"nominal {name}"
+    return copy_gb_s * 1e9, "measured copy"
+
+
+def csr_modeled(s, r, n: int, features, hw_name: str = "h100", chunks=None) -> dict:
+    """The cost model's CSR-kernel forward time (ms) and compulsory bytes per F for the graph
+    ``s -> r``: `hwmodel.csr_chunk_spmm_stages` (unweighted: no edge values) with the graph's
+    measured gather locality and its split rows, on preset ``hw_name``; also with uniform reuse
+    (no locality) and segment_sum's modeled time, all on the same preset."""
+    hw = hwmodel.presets.get(hw_name)
+    loc = hwmodel.measure_locality(s, r, n)
+    if chunks is None:
+        chunks = csr_chunks(CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), None, n))
+    st = work_item_stats(chunks)
+    out = {"hw": hw_name, "work_items": st, "by_features": {}}
+    for f in features:
+        row = {}
+        for bits, tag in ((32.0, "f32"), (16.0, "bf16"), (8.0, "int8")):
+            out_bits = 32.0 if bits == 8.0 else bits
+            kw = dict(edge_values=False, node_scales=1 if bits == 8.0 else 0, split_rows=st["split_rows"],
+                      slots=st["slots"])
+            stages = hwmodel.csr_chunk_spmm_stages(n, s.size, f, bits, out_bits, locality=loc, **kw)
+            row[f"csr_{tag}_ms"] = 1e3 * sum(float(hwmodel.stage_cost(x, hw).latency_s) for x in stages)
+            row[f"csr_{tag}_compulsory_bytes"] = sum(float(x.compulsory_bytes) for x in stages[:1])
+            if tag == "f32":
+                uni = hwmodel.csr_chunk_spmm_stages(n, s.size, f, bits, out_bits, **kw)
+                row["csr_f32_uniform_reuse_ms"] = 1e3 * sum(float(hwmodel.stage_cost(x, hw).latency_s) for x in uni)
+                seg = hwmodel.segment_spmm_stages(n, s.size, f, bits, bits, locality=loc)
+                row["segment_f32_ms"] = 1e3 * sum(float(hwmodel.stage_cost(x, hw).latency_s) for x in seg)
+                row["compulsory_roofline_ms"] = 1e3 * row["csr_f32_compulsory_bytes"] / hw.dram_bw_bytes_per_s
+                row["fraction_of_compulsory_roofline"] = row["compulsory_roofline_ms"] / row["csr_f32_ms"]
+        out["by_features"][str(f)] = row
+    return out
 
 
 def copy_bandwidth_gb_s(reps: int) -> float:
@@ -72,24 +153,36 @@ def load_graphs(args):
     return graphs
 
 
-def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool):
+def int8_rows(x):
+    """Symmetric per-row int8 quantization: ``(x_q int8 [N, F], scales f32 [N])``."""
+    scales = jnp.maximum(jnp.max(jnp.abs(x), axis=1), 1e-12) / 127.0
+    return jnp.clip(jnp.round(x / scales[:, None]), -127, 127).astype(jnp.int8), scales
+
+
+def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool, csr=None):
     """name -> (fn(operand, x) -> y, operand, x) for every implementation that applies. Operands
-    are jit arguments, never closure constants (XLA would constant-fold the products)."""
+    are jit arguments, never closure constants (XLA would constant-fold the products). On a GPU
+    ``bcsr`` and ``bcoo`` run cuSPARSE (``jax_bcoo_cusparse_lowering``, set in `main`)."""
     x = jax.random.normal(jax.random.key(0), (n, f), jnp.float32)
     xp = bsr.permute_features(x)
     out = {"segment": (lambda a, x: aggregate(a, x, impl="segment"), adj, x),
            "bsr_xla": (lambda a, x: aggregate(a, x, impl="bsr_xla"), bsr, xp)}
-    m = jsparse.BCSR.from_bcoo(jsparse.BCOO((jnp.ones(adj.n_edges), jnp.stack([adj.receivers, adj.senders], 1)),
-                                            shape=(n, n)).sum_duplicates())
+    coo = jsparse.BCOO((jnp.ones(adj.n_edges), jnp.stack([adj.receivers, adj.senders], 1)),
+                       shape=(n, n)).sum_duplicates()
+    m = jsparse.BCSR.from_bcoo(coo)
     out["bcsr"] = (lambda a, x: a @ x, m, x)
+    if on_gpu:
+        out["bcoo"] = (lambda a, x: a @ x, coo, x)
+    if on_gpu and csr is not None:
+        out["pallas_csr"] = (lambda c, x: csr_chunk_spmm(c, x), csr, x)
+        out["pallas_csr_bf16"] = (lambda c, x: csr_chunk_spmm(c, x), csr, x.astype(jnp.bfloat16))
+        out["pallas_csr_int8"] = (lambda c, xs: csr_chunk_spmm_int8(c, xs[0], xs[1]), csr, int8_rows(x))
     if dense_ok:
         out["dense"] = (lambda a, x: a @ x, jnp.zeros((n, n), jnp.float32).at[adj.receivers, adj.senders].add(1.0), x)
     if on_gpu:
         out["pallas"] = (lambda a, x: aggregate(a, x, impl="pallas"), bsr, xp)
         # int8 features with per-node scales, dequantized inside the kernel (forward only)
-        scales = jnp.maximum(jnp.max(jnp.abs(xp), axis=1), 1e-12) / 127.0
-        xq = jnp.clip(jnp.round(xp / scales[:, None]), -127, 127).astype(jnp.int8)
-        out["pallas_int8"] = (lambda a, xs: bsr_spmm_int8(a, xs[0], xs[1]), bsr, (xq, scales))
+        out["pallas_int8"] = (lambda a, xs: bsr_spmm_int8(a, xs[0], xs[1]), bsr, int8_rows(xp))
     return out
 
 
@@ -132,6 +225,64 @@ def tile_keeps(spec: str, learned_from: str) -> list[float]:
     return out
 
 
+def predict(args) -> dict:
+    """``--predict``: `csr_modeled` for the R-MAT graph of ``--scale`` / ``--edges`` at each F,
+    printed and written to ``--out`` (default ``results/kernel_bench_predictions_<hw>.json``)."""
+    s, r = rmat_edges(args.scale, args.edges, seed=0)
+    n = 1 << args.scale
+    features = [int(v) for v in args.features.split(",")]
+    out = {"what": "modeled CSR-kernel forward times (no timing)", "graph": f"rmat{args.scale}", "nodes": n,
+           "edges": int(s.size), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           **csr_modeled(s, r, n, features, args.hw)}
+    for f, row in out["by_features"].items():
+        print(f"F={f:>4s} " + "  ".join(f"{k} {v:.4g}" for k, v in row.items()))
+    path = args.out or f"results/kernel_bench_predictions_{args.hw}.json"
+    write_json_atomic(path, out)
+    print(f"wrote {path}")
+    return out
+
+
+def summary(rows: list, graph: str, date: str) -> dict:
+    """The issue-19 ratios on ``graph`` at tile keep 1.0: medians over F of segment_sum time /
+    CSR time (f32 forward, f32 forward + backward), best cuSPARSE (bcsr or bcoo) / CSR (f32
+    forward), segment_sum f32 / CSR int8 (forward), and the CSR f32 forward's fraction of its
+    compulsory-bytes roofline; None where a needed impl was not timed (e.g. on a CPU)."""
+    by = {}
+    for r_ in rows:
+        if r_["graph"] == graph and r_["tile_keep"] == 1.0:
+            by.setdefault(r_["features"], {})[r_["impl"]] = r_
+
+    def med(fn):
+        vals = []
+        for impls_ in by.values():
+            try:
+                vals.append(fn(impls_))
+            except (KeyError, TypeError):
+                continue
+        return float(np.median(vals)) if vals else None
+
+    def best_cusparse(i):
+        ms = [i[k]["forward_ms"] for k in CUSPARSE_IMPLS if k in i and i[k].get("cusparse_call")]
+        return min(ms) if ms else None
+
+    out = {
+        "graph": graph, "features": sorted(by),
+        "csr_vs_segment_fwd_f32": med(lambda i: i["segment"]["forward_ms"] / i["pallas_csr"]["forward_ms"]),
+        "csr_vs_segment_fwdbwd_f32": med(lambda i: i["segment"]["forward_backward_ms"]
+                                         / i["pallas_csr"]["forward_backward_ms"]),
+        "csr_vs_cusparse_fwd_f32": med(lambda i: best_cusparse(i) / i["pallas_csr"]["forward_ms"]),
+        "csr_int8_vs_segment_fwd": med(lambda i: i["segment"]["forward_ms"] / i["pallas_csr_int8"]["forward_ms"]),
+        "csr_int8_vs_csr_f32_fwd": med(lambda i: i["pallas_csr"]["forward_ms"] / i["pallas_csr_int8"]["forward_ms"]),
+        "fraction_of_compulsory_roofline": med(lambda i: i["pallas_csr"]["compulsory_roofline_fraction"]),
+        "date": date,
+    }
+    targets = {"csr_vs_segment_fwd_f32": 3.0, "csr_vs_segment_fwdbwd_f32": 3.0, "csr_vs_cusparse_fwd_f32": 1.0,
+               "fraction_of_compulsory_roofline": 0.30, "csr_int8_vs_csr_f32_fwd": 1.0}
+    out["targets_met"] = {k: (None if out[k] is None else bool(out[k] >= t if k != "csr_int8_vs_csr_f32_fwd"
+                                                                else out[k] > t)) for k, t in targets.items()}
+    return out
+
+
 def _result(args, backend, copy_gb_s, formats, rows, failed, complete: bool) -> dict:
     seg = {(r_["graph"], r_["tile_keep"], r_["features"]): r_ for r_ in rows if r_["impl"] == "segment"}
     for r_ in rows:
@@ -140,11 +291,16 @@ def _result(args, backend, copy_gb_s, formats, rows, failed, complete: bool) -> 
         r_["speedup_vs_segment_fwd_bwd"] = (None if r_["forward_backward_ms"] is None
                                             else base["forward_backward_ms"] / r_["forward_backward_ms"])
     device = jax.devices()[0]
-    return {"what": "aggregation kernel benchmark", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), "device": getattr(device, "device_kind", str(device)), "backend": backend,
-        "jax": jax.__version__, "platform": platform.platform(), "copy_bw_gb_s": copy_gb_s,
-        "block_size": args.block_size, "reps": args.reps, "formats": formats, "rows": rows, "failed": failed,
-        "pallas_timed": backend == "gpu", "complete": complete}
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    kind = getattr(device, "device_kind", str(device))
+    return {"what": "aggregation kernel benchmark", "date": date, "device": kind, "backend": backend,
+            "jax": jax.__version__, "platform": platform.platform(), "copy_bw_gb_s": copy_gb_s,
+            "roofline_dram_bw": dict(zip(("bytes_per_s", "source"), nominal_dram_bw(kind, copy_gb_s))),
+            "block_size": args.block_size, "reps": args.reps, "inner_reps": args.inner,
+            "timing": "device loop: --inner calls in one jitted fori_loop, median of --reps loops / --inner",
+            "cusparse_lowering": bool(jax.config.jax_bcoo_cusparse_lowering),
+            "summary": summary(rows, f"rmat{args.scale}", date), "formats": formats, "rows": rows,
+            "failed": failed, "pallas_timed": backend == "gpu", "complete": complete}
 
 
 def main(argv=None) -> dict:
@@ -157,16 +313,24 @@ def main(argv=None) -> dict:
                     help="comma-separated kept tile fractions; 'learned' = the BlockEdgeMask fractions of --learned-from")
     ap.add_argument("--learned-from", default="results/cora_gcn_sparsify_quant.jsonl")
     ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5, help="host-timed device loops per measurement (median)")
+    ap.add_argument("--inner", type=int, default=20, help="products per device loop")
     ap.add_argument("--data-root", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--predict", action="store_true",
+                    help="print and write the cost model's CSR-kernel predictions for the R-MAT graph (no timing)")
+    ap.add_argument("--hw", default="h100", help="preset of --predict")
     args = ap.parse_args(argv)
     if args.quick:
-        args.scale, args.features, args.reps = 11, "64", 2
+        args.scale, args.features, args.reps, args.inner = 11, "64", 2, 2
         args.tile_keep = "1.0"
     args.edges = args.edges or 8 * (1 << args.scale)
+    if args.predict:
+        return predict(args)
     backend = jax.default_backend()
     on_gpu = backend == "gpu"
+    if on_gpu:  # the cuSPARSE baseline: BCSR / BCOO products lower to cuSPARSE SpMM
+        jax.config.update("jax_bcoo_cusparse_lowering", True)
     out_path = args.out or f"results/kernel_bench_{backend}{'_quick' if args.quick else ''}.json"
     copy_gb_s = copy_bandwidth_gb_s(args.reps)
     rows, formats, failed = [], {}, []
@@ -192,17 +356,28 @@ def main(argv=None) -> dict:
             perm = np.asarray(bsr.perm)
             valid = (rr < n) & (cc < n)
             adj = CooAdjacency(jnp.asarray(perm[cc[valid]], jnp.int32), jnp.asarray(perm[rr[valid]], jnp.int32), None, n)
+            csr = csr_chunks(adj) if on_gpu else None  # the same edges for the CSR kernel (host-side plan)
             for f in [int(v) for v in args.features.split(",")]:
                 nbytes = float(hwmodel.spmm_stage(n, adj.n_edges, f, 32.0, 32.0).compulsory_bytes)
-                for name, (fn, operand, x) in impls(adj, bsr, n, f, on_gpu, n <= 8192).items():
+                bw, _ = nominal_dram_bw(getattr(jax.devices()[0], "device_kind", ""), copy_gb_s)
+                want = None
+                for name, (fn, operand, x) in impls(adj, bsr, n, f, on_gpu, n <= 8192, csr).items():
                     try:
-                        fwd = median_ms(jax.jit(fn), operand, x, reps=args.reps)
+                        y = jax.jit(fn)(operand, x)
+                        if name in ("bsr_xla", "pallas", "pallas_int8"):
+                            y = bsr.unpermute(y)
+                        if want is None:  # "segment" comes first: the full-scale reference
+                            want = y.astype(jnp.float32)
+                        err = float(jnp.linalg.norm(y.astype(jnp.float32) - want) / jnp.linalg.norm(want))
+                        del y
+                        fwd = device_loop_ms(fn, operand, x, inner=args.inner, reps=args.reps)
                         fwd_bwd_ms = None
                         if not name.endswith("int8"):  # int8 inputs have no gradient
-                            ct = jax.random.normal(jax.random.key(1), x.shape, jnp.float32)
-                            fwd_bwd = jax.jit(lambda a, x, ct, fn=fn: jax.value_and_grad(
-                                lambda x: jnp.vdot(fn(a, x), ct))(x))
-                            fwd_bwd_ms = median_ms(fwd_bwd, operand, x, ct, reps=args.reps)
+                            ct = jax.random.normal(jax.random.key(1), jax.tree.leaves(x)[0].shape, jnp.float32)
+                            fwd_bwd = (lambda a_ct, x, fn=fn: jax.value_and_grad(
+                                lambda x: jnp.vdot(fn(a_ct[0], x).astype(jnp.float32), a_ct[1]))(x))
+                            fwd_bwd_ms = device_loop_ms(fwd_bwd, (operand, ct), x, inner=args.inner, reps=args.reps)
+                        lowered = jax.jit(fn).lower(operand, x).as_text() if name in CUSPARSE_IMPLS else ""
                     except jax.errors.JaxRuntimeError as e:  # e.g. bsr_xla's [tiles, B, F] gather out of memory
                         failed.append({"graph": gname, "tile_keep": keep, "features": f, "impl": name,
                                        "error": str(e).splitlines()[0][:300]})
@@ -212,6 +387,18 @@ def main(argv=None) -> dict:
                            "features": f, "impl": name, "forward_ms": fwd, "forward_backward_ms": fwd_bwd_ms,
                            "gb_s": nbytes / (fwd * 1e-3) / 1e9}
                     row["copy_bw_fraction"] = row["gb_s"] / copy_gb_s
+                    row["rel_err_vs_segment"] = err
+                    if name in CUSPARSE_IMPLS:
+                        row["cusparse_call"] = "cusparse" in lowered or "hipsparse" in lowered
+                    if name in CSR_IMPLS:  # the kernel's own compulsory bytes (no edge values; int8: + scales)
+                        bits = {"pallas_csr": 32.0, "pallas_csr_bf16": 16.0, "pallas_csr_int8": 8.0}[name]
+                        st = work_item_stats(csr)
+                        stages = hwmodel.csr_chunk_spmm_stages(n, adj.n_edges, f, bits, 32.0 if bits == 8 else bits,
+                                                               edge_values=False, node_scales=int(bits == 8.0),
+                                                               split_rows=st["split_rows"], slots=st["slots"])
+                        row["compulsory_bytes"] = float(stages[0].compulsory_bytes)
+                        row["compulsory_roofline_fraction"] = row["compulsory_bytes"] / bw / (fwd * 1e-3)
+                        row["work_items"] = st
                     rows.append(row)
                     fb = "      n/a" if fwd_bwd_ms is None else f"{fwd_bwd_ms:9.3f}"
                     print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} fwd {fwd:9.3f} ms  fwd+bwd "

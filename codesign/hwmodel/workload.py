@@ -360,3 +360,72 @@ def with_backward(stages) -> tuple[Stage, ...]:
     """Forward + backward of each stage (see the ``BACKWARD_*`` factors; SDDMM/softmax/elementwise
     backward cost one more pass each)."""
     return tuple(s.scaled(_BACKWARD[s.kind]) for s in stages)
+
+
+# DRAM / L2 access granularity of NVIDIA GPUs (CUDA C++ Programming Guide, "Device Memory Accesses")
+GPU_SECTOR_BYTES = 32
+
+
+def csr_chunk_spmm_stages(n_rows, nnz, width, x_bits, out_bits, *, edge_values: bool = True, node_scales: int = 0,
+                          split_rows=0.0, slots=0.0, locality: Optional[LocalityProfile] = None, access_scale=1.0,
+                          sector_bytes: int = GPU_SECTOR_BYTES) -> tuple[Stage, ...]:
+    """The Pallas CSR edge-chunk SpMM (`codesign.kernels.pallas_csr`) as it is implemented: one
+    "spmm" stage for the main kernel, plus, where heavy rows are split, the combine pass and the
+    scatter of the combined rows into Y.
+
+    Compulsory bytes of the main kernel: row pointers ``(n_rows + 1) * 4``, column ids
+    ``nnz * 4``, edge values ``nnz * 4`` (only with ``edge_values``; GCN folding loads none),
+    ``node_scales`` f32 node vectors (0, 1 or 2: col / row scale, int8 dequantization scale),
+    X once with each row rounded up to whole ``sector_bytes`` sectors (a gathered row moves
+    whole sectors), Y once, and the heavy rows' f32 partial sums (``slots`` rows written).
+    Every nonzero beyond the first per row re-gathers a sector-rounded X row (``reuse_bytes``;
+    hits in L2 by ``locality``, None = uniform). The combine pass reads the ``slots`` partial
+    rows and writes ``split_rows`` rows, which the scatter reads and writes into Y.
+
+    Args:
+      n_rows, nnz, width: rows of A (= rows of X), stored nonzeros, feature columns F.
+      x_bits, out_bits: bits per X / Y element (int8 features: 8; Y is f32 then: 32).
+      edge_values: per-edge values loaded (False: unweighted or GCN-folded).
+      node_scales: number of f32 node vectors gathered or read (col scale, row scale).
+      split_rows, slots: heavy rows and their partial-sum slots (`work_item_stats`); 0: no split.
+      locality, access_scale: as in `spmm_stage`.
+      sector_bytes: access granularity (bytes); 32 on NVIDIA GPUs.
+
+    Returns:
+      ``(spmm,)`` or, with split rows, ``(spmm, combine, scatter)`` ("spmm", "spmm", "elementwise").
+      The sector rounding is a straight-through estimate: the value is rounded, the gradient
+      w.r.t. ``width`` is that of the unrounded row bytes.
+
+    Raises:
+      ValueError: as `spmm_stage`; ``node_scales`` not 0, 1 or 2; ``sector_bytes`` < 1.
+    """
+    _counts("csr_chunk_spmm_stages", n_rows=n_rows, nnz=nnz, width=width, split_rows=split_rows, slots=slots)
+    _bits("csr_chunk_spmm_stages", x_bits=x_bits, out_bits=out_bits)
+    check_density(access_scale, "csr_chunk_spmm_stages(access_scale)")
+    if node_scales not in (0, 1, 2):
+        raise ValueError(f"csr_chunk_spmm_stages(node_scales): must be 0, 1 or 2, got {node_scales!r}")
+    if isinstance(sector_bytes, bool) or not isinstance(sector_bytes, (int, np.integer)) or sector_bytes < 1:
+        raise ValueError(f"csr_chunk_spmm_stages(sector_bytes): must be an int >= 1, got {sector_bytes!r}")
+    no_split = not isinstance(split_rows, jax.core.Tracer) and float(split_rows) == 0.0
+    n_rows, nnz, width = _f32(n_rows), _f32(nnz), _f32(width)
+    split_rows, slots = _f32(split_rows), _f32(slots)
+    row_bytes = width * x_bits / 8.0
+    row_sectors = row_bytes + jax.lax.stop_gradient(jnp.ceil(row_bytes / sector_bytes) * sector_bytes - row_bytes)
+    x_bytes = n_rows * row_sectors
+    out_bytes = n_rows * width * out_bits / 8.0
+    partial_bytes = slots * width * 4.0
+    structure = (n_rows + 1) * INDEX_BYTES + nnz * (INDEX_BYTES + (VALUE_BYTES if edge_values else 0.0)) \
+        + node_scales * n_rows * 4.0
+    reuse = jnp.maximum(nnz - n_rows, 0.0) * row_sectors
+    rows, dist = _locality_fields(locality, access_scale, n_rows)
+    spmm = Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes + partial_bytes, reuse, x_bytes,
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz)
+    if no_split:
+        return (spmm,)
+    zero = jnp.zeros((), jnp.float32)
+    split_out = split_rows * width * out_bits / 8.0
+    combine = Stage("spmm", slots * width, _f32(32.0),
+                    (split_rows + 1) * INDEX_BYTES + slots * INDEX_BYTES + partial_bytes + split_out, zero, zero,
+                    gathered_rows=slots)
+    scatter = Stage("elementwise", zero, _f32(out_bits), 2.0 * split_out + split_rows * INDEX_BYTES, zero, zero)
+    return spmm, combine, scatter

@@ -6,6 +6,7 @@
     CooAdjacency         dense           dense N x N product (tests, tiny graphs)                   N
     CooAdjacency         csr_scipy       scipy CSR through a host callback (needs a `CsrPattern`)   N
     CooAdjacency         bsr_xla/pallas  the BSR backends over an attached `BlockPattern`           N
+    CooAdjacency         pallas_csr      Triton CSR edge-chunk SpMM (`csr_chunk_spmm`; needs a `CsrChunks`) N
     BlockSparseAdjacency bsr_xla         einsum over tiles + segment_sum (`bsr_spmm_reference`)     n_pad
     BlockSparseAdjacency pallas          Triton BSR SpMM (`bsr_spmm`; interpreter off GPU)          n_pad
     CondensedRowWindows  condensed_xla   `condensed_spmm_reference`                                 n_pad
@@ -26,6 +27,7 @@ from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_refer
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate
 from codesign.kernels.pallas_condensed import condensed_spmm
+from codesign.kernels.pallas_csr import CsrChunks, csr_chunk_aggregate
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
@@ -55,6 +57,7 @@ IMPLS: dict[tuple[type, str], Callable] = {
     (CooAdjacency, "csr_scipy"): csr_aggregate,
     (CooAdjacency, "bsr_xla"): _coo_on_blocks(bsr_spmm_reference),
     (CooAdjacency, "pallas"): _coo_on_blocks(bsr_spmm),
+    (CooAdjacency, "pallas_csr"): csr_chunk_aggregate,
     (BlockSparseAdjacency, "bsr_xla"): bsr_spmm_reference,
     (BlockSparseAdjacency, "pallas"): bsr_spmm,
     (CondensedRowWindows, "condensed_xla"): condensed_spmm_reference,
@@ -65,9 +68,13 @@ IMPLS: dict[tuple[type, str], Callable] = {
 
 def auto_impl(adj: Adjacency, x: jax.Array) -> str:
     """The backend ``impl="auto"`` runs: Pallas for the block formats on a GPU, their XLA references
-    elsewhere; for a `CooAdjacency` scipy's CSR kernel where a `CsrPattern` is attached, the backend
-    is the CPU and E x F >= `CSR_AUTO_MIN_WORK`, else segment_sum."""
+    elsewhere; for a `CooAdjacency` the Pallas CSR kernel where a `CsrChunks` is attached, the
+    backend is a GPU and x is float32 / bfloat16, scipy's CSR kernel where a `CsrPattern` is attached, the backend is the CPU
+    and E x F >= `CSR_AUTO_MIN_WORK`, else segment_sum."""
     gpu = jax.default_backend() == "gpu"
+    if isinstance(adj, CooAdjacency) and isinstance(adj.pattern, CsrChunks) and gpu \
+            and x.dtype in (jnp.float32, jnp.bfloat16):
+        return "pallas_csr"
     if isinstance(adj, BlockSparseAdjacency):
         return "pallas" if gpu else "bsr_xla"
     if isinstance(adj, CondensedRowWindows):

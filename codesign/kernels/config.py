@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["BlockSizes"]
+__all__ = ["BlockSizes", "CsrBlockSizes"]
 
 _MIN_TRITON_DOT_DIM = 16  # Triton's tl.dot needs every matrix dimension >= 16
 
@@ -52,3 +52,56 @@ class BlockSizes:
         if self.num_warps is not None:
             return self.num_warps
         return 4 if block_size <= 32 else 8
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CsrBlockSizes:
+    """Tiling of the Pallas CSR edge-chunk SpMM (`codesign.kernels.pallas_csr`) and its launch
+    parameters. Host-side work items and in-kernel vector sizes are both set here.
+
+    Attributes:
+      chunk: edges per vector load of column ids (the gathered X tile is ``[chunk, block_f]``);
+        a power of two >= 8.
+      max_item_edges: edge budget of one work item (a multiple of ``chunk``). A row with more
+        edges is split into items of at most this many edges whose partial sums a second,
+        deterministic pass adds (no atomics); a window of light rows holds fewer than
+        ``2 * max_item_edges`` edges.
+      max_item_rows: rows per window work item (>= 1).
+      block_f: feature columns per gathered tile (a power of two >= 8); all ``ceil(F / block_f)``
+        tiles are looped inside one program, so column ids are loaded once per row chunk.
+      rows_per_step: rows of a window walked together (a power of two >= 1): 1 walks them one by
+        one (GE-SpMM's row split); more load a ``[rows, chunk]`` tile of column ids and gather a
+        ``[rows, chunk, block_f]`` tile per step, masking rows shorter than the longest (more
+        loads in flight per program, idle lanes on uneven rows).
+      num_warps: warps per program (power of two).
+      num_stages: software-pipelining stages of the chunk loop (Triton ``num_stages``).
+      items_multiple: the work-item, split-row and slot counts are padded up to a multiple of this
+        (empty items), so graphs of similar size share one compiled kernel.
+    """
+
+    chunk: int = 16
+    max_item_edges: int = 512
+    max_item_rows: int = 32
+    block_f: int = 64
+    rows_per_step: int = 1
+    num_warps: int = 4
+    num_stages: int = 2
+    items_multiple: int = 64
+
+    def __post_init__(self):
+        for name, lo in (("chunk", 8), ("block_f", 8), ("rows_per_step", 1), ("num_warps", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo or v & (v - 1):
+                raise ValueError(f"CsrBlockSizes.{name} must be a power of two >= {lo}, got {v!r}")
+        if not isinstance(self.max_item_edges, int) or self.max_item_edges < self.chunk \
+                or self.max_item_edges % self.chunk:
+            raise ValueError(f"CsrBlockSizes.max_item_edges must be a positive multiple of chunk={self.chunk}, "
+                             f"got {self.max_item_edges!r}")
+        for name in ("max_item_rows", "num_stages", "items_multiple"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"CsrBlockSizes.{name} must be an int >= 1, got {v!r}")
+
+    def feature_tile(self, n_features: int) -> int:
+        """The feature tile for ``n_features`` columns: ``max(8, min(block_f, next_pow2(F)))``."""
+        return max(8, min(self.block_f, _next_power_of_2(n_features)))
