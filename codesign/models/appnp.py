@@ -18,7 +18,7 @@ none and its Cora benchmark uses none).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,8 @@ class APPNP(GNN):
       dropout: dropout rate on each MLP layer's input (paper: 0.5).
       k_hops: K, propagation steps (paper: 10).
       alpha: teleport probability in [0, 1] (paper: 0.1).
+      aggregate_fn: the aggregation of every propagation step, ``aggregate_fn(adj, z, impl=...)``
+        (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
 
@@ -61,7 +63,8 @@ class APPNP(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", rngs: nnx.Rngs):
+                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         check_widths("APPNP", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if not (isinstance(k_hops, int) and k_hops >= 0):
@@ -69,6 +72,7 @@ class APPNP(GNN):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"APPNP: alpha must be in [0, 1], got {alpha}")
         self.bits, self.k_hops, self.alpha, self.impl = bits, k_hops, float(alpha), impl
+        self.aggregate_fn = aggregate_fn
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
@@ -84,7 +88,7 @@ class APPNP(GNN):
 
     def propagate(self, h: jax.Array, adj: CooAdjacency) -> jax.Array:
         """K steps of ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``; ``adj`` is normalized."""
-        step = lambda _, z: (1.0 - self.alpha) * aggregate(adj, z, impl=self.impl) + self.alpha * h
+        step = lambda _, z: (1.0 - self.alpha) * self.aggregate_fn(adj, z, impl=self.impl) + self.alpha * h
         return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:

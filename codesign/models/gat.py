@@ -49,7 +49,7 @@ the edges they hold.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -122,6 +122,10 @@ class GATConv(nnx.Module):
       attn_dropout: dropout rate on the normalized attention coefficients (training only; paper 0.6).
       impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas");
         "auto" also takes the CSR path on CPU when ``loops.pattern`` is a `CsrPattern`.
+      aggregate_fn: the edge path's SpMM, ``aggregate_fn(adj, x, impl="auto")`` over the
+        head-expanded adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
+        The fused and the CSR path run their own kernels (`gat_aggregate`, `csr_spmm`): the
+        softmax is fused into them.
 
     Raises:
       ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
@@ -134,9 +138,10 @@ class GATConv(nnx.Module):
     def __init__(self, in_features: int, out_features: int, heads: int, *, concat: bool = True,
                  bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None,
                  signed_input: bool = False, attn_dropout: float = 0.0,
-                 negative_slope: float = NEGATIVE_SLOPE, impl: str = "auto", rngs: nnx.Rngs):
+                 negative_slope: float = NEGATIVE_SLOPE, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         self.in_features, self.out_features, self.heads, self.concat = in_features, out_features, heads, concat
-        self.negative_slope, self.impl = negative_slope, impl
+        self.negative_slope, self.impl, self.aggregate_fn = negative_slope, impl, aggregate_fn
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, heads * out_features), jnp.float32))
         self.att_src = nnx.Param(init(rngs.params(), (heads, out_features), jnp.float32))
@@ -185,7 +190,7 @@ class GATConv(nnx.Module):
                                    negative_slope=self.negative_slope)
             alpha = self.attn_dropout(alpha)
             a = head_adjacency(loops.senders, loops.receivers, n, alpha)
-            out = aggregate(a, h.reshape(n * self.heads, self.out_features)).reshape(h.shape)
+            out = self.aggregate_fn(a, h.reshape(n * self.heads, self.out_features), impl="auto").reshape(h.shape)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
 
@@ -224,6 +229,8 @@ class GAT(GNN):
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
       impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise; on CPU the
         CSR path when ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
+      aggregate_fn: the edge path's aggregation in both layers (`GATConv`; default
+        `codesign.kernels.aggregate`).
 
     Raises:
       ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
@@ -240,7 +247,8 @@ class GAT(GNN):
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
-                 attn_dropout: Optional[float] = None, impl: str = "auto", rngs: nnx.Rngs):
+                 attn_dropout: Optional[float] = None, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         check_widths("GAT", in_features=in_features, hidden=hidden, n_classes=n_classes, heads=heads, out_heads=out_heads)
         self.in_features = in_features
         attn = dropout if attn_dropout is None else attn_dropout
@@ -251,7 +259,8 @@ class GAT(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.channel_mask = ChannelMask(heads * hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl, rngs=rngs)
+        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl,
+                 aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = GATConv(in_features, hidden, heads, concat=True, **q)
         self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, signed_input=True, **q)
 

@@ -13,7 +13,7 @@ APPNP share.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -50,13 +50,15 @@ class GINConv(nnx.Module):
     ``lin1`` is linear, so ``A' (X W1) = (A' X) W1``: like `GCNConv`, the layer aggregates the
     narrower of ``X`` [N, K] and ``X W1`` [N, hidden]; ``lin1``'s bias is added after aggregating
     (the exact GIN formula). ``eps`` is an `nnx.Param` initialised to 0 (GIN-eps).
+    ``aggregate_fn(adj, x, impl=...)`` is the sum aggregation (default `codesign.kernels.aggregate`),
+    injected as in `GCNConv`.
 
     Shapes: ``x [N, in_features], adj`` (E edges, no self-loops) ``-> [N, out_features]``.
     """
 
     def __init__(self, in_features: int, hidden: int, out_features: int, *, bits: Optional[int] = None,
-                 impl: str = "auto", rngs: nnx.Rngs):
-        self.impl = impl
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+        self.impl, self.aggregate_fn = impl, aggregate_fn
         self.eps = nnx.Param(jnp.zeros((), jnp.float32))
         self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
         self.lin2 = QuantLinear(hidden, out_features, bits=bits, rngs=rngs)  # ReLU outputs >= 0
@@ -65,9 +67,9 @@ class GINConv(nnx.Module):
     def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> jax.Array:
         a = gin_adjacency(adj, self.eps[...], edge_weight)
         if self.hidden <= self.in_features:  # combine first: aggregate the narrower matrix
-            h = aggregate(a, self.lin1.combine(x), impl=self.impl)
+            h = self.aggregate_fn(a, self.lin1.combine(x), impl=self.impl)
         else:
-            h = self.lin1.combine(aggregate(a, x, impl=self.impl))
+            h = self.lin1.combine(self.aggregate_fn(a, x, impl=self.impl))
         return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
 
 
@@ -82,21 +84,23 @@ class GIN(GNN):
       feature_mask: if True, a `FeatureMask` gating the input columns.
       bits: fake-quantization bit-width of features and weights (None = fp32).
       dropout: dropout rate on each layer's input.
+      aggregate_fn: the aggregation both layers run (`GINConv`; default `codesign.kernels.aggregate`).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 impl: str = "auto", rngs: nnx.Rngs):
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GIN", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         self.bits = bits
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.conv1 = GINConv(in_features, hidden, hidden, bits=bits, impl=impl, rngs=rngs)
-        self.conv2 = GINConv(hidden, hidden, n_classes, bits=bits, impl=impl, rngs=rngs)
+        conv = dict(bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
+        self.conv1 = GINConv(in_features, hidden, hidden, **conv)
+        self.conv2 = GINConv(hidden, hidden, n_classes, **conv)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
         check_input("GIN", x, self.in_features, adj.n_nodes)

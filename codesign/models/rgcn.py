@@ -21,7 +21,7 @@ narrower result is aggregated; otherwise the R aggregations of X come first and 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -102,14 +102,17 @@ class RGCNConv(nnx.Module):
     Parameters: ``basis_kernel`` V [B, in, out] and ``coefficients`` a [R, B] (basis decomposition,
     eq. 3; with ``n_bases=None`` a free ``relation_kernel`` W [R, in, out] instead), ``kernel`` W_0
     [in, out] (the self-connection) and ``bias`` [out]. Glorot-uniform init (as PyG's
-    ``RGCNConv``), zero bias.
+    ``RGCNConv``), zero bias. ``aggregate_fn(adj, x, impl=...)`` is each relation's aggregation
+    (default `codesign.kernels.aggregate`), injected as in `GCNConv`.
 
     Shapes: ``__call__(x float32 [N, in_features], adjs: R normalized CooAdjacency) -> [N, out_features]``.
     """
 
     def __init__(self, in_features: int, out_features: int, n_relations: int, *, n_bases: Optional[int] = None,
-                 bits: Optional[int] = None, signed_input: bool = True, impl: str = "auto", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, signed_input: bool = True, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
+        self.aggregate_fn = aggregate_fn
         self.n_relations, self.n_bases = n_relations, n_bases
         init = jax.nn.initializers.glorot_uniform()
         if n_bases is None:
@@ -134,9 +137,9 @@ class RGCNConv(nnx.Module):
         w = self.quant_w(jnp.concatenate([self.kernel[...][None], self.relation_weights()]))  # [R+1, in, out]
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
             xw = jnp.einsum("nk,rkf->rnf", x, w)
-            out = xw[0] + sum(aggregate(adj, xw[r + 1], impl=self.impl) for r, adj in enumerate(adjs))
+            out = xw[0] + sum(self.aggregate_fn(adj, xw[r + 1], impl=self.impl) for r, adj in enumerate(adjs))
         else:
-            agg = jnp.stack([x] + [aggregate(adj, x, impl=self.impl) for adj in adjs])
+            agg = jnp.stack([x] + [self.aggregate_fn(adj, x, impl=self.impl) for adj in adjs])
             out = jnp.einsum("rnk,rkf->nf", agg, w)
         return out + self.bias[...]
 
@@ -193,6 +196,8 @@ class RGCN(GNN):
       bits: fake-quantization bit-width of features and weights (None = fp32). The first layer's
         input is quantized signed (raw features may be negative), the second's unsigned (ReLU).
       dropout: dropout rate on each layer's input (paper: none).
+      aggregate_fn: the aggregation of every relation in both layers (`RGCNConv`; default
+        `codesign.kernels.aggregate`).
 
     Shapes: ``__call__(x float32 [N, in_features], adjs) -> logits [N, n_classes]`` with ``adjs``
     a tuple of R `CooAdjacency` (`relation_adjacencies`), or one `CooAdjacency` when R = 1 (so
@@ -205,7 +210,8 @@ class RGCN(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_relations: int = 1,
                  n_bases: Optional[int] = None, n_edges: Optional[int] = None, feature_mask: bool = False,
-                 bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("RGCN", in_features=in_features, hidden=hidden, n_classes=n_classes, n_relations=n_relations)
         self.in_features = in_features
         for field, v in (("n_relations", n_relations), ("n_bases", n_bases)):
@@ -215,7 +221,7 @@ class RGCN(GNN):
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        conv = dict(n_bases=n_bases, bits=bits, impl=impl, rngs=rngs)
+        conv = dict(n_bases=n_bases, bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = RGCNConv(in_features, hidden, self.n_relations, signed_input=True, **conv)
         self.conv2 = RGCNConv(hidden, n_classes, self.n_relations, signed_input=False, **conv)
 

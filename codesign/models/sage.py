@@ -34,7 +34,7 @@ the kept edges.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -93,6 +93,9 @@ class SAGEConv(nnx.Module):
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`): the input
         node-wise (unsigned: bag-of-words / ReLU inputs), ``W_root`` and ``W_neigh`` per tensor.
       in_degree: int [N] node in-degrees for the "degree" / "a2q" quantizers.
+      aggregate_fn: the mean aggregation's sum, ``aggregate_fn(adj, x, impl=...)`` over the
+        row-normalized adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
+        ``aggr="max"`` does not use it (`max_aggregate`: a maximum is not a sum).
 
     Raises:
       ValueError: ``aggr`` not in `AGGREGATORS`; from `make_quantizer`.
@@ -103,10 +106,11 @@ class SAGEConv(nnx.Module):
 
     def __init__(self, in_features: int, out_features: int, *, aggr: str = "mean",
                  bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, impl: str = "auto",
-                 rngs: nnx.Rngs):
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         if aggr not in AGGREGATORS:
             raise ValueError(f"SAGEConv: aggr must be one of {AGGREGATORS}, got {aggr!r}")
         self.in_features, self.out_features, self.aggr, self.impl = in_features, out_features, aggr, impl
+        self.aggregate_fn = aggregate_fn
         init = jax.nn.initializers.glorot_uniform()
         self.kernel_neigh = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.kernel_root = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
@@ -129,9 +133,9 @@ class SAGEConv(nnx.Module):
         else:
             a = mean_adjacency(adj, edge_weight)
             if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
-                neigh = aggregate(a, x @ w_neigh, impl=self.impl)
+                neigh = self.aggregate_fn(a, x @ w_neigh, impl=self.impl)
             else:
-                neigh = aggregate(a, x, impl=self.impl) @ w_neigh
+                neigh = self.aggregate_fn(a, x, impl=self.impl) @ w_neigh
         return neigh + root + self.bias[...]
 
     def layer_bits(self, hard: bool = False) -> dict:
@@ -161,6 +165,8 @@ class GraphSAGE(GNN):
         high, which only shifts the degree ranking's values, not its order).
       dropout: dropout rate on each layer's input.
       aggr: "mean" or "max" (see the module docstring).
+      aggregate_fn: the aggregation both layers' mean runs (`SAGEConv`; default
+        `codesign.kernels.aggregate`).
 
     Raises:
       ValueError: ``aggr`` invalid; a `BlockEdgeMask` built with self-loops; from `make_quantizer`.
@@ -177,7 +183,8 @@ class GraphSAGE(GNN):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto", rngs: nnx.Rngs):
+                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GraphSAGE", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if isinstance(edge_sparsifier, BlockEdgeMask) and edge_sparsifier.n_entries != edge_sparsifier.n_edges:
@@ -191,7 +198,8 @@ class GraphSAGE(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, rngs=rngs)
+        q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl,
+                 aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = SAGEConv(in_features, hidden, **q)
         self.conv2 = SAGEConv(hidden, n_classes, **q)
 
