@@ -47,14 +47,23 @@ class GCNConv(nnx.Module):
         self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
         self.quant_w = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
-    def __call__(self, x: jax.Array, adj: CooAdjacency, dropout: Optional[nnx.Module] = None) -> jax.Array:
-        """``dropout`` (optional) is applied to the *quantized* input: a learned step size is
-        then fitted to the un-scaled values that inference sees (dropout's 1/(1-p) scaling before
-        the quantizer made LSQ steps rounding test-time features to zero on Cora)."""
+    @property
+    def combine_first(self) -> bool:
+        """Whether the layer runs the GEMM before the aggregation (``out_features <= in_features``:
+        the aggregation then reads the narrower matrix). Its aggregation width is
+        ``out_features`` if so, else ``in_features``."""
+        return self.out_features <= self.in_features
+
+    def __call__(self, x: jax.Array, adj, dropout: Optional[Callable] = None) -> jax.Array:
+        """``adj``: whatever ``aggregate_fn`` takes (the normalized `CooAdjacency` for the default).
+        ``dropout`` (optional, a callable ``x -> x``) is applied to the *quantized* input: a
+        learned step size is then fitted to the un-scaled values that inference sees (dropout's
+        1/(1-p) scaling before the quantizer made LSQ steps rounding test-time features to zero on
+        Cora)."""
         x, w = self.quant_x(x), self.quant_w(self.kernel[...])
         if dropout is not None:
             x = dropout(x)
-        if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
+        if self.combine_first:
             out = self.aggregate_fn(adj, x @ w, impl=self.impl)
         else:
             out = self.aggregate_fn(adj, x, impl=self.impl) @ w
