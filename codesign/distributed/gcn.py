@@ -26,7 +26,7 @@ Only the "fixed" quantizer kind and the per-edge mask ("edge") are supported; th
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import final
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +40,7 @@ from codesign.distributed.mesh import AXIS, shard_map, sharded
 from codesign.distributed.partition import Partition
 from codesign.graph import Graph
 from codesign.models import GCN, GCNConv
-from codesign.quant import FakeQuant
+from codesign.quant import FakeQuant, Quantizer
 from codesign.quant.fake_quant import fake_quant, qrange
 from codesign.sparsify import hard_concrete as hc
 
@@ -191,25 +191,33 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
                                                   adj.offsets, adj.lengths, int8=adj.int8, remat=adj.remat))
 
 
-class GlobalFakeQuant(nnx.Module):
-    """`FakeQuant` whose per-tensor scale is that of the whole (unpartitioned) tensor: the maximum
-    is ``pmax``-reduced over the mesh axis `AXIS` (4 bytes per device), so the codes equal the
-    single-device ones. Wraps a `FakeQuant`; call inside `shard_map`.
+@final
+class GlobalFakeQuant(Quantizer):
+    """A `FakeQuant` (wrapped) whose per-tensor scale is that of the whole (unpartitioned) tensor:
+    the maximum is ``pmax``-reduced over the mesh axis `AXIS` (4 bytes per device), so the codes
+    equal the single-device ones. Call inside `shard_map`; its bits are the wrapped quantizer's.
 
     Shapes: ``x [B, F] -> [B, F]``, same dtype.
     """
 
     def __init__(self, q: FakeQuant):
-        self.bits, self.signed = q.bits, q.signed
+        self.inner = q
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        if self.bits is None:
+        bits, signed = self.inner.bits, self.inner.signed
+        if bits is None:
             return x
-        _, hi = qrange(self.bits, self.signed)
-        amax = jnp.max(jnp.abs(x)) if self.signed else jnp.max(jnp.maximum(x, 0))
+        _, hi = qrange(bits, signed)
+        amax = jnp.max(jnp.abs(x)) if signed else jnp.max(jnp.maximum(x, 0))
         amax = jax.lax.pmax(jax.lax.stop_gradient(amax), AXIS)  # the scale gets no gradient (as in fake_quant)
         scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
-        return fake_quant(x, self.bits, signed=self.signed, scale=scale)
+        return fake_quant(x, bits, signed=signed, scale=scale)
+
+    def expected_bits(self) -> jax.Array:
+        return self.inner.expected_bits()
+
+    def hard_bits(self) -> int:
+        return self.inner.hard_bits()
 
 
 def check_model(model) -> None:

@@ -29,7 +29,8 @@ would otherwise train in fp32 and report 33.
 from __future__ import annotations
 
 import numbers
-from typing import Protocol, final, runtime_checkable
+import abc
+from typing import final
 
 import jax
 import jax.numpy as jnp
@@ -130,8 +131,36 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
     return jnp.where(passes, x_ste, jax.lax.stop_gradient(x_q))
 
 
+class Quantizer(nnx.Module):
+    """The abstract base of every quantizer of `codesign.quant` (`FakeQuant`, `LSQQuant`,
+    `LearnedBitQuant`, `DegreeQuant`): an `nnx.Module` with
+
+      ``q(x) -> x_hat``     the quantize-dequantized tensor, same shape and dtype;
+      ``expected_bits()``   float32 scalar, the mean width the cost model prices (differentiable
+                            where learned);
+      ``hard_bits()``       the deployed integer width (int), or int32 [N] per node.
+
+    Abstract or final (equinox's pattern): this class only declares the contract; the quantizers
+    are ``@final`` subclasses, and a new behaviour wraps one instead of overriding it. A subclass
+    that misses a method cannot be instantiated (``TypeError``), so the cost model never probes
+    for one.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """The quantize-dequantized ``x`` (same shape and dtype)."""
+
+    @abc.abstractmethod
+    def expected_bits(self) -> jax.Array:
+        """float32 scalar: the mean bit-width of the values emitted (expected, for the cost model)."""
+
+    @abc.abstractmethod
+    def hard_bits(self):
+        """The deployed integer bit-width (int), or int32 [N] per node."""
+
+
 @final
-class FakeQuant(nnx.Module):
+class FakeQuant(Quantizer):
     """Fake-quantization layer with a fixed bit-width (`fake_quant` with the default per-tensor scale).
 
     Attributes:
@@ -164,17 +193,3 @@ class FakeQuant(nnx.Module):
     def hard_bits(self) -> int:
         """The deployed width: ``bits``, or 32 (`NO_QUANT_BITS`) when not quantized."""
         return NO_QUANT_BITS if self.bits is None else min(self.bits, NO_QUANT_BITS)
-
-
-@runtime_checkable
-class Quantizer(Protocol):
-    """What every quantizer of `codesign.quant` provides (`FakeQuant`, `LSQQuant`,
-    `LearnedBitQuant`, `DegreeQuant`): ``q(x) -> x_hat`` of the same shape and dtype,
-    ``expected_bits()`` (float32 scalar, the mean width the cost model prices; differentiable where
-    learned) and ``hard_bits()`` (the deployed integer width, or int32 [N] per node)."""
-
-    def __call__(self, x: jax.Array) -> jax.Array: ...
-
-    def expected_bits(self) -> jax.Array: ...
-
-    def hard_bits(self): ...
