@@ -1,6 +1,7 @@
 """The layer protocol: every model aggregates through the function its constructor is given
 (jraph's ``GraphConvolution(aggregate_nodes_fn=...)``), so an injected aggregation is the one run
-and an equivalent one gives the same logits; `GNN` and `Quantizer` are abstract bases."""
+and an equivalent one gives the same logits; a model's workload is its layers' workloads; `GNN`,
+`Layer` and `Quantizer` are abstract bases."""
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +12,7 @@ from flax import nnx
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models import MODELS
 from codesign.models.base import GNN
-from codesign.models.layers import QUANTIZERS, make_quantizer
+from codesign.models.layers import QUANTIZERS, Layer, graph_counts, make_quantizer
 from codesign.quant import FakeQuant, Quantizer
 
 N, IN, HIDDEN, CLASSES = 16, 10, 6, 3
@@ -100,3 +101,39 @@ def test_every_model_declares_its_masks_and_first_layer(name):
     assert with_masks.edge_mask is not None and with_masks.feature_mask is not None
     assert bare.edge_mask is None and bare.feature_mask is None
     assert bare.first_layer is getattr(bare, type(bare).FIRST_LAYER) and isinstance(bare.first_layer, nnx.Module)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_model_workload_is_the_concatenation_of_its_layers(name):
+    """Every parameterized child of a model is a `Layer`, and the model's workload holds exactly
+    its layers' stages (fp32 without masks: every layer at its own widths and bits)."""
+    model = MODELS[name](IN, HIDDEN, CLASSES, rngs=nnx.Rngs(0))
+    children = [(path[0], node) for path, node in nnx.iter_graph(model) if len(path) == 1]
+    layers = [node for _, node in children if isinstance(node, Layer)]
+    for attr, node in children:
+        if isinstance(node, nnx.Module) and attr.startswith(("conv", "lin")):
+            assert isinstance(node, Layer), (attr, type(node))
+    e = 50
+    for training in (False, True):
+        graph = graph_counts(N, e, model.densities(), training=training, relation_edges=[e] if name == "rgcn" else None)
+        want = [st for layer in layers for lw in layer.workload("l", graph)
+                for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
+        got = [st for lw in model.workload(N, e, training=training).layers
+               for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
+        assert len(got) == len(want) > 0
+        for a, b in zip(got, want):
+            assert a.kind == b.kind
+            for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_layer_is_abstract():
+    class NoWorkload(Layer):
+        def __call__(self, x):
+            return x
+
+        def input_bits(self, hard=False):
+            return jnp.float32(32)
+
+    with pytest.raises(TypeError, match="abstract.*workload"):
+        NoWorkload()

@@ -15,10 +15,10 @@ import jax
 import numpy as np
 from flax import nnx
 
-from codesign.models.layers import quant_bits
+from codesign.models.layers import Layer, quant_bits
 from codesign.quant import Quantizer
 
-__all__ = ["GNN", "check_widths", "check_input"]
+__all__ = ["GNN", "Layer", "check_widths", "check_input"]
 
 
 def check_widths(owner: str, **widths) -> None:

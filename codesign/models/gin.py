@@ -24,7 +24,8 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.sparsify import EdgeMask, FeatureMask
 
 
@@ -44,7 +45,7 @@ def gin_adjacency(adj: CooAdjacency, eps: jax.Array, edge_weight: Optional[jax.A
     return CooAdjacency(senders, receivers, w, adj.n_nodes)
 
 
-class GINConv(nnx.Module):
+class GINConv(Layer):
     """``h' = lin2(ReLU(lin1((1 + eps) h_i + sum_j h_j)))`` (Xu et al. 2019, eq. 4.1).
 
     ``lin1`` is linear, so ``A' (X W1) = (A' X) W1``: like `GCNConv`, the layer aggregates the
@@ -71,6 +72,28 @@ class GINConv(nnx.Module):
         else:
             h = self.lin1.combine(self.aggregate_fn(a, x, impl=self.impl))
         return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits its input is read at (``lin1.quant_x``)."""
+        return self.lin1.input_bits(hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments; ``out_dim`` is
+        ``lin2``'s output):
+
+          ``name``:        SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
+                           both orders, + bias/ReLU (`hwmodel.message_passing_layer`); the hidden
+                           activations are stored at ``lin2``'s input bits;
+          ``name.mlp``:    ``lin2``'s GEMM N x hidden x out + bias (`QuantLinear.workload`).
+        """
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.lin1.quant_w, hard))
+        mid_bits = self.lin2.input_bits(hard) if bits is None else bits
+        agg = hwmodel.message_passing_layer(name, graph.n_nodes, graph.kept_edges + graph.n_nodes,
+                                            self.in_features if in_dim is None else in_dim, self.hidden, x_bits,
+                                            w_bits, mid_bits, **graph.aggregation(blocks=False))
+        return (agg,) + self.lin2.workload(f"{name}.mlp", graph, out_dim=out_dim, out_bits=out_bits, hard=hard,
+                                           bits=bits)
 
 
 class GIN(GNN):
@@ -125,14 +148,10 @@ class GIN(GNN):
         The logits (``layer1.mlp``) are fp32.
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
-        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
-        nnz = d["edge"] * n_edges + n_nodes
-        graph = dict(training=training, locality=locality, edge_density=d["edge"])
-        layers = []
-        for i, (conv, k) in enumerate(((self.conv1, d["feature"] * self.conv1.in_features),
-                                       (self.conv2, self.conv2.in_features))):
-            out_bits = FP32_BITS if i == 1 else b
-            layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, conv.hidden, b, b, b, **graph))
-            layers.append(dense_layer(f"layer{i}.mlp", n_nodes, conv.hidden, conv.out_features, b, b, out_bits,
-                                      training=training))
-        return hwmodel.Workload(tuple(layers), training)
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
+            training)

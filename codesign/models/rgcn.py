@@ -33,7 +33,7 @@ from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, mask_densities
+from codesign.models.layers import FP32_BITS, GraphCounts, Layer, graph_counts, mask_densities, override_bits, quant_bits
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 
@@ -96,7 +96,7 @@ def relation_mean_normalize(adjs: Sequence[CooAdjacency], edge_weight: Optional[
     return tuple(out)
 
 
-class RGCNConv(nnx.Module):
+class RGCNConv(Layer):
     """One R-GCN layer with fake quantization Q of its input and (composed) weights.
 
     Parameters: ``basis_kernel`` V [B, in, out] and ``coefficients`` a [R, B] (basis decomposition,
@@ -142,6 +142,21 @@ class RGCNConv(nnx.Module):
             agg = jnp.stack([x] + [self.aggregate_fn(adj, x, impl=self.impl) for adj in adjs])
             out = jnp.einsum("rnk,rkf->nf", agg, w)
         return out + self.bias[...]
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input features (``quant_x``)."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """`rgcn_layer_workloads` over ``graph.relation_edges`` (kept edges per relation; None =
+        all kept edges as one relation); `Layer.workload` for the arguments."""
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+        rel = (graph.kept_edges,) if graph.relation_edges is None else graph.relation_edges
+        return rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
+                                    self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
+                                    n_bases=self.n_bases, training=graph.training, locality=graph.locality,
+                                    edge_density=graph.edge_density)
 
 
 def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim, out_dim, x_bits, w_bits,
@@ -260,17 +275,16 @@ class RGCN(GNN):
         relation keeps the model's edge density. Other arguments as in `GCN.workload`.
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
-        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        b = override_bits(bits)
         if relation_edges is None:
             relation_edges = [n_edges / self.n_relations] * self.n_relations
         if len(relation_edges) != self.n_relations:
             raise ValueError(f"RGCN.workload: relation_edges has {len(relation_edges)} entries, expected "
                              f"n_relations={self.n_relations}")
-        nnz = [d["edge"] * e_r for e_r in relation_edges]
-        k0 = d["feature"] * self.conv1.in_features
-        common = dict(n_bases=self.n_bases, training=training, locality=locality, edge_density=d["edge"])
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality,
+                             relation_edges=relation_edges)
         return hwmodel.Workload(
-            rgcn_layer_workloads("layer0", n_nodes, nnz, k0, self.conv1.out_features, b, b, b, **common)
-            + rgcn_layer_workloads("layer1", n_nodes, nnz, self.conv2.in_features, self.conv2.out_features,
-                                   b, b, FP32_BITS, **common),  # fp32 logits
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)

@@ -44,7 +44,8 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 
 AGGREGATORS = ("mean", "max")
@@ -80,7 +81,7 @@ def max_aggregate(adj: CooAdjacency, x: jax.Array, edge_weight: Optional[jax.Arr
     return jnp.where(jnp.isfinite(out), out, 0.0)
 
 
-class SAGEConv(nnx.Module):
+class SAGEConv(Layer):
     """``h' = Q(h) @ Q(W_root) + AGG(Q(h)) @ Q(W_neigh) + b`` (Hamilton et al. 2017, Alg. 1).
 
     With ``aggr="mean"`` the neighbour term aggregates the narrower of ``Q(h)`` and
@@ -142,6 +143,42 @@ class SAGEConv(nnx.Module):
         """Mean bit-widths (float32 scalars) ``{"x", "w_neigh", "w_root"}`` (see `quant_bits`)."""
         return {"x": quant_bits(self.quant_x, hard), "w_neigh": quant_bits(self.quant_w_neigh, hard),
                 "w_root": quant_bits(self.quant_w_root, hard)}
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input (``quant_x``), read by both branches."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments):
+
+          ``name``:      the neighbour aggregation over the kept edges (nnz = kept edges, no
+                         self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
+                         orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the BSR
+                         kernel over the kept tiles). Max: aggregate-first only (a max does not
+                         commute with the GEMM); its "spmm" stage counts one compare per gathered
+                         element where a SpMM counts one MAC.
+          ``name.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
+                         accumulate, no separate stage).
+        """
+        lb = self.layer_bits(hard) if bits is None else dict(x=bits, w_neigh=bits, w_root=bits)
+        k = self.in_features if in_dim is None else in_dim
+        f = self.out_features if out_dim is None else out_dim
+        x_bits, wn, wr = lb["x"], lb["w_neigh"], lb["w_root"]
+        n, nnz, training = graph.n_nodes, graph.kept_edges, graph.training
+        if self.aggr == "mean":
+            neigh = hwmodel.message_passing_layer(name, n, nnz, k, f, x_bits, wn, out_bits, **graph.aggregation())
+        else:
+            agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
+                   hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
+            elem = (hwmodel.elementwise_stage(n, f, out_bits),)
+            if training:
+                agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
+            neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
+        gemm = (hwmodel.gemm_stage(n, k, f, x_bits, wr, out_bits),)
+        if training:
+            gemm = hwmodel.with_backward(gemm)
+        return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
 
 
 class GraphSAGE(GNN):
@@ -231,17 +268,8 @@ class GraphSAGE(GNN):
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`). Per layer ``l``:
-
-          ``layer{l}``:      neighbour aggregation over the kept edges (nnz = kept edges, no
-                             self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
-                             orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the
-                             aggregation is the BSR kernel over the kept tiles). Max:
-                             aggregate-first only (a max does not commute with the GEMM); its
-                             "spmm" stage counts one compare per gathered element where a SpMM
-                             counts one MAC.
-          ``layer{l}.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
-                             accumulate, no separate stage).
+        """The `hwmodel.Workload` (arguments as `GCN.workload`): ``layer{l}`` and ``layer{l}.root``
+        of each layer ``l`` (`SAGEConv.workload`).
 
         K of layer 0 = feature density x in_features; F of layer 0 and K of layer 1 = channel
         density x hidden. Bits: layer ``l`` reads its input at the bits of its ``quant_x`` and each
@@ -249,33 +277,12 @@ class GraphSAGE(GNN):
         bits, layer 1 fp32 logits.
         """
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
-        convs = (self.conv1, self.conv2)
-        if bits is not None:
-            b = jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
-            lb = [dict(x=b, w_neigh=b, w_root=b) for _ in convs]
-        else:
-            lb = [c.layer_bits(hard) for c in convs]
-        nnz = d["edge"] * n_edges
-        tiles = kept_tiles(self.edge_mask, hard) if self.aggr == "mean" else None
-        block = {} if tiles is None else dict(nnz_blocks=tiles, block_size=self.edge_mask.block_size)
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask if self.aggr == "mean" else None,
+                             hard=hard, training=training, locality=locality)
         hidden = d["channel"] * self.conv1.out_features
-        dims = ((d["feature"] * self.conv1.in_features, hidden, lb[1]["x"]), (hidden, self.conv2.out_features, FP32_BITS))
-        layers = []
-        for i, (k, f, out_bits) in enumerate(dims):
-            x_bits, wn, wr = lb[i]["x"], lb[i]["w_neigh"], lb[i]["w_root"]
-            if self.aggr == "mean":
-                layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, f, x_bits, wn, out_bits,
-                                                            training=training, locality=locality,
-                                                            edge_density=d["edge"], **block))
-            else:
-                agg = (hwmodel.spmm_stage(n_nodes, nnz, k, x_bits, x_bits, locality, d["edge"]),
-                       hwmodel.gemm_stage(n_nodes, k, f, x_bits, wn, out_bits))
-                elem = (hwmodel.elementwise_stage(n_nodes, f, out_bits),)
-                if training:
-                    agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
-                layers.append(hwmodel.LayerWorkload(f"layer{i}", agg, agg, elem))
-            gemm = (hwmodel.gemm_stage(n_nodes, k, f, x_bits, wr, out_bits),)
-            if training:
-                gemm = hwmodel.with_backward(gemm)
-            layers.append(hwmodel.LayerWorkload(f"layer{i}.root", gemm, gemm, ()))
-        return hwmodel.Workload(tuple(layers), training)
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hidden,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, in_dim=hidden, out_bits=FP32_BITS, hard=hard, bits=b),
+            training)
