@@ -26,7 +26,6 @@ Only the "fixed" quantizer kind and the per-edge mask ("edge") are supported; th
 from __future__ import annotations
 
 import dataclasses
-from typing import final
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +39,7 @@ from codesign.distributed.mesh import AXIS, shard_map, sharded
 from codesign.distributed.partition import Partition
 from codesign.graph import Graph
 from codesign.models import GCN, GCNConv
-from codesign.quant import FakeQuant, Quantizer
-from codesign.quant.fake_quant import fake_quant, qrange
+from codesign.quant import FakeQuant
 from codesign.sparsify import hard_concrete as hc
 
 
@@ -191,35 +189,6 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
                                                   adj.offsets, adj.lengths, int8=adj.int8, remat=adj.remat))
 
 
-@final
-class GlobalFakeQuant(Quantizer):
-    """A `FakeQuant` (wrapped) whose per-tensor scale is that of the whole (unpartitioned) tensor:
-    the maximum is ``pmax``-reduced over the mesh axis `AXIS` (4 bytes per device), so the codes
-    equal the single-device ones. Call inside `shard_map`; its bits are the wrapped quantizer's.
-
-    Shapes: ``x [B, F] -> [B, F]``, same dtype.
-    """
-
-    def __init__(self, q: FakeQuant):
-        self.inner = q
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        bits, signed = self.inner.bits, self.inner.signed
-        if bits is None:
-            return x
-        _, hi = qrange(bits, signed)
-        amax = jnp.max(jnp.abs(x)) if signed else jnp.max(jnp.maximum(x, 0))
-        amax = jax.lax.pmax(jax.lax.stop_gradient(amax), AXIS)  # the scale gets no gradient (as in fake_quant)
-        scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
-        return fake_quant(x, bits, signed=signed, scale=scale)
-
-    def expected_bits(self) -> jax.Array:
-        return self.inner.expected_bits()
-
-    def hard_bits(self) -> int:
-        return self.inner.hard_bits()
-
-
 def check_model(model) -> None:
     """Raises ValueError unless ``model`` is a `codesign.models.GCN` whose hooks the partitioned
     forward supports ("fixed" `FakeQuant` quantizers; edge mask None or `PartitionedEdgeMask`)."""
@@ -263,10 +232,11 @@ def _draw(model) -> dict:
 
 def _local_conv(graphdef, state, aggregate_fn) -> GCNConv:
     """This device's copy of a `GCNConv` (the model's parameters and quantizers) with the SAR
-    aggregation injected and its feature quantizer's scale made global."""
+    aggregation injected and its feature quantizer's per-tensor scale taken over the whole
+    tensor (`FakeQuant` with ``axis_name``: a ``pmax`` over the mesh, 4 bytes per device)."""
     conv = nnx.merge(graphdef, state)
     conv.aggregate_fn = aggregate_fn
-    conv.quant_x = GlobalFakeQuant(conv.quant_x)
+    conv.quant_x = FakeQuant(conv.quant_x.bits, signed=conv.quant_x.signed, axis_name=AXIS)
     return conv
 
 
@@ -276,7 +246,7 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
 
     Each layer is the model's own `GCNConv` (`GCN.__call__`'s order: feature mask -> conv1 ->
     ReLU -> channel mask -> conv2) with `sar_gcn_aggregate` as its aggregation and
-    `GlobalFakeQuant` as its feature quantizer; dropout is the model's `HashDropout` applied by
+    its `FakeQuant` feature quantizer reduced over the mesh (``axis_name``); dropout is the model's `HashDropout` applied by
     global element index.
 
     Args:

@@ -86,7 +86,8 @@ def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
     return 0, 2**b - 1
 
 
-def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=None) -> jax.Array:
+def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=None,
+               axis_name: str | None = None) -> jax.Array:
     """Per-tensor uniform quantize-dequantize with a straight-through gradient.
 
     Args:
@@ -98,6 +99,10 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
       scale: step size (float scalar, > 0, same units as ``x``), or None to use
         ``max|x| / qmax`` (``max(x, 0) / qmax`` unsigned). An all-zero ``x`` uses scale 1, so
         the result is zeros, not NaN. No gradient flows into ``scale``.
+      axis_name: with the default scale, the name of a mapped axis (``shard_map`` / ``pmap``)
+        over which the maximum is ``pmax``-reduced, so that a tensor split over devices gets the
+        scale of the whole tensor (as ``flax.nnx.BatchNorm(axis_name=...)`` does for its
+        statistics); None = this array's own maximum.
 
     Returns:
       ``x_hat``, same shape and dtype as ``x``: values on the grid ``scale * k`` for integer
@@ -117,6 +122,8 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
     lo, hi = qrange(b, signed)
     if scale is None:
         amax = jnp.max(jnp.abs(x)) if signed else jnp.max(jnp.maximum(x, 0))
+        if axis_name is not None:
+            amax = jax.lax.pmax(jax.lax.stop_gradient(amax), axis_name)
         scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
     else:
         if isinstance(scale, numbers.Real) and not scale > 0:
@@ -166,6 +173,8 @@ class FakeQuant(Quantizer):
     Attributes:
       bits: int or None (static), read by the cost model; None or 32 means full precision.
       signed: bool (static).
+      axis_name: str or None (static): `fake_quant`'s ``axis_name`` (the scale of a tensor split
+        over the devices of a mapped axis).
 
     Example (inside your own ``nnx.Module``)::
 
@@ -173,7 +182,7 @@ class FakeQuant(Quantizer):
       h = self.linear(self.q_x(x))                 # in __call__
     """
 
-    def __init__(self, bits: int | None, *, signed: bool = True):
+    def __init__(self, bits: int | None, *, signed: bool = True, axis_name: str | None = None):
         """Raises:
           ValueError: ``bits`` outside [2, 32] (signed) / [1, 32] (unsigned) (`check_bits`).
           TypeError: ``bits`` not an int or None.
@@ -181,10 +190,12 @@ class FakeQuant(Quantizer):
         check_bits(bits, signed)
         self.bits = None if bits is None else int(bits)
         self.signed = bool(signed)
+        self.axis_name = axis_name
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        """``fake_quant(x, self.bits, signed=self.signed)``: same shape and dtype as ``x``."""
-        return fake_quant(x, self.bits, signed=self.signed)
+        """``fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)``: same shape and
+        dtype as ``x``."""
+        return fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)
 
     def expected_bits(self) -> jax.Array:
         """float32 scalar: the fixed width (32 when not quantized); no gradient to learn."""
