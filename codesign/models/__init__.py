@@ -16,11 +16,12 @@ each model's paper / reference setting on Cora; fields not listed take `TrainCon
 (Kipf & Welling's GCN). `TrainConfig.for_model` and the CLI apply them.
 """
 
-from codesign.models.appnp import APPNP
+from codesign.models.appnp import APPNP, Propagation
+from codesign.models.base import GNN
 from codesign.models.gat import GAT, GATConv
 from codesign.models.gcn import GCN, GCNConv
 from codesign.models.gin import GIN, GINConv
-from codesign.models.layers import QuantLinear
+from codesign.models.layers import GraphCounts, Layer, QuantLinear
 from codesign.models.norm import gcn_normalize
 from codesign.models.rgcn import RGCN, RGCNConv
 from codesign.models.sage import GraphSAGE, SAGEConv
@@ -52,5 +53,6 @@ MODEL_DEFAULTS = {
     "rgcn": {"hidden": 16, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4},
 }
 
-__all__ = ["GCN", "GCNConv", "GAT", "GATConv", "GraphSAGE", "SAGEConv", "GIN", "GINConv", "APPNP", "QuantLinear",
-           "RGCN", "RGCNConv", "gcn_normalize", "MODELS", "MODEL_DEFAULTS"]
+__all__ = ["GNN", "Layer", "GraphCounts", "GCN", "GCNConv", "GAT", "GATConv", "GraphSAGE", "SAGEConv", "GIN",
+           "GINConv", "APPNP", "Propagation", "QuantLinear", "RGCN", "RGCNConv", "gcn_normalize", "MODELS",
+           "MODEL_DEFAULTS"]
