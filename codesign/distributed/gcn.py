@@ -1,9 +1,10 @@
 """Partitioned full-batch GCN: the forward pass and loss of `codesign.models.GCN` over a mesh.
 
 The same `nnx` model (same parameters) as single-device training; only the graph is split. On
-each device ``p`` (its block of B nodes, `codesign.distributed.Partition` layout), a layer is
+each device ``p`` (its block of B nodes, `codesign.distributed.Partition` layout), each layer is
+the model's own `codesign.models.GCNConv` with an injected aggregation (`sar_gcn_aggregate`):
 
-    Q(x) -> dropout -> combine (GEMM, local) -> D^-1/2 -> SAR aggregation -> D^-1/2 -> + bias
+    Q(x) -> dropout -> combine (GEMM, local) -> [D^-1/2 -> SAR aggregation -> D^-1/2] -> + bias
 
 ``D^-1/2 (A + I) D^-1/2 Y = D^-1/2 (A (D^-1/2 Y) + D^-1/2 Y)`` (Kipf & Welling, ICLR 2017, eq. 2)
 with the degrees of a device's own receivers computed from its own edge slots (every edge lives
@@ -25,7 +26,6 @@ Only the "fixed" quantizer kind and the per-edge mask ("edge") are supported; th
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,9 +38,8 @@ from codesign.distributed.halo import sar_aggregate
 from codesign.distributed.mesh import AXIS, shard_map, sharded
 from codesign.distributed.partition import Partition
 from codesign.graph import Graph
-from codesign.models.dropout import GOLDEN, M1, M2
+from codesign.models import GCN, GCNConv
 from codesign.quant import FakeQuant
-from codesign.quant.fake_quant import fake_quant, qrange
 from codesign.sparsify import hard_concrete as hc
 
 
@@ -151,40 +150,52 @@ class PartitionedEdgeMask(nnx.Module):
     hard_density = hard_edge_density
 
 
-def _hash_keep(seed: jax.Array, node_id: jax.Array, width: int, rate: float) -> jax.Array:
-    """`codesign.models.dropout.HashDropout`'s keep mask [B, width] of the rows ``node_id`` [B]
-    of an [N, width] tensor: lowbias32 of the global flat index ``node * width + column``."""
-    idx = jnp.maximum(node_id, 0).astype(jnp.uint32)[:, None] * jnp.uint32(width) + \
-        jnp.arange(width, dtype=jnp.uint32)[None, :]
-    h = idx * jnp.uint32(GOLDEN) + seed.astype(jnp.uint32)
-    h = h ^ (h >> 16)
-    h = h * jnp.uint32(M1)
-    h = h ^ (h >> 15)
-    h = h * jnp.uint32(M2)
-    h = h ^ (h >> 16)
-    return h >= jnp.uint32(int(rate * 2**32))
+@dataclasses.dataclass(frozen=True)
+class HaloAdjacency:
+    """One device's view of the GCN adjacency ``D^-1/2 (A + I) D^-1/2`` in the `Partition`
+    layout, inside `shard_map`: what `sar_gcn_aggregate` takes as `GCNConv`'s ``adj``.
+
+    Fields (B block rows, S edge slots, H_s halo rows of step s):
+      send_rows: tuple of P-1 int32 [H_s]; senders, receivers: int32 [S]; weight: float32 [S] edge
+        values (gates applied; 0 on padding slots); inv_sqrt_deg: float32 [B, 1] ``D^-1/2`` of this
+        device's rows (self-loop counted); offsets, lengths: the static slot ranges of each step;
+        int8: send halo rows as int8 + row scales; remat: rematerialize each ring step.
+    """
+
+    send_rows: tuple
+    senders: jax.Array
+    receivers: jax.Array
+    weight: jax.Array
+    inv_sqrt_deg: jax.Array
+    offsets: tuple
+    lengths: tuple
+    int8: bool = False
+    remat: bool = True
 
 
-def _global_fake_quant(x: jax.Array, q: FakeQuant) -> jax.Array:
-    """`FakeQuant` with the per-tensor scale of the whole (unpartitioned) tensor (``pmax``)."""
-    if q.bits is None:
-        return x
-    _, hi = qrange(q.bits, q.signed)
-    amax = jnp.max(jnp.abs(x)) if q.signed else jnp.max(jnp.maximum(x, 0))
-    amax = jax.lax.pmax(jax.lax.stop_gradient(amax), AXIS)  # the scale gets no gradient (as in fake_quant)
-    scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
-    return fake_quant(x, q.bits, signed=q.signed, scale=scale)
+def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
+    """``D^-1/2 (A + I) D^-1/2 x`` for this device's rows, with the signature of
+    `codesign.kernels.aggregate` so that `GCNConv` runs it as its injected aggregation.
+
+    ``D^-1/2 (A + I) D^-1/2 Y = D^-1/2 (A (D^-1/2 Y) + D^-1/2 Y)`` (Kipf & Welling, ICLR 2017,
+    eq. 2): the sender scales its rows before they are sent (`sar_aggregate`), so no degree is
+    exchanged. ``impl`` is accepted and ignored (the ring is the one implementation).
+
+    Shapes: ``x`` float32 [B, F] -> [B, F].
+    """
+    del impl
+    zs = adj.inv_sqrt_deg * x
+    return adj.inv_sqrt_deg * (zs + sar_aggregate(zs, adj.send_rows, adj.senders, adj.receivers, adj.weight,
+                                                  adj.offsets, adj.lengths, int8=adj.int8, remat=adj.remat))
 
 
 def check_model(model) -> None:
     """Raises ValueError unless ``model`` is a `codesign.models.GCN` whose hooks the partitioned
     forward supports ("fixed" `FakeQuant` quantizers; edge mask None or `PartitionedEdgeMask`)."""
-    from codesign.models import GCN
     if not isinstance(model, GCN):
         raise ValueError(f"distributed: model must be a codesign.models.GCN, got {type(model).__name__}")
-    for name in ("conv1", "conv2"):
-        for qn in ("quant_x", "quant_w"):
-            q = getattr(getattr(model, name), qn)
+    for name, conv in (("conv1", model.conv1), ("conv2", model.conv2)):
+        for qn, q in (("quant_x", conv.quant_x), ("quant_w", conv.quant_w)):
             if not isinstance(q, FakeQuant):
                 raise ValueError(f"distributed: {name}.{qn} is a {type(q).__name__}; only the 'fixed' quantizer "
                                  f"(FakeQuant) is supported")
@@ -193,24 +204,20 @@ def check_model(model) -> None:
                          f"their receiver's partition), got {type(model.edge_mask).__name__}")
 
 
-def _conv_order(conv) -> bool:
-    """True when the layer combines first (GEMM, then aggregate the narrower output), as `GCNConv`."""
-    return conv.out_features <= conv.in_features
-
-
 def halo_widths(model) -> tuple:
     """Columns of the rows each layer exchanges: (layer0, layer1), following `GCNConv`'s order."""
-    return tuple(c.out_features if _conv_order(c) else c.in_features for c in (model.conv1, model.conv2))
+    return tuple(c.out_features if c.combine_first else c.in_features for c in (model.conv1, model.conv2))
 
 
 def _draw(model) -> dict:
-    """What the forward pass draws once, replicated (as the single-device model does): dropout
-    seeds, feature/channel gate values, the edge-gate key, quantized weights."""
-    d = {"w1": model.conv1.quant_w(model.conv1.kernel[...]), "b1": model.conv1.bias[...],
-         "w2": model.conv2.quant_w(model.conv2.kernel[...]), "b2": model.conv2.bias[...]}
+    """What the forward pass draws once, replicated, in the single-device model's order: the
+    dropout seed of each layer that drops, the feature/channel gate values, the edge-gate key."""
+    d = {}
     drop = model.dropout
-    if not (drop.deterministic or drop.rate == 0.0):
-        d["seeds"] = jnp.stack([jax.random.bits(drop.rngs(), (), jnp.uint32) for _ in range(2)])
+    if drop.active:
+        if model.input_dropout:
+            d["seed0"] = drop.draw_seed()
+        d["seed1"] = drop.draw_seed()
     if model.feature_mask is not None:
         d["fz"] = model.feature_mask.gate()
     if model.channel_mask is not None:
@@ -223,9 +230,24 @@ def _draw(model) -> dict:
     return d
 
 
+def _local_conv(graphdef, state, aggregate_fn) -> GCNConv:
+    """This device's copy of a `GCNConv` (the model's parameters and quantizers) with the SAR
+    aggregation injected and its feature quantizer's per-tensor scale taken over the whole
+    tensor (`FakeQuant` with ``axis_name``: a ``pmax`` over the mesh, 4 bytes per device)."""
+    conv = nnx.merge(graphdef, state)
+    conv.aggregate_fn = aggregate_fn
+    conv.quant_x = FakeQuant(conv.quant_x.bits, signed=conv.quant_x.signed, axis_name=AXIS)
+    return conv
+
+
 def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = False, remat: bool = True,
                     mask: str = "train_mask"):
     """Partitioned forward pass of ``model`` (a `codesign.models.GCN`) on ``sg``.
+
+    Each layer is the model's own `GCNConv` (`GCN.__call__`'s order: feature mask -> conv1 ->
+    ReLU -> channel mask -> conv2) with `sar_gcn_aggregate` as its aggregation and
+    its `FakeQuant` feature quantizer reduced over the mesh (``axis_name``); dropout is the model's `HashDropout` applied by
+    global element index.
 
     Args:
       model: GCN (see `check_model`); train/eval mode as set on it.
@@ -238,19 +260,24 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
     Returns:
       ``(logits float32 [P, B, C] sharded, loss float32 scalar)``: the masked mean softmax cross
       entropy over all devices' ``mask`` nodes, as ``codesign.train`` computes it on one device.
+
+    Raises:
+      ValueError: an unsupported model (`check_model`), a mesh whose size is not the number of
+        parts, an unknown ``mask``.
     """
     check_model(model)
     if mesh.devices.size != sg.n_parts:
         raise ValueError(f"logits_and_loss: mesh has {mesh.devices.size} devices, graph has {sg.n_parts} parts")
+    masks = {"train_mask": sg.train_mask, "val_mask": sg.val_mask, "test_mask": sg.test_mask}
+    if mask not in masks:
+        raise ValueError(f"logits_and_loss: mask must be one of {sorted(masks)}, got {mask!r}")
     d = _draw(model)
-    drop_rate = model.dropout.rate
-    q1, q2 = model.conv1.quant_x, model.conv2.quant_x
-    orders = (_conv_order(model.conv1), _conv_order(model.conv2))
+    (gd1, st1), (gd2, st2) = nnx.split(model.conv1), nnx.split(model.conv2)
+    drop = model.dropout
     beta = None if model.edge_mask is None else model.edge_mask.gate.beta
     offsets, lengths = sg.offsets, sg.lengths
-    node_mask = getattr(sg, mask)
 
-    def body(d, x, y, m, node_id, snd, rcv, w, send_rows):
+    def body(d, st1, st2, x, y, m, node_id, snd, rcv, w, send_rows):
         x, y, m, node_id, snd, rcv, w = (a[0] for a in (x, y, m, node_id, snd, rcv, w))
         send_rows = tuple(r[0] for r in send_rows)
         if "log_alpha" in d:
@@ -260,40 +287,36 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
             else:
                 g = hc.deterministic(la)
             w = w * g
-        valid = (node_id >= 0)[:, None]
         deg = jax.ops.segment_sum(w, rcv, num_segments=x.shape[0]) + 1.0  # + self-loop (weight 1)
-        inv = jax.lax.rsqrt(jnp.maximum(deg, 1e-12))[:, None]
+        adj = HaloAdjacency(send_rows, snd, rcv, w, jax.lax.rsqrt(jnp.maximum(deg, 1e-12))[:, None],
+                            offsets, lengths, int8_halo, remat)
+        conv1, conv2 = _local_conv(gd1, st1, sar_gcn_aggregate), _local_conv(gd2, st2, sar_gcn_aggregate)
+        rows = jnp.maximum(node_id, 0).astype(jnp.uint32)[:, None]
 
-        def aggregate(z):
-            zs = inv * z
-            return inv * (zs + sar_aggregate(zs, send_rows, snd, rcv, w, offsets, lengths, int8=int8_halo, remat=remat))
-
-        def conv(h, q, wq, b, i, combine_first):
-            h = _global_fake_quant(h, q)
-            if "seeds" in d:
-                keep = _hash_keep(d["seeds"][i], node_id, h.shape[1], drop_rate)
-                h = jnp.where(keep, h / (1.0 - drop_rate), jnp.zeros((), h.dtype))
-            out = aggregate(h @ wq) if combine_first else aggregate(h) @ wq
-            return out + b
+        def dropout(key):  # the model's HashDropout mask of these rows: global flat index node * width + column
+            if key not in d:
+                return None
+            return lambda h: drop.apply(h, d[key], rows * jnp.uint32(h.shape[1]) +
+                                        jnp.arange(h.shape[1], dtype=jnp.uint32)[None, :])
 
         if "fz" in d:
             x = x * d["fz"][None, :]
-        h = jax.nn.relu(conv(x, q1, d["w1"], d["b1"], 0, orders[0]))
+        h = jax.nn.relu(conv1(x, adj, dropout("seed0")))
         if "cz" in d:
             h = h * d["cz"][None, :]
-        h = jnp.where(valid, h, 0.0)  # padding rows stay zero (they would enter the quantizer's max)
-        logits = conv(h, q2, d["w2"], d["b2"], 1, orders[1])
+        h = jnp.where((node_id >= 0)[:, None], h, 0.0)  # padding rows stay zero (they would enter the quantizer's max)
+        logits = conv2(h, adj, dropout("seed1"))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         total = jax.lax.psum(jnp.sum(jnp.where(m, ce, 0.0)), AXIS)
         count = jax.lax.psum(jnp.sum(m.astype(jnp.float32)), AXIS)
         return logits[None], total / jnp.maximum(count, 1.0)
 
-    spec = PartitionSpec(AXIS)
-    d_specs = {k: (spec if k == "log_alpha" else PartitionSpec()) for k in d}
-    f = shard_map(body, mesh, in_specs=(d_specs, spec, spec, spec, spec, spec, spec, spec,
+    spec, rep = PartitionSpec(AXIS), PartitionSpec()
+    d_specs = {k: (spec if k == "log_alpha" else rep) for k in d}
+    f = shard_map(body, mesh, in_specs=(d_specs, rep, rep, spec, spec, spec, spec, spec, spec, spec,
                                         tuple(spec for _ in sg.send_rows)),
-                  out_specs=(spec, PartitionSpec()))
-    return f(d, sg.x, sg.y, node_mask, sg.node_id, sg.senders, sg.receivers, sg.weight, sg.send_rows)
+                  out_specs=(spec, rep))
+    return f(d, st1, st2, sg.x, sg.y, masks[mask], sg.node_id, sg.senders, sg.receivers, sg.weight, sg.send_rows)
 
 
 def loss_fn(model, sg: ShardedGraph, mesh: Mesh, **kw) -> jax.Array:

@@ -1,9 +1,12 @@
-"""Flax NNX GNN models; all aggregate through `codesign.kernels.aggregate` (GAT also through
-`codesign.kernels.gat_aggregate`; GraphSAGE's max aggregator through ``jax.ops.segment_max``,
-since `aggregate` computes sums only).
+"""Flax NNX GNN models. Every conv layer aggregates through the function its model's constructor
+is given, ``aggregate_fn(adj, x, impl=...)`` with the signature of `codesign.kernels.aggregate`
+(the default), as jraph's ``GraphConvolution(aggregate_nodes_fn=...)``: the same layer runs a
+fused, a dense or a distributed aggregation. (GAT's fused and CSR paths run
+`codesign.kernels.gat_aggregate` / ``csr_spmm``, whose softmax is inside the kernel; GraphSAGE's
+max aggregator runs ``jax.ops.segment_max``, since an aggregation function computes sums.)
 
 Every model shares GCN's protocol: ``Model(in_features, hidden, n_classes, *, n_edges, feature_mask,
-bits, dropout, rngs, **model_options)``, ``__call__(x, adj) -> logits``, ``densities(hard)`` and
+bits, dropout, aggregate_fn, rngs, **model_options)``, ``__call__(x, adj) -> logits``, ``densities(hard)`` and
 ``workload(n_nodes, n_edges, *, hard, training, bits, densities, locality)``. GCN, GAT and GraphSAGE
 also take the co-design hooks ``edge_sparsifier``, ``channel_mask``, ``quantizer`` and ``in_degree``
 and report ``layer_bits(hard)``.
@@ -13,11 +16,12 @@ each model's paper / reference setting on Cora; fields not listed take `TrainCon
 (Kipf & Welling's GCN). `TrainConfig.for_model` and the CLI apply them.
 """
 
-from codesign.models.appnp import APPNP
+from codesign.models.appnp import APPNP, Propagation
+from codesign.models.base import GNN
 from codesign.models.gat import GAT, GATConv
 from codesign.models.gcn import GCN, GCNConv
 from codesign.models.gin import GIN, GINConv
-from codesign.models.layers import QuantLinear
+from codesign.models.layers import GraphCounts, Layer, QuantLinear
 from codesign.models.norm import gcn_normalize
 from codesign.models.rgcn import RGCN, RGCNConv
 from codesign.models.sage import GraphSAGE, SAGEConv
@@ -49,5 +53,6 @@ MODEL_DEFAULTS = {
     "rgcn": {"hidden": 16, "dropout": 0.0, "lr": 0.01, "weight_decay": 5e-4},
 }
 
-__all__ = ["GCN", "GCNConv", "GAT", "GATConv", "GraphSAGE", "SAGEConv", "GIN", "GINConv", "APPNP", "QuantLinear",
-           "RGCN", "RGCNConv", "gcn_normalize", "MODELS", "MODEL_DEFAULTS"]
+__all__ = ["GNN", "Layer", "GraphCounts", "GCN", "GCNConv", "GAT", "GATConv", "GraphSAGE", "SAGEConv", "GIN",
+           "GINConv", "APPNP", "Propagation", "QuantLinear", "RGCN", "RGCNConv", "gcn_normalize", "MODELS",
+           "MODEL_DEFAULTS"]

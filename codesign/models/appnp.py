@@ -18,7 +18,7 @@ none and its Cora benchmark uses none).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,11 +28,54 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
+from codesign.models.layers import FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities, override_bits
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import EdgeMask, FeatureMask
 
 AXPY_OPS_PER_ELEMENT = 2.0  # (1 - alpha) * agg + alpha * H: one multiply-add and one scale
+
+
+class Propagation(Layer):
+    """K steps of approximate personalized PageRank (Klicpera et al. 2019, eq. 5):
+    ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``, each ``A_hat Z`` one
+    ``aggregate_fn(adj, Z, impl=impl)`` call; fp32 (not quantized). ``alpha = 1`` is ``Z = H``.
+
+    Args:
+      width: C, the columns propagated (the logits).
+      k_hops: K >= 0; alpha: teleport probability in [0, 1].
+      impl, aggregate_fn: as in `GCNConv`.
+
+    Shapes: ``h float32 [N, width], adj`` (normalized, E + N entries) ``-> [N, width]``.
+    """
+
+    def __init__(self, width: int, k_hops: int, alpha: float, *, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate):
+        self.width, self.k_hops, self.alpha, self.impl, self.aggregate_fn = width, k_hops, float(alpha), impl, aggregate_fn
+
+    def __call__(self, h: jax.Array, adj: CooAdjacency) -> jax.Array:
+        if self.alpha == 1.0:  # Z = H exactly
+            return h
+        step = lambda _, z: (1.0 - self.alpha) * self.aggregate_fn(adj, z, impl=self.impl) + self.alpha * h
+        return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 32: the propagation runs in fp32."""
+        return jnp.asarray(float(FP32_BITS), jnp.float32)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """``{name}0`` .. ``{name}{K-1}``: one fp32 SpMM over ``A_hat`` (nnz = kept edges + N) on
+        ``width`` columns and the teleport update (`axpy_stage`) each; none when ``alpha = 1``.
+        fp32 throughout: ``in_dim``, ``out_dim``, ``out_bits`` and ``bits`` are not used."""
+        if self.alpha == 1.0:
+            return ()
+        n = graph.n_nodes
+        spmm = (hwmodel.spmm_stage(n, graph.kept_edges + n, self.width, FP32_BITS, FP32_BITS, graph.locality,
+                                   graph.edge_density),)
+        elem = (axpy_stage(n, self.width, FP32_BITS),)
+        if graph.training:
+            spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
+        return tuple(hwmodel.LayerWorkload(f"{name}{k}", spmm, spmm, elem) for k in range(self.k_hops))
 
 
 class APPNP(GNN):
@@ -48,6 +91,8 @@ class APPNP(GNN):
       dropout: dropout rate on each MLP layer's input (paper: 0.5).
       k_hops: K, propagation steps (paper: 10).
       alpha: teleport probability in [0, 1] (paper: 0.1).
+      aggregate_fn: the aggregation of every propagation step, ``aggregate_fn(adj, z, impl=...)``
+        (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
 
@@ -61,19 +106,29 @@ class APPNP(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", rngs: nnx.Rngs):
+                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         check_widths("APPNP", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if not (isinstance(k_hops, int) and k_hops >= 0):
             raise ValueError(f"APPNP: k_hops must be an int >= 0, got {k_hops!r}")
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"APPNP: alpha must be in [0, 1], got {alpha}")
-        self.bits, self.k_hops, self.alpha, self.impl = bits, k_hops, float(alpha), impl
+        self.bits = bits
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
         self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
         self.lin2 = QuantLinear(hidden, n_classes, bits=bits, rngs=rngs)  # ReLU outputs >= 0
+        self.propagation = Propagation(n_classes, k_hops, alpha, impl=impl, aggregate_fn=aggregate_fn)
+
+    @property
+    def k_hops(self) -> int:
+        return self.propagation.k_hops
+
+    @property
+    def alpha(self) -> float:
+        return self.propagation.alpha
 
     def mlp(self, x: jax.Array) -> jax.Array:
         """``H = lin2(dropout(ReLU(lin1(dropout(mask(x))))))``: [N, in_features] -> [N, n_classes]."""
@@ -82,17 +137,12 @@ class APPNP(GNN):
         h = jax.nn.relu(self.lin1(self.dropout(x)))
         return self.lin2(self.dropout(h))
 
-    def propagate(self, h: jax.Array, adj: CooAdjacency) -> jax.Array:
-        """K steps of ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``; ``adj`` is normalized."""
-        step = lambda _, z: (1.0 - self.alpha) * aggregate(adj, z, impl=self.impl) + self.alpha * h
-        return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
-
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
         check_input("APPNP", x, self.in_features, adj.n_nodes)
         h = self.mlp(x)
-        if self.alpha == 1.0:  # Z = H exactly: skip the propagation
+        if self.alpha == 1.0:  # Z = H exactly: skip the propagation (and the edge gates' draw)
             return h
-        return self.propagate(h, gcn_normalize(adj, self.edge_mask() if self.edge_mask is not None else None))
+        return self.propagation(h, gcn_normalize(adj, self.edge_mask() if self.edge_mask is not None else None))
 
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (see `GCN.densities`)."""
@@ -109,20 +159,13 @@ class APPNP(GNN):
             columns and the teleport update (2 ops per element: read the aggregate and H, write Z).
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
-        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
-        c = self.lin2.out_features
-        layers = [dense_layer("mlp0", n_nodes, d["feature"] * self.lin1.in_features, self.lin1.out_features,
-                              b, b, b, training=training),
-                  dense_layer("mlp1", n_nodes, self.lin2.in_features, c, b, b, FP32_BITS, training=training)]
-        if self.alpha == 1.0:
-            return hwmodel.Workload(tuple(layers), training)
-        nnz = d["edge"] * n_edges + n_nodes
-        spmm = (hwmodel.spmm_stage(n_nodes, nnz, c, FP32_BITS, FP32_BITS, locality, d["edge"]),)
-        elem = (axpy_stage(n_nodes, c, FP32_BITS),)
-        if training:
-            spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
-        layers += [hwmodel.LayerWorkload(f"prop{k}", spmm, spmm, elem) for k in range(self.k_hops)]
-        return hwmodel.Workload(tuple(layers), training)
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
+        return hwmodel.Workload(
+            self.lin1.workload("mlp0", graph, in_dim=d["feature"] * self.lin1.in_features,
+                               out_bits=self.lin2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.lin2.workload("mlp1", graph, out_bits=FP32_BITS, hard=hard, bits=b)
+            + self.propagation.workload("prop", graph), training)
 
 
 def axpy_stage(n, width, bits) -> hwmodel.Stage:

@@ -8,16 +8,17 @@ static, so `check_input` also works under ``jit``.
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar
 
 import jax
 import numpy as np
 from flax import nnx
 
-from codesign.models.layers import quant_bits
+from codesign.models.layers import Layer, quant_bits
 from codesign.quant import Quantizer
 
-__all__ = ["GNN", "check_widths", "check_input"]
+__all__ = ["GNN", "Layer", "check_widths", "check_input"]
 
 
 def check_widths(owner: str, **widths) -> None:
@@ -47,8 +48,9 @@ def check_input(owner: str, x: jax.Array, in_features: int, n_nodes: int) -> Non
     Raises:
       ValueError: ``"x: GCN expects 1433 input features, got 100"`` (or the wrong row count / rank).
     """
-    if getattr(x, "ndim", None) != 2:
-        raise ValueError(f"x: {owner} expects node features [N, {in_features}], got shape {getattr(x, 'shape', None)}")
+    shape = np.shape(x)
+    if len(shape) != 2:
+        raise ValueError(f"x: {owner} expects node features [N, {in_features}], got shape {shape}")
     if x.shape[1] != in_features:
         raise ValueError(f"x: {owner} expects {in_features} input features, got {x.shape[1]}")
     if x.shape[0] != n_nodes:
@@ -56,20 +58,25 @@ def check_input(owner: str, x: jax.Array, in_features: int, n_nodes: int) -> Non
 
 
 class GNN(nnx.Module):
-    """The contract every model of `codesign.models` implements (the six models derive from it).
+    """The abstract base every model of `codesign.models` derives from (abstract or final, as in
+    equinox: this class declares the contract, the six models implement it; a subclass that misses
+    an abstract method cannot be instantiated, ``TypeError``, so callers never probe for one).
 
     Class-level facts, as data (read by `codesign.train` instead of probing the constructor):
       FIRST_LAYER: attribute name of the first layer (weight decay with scope "first"; the input
-        quantizer that ``pin_ranges`` leaves learned).
+        quantizer that ``pin_ranges`` leaves learned); `first_layer` returns that module.
       SELF_LOOPS: whether the model appends self-loops to the graph (`BlockEdgeMask` tiles).
       OPTIONS: model-specific constructor options a `TrainConfig` may set (heads, aggr, ...).
       HOOKS: the co-design hooks the constructor takes beyond edge mask, feature mask and bits:
         a subset of {"edge_sparsifier", "channel_mask", "quantizer"}.
 
-    Methods: ``__call__(x [N, F], adj) -> logits [N, C]`` (calls `check_input` first),
-    ``densities(hard) -> dict``, ``workload(n_nodes, n_edges, *, hard, training, bits, densities,
-    locality) -> hwmodel.Workload`` and ``layer_bits(hard) -> dict`` (default: every quantizer in
-    the model by its path; models with named tensors override it).
+    Attributes every model sets in its constructor: ``edge_mask`` (its edge sparsifier, a
+    `codesign.sparsify.EdgeSparsifier`, or None) and ``feature_mask`` (a `FeatureMask` or None).
+
+    Abstract methods: ``__call__(x [N, F], adj) -> logits [N, C]`` (calls `check_input` first),
+    ``densities(hard) -> dict`` and ``workload(n_nodes, n_edges, *, hard, training, bits,
+    densities, locality) -> hwmodel.Workload``. ``layer_bits(hard) -> dict`` has a default (every
+    `Quantizer` in the model by its path); models with named tensors override it.
     """
 
     FIRST_LAYER: ClassVar[str] = "conv1"
@@ -77,14 +84,23 @@ class GNN(nnx.Module):
     OPTIONS: ClassVar[tuple] = ()
     HOOKS: ClassVar[frozenset] = frozenset()
 
+    @abc.abstractmethod
     def __call__(self, x, adj):
-        raise NotImplementedError(f"{type(self).__name__} must implement __call__(x, adj)")
+        """Logits float32 [N, n_classes] of node features ``x`` float32 [N, in_features] on ``adj``."""
 
+    @abc.abstractmethod
     def densities(self, hard: bool = False) -> dict:
-        raise NotImplementedError(f"{type(self).__name__} must implement densities(hard)")
+        """Kept fractions (float32 scalars) ``{"edge", "feature"}`` (+ ``"channel"``): expected
+        (differentiable) or, with ``hard``, of the deterministic masks."""
 
+    @abc.abstractmethod
     def workload(self, n_nodes: int, n_edges: int, **kw):
-        raise NotImplementedError(f"{type(self).__name__} must implement workload(n_nodes, n_edges, ...)")
+        """The `hwmodel.Workload` of the model on a graph of ``n_nodes`` nodes and ``n_edges`` edges."""
+
+    @property
+    def first_layer(self) -> nnx.Module:
+        """The module named by `FIRST_LAYER`."""
+        return getattr(self, self.FIRST_LAYER)
 
     def layer_bits(self, hard: bool = False) -> dict:
         """Mean bit-width (float32 scalar) of every quantizer in the model, keyed by its path

@@ -21,17 +21,27 @@ GOLDEN = 0x9E3779B9
 M1, M2 = 0x7FEB352D, 0x846CA68B
 
 
-def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """uint32 [*shape] pseudo-random words from a uint32 ``seed`` (lowbias32 of the index)."""
-    n = 1
-    for d in shape:
-        n *= d
-    h = jax.lax.iota(jnp.uint32, n).reshape(shape) * jnp.uint32(GOLDEN) + seed.astype(jnp.uint32)
+def hash_u32(index: jax.Array, seed: jax.Array) -> jax.Array:
+    """uint32 [...] pseudo-random words: lowbias32 of ``index * GOLDEN + seed`` (module docstring).
+
+    Args:
+      index: uint32 [...] element indices (the flat index of each element of the full tensor).
+      seed: uint32 scalar.
+    """
+    h = index.astype(jnp.uint32) * jnp.uint32(GOLDEN) + seed.astype(jnp.uint32)
     h = h ^ (h >> 16)
     h = h * jnp.uint32(M1)
     h = h ^ (h >> 15)
     h = h * jnp.uint32(M2)
     return h ^ (h >> 16)
+
+
+def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """uint32 [*shape] pseudo-random words from a uint32 ``seed`` (lowbias32 of the flat index)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return hash_u32(jax.lax.iota(jnp.uint32, n).reshape(shape), seed)
 
 
 class HashDropout(nnx.Module):
@@ -48,6 +58,10 @@ class HashDropout(nnx.Module):
 
     Raises:
       ValueError: ``rate`` outside [0, 1).
+
+    ``__call__`` is ``apply(x, draw_seed())``; the two halves are public so that a caller holding
+    only some rows of the tensor (`codesign.distributed`) draws the seed once and applies the same
+    mask to its rows through their global flat indices.
     """
 
     def __init__(self, rate: float, *, rngs: nnx.Rngs):
@@ -57,10 +71,25 @@ class HashDropout(nnx.Module):
         self.deterministic = False
         self.rngs = rngs["dropout"].fork()
 
+    @property
+    def active(self) -> bool:
+        """Whether a call drops anything (not deterministic and ``rate > 0``)."""
+        return not self.deterministic and self.rate > 0.0
+
+    def draw_seed(self) -> jax.Array:
+        """uint32 scalar: the next seed of the module's stream (one per call of ``__call__``)."""
+        return jax.random.bits(self.rngs(), (), jnp.uint32)
+
+    def apply(self, x: jax.Array, seed: jax.Array, index: jax.Array | None = None) -> jax.Array:
+        """``x`` with the mask of ``seed``: element ``e`` kept iff ``hash_u32(index[e], seed) >=
+        rate * 2^32``, scaled by ``1 / (1 - rate)``. ``index``: uint32 of ``x``'s shape, the
+        elements' flat indices in the whole tensor (None = ``x``'s own flat index)."""
+        h = hash_uniform_u32(seed, x.shape) if index is None else hash_u32(index, seed)
+        keep = h >= jnp.uint32(int(self.rate * 2**32))
+        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
+
     def __call__(self, x: jax.Array, *, deterministic: bool | None = None) -> jax.Array:
         det = self.deterministic if deterministic is None else deterministic
         if det or self.rate == 0.0:
             return x
-        seed = jax.random.bits(self.rngs(), (), jnp.uint32)
-        keep = hash_uniform_u32(seed, x.shape) >= jnp.uint32(int(self.rate * 2**32))
-        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
+        return self.apply(x, self.draw_seed())

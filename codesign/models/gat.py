@@ -49,7 +49,7 @@ the edges they hold.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +60,8 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, make_quantizer, mask_densities, quant_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 
 NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
@@ -105,7 +106,7 @@ def head_adjacency(senders: jax.Array, receivers: jax.Array, n_nodes: int, alpha
                         alpha.reshape(-1), n_nodes * heads)
 
 
-class GATConv(nnx.Module):
+class GATConv(Layer):
     """One multi-head graph attention layer (Veličković et al. 2018, eq. 4 / eq. 6).
 
     Args:
@@ -122,6 +123,10 @@ class GATConv(nnx.Module):
       attn_dropout: dropout rate on the normalized attention coefficients (training only; paper 0.6).
       impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas");
         "auto" also takes the CSR path on CPU when ``loops.pattern`` is a `CsrPattern`.
+      aggregate_fn: the edge path's SpMM, ``aggregate_fn(adj, x, impl="auto")`` over the
+        head-expanded adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
+        The fused and the CSR path run their own kernels (`gat_aggregate`, `csr_spmm`): the
+        softmax is fused into them.
 
     Raises:
       ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
@@ -134,9 +139,10 @@ class GATConv(nnx.Module):
     def __init__(self, in_features: int, out_features: int, heads: int, *, concat: bool = True,
                  bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None,
                  signed_input: bool = False, attn_dropout: float = 0.0,
-                 negative_slope: float = NEGATIVE_SLOPE, impl: str = "auto", rngs: nnx.Rngs):
+                 negative_slope: float = NEGATIVE_SLOPE, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         self.in_features, self.out_features, self.heads, self.concat = in_features, out_features, heads, concat
-        self.negative_slope, self.impl = negative_slope, impl
+        self.negative_slope, self.impl, self.aggregate_fn = negative_slope, impl, aggregate_fn
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, heads * out_features), jnp.float32))
         self.att_src = nnx.Param(init(rngs.params(), (heads, out_features), jnp.float32))
@@ -185,9 +191,37 @@ class GATConv(nnx.Module):
                                    negative_slope=self.negative_slope)
             alpha = self.attn_dropout(alpha)
             a = head_adjacency(loops.senders, loops.receivers, n, alpha)
-            out = aggregate(a, h.reshape(n * self.heads, self.out_features)).reshape(h.shape)
+            out = self.aggregate_fn(a, h.reshape(n * self.heads, self.out_features), impl="auto").reshape(h.shape)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """One `hwmodel.LayerWorkload` (`Layer.workload` for the arguments; ``out_dim`` is the kept
+        H*F projected channels). Combine-first only (attention needs the projected features), so
+        both dataflow orders hold the same stages: GEMM N x K x (H*F), then
+        `hwmodel.attention_stages` (SDDMM of the score terms, edge softmax, attention-weighted SpMM
+        over H*F columns; nnz = kept edges + N self-loops), and one elementwise stage
+        (`score_and_activation_stage`). The projected features, the attention SpMM and the output
+        are costed at ``out_bits``. A `BlockEdgeMask` counts through its kept edges (the COO
+        attention stages; see the module docstring)."""
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+        n = graph.n_nodes
+        k = self.in_features if in_dim is None else in_dim
+        hf = self.heads * self.out_features if out_dim is None else out_dim
+        width = hf if self.concat else self.out_features
+        stages = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),
+                  *hwmodel.attention_stages(n, graph.kept_edges + n, self.heads, hf / self.heads, out_bits, out_bits,
+                                            graph.locality, graph.edge_density))
+        elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
+                                           head_mean=not self.concat and self.heads > 1),)
+        if graph.training:
+            stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
+        return (hwmodel.LayerWorkload(name, stages, stages, elem),)
 
     def _uses_csr(self, loops: CooAdjacency) -> bool:
         if not isinstance(loops.pattern, CsrPattern) or self.impl != "auto" or jax.default_backend() != "cpu":
@@ -224,6 +258,8 @@ class GAT(GNN):
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
       impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise; on CPU the
         CSR path when ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
+      aggregate_fn: the edge path's aggregation in both layers (`GATConv`; default
+        `codesign.kernels.aggregate`).
 
     Raises:
       ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
@@ -240,7 +276,8 @@ class GAT(GNN):
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
                  in_degree=None, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
-                 attn_dropout: Optional[float] = None, impl: str = "auto", rngs: nnx.Rngs):
+                 attn_dropout: Optional[float] = None, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 rngs: nnx.Rngs):
         check_widths("GAT", in_features=in_features, hidden=hidden, n_classes=n_classes, heads=heads, out_heads=out_heads)
         self.in_features = in_features
         attn = dropout if attn_dropout is None else attn_dropout
@@ -251,7 +288,8 @@ class GAT(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.channel_mask = ChannelMask(heads * hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl, rngs=rngs)
+        q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl,
+                 aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = GATConv(in_features, hidden, heads, concat=True, **q)
         self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, signed_input=True, **q)
 
@@ -292,39 +330,23 @@ class GAT(GNN):
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`). Each layer is combine-first only
-        (attention needs the projected features), so both dataflow orders hold the same stages:
-        GEMM N x K x (H*F), then `hwmodel.attention_stages` (SDDMM of the score terms, edge
-        softmax, attention-weighted SpMM over H*F columns; nnz = kept edges + N self-loops), and
-        one elementwise stage (`score_and_activation_stage`).
+        """The `hwmodel.Workload` (arguments as `GCN.workload`): ``layer0``, ``layer1``
+        (`GATConv.workload`).
 
         Counts: K of layer 0 = feature density x in_features; H*F of layer 0 and K of layer 1 =
         channel density x heads x hidden. Bits (`layer_bits`, or ``bits`` for all): layer ``l``'s
         GEMM reads ``x{l}`` / ``w{l}``; layer 0's projected features, attention SpMM and output
-        are costed at ``x1`` (what layer 1 reads), layer 1's at fp32 (logits). A `BlockEdgeMask`
-        is costed through its kept edges (COO attention stages; see the module docstring).
+        are costed at ``x1`` (what layer 1 reads), layer 1's at fp32 (logits).
         """
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
-        if bits is not None:
-            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), jnp.asarray(hwmodel.check_bits(bits), jnp.float32))
-        else:
-            lb = self.layer_bits(hard)
-        nnz = d["edge"] * n_edges + n_nodes
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
         hf0 = d["channel"] * (self.conv1.heads * self.conv1.out_features)
-        layers = []
-        for i, (conv, k, hf, x_bits, w_bits, out_bits) in enumerate((
-                (self.conv1, d["feature"] * self.conv1.in_features, hf0, lb["x0"], lb["w0"], lb["x1"]),
-                (self.conv2, hf0, self.conv2.heads * self.conv2.out_features, lb["x1"], lb["w1"], FP32_BITS))):
-            width = hf if conv.concat else conv.out_features
-            stages = (hwmodel.gemm_stage(n_nodes, k, hf, x_bits, w_bits, out_bits),
-                      *hwmodel.attention_stages(n_nodes, nnz, conv.heads, hf / conv.heads, out_bits, out_bits,
-                                                locality, d["edge"]))
-            elem = (score_and_activation_stage(n_nodes, conv.heads, hf, width, out_bits,
-                                               head_mean=not conv.concat and conv.heads > 1),)
-            if training:
-                stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
-            layers.append(hwmodel.LayerWorkload(f"layer{i}", stages, stages, elem))
-        return hwmodel.Workload(tuple(layers), training)
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hf0,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, in_dim=hf0, out_bits=FP32_BITS, hard=hard, bits=b),
+            training)
 
 
 def score_and_activation_stage(n, heads: int, hf, out_width, bits, *, head_mean: bool) -> hwmodel.Stage:

@@ -19,13 +19,14 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 
 
 
-class GCNConv(nnx.Module):
+class GCNConv(Layer):
     """``H' = A_hat @ Q(H) @ Q(W) + b`` (Kipf & Welling 2017, eq. 2) with fake quantization Q.
 
     Shapes: x float32 [N, in_features] -> float32 [N, out_features]; ``adj`` is the normalized
@@ -47,18 +48,41 @@ class GCNConv(nnx.Module):
         self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
         self.quant_w = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
-    def __call__(self, x: jax.Array, adj: CooAdjacency, dropout: Optional[nnx.Module] = None) -> jax.Array:
-        """``dropout`` (optional) is applied to the *quantized* input: a learned step size is
-        then fitted to the un-scaled values that inference sees (dropout's 1/(1-p) scaling before
-        the quantizer made LSQ steps rounding test-time features to zero on Cora)."""
+    @property
+    def combine_first(self) -> bool:
+        """Whether the layer runs the GEMM before the aggregation (``out_features <= in_features``:
+        the aggregation then reads the narrower matrix). Its aggregation width is
+        ``out_features`` if so, else ``in_features``."""
+        return self.out_features <= self.in_features
+
+    def __call__(self, x: jax.Array, adj, dropout: Optional[Callable] = None) -> jax.Array:
+        """``adj``: whatever ``aggregate_fn`` takes (the normalized `CooAdjacency` for the default).
+        ``dropout`` (optional, a callable ``x -> x``) is applied to the *quantized* input: a
+        learned step size is then fitted to the un-scaled values that inference sees (dropout's
+        1/(1-p) scaling before the quantizer made LSQ steps rounding test-time features to zero on
+        Cora)."""
         x, w = self.quant_x(x), self.quant_w(self.kernel[...])
         if dropout is not None:
             x = dropout(x)
-        if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
+        if self.combine_first:
             out = self.aggregate_fn(adj, x @ w, impl=self.impl)
         else:
             out = self.aggregate_fn(adj, x, impl=self.impl) @ w
         return out + self.bias[...]
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """One `hwmodel.message_passing_layer`: SpMM over ``A_hat`` (nnz = kept edges + N
+        self-loops; the BSR kernel over the kept tiles with a `BlockEdgeMask`) and the GEMM, both
+        dataflow orders, + bias (`Layer.workload` for the arguments)."""
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+        return (hwmodel.message_passing_layer(
+            name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
+            self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, **graph.aggregation()),)
 
 
 class GCN(GNN):
@@ -138,19 +162,13 @@ class GCN(GNN):
         `BlockEdgeMask` the aggregation is costed as the BSR kernel over the kept tiles.
         ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference)."""
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
-        if bits is not None:
-            b = jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
-            lb = dict.fromkeys(("x0", "w0", "x1", "w1"), b)
-        else:
-            lb = self.layer_bits(hard)
-        nnz = d["edge"] * n_edges + n_nodes
-        k0 = d["feature"] * self.conv1.in_features
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask, hard=hard, training=training,
+                             locality=locality)
         width = d["channel"] * self.conv1.out_features
-        tiles = kept_tiles(self.edge_mask, hard)
-        block = {} if tiles is None else dict(nnz_blocks=tiles, block_size=self.edge_mask.block_size)
-        graph = dict(training=training, locality=locality, edge_density=d["edge"], **block)
-        return hwmodel.Workload((
-            hwmodel.message_passing_layer("layer0", n_nodes, nnz, k0, width, lb["x0"], lb["w0"], lb["x1"], **graph),
-            hwmodel.message_passing_layer("layer1", n_nodes, nnz, width, self.conv2.out_features,
-                                          lb["x1"], lb["w1"], FP32_BITS, **graph),  # fp32 logits
-        ), training)
+        mid_bits = self.conv2.input_bits(hard) if b is None else b
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
+                                out_bits=mid_bits, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, in_dim=width, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
+            training)

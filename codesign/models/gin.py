@@ -13,7 +13,7 @@ APPNP share.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +24,8 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, QuantLinear, dense_layer, mask_densities
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.sparsify import EdgeMask, FeatureMask
 
 
@@ -44,19 +45,21 @@ def gin_adjacency(adj: CooAdjacency, eps: jax.Array, edge_weight: Optional[jax.A
     return CooAdjacency(senders, receivers, w, adj.n_nodes)
 
 
-class GINConv(nnx.Module):
+class GINConv(Layer):
     """``h' = lin2(ReLU(lin1((1 + eps) h_i + sum_j h_j)))`` (Xu et al. 2019, eq. 4.1).
 
     ``lin1`` is linear, so ``A' (X W1) = (A' X) W1``: like `GCNConv`, the layer aggregates the
     narrower of ``X`` [N, K] and ``X W1`` [N, hidden]; ``lin1``'s bias is added after aggregating
     (the exact GIN formula). ``eps`` is an `nnx.Param` initialised to 0 (GIN-eps).
+    ``aggregate_fn(adj, x, impl=...)`` is the sum aggregation (default `codesign.kernels.aggregate`),
+    injected as in `GCNConv`.
 
     Shapes: ``x [N, in_features], adj`` (E edges, no self-loops) ``-> [N, out_features]``.
     """
 
     def __init__(self, in_features: int, hidden: int, out_features: int, *, bits: Optional[int] = None,
-                 impl: str = "auto", rngs: nnx.Rngs):
-        self.impl = impl
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+        self.impl, self.aggregate_fn = impl, aggregate_fn
         self.eps = nnx.Param(jnp.zeros((), jnp.float32))
         self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
         self.lin2 = QuantLinear(hidden, out_features, bits=bits, rngs=rngs)  # ReLU outputs >= 0
@@ -65,10 +68,32 @@ class GINConv(nnx.Module):
     def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> jax.Array:
         a = gin_adjacency(adj, self.eps[...], edge_weight)
         if self.hidden <= self.in_features:  # combine first: aggregate the narrower matrix
-            h = aggregate(a, self.lin1.combine(x), impl=self.impl)
+            h = self.aggregate_fn(a, self.lin1.combine(x), impl=self.impl)
         else:
-            h = self.lin1.combine(aggregate(a, x, impl=self.impl))
+            h = self.lin1.combine(self.aggregate_fn(a, x, impl=self.impl))
         return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits its input is read at (``lin1.quant_x``)."""
+        return self.lin1.input_bits(hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments; ``out_dim`` is
+        ``lin2``'s output):
+
+          ``name``:        SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
+                           both orders, + bias/ReLU (`hwmodel.message_passing_layer`); the hidden
+                           activations are stored at ``lin2``'s input bits;
+          ``name.mlp``:    ``lin2``'s GEMM N x hidden x out + bias (`QuantLinear.workload`).
+        """
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.lin1.quant_w, hard))
+        mid_bits = self.lin2.input_bits(hard) if bits is None else bits
+        agg = hwmodel.message_passing_layer(name, graph.n_nodes, graph.kept_edges + graph.n_nodes,
+                                            self.in_features if in_dim is None else in_dim, self.hidden, x_bits,
+                                            w_bits, mid_bits, **graph.aggregation(blocks=False))
+        return (agg,) + self.lin2.workload(f"{name}.mlp", graph, out_dim=out_dim, out_bits=out_bits, hard=hard,
+                                           bits=bits)
 
 
 class GIN(GNN):
@@ -82,21 +107,23 @@ class GIN(GNN):
       feature_mask: if True, a `FeatureMask` gating the input columns.
       bits: fake-quantization bit-width of features and weights (None = fp32).
       dropout: dropout rate on each layer's input.
+      aggregate_fn: the aggregation both layers run (`GINConv`; default `codesign.kernels.aggregate`).
 
     Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
     """
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 impl: str = "auto", rngs: nnx.Rngs):
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GIN", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         self.bits = bits
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.conv1 = GINConv(in_features, hidden, hidden, bits=bits, impl=impl, rngs=rngs)
-        self.conv2 = GINConv(hidden, hidden, n_classes, bits=bits, impl=impl, rngs=rngs)
+        conv = dict(bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
+        self.conv1 = GINConv(in_features, hidden, hidden, **conv)
+        self.conv2 = GINConv(hidden, hidden, n_classes, **conv)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
         check_input("GIN", x, self.in_features, adj.n_nodes)
@@ -121,14 +148,10 @@ class GIN(GNN):
         The logits (``layer1.mlp``) are fp32.
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
-        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
-        nnz = d["edge"] * n_edges + n_nodes
-        graph = dict(training=training, locality=locality, edge_density=d["edge"])
-        layers = []
-        for i, (conv, k) in enumerate(((self.conv1, d["feature"] * self.conv1.in_features),
-                                       (self.conv2, self.conv2.in_features))):
-            out_bits = FP32_BITS if i == 1 else b
-            layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, conv.hidden, b, b, b, **graph))
-            layers.append(dense_layer(f"layer{i}.mlp", n_nodes, conv.hidden, conv.out_features, b, b, out_bits,
-                                      training=training))
-        return hwmodel.Workload(tuple(layers), training)
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
+            training)

@@ -1,9 +1,12 @@
 """Pieces shared by the models: the quantizer factory, a fake-quantized linear layer, mask
-densities and bit-widths as the cost model sees them, the workload of a graph-free dense layer."""
+densities and bit-widths as the cost model sees them, `GraphCounts` (what a layer's workload reads
+of its graph), the workload of a graph-free dense layer."""
 
 from __future__ import annotations
 
-from typing import Optional
+import abc
+import dataclasses
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +106,89 @@ def kept_tiles(sparsifier, hard: bool):
     return sparsifier.hard_kept_tiles() if hard else sparsifier.expected_kept_tiles()
 
 
-class QuantLinear(nnx.Module):
+@dataclasses.dataclass(frozen=True)
+class GraphCounts:
+    """What a layer's `workload` reads of the graph it runs on. Counts are float32 scalars (jax
+    arrays, possibly traced: expected counts carry gradients into the gates) or Python numbers.
+
+    Fields:
+      n_nodes: N.
+      kept_edges: kept edges (expected, or of the hard mask), self-loops not counted.
+      edge_density: kept fraction of the graph's edges, in [0, 1].
+      training: cost forward + backward.
+      locality: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference).
+      nnz_blocks, block_size: kept B x B tiles and B of a `BlockEdgeMask` (both None otherwise):
+        a sum aggregation that can run as the BSR kernel is costed so.
+      relation_edges: kept edges of each relation (R-GCN; None = one untyped relation).
+    """
+
+    n_nodes: int
+    kept_edges: Any
+    edge_density: Any
+    training: bool = False
+    locality: Optional[hwmodel.LocalityProfile] = None
+    nnz_blocks: Any = None
+    block_size: Optional[int] = None
+    relation_edges: Optional[tuple] = None
+
+    def aggregation(self, blocks: bool = True) -> dict:
+        """Keyword arguments of `hwmodel.message_passing_layer` about the graph (``blocks=False``:
+        without the BSR tiles, for an aggregation with no block form)."""
+        kw = dict(training=self.training, locality=self.locality, edge_density=self.edge_density)
+        if blocks and self.nnz_blocks is not None:
+            kw.update(nnz_blocks=self.nnz_blocks, block_size=self.block_size)
+        return kw
+
+
+def graph_counts(n_nodes: int, n_edges, densities: dict, *, sparsifier=None, hard: bool = False,
+                 training: bool = False, locality: Optional[hwmodel.LocalityProfile] = None,
+                 relation_edges=None) -> GraphCounts:
+    """`GraphCounts` of a graph with ``n_edges`` edges of which ``densities["edge"]`` are kept; the
+    kept tiles of ``sparsifier`` when it is a `BlockEdgeMask` (`kept_tiles`); ``relation_edges``:
+    edges of each relation, scaled by the same density."""
+    d = densities["edge"]
+    tiles = kept_tiles(sparsifier, hard)
+    return GraphCounts(n_nodes, d * n_edges, d, training, locality, tiles,
+                       None if tiles is None else sparsifier.block_size,
+                       None if relation_edges is None else tuple(d * e for e in relation_edges))
+
+
+def override_bits(bits) -> Optional[jax.Array]:
+    """A model ``workload``'s ``bits`` argument as a float32 scalar for every tensor (None: each
+    layer reads its own quantizers). Raises ValueError outside [1, 32] (`hwmodel.check_bits`)."""
+    return None if bits is None else jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
+
+
+class Layer(nnx.Module):
+    """The abstract base of a conv layer: its forward and the cost-model stages of that forward
+    come from one class, so they cannot drift apart, and a model's ``workload`` is the
+    concatenation of its layers'. (A layer written once as a vertex program can supply both.)
+
+    ``__call__(x, ...)`` is the forward (a conv layer's arguments: ``x, adj`` and its own extras:
+    edge gates, a dropout). ``workload(name, graph, *, in_dim, out_dim, out_bits, hard, bits)`` returns
+    the `hwmodel.LayerWorkload`s of one forward on ``graph`` (`GraphCounts`): ``in_dim`` /
+    ``out_dim`` are the kept input / output columns (None: all; a feature or channel mask of the
+    model shrinks them), ``out_bits`` the width the output is stored at (the next layer's
+    `input_bits`, fp32 for logits), ``bits`` a float32 override of every quantizer's width (None:
+    the layer's quantizers, expected or with ``hard`` deployed). ``input_bits(hard)`` is the width
+    the layer reads its input at.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, x: jax.Array, *args, **kwargs) -> jax.Array:
+        """Output features of the layer."""
+
+    @abc.abstractmethod
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bit-width the layer reads its input at."""
+
+    @abc.abstractmethod
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=32,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """The stages of one forward of this layer on ``graph``."""
+
+
+class QuantLinear(Layer):
     """``y = Q(x) @ Q(W) + b`` with per-tensor fake quantization Q (`FakeQuant`).
 
     Args:
@@ -135,6 +220,19 @@ class QuantLinear(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.add_bias(self.combine(x))
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits its input is read at (``quant_x``)."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """`dense_layer` of this GEMM on ``graph.n_nodes`` rows: ``in_dim`` / ``out_dim`` kept
+        columns (default: all), bits from its quantizers (``bits``: one override for both)."""
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+        return (dense_layer(name, graph.n_nodes, self.in_features if in_dim is None else in_dim,
+                            self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
+                            training=graph.training),)
 
 
 def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool,

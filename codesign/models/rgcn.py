@@ -21,7 +21,7 @@ narrower result is aggregated; otherwise the R aggregations of X come first and 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +33,7 @@ from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, mask_densities
+from codesign.models.layers import FP32_BITS, GraphCounts, Layer, graph_counts, mask_densities, override_bits, quant_bits
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 
@@ -96,20 +96,23 @@ def relation_mean_normalize(adjs: Sequence[CooAdjacency], edge_weight: Optional[
     return tuple(out)
 
 
-class RGCNConv(nnx.Module):
+class RGCNConv(Layer):
     """One R-GCN layer with fake quantization Q of its input and (composed) weights.
 
     Parameters: ``basis_kernel`` V [B, in, out] and ``coefficients`` a [R, B] (basis decomposition,
     eq. 3; with ``n_bases=None`` a free ``relation_kernel`` W [R, in, out] instead), ``kernel`` W_0
     [in, out] (the self-connection) and ``bias`` [out]. Glorot-uniform init (as PyG's
-    ``RGCNConv``), zero bias.
+    ``RGCNConv``), zero bias. ``aggregate_fn(adj, x, impl=...)`` is each relation's aggregation
+    (default `codesign.kernels.aggregate`), injected as in `GCNConv`.
 
     Shapes: ``__call__(x float32 [N, in_features], adjs: R normalized CooAdjacency) -> [N, out_features]``.
     """
 
     def __init__(self, in_features: int, out_features: int, n_relations: int, *, n_bases: Optional[int] = None,
-                 bits: Optional[int] = None, signed_input: bool = True, impl: str = "auto", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, signed_input: bool = True, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
+        self.aggregate_fn = aggregate_fn
         self.n_relations, self.n_bases = n_relations, n_bases
         init = jax.nn.initializers.glorot_uniform()
         if n_bases is None:
@@ -134,11 +137,26 @@ class RGCNConv(nnx.Module):
         w = self.quant_w(jnp.concatenate([self.kernel[...][None], self.relation_weights()]))  # [R+1, in, out]
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
             xw = jnp.einsum("nk,rkf->rnf", x, w)
-            out = xw[0] + sum(aggregate(adj, xw[r + 1], impl=self.impl) for r, adj in enumerate(adjs))
+            out = xw[0] + sum(self.aggregate_fn(adj, xw[r + 1], impl=self.impl) for r, adj in enumerate(adjs))
         else:
-            agg = jnp.stack([x] + [aggregate(adj, x, impl=self.impl) for adj in adjs])
+            agg = jnp.stack([x] + [self.aggregate_fn(adj, x, impl=self.impl) for adj in adjs])
             out = jnp.einsum("rnk,rkf->nf", agg, w)
         return out + self.bias[...]
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input features (``quant_x``)."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """`rgcn_layer_workloads` over ``graph.relation_edges`` (kept edges per relation; None =
+        all kept edges as one relation); `Layer.workload` for the arguments."""
+        x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+        rel = (graph.kept_edges,) if graph.relation_edges is None else graph.relation_edges
+        return rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
+                                    self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
+                                    n_bases=self.n_bases, training=graph.training, locality=graph.locality,
+                                    edge_density=graph.edge_density)
 
 
 def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim, out_dim, x_bits, w_bits,
@@ -193,6 +211,8 @@ class RGCN(GNN):
       bits: fake-quantization bit-width of features and weights (None = fp32). The first layer's
         input is quantized signed (raw features may be negative), the second's unsigned (ReLU).
       dropout: dropout rate on each layer's input (paper: none).
+      aggregate_fn: the aggregation of every relation in both layers (`RGCNConv`; default
+        `codesign.kernels.aggregate`).
 
     Shapes: ``__call__(x float32 [N, in_features], adjs) -> logits [N, n_classes]`` with ``adjs``
     a tuple of R `CooAdjacency` (`relation_adjacencies`), or one `CooAdjacency` when R = 1 (so
@@ -205,7 +225,8 @@ class RGCN(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_relations: int = 1,
                  n_bases: Optional[int] = None, n_edges: Optional[int] = None, feature_mask: bool = False,
-                 bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("RGCN", in_features=in_features, hidden=hidden, n_classes=n_classes, n_relations=n_relations)
         self.in_features = in_features
         for field, v in (("n_relations", n_relations), ("n_bases", n_bases)):
@@ -215,7 +236,7 @@ class RGCN(GNN):
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        conv = dict(n_bases=n_bases, bits=bits, impl=impl, rngs=rngs)
+        conv = dict(n_bases=n_bases, bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = RGCNConv(in_features, hidden, self.n_relations, signed_input=True, **conv)
         self.conv2 = RGCNConv(hidden, n_classes, self.n_relations, signed_input=False, **conv)
 
@@ -254,17 +275,16 @@ class RGCN(GNN):
         relation keeps the model's edge density. Other arguments as in `GCN.workload`.
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
-        b = jnp.asarray(hwmodel.check_bits(bits) if bits is not None else (self.bits or FP32_BITS), jnp.float32)
+        b = override_bits(bits)
         if relation_edges is None:
             relation_edges = [n_edges / self.n_relations] * self.n_relations
         if len(relation_edges) != self.n_relations:
             raise ValueError(f"RGCN.workload: relation_edges has {len(relation_edges)} entries, expected "
                              f"n_relations={self.n_relations}")
-        nnz = [d["edge"] * e_r for e_r in relation_edges]
-        k0 = d["feature"] * self.conv1.in_features
-        common = dict(n_bases=self.n_bases, training=training, locality=locality, edge_density=d["edge"])
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality,
+                             relation_edges=relation_edges)
         return hwmodel.Workload(
-            rgcn_layer_workloads("layer0", n_nodes, nnz, k0, self.conv1.out_features, b, b, b, **common)
-            + rgcn_layer_workloads("layer1", n_nodes, nnz, self.conv2.in_features, self.conv2.out_features,
-                                   b, b, FP32_BITS, **common),  # fp32 logits
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)

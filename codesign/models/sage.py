@@ -34,7 +34,7 @@ the kept edges.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +44,8 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, kept_tiles, make_quantizer, mask_densities, quant_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 
 AGGREGATORS = ("mean", "max")
@@ -80,7 +81,7 @@ def max_aggregate(adj: CooAdjacency, x: jax.Array, edge_weight: Optional[jax.Arr
     return jnp.where(jnp.isfinite(out), out, 0.0)
 
 
-class SAGEConv(nnx.Module):
+class SAGEConv(Layer):
     """``h' = Q(h) @ Q(W_root) + AGG(Q(h)) @ Q(W_neigh) + b`` (Hamilton et al. 2017, Alg. 1).
 
     With ``aggr="mean"`` the neighbour term aggregates the narrower of ``Q(h)`` and
@@ -93,6 +94,9 @@ class SAGEConv(nnx.Module):
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`): the input
         node-wise (unsigned: bag-of-words / ReLU inputs), ``W_root`` and ``W_neigh`` per tensor.
       in_degree: int [N] node in-degrees for the "degree" / "a2q" quantizers.
+      aggregate_fn: the mean aggregation's sum, ``aggregate_fn(adj, x, impl=...)`` over the
+        row-normalized adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
+        ``aggr="max"`` does not use it (`max_aggregate`: a maximum is not a sum).
 
     Raises:
       ValueError: ``aggr`` not in `AGGREGATORS`; from `make_quantizer`.
@@ -103,10 +107,11 @@ class SAGEConv(nnx.Module):
 
     def __init__(self, in_features: int, out_features: int, *, aggr: str = "mean",
                  bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, impl: str = "auto",
-                 rngs: nnx.Rngs):
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         if aggr not in AGGREGATORS:
             raise ValueError(f"SAGEConv: aggr must be one of {AGGREGATORS}, got {aggr!r}")
         self.in_features, self.out_features, self.aggr, self.impl = in_features, out_features, aggr, impl
+        self.aggregate_fn = aggregate_fn
         init = jax.nn.initializers.glorot_uniform()
         self.kernel_neigh = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.kernel_root = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
@@ -129,15 +134,51 @@ class SAGEConv(nnx.Module):
         else:
             a = mean_adjacency(adj, edge_weight)
             if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
-                neigh = aggregate(a, x @ w_neigh, impl=self.impl)
+                neigh = self.aggregate_fn(a, x @ w_neigh, impl=self.impl)
             else:
-                neigh = aggregate(a, x, impl=self.impl) @ w_neigh
+                neigh = self.aggregate_fn(a, x, impl=self.impl) @ w_neigh
         return neigh + root + self.bias[...]
 
     def layer_bits(self, hard: bool = False) -> dict:
         """Mean bit-widths (float32 scalars) ``{"x", "w_neigh", "w_root"}`` (see `quant_bits`)."""
         return {"x": quant_bits(self.quant_x, hard), "w_neigh": quant_bits(self.quant_w_neigh, hard),
                 "w_root": quant_bits(self.quant_w_root, hard)}
+
+    def input_bits(self, hard: bool = False) -> jax.Array:
+        """float32 scalar: the bits of its input (``quant_x``), read by both branches."""
+        return quant_bits(self.quant_x, hard)
+
+    def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
+                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments):
+
+          ``name``:      the neighbour aggregation over the kept edges (nnz = kept edges, no
+                         self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
+                         orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the BSR
+                         kernel over the kept tiles). Max: aggregate-first only (a max does not
+                         commute with the GEMM); its "spmm" stage counts one compare per gathered
+                         element where a SpMM counts one MAC.
+          ``name.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
+                         accumulate, no separate stage).
+        """
+        lb = self.layer_bits(hard) if bits is None else dict(x=bits, w_neigh=bits, w_root=bits)
+        k = self.in_features if in_dim is None else in_dim
+        f = self.out_features if out_dim is None else out_dim
+        x_bits, wn, wr = lb["x"], lb["w_neigh"], lb["w_root"]
+        n, nnz, training = graph.n_nodes, graph.kept_edges, graph.training
+        if self.aggr == "mean":
+            neigh = hwmodel.message_passing_layer(name, n, nnz, k, f, x_bits, wn, out_bits, **graph.aggregation())
+        else:
+            agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
+                   hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
+            elem = (hwmodel.elementwise_stage(n, f, out_bits),)
+            if training:
+                agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
+            neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
+        gemm = (hwmodel.gemm_stage(n, k, f, x_bits, wr, out_bits),)
+        if training:
+            gemm = hwmodel.with_backward(gemm)
+        return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
 
 
 class GraphSAGE(GNN):
@@ -161,6 +202,8 @@ class GraphSAGE(GNN):
         high, which only shifts the degree ranking's values, not its order).
       dropout: dropout rate on each layer's input.
       aggr: "mean" or "max" (see the module docstring).
+      aggregate_fn: the aggregation both layers' mean runs (`SAGEConv`; default
+        `codesign.kernels.aggregate`).
 
     Raises:
       ValueError: ``aggr`` invalid; a `BlockEdgeMask` built with self-loops; from `make_quantizer`.
@@ -177,7 +220,8 @@ class GraphSAGE(GNN):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto", rngs: nnx.Rngs):
+                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GraphSAGE", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if isinstance(edge_sparsifier, BlockEdgeMask) and edge_sparsifier.n_entries != edge_sparsifier.n_edges:
@@ -191,7 +235,8 @@ class GraphSAGE(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, rngs=rngs)
+        q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl,
+                 aggregate_fn=aggregate_fn, rngs=rngs)
         self.conv1 = SAGEConv(in_features, hidden, **q)
         self.conv2 = SAGEConv(hidden, n_classes, **q)
 
@@ -223,17 +268,8 @@ class GraphSAGE(GNN):
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`). Per layer ``l``:
-
-          ``layer{l}``:      neighbour aggregation over the kept edges (nnz = kept edges, no
-                             self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
-                             orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the
-                             aggregation is the BSR kernel over the kept tiles). Max:
-                             aggregate-first only (a max does not commute with the GEMM); its
-                             "spmm" stage counts one compare per gathered element where a SpMM
-                             counts one MAC.
-          ``layer{l}.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
-                             accumulate, no separate stage).
+        """The `hwmodel.Workload` (arguments as `GCN.workload`): ``layer{l}`` and ``layer{l}.root``
+        of each layer ``l`` (`SAGEConv.workload`).
 
         K of layer 0 = feature density x in_features; F of layer 0 and K of layer 1 = channel
         density x hidden. Bits: layer ``l`` reads its input at the bits of its ``quant_x`` and each
@@ -241,33 +277,12 @@ class GraphSAGE(GNN):
         bits, layer 1 fp32 logits.
         """
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
-        convs = (self.conv1, self.conv2)
-        if bits is not None:
-            b = jnp.asarray(hwmodel.check_bits(bits), jnp.float32)
-            lb = [dict(x=b, w_neigh=b, w_root=b) for _ in convs]
-        else:
-            lb = [c.layer_bits(hard) for c in convs]
-        nnz = d["edge"] * n_edges
-        tiles = kept_tiles(self.edge_mask, hard) if self.aggr == "mean" else None
-        block = {} if tiles is None else dict(nnz_blocks=tiles, block_size=self.edge_mask.block_size)
+        b = override_bits(bits)
+        graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask if self.aggr == "mean" else None,
+                             hard=hard, training=training, locality=locality)
         hidden = d["channel"] * self.conv1.out_features
-        dims = ((d["feature"] * self.conv1.in_features, hidden, lb[1]["x"]), (hidden, self.conv2.out_features, FP32_BITS))
-        layers = []
-        for i, (k, f, out_bits) in enumerate(dims):
-            x_bits, wn, wr = lb[i]["x"], lb[i]["w_neigh"], lb[i]["w_root"]
-            if self.aggr == "mean":
-                layers.append(hwmodel.message_passing_layer(f"layer{i}", n_nodes, nnz, k, f, x_bits, wn, out_bits,
-                                                            training=training, locality=locality,
-                                                            edge_density=d["edge"], **block))
-            else:
-                agg = (hwmodel.spmm_stage(n_nodes, nnz, k, x_bits, x_bits, locality, d["edge"]),
-                       hwmodel.gemm_stage(n_nodes, k, f, x_bits, wn, out_bits))
-                elem = (hwmodel.elementwise_stage(n_nodes, f, out_bits),)
-                if training:
-                    agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
-                layers.append(hwmodel.LayerWorkload(f"layer{i}", agg, agg, elem))
-            gemm = (hwmodel.gemm_stage(n_nodes, k, f, x_bits, wr, out_bits),)
-            if training:
-                gemm = hwmodel.with_backward(gemm)
-            layers.append(hwmodel.LayerWorkload(f"layer{i}.root", gemm, gemm, ()))
-        return hwmodel.Workload(tuple(layers), training)
+        return hwmodel.Workload(
+            self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hidden,
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+            + self.conv2.workload("layer1", graph, in_dim=hidden, out_bits=FP32_BITS, hard=hard, bits=b),
+            training)

@@ -2,10 +2,10 @@
 learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), integer
 export and post-training-quantization baselines (`codesign.quant.baselines`).
 
-Every quantizer module follows one protocol: ``q(x) -> x_hat`` (same shape and dtype),
-``expected_bits()`` (float32 scalar, the mean bit-width the cost model prices) and
+Every quantizer derives from the abstract base `Quantizer`: ``q(x) -> x_hat`` (same shape and
+dtype), ``expected_bits()`` (float32 scalar, the mean bit-width the cost model prices) and
 ``hard_bits()`` (deployed integer bit-width(s)); the free functions `expected_bits` /
-`hard_bits` also accept `FakeQuant` and None (32 bits). Learned step sizes are `QuantStep`
+`hard_bits` also accept None (32 bits). Learned step sizes are `QuantStep`
 variables and learned bit-width parameters `BitParam` variables (both ``nnx.Param``
 subclasses), so optimizers can treat them separately.
 """

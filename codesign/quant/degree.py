@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from codesign.quant.fake_quant import NO_QUANT_BITS, check_bits, fake_quant, qrange
+from codesign.quant.fake_quant import NO_QUANT_BITS, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.lsq import calib_amax, check_float, check_percentile
 
 
@@ -157,7 +157,7 @@ def _range_scale(x: jax.Array, protected: Optional[jax.Array], *, hi: int, signe
 
 
 @final
-class DegreeQuant(nnx.Module):
+class DegreeQuant(Quantizer):
     """Degree-Quant fake quantization of node-wise tensors with stochastic protective masking.
 
     Training (``deterministic=False``): draw `protective_mask`; protected rows pass through

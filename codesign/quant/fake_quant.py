@@ -29,7 +29,8 @@ would otherwise train in fp32 and report 33.
 from __future__ import annotations
 
 import numbers
-from typing import Protocol, final, runtime_checkable
+import abc
+from typing import final
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +86,8 @@ def qrange(bits: int, signed: bool = True) -> tuple[int, int]:
     return 0, 2**b - 1
 
 
-def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=None) -> jax.Array:
+def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=None,
+               axis_name: str | None = None) -> jax.Array:
     """Per-tensor uniform quantize-dequantize with a straight-through gradient.
 
     Args:
@@ -97,6 +99,10 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
       scale: step size (float scalar, > 0, same units as ``x``), or None to use
         ``max|x| / qmax`` (``max(x, 0) / qmax`` unsigned). An all-zero ``x`` uses scale 1, so
         the result is zeros, not NaN. No gradient flows into ``scale``.
+      axis_name: with the default scale, the name of a mapped axis (``shard_map`` / ``pmap``)
+        over which the maximum is ``pmax``-reduced, so that a tensor split over devices gets the
+        scale of the whole tensor (as ``flax.nnx.BatchNorm(axis_name=...)`` does for its
+        statistics); None = this array's own maximum.
 
     Returns:
       ``x_hat``, same shape and dtype as ``x``: values on the grid ``scale * k`` for integer
@@ -116,6 +122,8 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
     lo, hi = qrange(b, signed)
     if scale is None:
         amax = jnp.max(jnp.abs(x)) if signed else jnp.max(jnp.maximum(x, 0))
+        if axis_name is not None:
+            amax = jax.lax.pmax(jax.lax.stop_gradient(amax), axis_name)
         scale = jnp.where(amax > 0, amax / hi, jnp.ones_like(amax))
     else:
         if isinstance(scale, numbers.Real) and not scale > 0:
@@ -130,13 +138,43 @@ def fake_quant(x: jax.Array, bits: int | None, *, signed: bool = True, scale=Non
     return jnp.where(passes, x_ste, jax.lax.stop_gradient(x_q))
 
 
+class Quantizer(nnx.Module):
+    """The abstract base of every quantizer of `codesign.quant` (`FakeQuant`, `LSQQuant`,
+    `LearnedBitQuant`, `DegreeQuant`): an `nnx.Module` with
+
+      ``q(x) -> x_hat``     the quantize-dequantized tensor, same shape and dtype;
+      ``expected_bits()``   float32 scalar, the mean width the cost model prices (differentiable
+                            where learned);
+      ``hard_bits()``       the deployed integer width (int), or int32 [N] per node.
+
+    Abstract or final (equinox's pattern): this class only declares the contract; the quantizers
+    are ``@final`` subclasses, and a new behaviour wraps one instead of overriding it. A subclass
+    that misses a method cannot be instantiated (``TypeError``), so the cost model never probes
+    for one.
+    """
+
+    @abc.abstractmethod
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """The quantize-dequantized ``x`` (same shape and dtype)."""
+
+    @abc.abstractmethod
+    def expected_bits(self) -> jax.Array:
+        """float32 scalar: the mean bit-width of the values emitted (expected, for the cost model)."""
+
+    @abc.abstractmethod
+    def hard_bits(self):
+        """The deployed integer bit-width (int), or int32 [N] per node."""
+
+
 @final
-class FakeQuant(nnx.Module):
+class FakeQuant(Quantizer):
     """Fake-quantization layer with a fixed bit-width (`fake_quant` with the default per-tensor scale).
 
     Attributes:
       bits: int or None (static), read by the cost model; None or 32 means full precision.
       signed: bool (static).
+      axis_name: str or None (static): `fake_quant`'s ``axis_name`` (the scale of a tensor split
+        over the devices of a mapped axis).
 
     Example (inside your own ``nnx.Module``)::
 
@@ -144,7 +182,7 @@ class FakeQuant(nnx.Module):
       h = self.linear(self.q_x(x))                 # in __call__
     """
 
-    def __init__(self, bits: int | None, *, signed: bool = True):
+    def __init__(self, bits: int | None, *, signed: bool = True, axis_name: str | None = None):
         """Raises:
           ValueError: ``bits`` outside [2, 32] (signed) / [1, 32] (unsigned) (`check_bits`).
           TypeError: ``bits`` not an int or None.
@@ -152,10 +190,12 @@ class FakeQuant(nnx.Module):
         check_bits(bits, signed)
         self.bits = None if bits is None else int(bits)
         self.signed = bool(signed)
+        self.axis_name = axis_name
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        """``fake_quant(x, self.bits, signed=self.signed)``: same shape and dtype as ``x``."""
-        return fake_quant(x, self.bits, signed=self.signed)
+        """``fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)``: same shape and
+        dtype as ``x``."""
+        return fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)
 
     def expected_bits(self) -> jax.Array:
         """float32 scalar: the fixed width (32 when not quantized); no gradient to learn."""
@@ -164,17 +204,3 @@ class FakeQuant(nnx.Module):
     def hard_bits(self) -> int:
         """The deployed width: ``bits``, or 32 (`NO_QUANT_BITS`) when not quantized."""
         return NO_QUANT_BITS if self.bits is None else min(self.bits, NO_QUANT_BITS)
-
-
-@runtime_checkable
-class Quantizer(Protocol):
-    """What every quantizer of `codesign.quant` provides (`FakeQuant`, `LSQQuant`,
-    `LearnedBitQuant`, `DegreeQuant`): ``q(x) -> x_hat`` of the same shape and dtype,
-    ``expected_bits()`` (float32 scalar, the mean width the cost model prices; differentiable where
-    learned) and ``hard_bits()`` (the deployed integer width, or int32 [N] per node)."""
-
-    def __call__(self, x: jax.Array) -> jax.Array: ...
-
-    def expected_bits(self) -> jax.Array: ...
-
-    def hard_bits(self): ...

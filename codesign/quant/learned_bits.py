@@ -153,7 +153,7 @@ def _check_int(value, name: str, minimum: int) -> int:
 
 
 @final
-class LearnedBitQuant(nnx.Module):
+class LearnedBitQuant(Quantizer):
     """Fake quantization with a learned step ``d`` (`QuantStep`) and range ``q_max`` (`BitParam`),
     hence a learned, differentiable bit-width; per tensor or per node (one row of ``x`` each).
 

@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from codesign.quant.fake_quant import Quantizer
+
 STEP_EPS = 1e-8
 """The effective step is ``|s| + STEP_EPS`` (units of ``x``): keeps it > 0 whatever sign the
 optimizer drives the stored parameter to. Below float32 resolution for steps >= ~0.1; it only
@@ -262,7 +264,7 @@ def _cap_step(x: jax.Array, step: jax.Array, *, qp: int, signed: bool, per_chann
 
 
 @final
-class LSQQuant(nnx.Module):
+class LSQQuant(Quantizer):
     """LSQ fake-quantization layer with a learned step size (`QuantStep`).
 
     The step is initialised from the data at the first call (`lsq_init_step`), unless
