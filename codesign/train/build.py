@@ -43,7 +43,7 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
     model = MODELS[cfg.model.name](graph.n_features, cfg.model.hidden, graph.n_classes, dropout=cfg.model.dropout, rngs=rngs,
                               **kw, **cfg.model.options())
     if cfg.quant.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
-        pin_ranges(model, skip=(getattr(model, model.FIRST_LAYER).quant_x,))
+        pin_ranges(model, skip=(model.first_layer.quant_x,))
     return model
 
 

@@ -339,9 +339,10 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
 
 
 def _tile_stats(model) -> Optional[dict]:
-    """Hardened tile counts of a `BlockEdgeMask` model: ``kept`` and ``total`` B x B tiles (the
-    kernel's nnz_blocks after and before pruning) and ``kept_fraction``; None for other models."""
-    mask = getattr(model, "edge_mask", None)
+    """Hardened tile counts of a `BlockEdgeMask` model (a `codesign.models.GNN`): ``kept`` and
+    ``total`` B x B tiles (the kernel's nnz_blocks after and before pruning) and ``kept_fraction``;
+    None for other edge sparsifiers or none."""
+    mask = model.edge_mask
     if not isinstance(mask, BlockEdgeMask):
         return None
     kept = float(mask.hard_kept_tiles())
