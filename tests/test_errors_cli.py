@@ -199,11 +199,11 @@ def test_every_option_of_every_subcommand_has_help():
 
 @pytest.mark.parametrize("command", ["train", "sweep", "cost"])
 def test_help_lists_choices_and_defaults(command):
-    from codesign.data.planetoid import PLANETOID_NAMES
+    from codesign.data import DATASETS
     from codesign.hwmodel import presets
     from codesign.models import MODELS
     text = _subparsers(cli.build_parser())[command].format_help()
-    assert "{" + ",".join(PLANETOID_NAMES) + "}" in text
+    assert "{" + ",".join(DATASETS) + "}" in text
     assert "{" + ",".join(sorted(MODELS)) + "}" in text
     assert all(name in text for name in presets.names())
     assert "(default: cora)" in text and "(default: gcn)" in text and "(default: h100)" in text
