@@ -489,3 +489,28 @@ def test_input_errors_name_the_field():
         gcn.workload(4, 0, {"h": 3})
     with pytest.raises(ValueError, match=r"appnp_step: alpha must be in \[0, 1\]"):
         appnp_step(1.5)
+
+
+# ------------------------------------------------------------------------------- benchmark
+
+def test_vertex_bench_quick_runs_and_the_ehf_check_bites(tmp_path):
+    import importlib.util
+    import json
+    import pathlib
+    import sys
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "experiments" / "vertex_bench.py"
+    spec = importlib.util.spec_from_file_location("vertex_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["vertex_bench"] = mod
+    spec.loader.exec_module(mod)
+    out = tmp_path / "vb.json"
+    result = mod.main(["--quick", "--models", "gat", "--reps", "1", "--no-rss", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    g = saved["graphs"]["quick"]
+    assert g == json.loads(json.dumps(result["graphs"]["quick"]))
+    assert g["gat"]["vertex"]["epoch_s_median"] > 0 and g["gat"]["ratio_vertex_over_hand"] > 0
+    # same parameters, dropout and data: one step gives the same loss on both sides
+    np.testing.assert_allclose(g["gat"]["vertex"]["final_loss"], g["gat"]["hand"]["final_loss"], rtol=1e-4)
+    check = g["gat_ehf_check"]
+    assert check["vertex"]["ehf_shapes_in_hlo"] == [] and check["vertex_reference"]["ehf_shapes_in_hlo"] != []
