@@ -164,10 +164,18 @@ def test_gat_program_on_the_csr_and_pallas_paths_matches_the_model_layer():
         return out.reshape(8, -1) + conv.bias[...]
 
     plain = _loops(adj)
-    np.testing.assert_allclose(layer(x, "pallas"), conv(x, plain), **TOL)  # interpreter: forward only (slow)
-    np.testing.assert_allclose(layer(x, "csr"), conv(x, plain), **TOL)
-    gx = jax.grad(lambda xx: jnp.sum(jnp.sin(conv(xx, plain))))(x)
-    np.testing.assert_allclose(jax.grad(lambda xx: jnp.sum(jnp.sin(layer(xx, "csr"))))(x), gx, **TOL)
+    loss = lambda f: lambda xx: jnp.sum(jnp.sin(f(xx)))
+
+    @jax.jit  # one compilation (eager mode would compile every primitive)
+    def outputs(x):
+        hand = lambda xx: conv(xx, plain)
+        return (layer(x, "pallas"), layer(x, "csr"), hand(x),  # the Pallas interpreter: forward only
+                jax.grad(loss(lambda xx: layer(xx, "csr")))(x), jax.grad(loss(hand))(x))
+
+    pallas, csr, want, g_csr, g_want = outputs(x)
+    for got in (pallas, csr):
+        np.testing.assert_allclose(got, want, **TOL)
+    np.testing.assert_allclose(g_csr, g_want, **TOL)
 
 
 def vertex_rgcn(m: RGCN, x, adjs):
@@ -303,11 +311,11 @@ def _stage_eq(a: hwmodel.Stage, b: hwmodel.Stage):
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("bits", [None, 8])
 def test_gcn_workload_equals_the_models_spmm_stages_plus_the_norm_multiply(training, bits):
-    n, e = 50, 200
-    m = GCN(30, 16, 4, n_edges=e, bits=bits, rngs=nnx.Rngs(0))
+    n, e = N_NODES, N_EDGES  # the gates of the model's edge mask cover its E edges
+    m = _model("gcn", True) if bits is None else GCN(5, 6, 3, n_edges=N_EDGES, bits=bits, rngs=nnx.Rngs(0))
     b = 32 if bits is None else bits
     hand = m.workload(n, e, training=training)
-    for layer, width, out_bits in ((0, 16, b), (1, 4, 32)):
+    for layer, width, out_bits in ((0, 6, b), (1, 3, 32)):
         prog = gcn.with_edge_gates(m.edge_mask)
         wl = prog.workload(n, e + n, {"h": width}, bits={"h": out_bits, "norm": 32}, out_bits=out_bits,
                            training=training).layers[0]
@@ -325,13 +333,13 @@ def test_gcn_workload_equals_the_models_spmm_stages_plus_the_norm_multiply(train
         np.testing.assert_allclose(elem.macs, factor * n * width)
         np.testing.assert_allclose(elem.compulsory_bytes, factor * (2 * n * width * out_bits + n * 32) / 8)
     # without gates the weight is norm_u itself: no edge stage
-    assert len(gcn.workload(n, e + n, {"h": 16}).layers[0].elementwise) == 1
+    assert len(gcn.workload(n, e + n, {"h": 6}).layers[0].elementwise) == 1
 
 
 @pytest.mark.parametrize("training", [False, True])
 def test_gat_workload_equals_the_models_attention_stages(training):
-    n, e, heads, f = 40, 160, 8, 8
-    m = GAT(20, f, 3, heads=heads, n_edges=e, rngs=nnx.Rngs(0))
+    n, e, heads, f = N_NODES, N_EDGES, 2, 4
+    m = _model("gat", True)
     hand = m.workload(n, e, training=training).layers[0].combine_first  # gemm, sddmm, softmax, spmm
     gated = gat.with_edge_gates(m.edge_mask).workload(n, e + n, {"h": f}, heads=heads, training=training).layers[0]
     # with gates the kernel (which takes no gates) is not used: the softmax falls back and the
@@ -346,7 +354,7 @@ def test_gat_workload_equals_the_models_attention_stages(training):
     np.testing.assert_allclose(elem.macs, (2.0 if training else 1.0) * 3 * heads * (d * e + n), rtol=1e-6)
     # without gates: SDDMM, softmax, SpMM of the fused kernel, as the model's ungated layer
     plain = gat.workload(n, e + n, {"h": f}, heads=heads, training=training).layers[0]
-    want = GAT(20, f, 3, heads=heads, rngs=nnx.Rngs(0)).workload(n, e, training=training).layers[0].combine_first
+    want = _model("gat").workload(n, e, training=training).layers[0].combine_first
     assert [s.kind for s in plain.combine_first] == ["sddmm", "softmax", "spmm"] and not plain.elementwise
     for got, w in zip(plain.combine_first, want[1:]):
         _stage_eq(got, w)
@@ -354,8 +362,8 @@ def test_gat_workload_equals_the_models_attention_stages(training):
 
 
 def test_appnp_and_rgcn_workloads_against_the_models():
-    n, e, c = 30, 120, 5
-    m = APPNP(10, 8, c, k_hops=2, alpha=0.1, rngs=nnx.Rngs(0))
+    n, e, c = 30, 120, 3
+    m = _model("appnp")
     hand = m.workload(n, e).layers[2]  # prop0
     wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}).layers[0]
     _stage_eq(wl.combine_first[0], hand.combine_first[0])  # the SpMM
@@ -366,9 +374,9 @@ def test_appnp_and_rgcn_workloads_against_the_models():
     np.testing.assert_allclose(elem.macs, 3 * n * c)
     np.testing.assert_allclose(axpy.macs, 2 * n * c)
 
-    r_count, f = 3, 6
-    m = RGCN(10, f, c, n_relations=r_count, rngs=nnx.Rngs(0))
-    hand = m.workload(n, e).layers[:r_count]  # layer0/rel0..2
+    r_count, f = 2, 6
+    m = _model("rgcn")
+    hand = m.workload(n, e).layers[:r_count]  # layer0/rel0, rel1
     wl = rgcn.workload(n, e, {"h": (r_count, f), "type": jax.ShapeDtypeStruct((), jnp.int32)}).layers[0]
     (spmm,) = wl.combine_first
     rel = [lw.combine_first[1] for lw in hand]

@@ -94,29 +94,32 @@ def _per_edge(g, x):
 # ---------------------------------------------------------------------------- fused attention
 
 def _attention_core(mode: str, slope: float, structure, h, el, er):
-    """``[N, H, F]`` attention aggregation of h [N, H, F] with score terms el, er [N, H]."""
-    adj = structure
+    """``[N, H, F]`` attention aggregation of h [N, H, F] with score terms el, er [N, H];
+    ``structure``: the adjacency's `CsrPattern` (mode "csr") or ``(senders, receivers)``."""
+    n = h.shape[0]
     if mode == "csr":
-        p = adj.pattern
-        alpha = edge_softmax(p.indices, p.rows, adj.n_nodes, el, er, slope, indices_are_sorted=True)
-        return csr_spmm(p, alpha, h.astype(jnp.float32))
-    plain = CooAdjacency(adj.senders, adj.receivers, None, adj.n_nodes)
+        alpha = edge_softmax(structure.indices, structure.rows, n, el, er, slope, indices_are_sorted=True)
+        return csr_spmm(structure, alpha, h.astype(jnp.float32))
+    plain = CooAdjacency(*structure, None, n)
     graph = csr_by_receiver(plain) if mode == "pallas" else plain
     return gat_aggregate(graph, h, el, er, negative_slope=slope, impl=mode)
 
 
-def _merge_heads(axis_size, in_batched, args):
-    """Broadcasts unbatched args and folds the mapped axis into the head axis (axis 1 after N)."""
+def _merge_heads(axis_size, in_batched, args, head_axis: bool):
+    """Broadcasts unbatched args to the mapped axis (at the front) and moves it after N: into
+    the head axis (``head_axis``: x [B, N, H, ...] -> [N, B * H, ...]) or as a new one
+    (x [B, N, ...] -> [N, B, ...])."""
     out = []
     for x, b in zip(args, in_batched):
         x = x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
-        x = jnp.moveaxis(x, 0, 1)  # [N, B, H, ...]
-        out.append(x.reshape(x.shape[:1] + (axis_size * x.shape[2],) + x.shape[3:]))
+        x = jnp.moveaxis(x, 0, 1)
+        out.append(x.reshape(x.shape[:1] + (axis_size * x.shape[2],) + x.shape[3:]) if head_axis else x)
     return out
 
 
-def _split_heads(x, axis_size):
-    x = x.reshape(x.shape[:1] + (axis_size, x.shape[1] // axis_size) + x.shape[2:])
+def _split_heads(x, axis_size, head_axis: bool):
+    if head_axis:
+        x = x.reshape(x.shape[:1] + (axis_size, x.shape[1] // axis_size) + x.shape[2:])
     return jnp.moveaxis(x, 1, 0)
 
 
@@ -126,43 +129,56 @@ def _check_graph_unbatched(in_batched_structure):
                          "the node inputs only (or pass attention_impl='reference')")
 
 
+def _batched(fn, head_axis: bool, n_out: int):
+    """``fn(structure, *arrays)`` with a vmap rule that moves the mapped axis next to N (into the
+    head axis, or as a new head axis) and calls ``multi``, the multi-head version (itself
+    batched the same way, so nested vmaps fold into one head axis)."""
+    f = jax.custom_batching.custom_vmap(fn)
+
+    def rule(axis_size, in_batched, structure, *arrays):
+        _check_graph_unbatched(in_batched[0])
+        merged = _merge_heads(axis_size, in_batched[1:], arrays, head_axis)
+        outs = rule.multi(structure, *merged)
+        outs = (outs,) if n_out == 1 else outs
+        split = tuple(_split_heads(o, axis_size, head_axis) for o in outs)
+        return (split[0], True) if n_out == 1 else (split, (True,) * n_out)
+
+    f.def_vmap(rule)
+    return f, rule
+
+
 @functools.lru_cache(maxsize=None)
 def _attention_op(mode: str, slope: float):
-    """``op(structure, h [N,H,F], el [N,H], er [N,H]) -> [N,H,F]`` with a recomputing custom VJP
-    and a head-folding vmap rule (module docstring)."""
+    """``op(structure, h [N, F], el [N], er [N]) -> [N, F]``, one head, with a recomputing custom
+    VJP and vmap rules that turn mapped axes into the kernel's head axis (module docstring)."""
+    core = functools.partial(_attention_core, mode, slope)
 
-    @jax.custom_batching.custom_vmap
-    def forward(structure, h, el, er):
-        return _attention_core(mode, slope, structure, h, el, er)
-
-    @forward.def_vmap
-    def forward_rule(axis_size, in_batched, structure, h, el, er):
-        _check_graph_unbatched(in_batched[0])
-        h, el, er = _merge_heads(axis_size, in_batched[1:], (h, el, er))
-        return _split_heads(forward(structure, h, el, er), axis_size), True
-
-    @jax.custom_batching.custom_vmap
-    def backward(structure, h, el, er, g):
-        _, vjp = jax.vjp(lambda a, b, c: _attention_core(mode, slope, structure, a, b, c), h, el, er)
+    def core_bwd(structure, h, el, er, g):  # multi-head [N, H, F] / [N, H]
+        _, vjp = jax.vjp(lambda a, b, c: core(structure, a, b, c), h, el, er)
         return vjp(g.astype(jnp.float32))
 
-    @backward.def_vmap
-    def backward_rule(axis_size, in_batched, structure, h, el, er, g):
-        _check_graph_unbatched(in_batched[0])
-        merged = _merge_heads(axis_size, in_batched[1:], (h, el, er, g))
-        grads = backward(structure, *merged)
-        return tuple(_split_heads(d, axis_size) for d in grads), (True, True, True)
+    multi, multi_rule = _batched(core, True, 1)
+    multi_rule.multi = multi
+    multi_bwd, multi_bwd_rule = _batched(core_bwd, True, 3)
+    multi_bwd_rule.multi = multi_bwd
+    single, single_rule = _batched(lambda st, h, el, er: core(st, h[:, None], el[:, None], er[:, None])[:, 0],
+                                   False, 1)
+    single_rule.multi = multi
+    single_bwd, single_bwd_rule = _batched(
+        lambda st, h, el, er, g: tuple(d[:, 0] for d in core_bwd(st, h[:, None], el[:, None], er[:, None], g[:, None])),
+        False, 3)
+    single_bwd_rule.multi = multi_bwd
 
     @jax.custom_vjp
     def op(structure, h, el, er):
-        return forward(structure, h, el, er)
+        return single(structure, h, el, er)
 
     def fwd(structure, h, el, er):
-        return forward(structure, h, el, er), (structure, h, el, er)
+        return single(structure, h, el, er), (structure, h, el, er)
 
     def bwd(res, g):
         structure, h, el, er = res
-        dh, dl, dr = backward(structure, h, el, er, g)
+        dh, dl, dr = single_bwd(structure, h, el, er, g)
         zeros = jax.tree_util.tree_map(lambda _: None, structure)
         return (zeros, dh.astype(h.dtype), dl.astype(el.dtype), dr.astype(er.dtype))
 
@@ -215,8 +231,10 @@ def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
 
     def fused_attention(p: AttentionPlan):
         h = value(p.h)
-        op = _attention_op(attention_mode(adj, ctx.attention_impl), float(p.slope))
-        out = op(adj, h.reshape(n, 1, -1), value(p.el).reshape(n, 1), value(p.er).reshape(n, 1))
+        mode = attention_mode(adj, ctx.attention_impl)
+        structure = adj.pattern if mode == "csr" else (s, r)  # only what the kernel reads
+        out = _attention_op(mode, float(p.slope))(structure, h.reshape(n, -1), value(p.el).reshape(n),
+                                                  value(p.er).reshape(n))
         return out.reshape(h.shape).astype(h.dtype)
 
     def fallback_aggregate(kind: str, x):
