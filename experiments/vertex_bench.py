@@ -17,9 +17,10 @@ Timing: both jitted steps compiled first, then ``--reps`` epochs each, alternati
 in one process; median, min and max per side and the median ratio. Memory: the compiled step's
 XLA `memory_analysis()` (temporaries, arguments, outputs) per side, and, unless ``--no-rss``, the
 peak RSS of each side measured in its own fresh process (compile + 3 steps; VmHWM above the RSS
-after loading the graph). GAT check: the largest array that any instruction of the compiled
-vertex train step's optimized HLO produces must have fewer than E' x heads x F elements (E' =
-edges + self-loops), so no [E', heads, F] tensor exists in it; the same check on the vertex
+after loading the graph, during compile + first step, and in the 3 steps after it). GAT check:
+the largest array with an edge-sized dimension (E', E' x heads, E' x F, E' x heads x F; E' =
+edges + self-loops) that any instruction of the compiled vertex train step's optimized HLO
+produces must have fewer than E' x heads x F elements, so no [E', heads, F] tensor exists in it; the same check on the vertex
 program lowered through the XLA reference (which does form it) shows that the check can fail.
 XLA's temporaries (`memory_analysis().temp_size_in_bytes`) are reported beside.
 """
@@ -159,20 +160,29 @@ def memory(compiled) -> dict:
 _HLO_ARRAY = re.compile(r"\b(?:f64|f32|f16|bf16|s64|s32|s16|s8|u64|u32|u16|u8|pred)\[([0-9,]*)\]")
 
 
-def largest_hlo_array(hlo_text: str) -> int:
-    """Elements of the largest array any instruction of an optimized HLO module produces (fused
-    computations included, so values that stay inside a fusion count too: an upper bound on what
-    is materialized)."""
-    return max((int(np.prod([int(d) for d in m.split(",") if d], dtype=np.int64)) for m in _HLO_ARRAY.findall(hlo_text)),
-               default=0)
+def largest_edge_array(hlo_text: str, n_edges: int, factors: tuple) -> int:
+    """Elements of the largest array in an optimized HLO module (fused computations included, so
+    values that stay inside a fusion count too: an upper bound on what is materialized) that has
+    an edge-sized dimension: ``n_edges`` times any product of ``factors`` (an [E, H, F] tensor in
+    any layout or flattening has one)."""
+    sizes = {n_edges}
+    for f in factors:
+        sizes |= {s * f for s in sizes}
+    best = 0
+    for m in _HLO_ARRAY.findall(hlo_text):
+        dims = [int(d) for d in m.split(",") if d]
+        if any(d in sizes for d in dims):
+            best = max(best, int(np.prod(dims, dtype=np.int64)))
+    return best
 
 
 def ehf_check(p: Problem, compiled: dict) -> dict:
     """The GAT [E', heads, F] check on the compiled train steps: ``compiled["vertex"]`` and
     ``compiled["hand"]`` (attention_impl "auto"), and the vertex step on the reference path
     (compiled here: its XLA gather + segment ops do form the tensor, which shows the check bites).
-    Per step: XLA's temporaries (``memory_analysis``), the largest array in the optimized HLO and
-    whether it is below E' x heads x F elements, and any [E', heads, F]-like shape found."""
+    Per step: XLA's temporaries (``memory_analysis``), the largest edge-sized array in the
+    optimized HLO (`largest_edge_array`) and whether it is below E' x heads x F elements, and any
+    [E', heads, F]-like shape found."""
     e = p.loops.n_edges
     ehf = e * HEADS * GAT_HIDDEN
     shapes = sorted({f"f32[{e},{HEADS},{GAT_HIDDEN}]", f"f32[{HEADS},{e},{GAT_HIDDEN}]",
@@ -182,8 +192,8 @@ def ehf_check(p: Problem, compiled: dict) -> dict:
              "hand": compiled["hand"]}
     for name, step in steps.items():
         text = step.as_text()
-        largest = largest_hlo_array(text)
-        out[name] = {"temp_bytes": memory(step)["temp_bytes"], "largest_hlo_array_elements": largest,
+        largest = largest_edge_array(text, e, (HEADS, GAT_HIDDEN))
+        out[name] = {"temp_bytes": memory(step)["temp_bytes"], "largest_edge_array_elements": largest,
                      "no_ehf_tensor": largest < ehf, "ehf_shapes_in_hlo": [s for s in shapes if s in text]}
     return out
 
@@ -211,22 +221,26 @@ def time_pair(model: str, p: Problem, reps: int) -> dict:
 
 
 def child(args) -> dict:
-    """Peak RSS of one side in this (fresh) process: compile + 3 steps."""
+    """Peak RSS of one side in this (fresh) process above the RSS after loading the graph: over
+    compile + first step, and over the 3 steps after it (steady training)."""
     p = load_problem(args.graph, args.quick, args.rmat_scale, args.rmat_draws)
     jax.block_until_ready((p.x, p.adj, p.loops))
     base = rss_mib()
     reset_peak()
     compiled, state, _ = build(args.child, p, args.side)
+    state, loss = jax.block_until_ready(compiled(state, *data(p)))
+    first = peak_mib() - base
+    reset_peak()
     for _ in range(3):
         state, loss = jax.block_until_ready(compiled(state, *data(p)))
-    return {"peak_rss_mib_above_graph": peak_mib() - base}
+    return {"peak_rss_mib_compile_and_first_step": first, "peak_rss_mib_steps": peak_mib() - base}
 
 
-def rss_in_child(graph: str, model: str, side: str, args) -> float:
+def rss_in_child(graph: str, model: str, side: str, args) -> dict:
     cmd = [sys.executable, __file__, "--child", model, "--side", side, "--graph", graph,
            "--rmat-scale", str(args.rmat_scale), "--rmat-draws", str(args.rmat_draws)] + (["--quick"] if args.quick else [])
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(res.stdout.strip().splitlines()[-1])["peak_rss_mib_above_graph"]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None) -> dict:
@@ -258,7 +272,7 @@ def main(argv=None) -> dict:
             entry[model] = time_pair(model, p, reps)
             if not args.no_rss:
                 for side in ("vertex", "hand"):
-                    entry[model][side]["peak_rss_mib"] = rss_in_child(gname, model, side, args)
+                    entry[model][side].update(rss_in_child(gname, model, side, args))
             print(f"{gname} {model}: vertex {entry[model]['vertex']['epoch_s_median']:.4f} s/epoch, hand "
                   f"{entry[model]['hand']['epoch_s_median']:.4f} (ratio {entry[model]['ratio_vertex_over_hand']:.3f})",
                   flush=True)

@@ -493,6 +493,8 @@ def test_input_errors_name_the_field():
         gcn.with_quantizer("h", "int8")
     with pytest.raises(ValueError, match=r"widths\['h'\]: must be an int"):
         gcn.workload(4, 8, {"h": "wide"})
+    with pytest.raises(ValueError, match=r"workload: widths names \['hh'\], which the program does not read"):
+        gcn.workload(4, 8, {"hh": 3})
     with pytest.raises(ValueError, match="workload: n_edges must be an int >= 1"):
         gcn.workload(4, 0, {"h": 3})
     with pytest.raises(ValueError, match=r"appnp_step: alpha must be in \[0, 1\]"):

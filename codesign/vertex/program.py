@@ -231,7 +231,8 @@ class Program:
           name: the layer name.
 
         Raises:
-          ValueError: a bad width, count or bit-width (naming it); gates of the wrong length.
+          ValueError: a bad width, count or bit-width (naming it); ``widths`` / ``bits`` naming an
+            input the program does not read; gates of the wrong length.
           VertexProgramError: the program cannot be traced.
         """
         for field, v in (("n_nodes", n_nodes), ("n_edges", n_edges), ("heads", heads)):
@@ -239,6 +240,12 @@ class Program:
                 raise ValueError(f"workload: {field} must be an int >= 1, got {v!r}")
         node_specs, edge_specs = _AnyInputs(widths), _AnyInputs(widths)
         graph = trace(self.fn, node_specs, edge_specs)
+        read = {*node_specs, *edge_specs}
+        for field, given in (("widths", widths), ("bits", bits if isinstance(bits, Mapping) else None)):
+            unknown = sorted(set(given or ()) - read)
+            if unknown:
+                raise ValueError(f"workload: {field} names {unknown}, which the program does not read (it reads "
+                                 f"{sorted(read)})")
         in_bits = {}
         for nm in (*node_specs, *edge_specs):
             b = bits.get(nm, 32.0) if isinstance(bits, Mapping) else bits
