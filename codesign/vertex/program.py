@@ -10,7 +10,6 @@ the cost workload (``prog.workload(...)``) and the attachment points of edge gat
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
 import jax

@@ -16,7 +16,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +32,6 @@ _MACHINERY = frozenset(os.path.join(_PACKAGE_DIR, f) for f in ("__init__.py", "i
                                                                  "lower.py", "cost.py", "program.py"))
 RESERVED = frozenset({"in_nbrs", "in_edges"})
 """Attribute names of the proxies that are not inputs."""
-_builtin_sum, _builtin_max = sum, max
 
 
 class VertexProgramError(ValueError):
