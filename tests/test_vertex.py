@@ -233,10 +233,11 @@ def mixed(v):
 
 
 @jax.jit
-def _run_mixed(s, r, h, d, el, er, w):
+def _run_mixed(s, r, h, d, el, er, w, g):
     adj = _adj(s, r, N_NODES)
     return (gcn(adj, nodes={"h": h, "norm": d}), gat(adj, nodes={"h": h, "el": el, "er": er}),
-            *mixed(adj, nodes={"h": h, "d": d}, edges={"w": w}))
+            *mixed(adj, nodes={"h": h, "d": d}, edges={"w": w}),
+            *mixed.with_edge_gates(g)(adj, nodes={"h": h, "d": d}, edges={"w": w}))
 
 
 @FAST
@@ -246,8 +247,10 @@ def test_fused_and_fallback_lowerings_equal_a_per_edge_loop(g):
     rng = np.random.default_rng(seed)
     h, d = rng.normal(size=(n, 3)).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32)
     el, er, w = (rng.normal(size=k).astype(np.float32) for k in (n, n, len(s)))
+    g = rng.uniform(0, 1, len(s)).astype(np.float32)
     want_gcn, want_gat = np.zeros((n, 3)), np.zeros((n, 3))
     want_mean, want_max, want_exp = np.zeros((n, 3)), np.full((n, 3), -np.inf), np.zeros(n)
+    gated_mean, gated_max, gated_exp = np.zeros((n, 3)), np.full((n, 3), -np.inf), np.zeros(n)
     for i in range(n):
         es = np.flatnonzero(r == i)
         for e in es:
@@ -255,18 +258,24 @@ def test_fused_and_fallback_lowerings_equal_a_per_edge_loop(g):
             want_mean[i] += h[s[e]] / d[s[e]] / len(es)
             want_max[i] = np.maximum(want_max[i], h[s[e]] * w[e])
             want_exp[i] += np.exp(w[e])
+            gated_mean[i] += g[e] * h[s[e]] / d[s[e]] / max(g[es].sum(), 1.0)
+            gated_max[i] = np.maximum(gated_max[i], g[e] * h[s[e]] * w[e])
+            gated_exp[i] += g[e] * np.exp(w[e])
         if len(es):
             z = el[s[es]] + er[i]
             z = np.where(z > 0, z, 0.2 * z)
             a = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
             want_gat[i] = (a[:, None] * h[s[es]]).sum(0)
         else:
-            want_max[i] = 0.0
-    got_gcn, got_gat, got_mix, got_exp = _run_mixed(s, r, h, d, el, er, w)
+            want_max[i] = gated_max[i] = 0.0
+    got_gcn, got_gat, got_mix, got_exp, got_gmix, got_gexp = _run_mixed(s, r, h, d, el, er, w, g)
     np.testing.assert_allclose(got_gcn, want_gcn, **TOL)
     np.testing.assert_allclose(got_gat, want_gat, **TOL)
     np.testing.assert_allclose(got_mix, want_mean + want_max, **TOL)
     np.testing.assert_allclose(got_exp, want_exp, **TOL)
+    # edge gates: sum and mean weight each term by g (mean over max(sum g, 1)), max takes g * term
+    np.testing.assert_allclose(got_gmix, gated_mean + gated_max, **TOL)
+    np.testing.assert_allclose(got_gexp, gated_exp, **TOL)
 
 
 def test_fusion_plans_and_the_ir():
