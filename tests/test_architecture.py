@@ -15,7 +15,7 @@ LAYERS = {
     "graph": 0, "results": 0,
     "hwmodel": 1, "kernels": 1, "quant": 1,
     "sparsify": 2, "data": 2,
-    "models": 3,
+    "models": 3, "vertex": 3,
     "train": 4,
     "baselines": 5, "distributed": 5, "deploy": 5, "checkpoint": 5, "experiment": 5, "bench": 5,
     "bench_train": 5, "bench_pyg_child": 5,

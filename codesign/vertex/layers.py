@@ -1,0 +1,71 @@
+"""The aggregations of the `codesign.models` layers as vertex programs, and the per-graph inputs
+they read. Each program is the layer's equation for one vertex ``v``; the dense parts of a layer
+(the GEMM ``X W``, the attention score terms, bias, activation) stay ordinary JAX around the call.
+
+    gcn     ``sum_{u in N(v)} h_u norm_u * norm_v``, norm = deg^-1/2 (Kipf & Welling, ICLR 2017, eq. 2;
+            `codesign.models.GCNConv` over `codesign.models.norm.gcn_normalize`)
+    gat     ``sum_u softmax_u(LeakyReLU(el_u + er_v)) h_u`` for one head; heads by `jax.vmap` over a
+            leading axis of h, el, er (Velickovic et al., ICLR 2018, eq. 1-4; `codesign.models.GATConv`)
+    rgcn    ``sum_{(u, e)} h_u[type_e] w_e + self_v``, ``h [N, R, F]`` the per-relation ``X W_r``,
+            ``w = 1 / c_{v,r}`` (Schlichtkrull et al., ESWC 2018, eq. 2; `codesign.models.RGCNConv`)
+    appnp_step(alpha)   ``(1 - alpha) sum_{(u, e)} z_u w_e + alpha h_v`` (Klicpera et al., ICLR 2019,
+            eq. 5; one step of `codesign.models.APPNP.propagate`, w = the normalized edge weights)
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from codesign.kernels import CooAdjacency
+from codesign.vertex import trace as vx
+from codesign.vertex.program import Program, program
+
+__all__ = ["gcn", "gat", "rgcn", "appnp_step", "degree_norm"]
+
+
+@program
+def gcn(v):
+    return vx.sum(u.h * u.norm for u in v.in_nbrs) * v.norm
+
+
+@program
+def gat(v):
+    s = [vx.leaky_relu(u.el + v.er, 0.2) for u in v.in_nbrs]
+    return vx.sum(a * u.h for a, u in zip(vx.softmax(s), v.in_nbrs))
+
+
+@program
+def rgcn(v):
+    return vx.sum(u.h[e.type] * e.w for u, e in v.in_edges) + v.self
+
+
+def appnp_step(alpha: float) -> Program:
+    """One APPNP propagation step with teleport probability ``alpha`` (a Python float in [0, 1]).
+
+    Raises:
+      ValueError: ``alpha`` outside [0, 1].
+    """
+    alpha = float(alpha)
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"appnp_step: alpha must be in [0, 1], got {alpha}")
+
+    @program
+    def appnp(v):
+        return (1.0 - alpha) * vx.sum(u.z * e.w for u, e in v.in_edges) + alpha * v.h
+
+    return appnp
+
+
+def degree_norm(adj: CooAdjacency, gates: Optional[jax.Array] = None) -> jax.Array:
+    """``deg^-1/2`` float32 [N] of ``adj`` (self-loops included if ``adj`` has them), the degree
+    being the (gated) in-edge count: ``deg_i = sum_{e: receivers[e] = i} g_e`` (g = 1 without
+    gates; gates of E - N entries leave the last N edges, the self-loops, at 1)."""
+    w = jnp.ones(adj.senders.shape, jnp.float32)
+    if gates is not None:
+        g = jnp.asarray(gates, jnp.float32)
+        w = jnp.concatenate([g, w[g.shape[0]:]])
+    deg = jax.ops.segment_sum(w, adj.receivers, num_segments=adj.n_nodes)
+    return jax.lax.rsqrt(jnp.maximum(deg, 1e-12))

@@ -1,0 +1,278 @@
+"""Lowering a traced vertex program to JAX: fused aggregations (`codesign.vertex.fusion`) through
+`codesign.kernels.aggregate` and `codesign.kernels.gat_aggregate`, the rest through gather +
+``jax.ops.segment_*``. Values are computed on demand, so the edge-wise chain that a fused
+aggregation absorbs is never materialized.
+
+Gradients: plain JAX autodiff, except the fused attention, a `jax.custom_vjp` whose backward
+recomputes the attention from the inputs (the Pallas kernel's own rematerializing VJP on GPU).
+``jax.vmap`` over the program's inputs (e.g. heads as a leading axis): everything batches with
+JAX's rules; the fused attention has a `jax.custom_batching.custom_vmap` rule that turns the
+mapped axis into the kernel's head axis, so H vmapped heads run as one H-head kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
+from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
+from codesign.vertex.ir import Graph
+
+__all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_softmax"]
+
+ATTENTION_IMPLS = ("auto", "reference", "pallas", "csr")
+"""``attention_impl`` of a call: "reference" (`gat_aggregate_reference`: XLA gather + segment ops;
+forms [E, H, F] messages), "pallas" (the fused online-softmax kernel; interpreter off GPU), "csr"
+(edge softmax + scipy CSR SpMM, needs a `CsrPattern` on the adjacency; CPU), "auto" (pallas on
+GPU, csr on CPU when the adjacency carries a `CsrPattern`, else reference)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EdgeContext:
+    """The graph a program runs on: ``adj`` (`CooAdjacency`, E edges over N nodes, its pattern
+    passed to the kernels), ``gates`` float [E] or None, and the kernel choices ``impl`` (of
+    `codesign.kernels.aggregate`) and ``attention_impl`` (`ATTENTION_IMPLS`)."""
+
+    adj: CooAdjacency
+    gates: Optional[jax.Array]
+    impl: str = "auto"
+    attention_impl: str = "auto"
+
+
+def attention_mode(adj: CooAdjacency, attention_impl: str) -> str:
+    """The attention backend that ``attention_impl`` resolves to on this machine and adjacency.
+
+    Raises:
+      ValueError: unknown ``attention_impl``, or "csr" without a `CsrPattern` of E entries.
+    """
+    if attention_impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl: unknown {attention_impl!r}; choose from {ATTENTION_IMPLS}")
+    has_csr = isinstance(adj.pattern, CsrPattern) and adj.pattern.n_entries == adj.n_edges
+    if attention_impl == "csr" and not has_csr:
+        raise ValueError("attention_impl: 'csr' needs a CsrPattern of the program's edges on the adjacency "
+                         "(codesign.kernels.with_csr_pattern(adj))")
+    if attention_impl != "auto":
+        return attention_impl
+    if jax.default_backend() == "gpu":
+        return "pallas"
+    return "csr" if has_csr and jax.default_backend() == "cpu" else "reference"
+
+
+def _segment_softmax(x, receivers, n, gates=None, indices_are_sorted=False):
+    """Softmax of x [E, ...] over each receiver's edges; gates [E] multiply exp (renormalized)."""
+    seg = dict(num_segments=n, indices_are_sorted=indices_are_sorted)
+    m = jax.ops.segment_max(x, receivers, **seg)
+    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))  # softmax is shift-invariant
+    p = jnp.exp(x - m[receivers])
+    if gates is not None:
+        p = p * _per_edge(gates, p).astype(p.dtype)
+    denom = jax.ops.segment_sum(p, receivers, **seg)
+    return p / jnp.where(denom > 0, denom, 1.0)[receivers]
+
+
+def edge_softmax(senders, receivers, n_nodes: int, s_src, s_dst, negative_slope: float,
+                 indices_are_sorted: bool = False) -> jax.Array:
+    """GAT coefficients ``softmax_j(LeakyReLU(s_dst[i] + s_src[j]))`` over each receiver's edges.
+
+    Args: senders, receivers int [E]; s_src, s_dst float [N, H]. Returns float32 [E, H].
+    """
+    z = s_dst[receivers].astype(jnp.float32) + s_src[senders].astype(jnp.float32)
+    return _segment_softmax(jnp.where(z > 0, z, negative_slope * z), receivers, n_nodes,
+                            indices_are_sorted=indices_are_sorted)
+
+
+def _per_edge(g, x):
+    """Gate vector g [E] shaped to broadcast against x [E, ...]."""
+    return g.reshape(g.shape + (1,) * (x.ndim - 1))
+
+
+# ---------------------------------------------------------------------------- fused attention
+
+def _attention_core(mode: str, slope: float, structure, h, el, er):
+    """``[N, H, F]`` attention aggregation of h [N, H, F] with score terms el, er [N, H];
+    ``structure``: the adjacency's `CsrPattern` (mode "csr") or ``(senders, receivers)``."""
+    n = h.shape[0]
+    if mode == "csr":
+        alpha = edge_softmax(structure.indices, structure.rows, n, el, er, slope, indices_are_sorted=True)
+        return csr_spmm(structure, alpha, h.astype(jnp.float32))
+    plain = CooAdjacency(*structure, None, n)
+    graph = csr_by_receiver(plain) if mode == "pallas" else plain
+    return gat_aggregate(graph, h, el, er, negative_slope=slope, impl=mode)
+
+
+def _merge_heads(axis_size, in_batched, args, head_axis: bool):
+    """Broadcasts unbatched args to the mapped axis (at the front) and moves it after N: into
+    the head axis (``head_axis``: x [B, N, H, ...] -> [N, B * H, ...]) or as a new one
+    (x [B, N, ...] -> [N, B, ...])."""
+    out = []
+    for x, b in zip(args, in_batched):
+        x = x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+        x = jnp.moveaxis(x, 0, 1)
+        out.append(x.reshape(x.shape[:1] + (axis_size * x.shape[2],) + x.shape[3:]) if head_axis else x)
+    return out
+
+
+def _split_heads(x, axis_size, head_axis: bool):
+    if head_axis:
+        x = x.reshape(x.shape[:1] + (axis_size, x.shape[1] // axis_size) + x.shape[2:])
+    return jnp.moveaxis(x, 1, 0)
+
+
+def _check_graph_unbatched(in_batched_structure):
+    if any(jax.tree_util.tree_leaves(in_batched_structure)):
+        raise ValueError("vmap over the adjacency of a fused attention aggregation is not supported: vmap over "
+                         "the node inputs only (or pass attention_impl='reference')")
+
+
+def _batched(fn, head_axis: bool, n_out: int):
+    """``fn(structure, *arrays)`` with a vmap rule that moves the mapped axis next to N (into the
+    head axis, or as a new head axis) and calls ``multi``, the multi-head version (itself
+    batched the same way, so nested vmaps fold into one head axis)."""
+    f = jax.custom_batching.custom_vmap(fn)
+
+    def rule(axis_size, in_batched, structure, *arrays):
+        _check_graph_unbatched(in_batched[0])
+        merged = _merge_heads(axis_size, in_batched[1:], arrays, head_axis)
+        outs = rule.multi(structure, *merged)
+        outs = (outs,) if n_out == 1 else outs
+        split = tuple(_split_heads(o, axis_size, head_axis) for o in outs)
+        return (split[0], True) if n_out == 1 else (split, (True,) * n_out)
+
+    f.def_vmap(rule)
+    return f, rule
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_op(mode: str, slope: float):
+    """``op(structure, h [N, F], el [N], er [N]) -> [N, F]``, one head, with a recomputing custom
+    VJP and vmap rules that turn mapped axes into the kernel's head axis (module docstring)."""
+    core = functools.partial(_attention_core, mode, slope)
+
+    def core_bwd(structure, h, el, er, g):  # multi-head [N, H, F] / [N, H]
+        _, vjp = jax.vjp(lambda a, b, c: core(structure, a, b, c), h, el, er)
+        return vjp(g.astype(jnp.float32))
+
+    multi, multi_rule = _batched(core, True, 1)
+    multi_rule.multi = multi
+    multi_bwd, multi_bwd_rule = _batched(core_bwd, True, 3)
+    multi_bwd_rule.multi = multi_bwd
+    single, single_rule = _batched(lambda st, h, el, er: core(st, h[:, None], el[:, None], er[:, None])[:, 0],
+                                   False, 1)
+    single_rule.multi = multi
+    single_bwd, single_bwd_rule = _batched(
+        lambda st, h, el, er, g: tuple(d[:, 0] for d in core_bwd(st, h[:, None], el[:, None], er[:, None], g[:, None])),
+        False, 3)
+    single_bwd_rule.multi = multi_bwd
+
+    @jax.custom_vjp
+    def op(structure, h, el, er):
+        return single(structure, h, el, er)
+
+    def fwd(structure, h, el, er):
+        return single(structure, h, el, er), (structure, h, el, er)
+
+    def bwd(res, g):
+        structure, h, el, er = res
+        dh, dl, dr = single_bwd(structure, h, el, er, g)
+        zeros = jax.tree_util.tree_map(lambda _: None, structure)
+        return (zeros, dh.astype(h.dtype), dl.astype(el.dtype), dr.astype(er.dtype))
+
+    op.defvjp(fwd, bwd)
+    return op
+
+
+# ----------------------------------------------------------------------------------- lowering
+
+def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
+    """Evaluates the program ``graph`` on ``ctx``'s edges with inputs ``nodes`` ({name: [N, ...]})
+    and ``edges`` ({name: [E, ...]}); returns the program's output pytree ([N, ...] arrays)."""
+    adj, gates = ctx.adj, ctx.gates
+    s, r, n = adj.senders, adj.receivers, adj.n_nodes
+    plans = plan(graph, gated=gates is not None)
+    memo: dict = {}
+
+    def value(i: int) -> jax.Array:
+        if i not in memo:
+            memo[i] = compute(graph.nodes[i])
+        return memo[i]
+
+    def count():
+        g = jnp.ones(s.shape, jnp.float32) if gates is None else gates.astype(jnp.float32)
+        return jnp.maximum(jax.ops.segment_sum(g, r, num_segments=n), 1.0)
+
+    def fused_spmm(p: SpmmPlan, kind: str):
+        w = None
+        for i in p.scale:
+            w = value(i) if w is None else w * value(i)
+        for i in p.inverse:
+            w = (1.0 / value(i)) if w is None else w / value(i)
+        if gates is not None:
+            w = gates if w is None else w * gates
+        f = graph.nodes[p.feature]
+        if p.indexed:
+            table = value(f.args[0])
+            rel = table.shape[1]
+            flat = table.reshape((n * rel,) + table.shape[2:])
+            msgs = flat[s * rel + value(f.args[1]).astype(s.dtype)]
+            if w is not None:
+                msgs = msgs * _per_edge(w, msgs).astype(msgs.dtype)
+            out = jax.ops.segment_sum(msgs, r, num_segments=n)
+        else:
+            x = value(f.args[0])
+            x2 = x.reshape(n, -1)
+            w = None if w is None else w.astype(x.dtype)
+            out = aggregate(adj.with_weight(w), x2, impl=ctx.impl).reshape(x.shape)
+        return out / _per_edge(count(), out) if kind == "mean" else out
+
+    def fused_attention(p: AttentionPlan):
+        h = value(p.h)
+        mode = attention_mode(adj, ctx.attention_impl)
+        structure = adj.pattern if mode == "csr" else (s, r)  # only what the kernel reads
+        out = _attention_op(mode, float(p.slope))(structure, h.reshape(n, -1), value(p.el).reshape(n),
+                                                  value(p.er).reshape(n))
+        return out.reshape(h.shape).astype(h.dtype)
+
+    def fallback_aggregate(kind: str, x):
+        if gates is not None:
+            x = x * _per_edge(gates, x).astype(x.dtype)
+        if kind == "max":
+            m = jax.ops.segment_max(x, r, num_segments=n)
+            nonempty = jax.ops.segment_sum(jnp.ones(s.shape, jnp.int32), r, num_segments=n) > 0
+            return jnp.where(_per_edge(nonempty, m), m, 0.0).astype(x.dtype)
+        x = x.astype(jnp.float32) if not jnp.issubdtype(x.dtype, jnp.floating) else x
+        out = jax.ops.segment_sum(x, r, num_segments=n)
+        return out / _per_edge(count(), out) if kind == "mean" else out
+
+    def compute(node):
+        op, a = node.op, node.args
+        if op == "node_input":
+            return nodes[node.attrs["name"]]
+        if op == "edge_input":
+            return edges[node.attrs["name"]]
+        if op == "gather_src":
+            return value(a[0])[s]
+        if op == "gather_dst":
+            return value(a[0])[r]
+        if op == "gather_src_indexed":
+            table = value(a[0])
+            flat = table.reshape((n * table.shape[1],) + table.shape[2:])
+            return flat[s * table.shape[1] + value(a[1]).astype(s.dtype)]
+        if op == "map":
+            return jax.vmap(node.fn)(*[value(i) for i in a])
+        if op == "softmax":
+            return _segment_softmax(value(a[0]), r, n, gates)
+        if op == "aggregate":
+            p, kind = plans[node.id], node.attrs["kind"]
+            if isinstance(p, AttentionPlan):
+                return fused_attention(p)
+            if isinstance(p, SpmmPlan):
+                return fused_spmm(p, kind)
+            return fallback_aggregate(kind, value(a[0]))
+        raise AssertionError(f"unknown IR op {op!r}")
+
+    return jax.tree_util.tree_unflatten(graph.out_tree, [value(i) for i in graph.outputs])

@@ -1,0 +1,536 @@
+"""Vertex programs (`codesign.vertex`): the GCN, GAT, R-GCN and APPNP layers of `codesign.models`
+written as vertex programs give the hand-written layers' outputs and gradients (random graphs,
+hypothesis); fused lowering equals a per-edge numpy loop; derived workloads equal the
+hand-written `workload()` stages (differences spelled out); trace-time errors name the line."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from codesign import hwmodel
+from codesign import vertex as vx
+from codesign.graph import add_self_loops
+from codesign.kernels import CooAdjacency, with_csr_pattern
+from codesign.models import APPNP, GAT, GCN, RGCN
+from codesign.models.norm import gcn_normalize
+from codesign.models.rgcn import relation_mean_normalize
+from codesign.quant import FakeQuant
+from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
+from codesign.vertex.layers import appnp_step, degree_norm, gat, gcn, rgcn
+
+FAST = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TOL = dict(rtol=2e-4, atol=2e-5)
+
+
+N_NODES, N_EDGES = 8, 16  # fixed sizes: each comparison compiles once, hypothesis varies the graph
+
+
+@st.composite
+def graphs(draw, n=N_NODES, e=N_EDGES):
+    """(senders, receivers, n, seed): E random edges (duplicates and self-loops possible)."""
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32), n, seed
+
+
+@st.composite
+def loose_graphs(draw, max_nodes=9, max_edges=24):
+    """(senders, receivers, n, seed) of any small size, without self-loops."""
+    n = draw(st.integers(2, max_nodes))
+    e = draw(st.integers(1, max_edges))
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    s, r = rng.integers(0, n, e), rng.integers(0, n, e)
+    keep = s != r
+    return s[keep].astype(np.int32), r[keep].astype(np.int32), n, seed
+
+
+def _adj(s, r, n):
+    return CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n)
+
+
+def _loops(adj):  # noqa: D103 - the self-loops the models append
+    s, r = add_self_loops(adj.senders, adj.receivers, adj.n_nodes)
+    return CooAdjacency(s, r, None, adj.n_nodes)
+
+
+_COMPARE = {}
+
+
+def _compare(key, model, vertex_fn, hand_fn, *args):
+    """Outputs and parameter gradients of ``loss(vertex_fn(model, *args))`` and of
+    ``loss(hand_fn(model, *args))``, in one jitted function per ``key`` (compiled once)."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    if key not in _COMPARE:
+        def both(params, rest, *a):
+            def run(fn):
+                def loss(p):
+                    out = fn(nnx.merge(graphdef, p, rest), *a)
+                    return jnp.sum(jnp.sin(out)), out
+                (_, out), g = jax.value_and_grad(loss, has_aux=True)(params)
+                return out, jax.tree_util.tree_leaves(g)
+            return run(vertex_fn), run(hand_fn)
+        _COMPARE[key] = jax.jit(both)
+    (out_v, g_v), (out_h, g_h) = _COMPARE[key](params, rest, *args)
+    np.testing.assert_allclose(out_v, out_h, **TOL)
+    assert len(g_v) == len(g_h) > 0
+    for x, y in zip(g_v, g_h):
+        np.testing.assert_allclose(x, y, **TOL)
+
+
+@functools.lru_cache(maxsize=None)
+def _model(kind: str, gated: bool = False, **kw):
+    e = N_EDGES if gated else None
+    m = dict(gcn=lambda: GCN(5, 6, 3, dropout=0.0, n_edges=e, rngs=nnx.Rngs(0)),
+             gat=lambda: GAT(5, 4, 3, heads=2, out_heads=2, dropout=0.0, attn_dropout=0.0, n_edges=e, rngs=nnx.Rngs(0)),
+             rgcn=lambda: RGCN(5, 6, 3, n_relations=2, n_bases=kw.get("bases"), rngs=nnx.Rngs(0)),
+             appnp=lambda: APPNP(5, 6, 3, k_hops=3, alpha=0.1, dropout=0.0, rngs=nnx.Rngs(0)))[kind]()
+    m.eval()
+    return m
+
+
+# ------------------------------------------------------------------------ layers as programs
+
+def vertex_gcn(m: GCN, x, adj, gates=None):
+    """GCN's forward with both aggregations run by the `gcn` vertex program."""
+    loops = _loops(adj)
+    gates = None if gates is None else gates.edge_gates()  # one draw for the degrees and the sums
+    prog = gcn if gates is None else gcn.with_edge_gates(gates)
+    norm = degree_norm(loops, gates)
+    layer = lambda conv, h: prog(loops, nodes={"h": conv.quant_x(h) @ conv.quant_w(conv.kernel[...]), "norm": norm}) \
+        + conv.bias[...]
+    return layer(m.conv2, jax.nn.relu(layer(m.conv1, x)))
+
+
+@FAST
+@given(g=graphs(), gated=st.booleans())
+def test_gcn_program_matches_the_model_in_outputs_and_gradients(g, gated):
+    s, r, n, seed = g
+    x = jax.random.normal(jax.random.key(seed), (n, 5))
+    gates = (lambda mm: mm.edge_mask) if gated else (lambda mm: None)
+    _compare(("gcn", gated), _model("gcn", gated), lambda m, x, s, r: vertex_gcn(m, x, _adj(s, r, n), gates(m)),
+             lambda m, x, s, r: m(x, _adj(s, r, n)), x, s, r)
+
+
+def vertex_gat(m: GAT, x, adj, gates=None, attention_impl="auto"):
+    """GAT's forward (heads concatenated, then averaged) with the `gat` program vmapped over heads."""
+    loops = _loops(adj)
+    prog = gat if gates is None else gat.with_edge_gates(gates)
+
+    def layer(conv, h):
+        n = h.shape[0]
+        z = (conv.quant_x(h) @ conv.quant_w(conv.kernel[...])).reshape(n, conv.heads, conv.out_features)
+        el, er = jnp.sum(z * conv.att_src[...], -1), jnp.sum(z * conv.att_dst[...], -1)
+        run = lambda hh, a, b: prog(loops, nodes={"h": hh, "el": a, "er": b}, attention_impl=attention_impl)
+        out = jax.vmap(run, in_axes=1, out_axes=1)(z, el, er)  # [N, H, F]
+        out = out.reshape(n, -1) if conv.concat else out.mean(axis=1)
+        return out + conv.bias[...]
+
+    return layer(m.conv2, jax.nn.elu(layer(m.conv1, x)))
+
+
+@FAST
+@given(g=graphs(), gated=st.booleans())
+def test_gat_program_with_vmapped_heads_matches_the_model_in_outputs_and_gradients(g, gated):
+    s, r, n, seed = g
+    x = jax.random.normal(jax.random.key(seed), (n, 5))
+    gates = (lambda mm: mm.edge_mask) if gated else (lambda mm: None)
+    _compare(("gat", gated), _model("gat", gated), lambda m, x, s, r: vertex_gat(m, x, _adj(s, r, n), gates(m)),
+             lambda m, x, s, r: m(x, _adj(s, r, n)), x, s, r)
+
+
+def test_gat_program_on_the_csr_and_pallas_paths_matches_the_model_layer():
+    rng = np.random.default_rng(3)
+    s, r = rng.integers(0, 8, 20).astype(np.int32), rng.integers(0, 8, 20).astype(np.int32)
+    adj = _adj(s, r, 8)
+    loops = with_csr_pattern(_loops(adj))
+    x = jax.random.normal(jax.random.key(1), (8, 5))
+    conv = _model("gat").conv1
+
+    def layer(xx, impl):
+        z = (xx @ conv.kernel[...]).reshape(8, conv.heads, conv.out_features)
+        el, er = jnp.sum(z * conv.att_src[...], -1), jnp.sum(z * conv.att_dst[...], -1)
+        out = jax.vmap(lambda a, b, c: gat(loops, nodes={"h": a, "el": b, "er": c}, attention_impl=impl),
+                       in_axes=1, out_axes=1)(z, el, er)
+        return out.reshape(8, -1) + conv.bias[...]
+
+    plain = _loops(adj)
+    loss = lambda f: lambda xx: jnp.sum(jnp.sin(f(xx)))
+
+    @jax.jit  # one compilation (eager mode would compile every primitive)
+    def outputs(x):
+        hand = lambda xx: conv(xx, plain)
+        return (layer(x, "pallas"), layer(x, "csr"), hand(x),  # the Pallas interpreter: forward only
+                jax.grad(loss(lambda xx: layer(xx, "csr")))(x), jax.grad(loss(hand))(x))
+
+    pallas, csr, want, g_csr, g_want = outputs(x)
+    for got in (pallas, csr):
+        np.testing.assert_allclose(got, want, **TOL)
+    np.testing.assert_allclose(g_csr, g_want, **TOL)
+
+
+def vertex_rgcn(m: RGCN, x, adjs):
+    """R-GCN's forward with each layer's relation sum run by the `rgcn` program over all edges."""
+    normed = relation_mean_normalize(adjs)
+    senders = jnp.concatenate([a.senders for a in adjs])
+    receivers = jnp.concatenate([a.receivers for a in adjs])
+    types = jnp.concatenate([jnp.full((a.n_edges,), i, jnp.int32) for i, a in enumerate(adjs)])
+    w = jnp.concatenate([a.edge_weight for a in normed])
+    adj = CooAdjacency(senders, receivers, None, adjs[0].n_nodes)
+
+    def layer(conv, h):
+        wr = conv.quant_w(jnp.concatenate([conv.kernel[...][None], conv.relation_weights()]))
+        xw = jnp.einsum("nk,rkf->rnf", conv.quant_x(h), wr)
+        out = rgcn(adj, nodes={"h": jnp.moveaxis(xw[1:], 0, 1), "self": xw[0]}, edges={"type": types, "w": w})
+        return out + conv.bias[...]
+
+    return layer(m.conv2, jax.nn.relu(layer(m.conv1, x)))
+
+
+@FAST
+@given(g=graphs(), bases=st.booleans())
+def test_rgcn_program_matches_the_model_in_outputs_and_gradients(g, bases):
+    s, r, n, seed = g  # relation 0: the first half of the edges, relation 1 the rest
+    x = jax.random.normal(jax.random.key(seed), (n, 5))
+    half = N_EDGES // 2
+    adjs = lambda s, r: (_adj(s[:half], r[:half], n), _adj(s[half:], r[half:], n))
+    _compare(("rgcn", bases), _model("rgcn", bases=2 if bases else None),
+             lambda m, x, s, r: vertex_rgcn(m, x, adjs(s, r)), lambda m, x, s, r: m(x, adjs(s, r)), x, s, r)
+
+
+def vertex_appnp(m: APPNP, x, adj):
+    a_hat = gcn_normalize(adj)
+    step = appnp_step(m.alpha)
+    h = m.mlp(x)
+    z = jax.lax.fori_loop(0, m.k_hops, lambda _, z: step(a_hat, nodes={"z": z, "h": h}, edges={"w": a_hat.edge_weight}), h)
+    return z
+
+
+@FAST
+@given(g=graphs())
+def test_appnp_program_matches_the_model_in_outputs_and_gradients(g):
+    s, r, n, seed = g
+    x = jax.random.normal(jax.random.key(seed), (n, 5))
+    _compare(("appnp",), _model("appnp"), lambda m, x, s, r: vertex_appnp(m, x, _adj(s, r, n)),
+             lambda m, x, s, r: m(x, _adj(s, r, n)), x, s, r)
+
+
+# ------------------------------------------------------------- fused lowering vs a numpy loop
+
+@vx.program
+def mixed(v):
+    m = vx.max(u.h * e.w for u, e in v.in_edges)
+    return vx.mean(u.h / u.d for u in v.in_nbrs) + m, vx.sum(vx.exp(e.w) for u, e in v.in_edges)
+
+
+@jax.jit
+def _run_mixed(s, r, h, d, el, er, w, g):
+    adj = _adj(s, r, N_NODES)
+    return (gcn(adj, nodes={"h": h, "norm": d}), gat(adj, nodes={"h": h, "el": el, "er": er}),
+            *mixed(adj, nodes={"h": h, "d": d}, edges={"w": w}),
+            *mixed.with_edge_gates(g)(adj, nodes={"h": h, "d": d}, edges={"w": w}))
+
+
+@FAST
+@given(g=graphs())
+def test_fused_and_fallback_lowerings_equal_a_per_edge_loop(g):
+    s, r, n, seed = g
+    rng = np.random.default_rng(seed)
+    h, d = rng.normal(size=(n, 3)).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32)
+    el, er, w = (rng.normal(size=k).astype(np.float32) for k in (n, n, len(s)))
+    g = rng.uniform(0, 1, len(s)).astype(np.float32)
+    want_gcn, want_gat = np.zeros((n, 3)), np.zeros((n, 3))
+    want_mean, want_max, want_exp = np.zeros((n, 3)), np.full((n, 3), -np.inf), np.zeros(n)
+    gated_mean, gated_max, gated_exp = np.zeros((n, 3)), np.full((n, 3), -np.inf), np.zeros(n)
+    for i in range(n):
+        es = np.flatnonzero(r == i)
+        for e in es:
+            want_gcn[i] += h[s[e]] * d[s[e]] * d[i]
+            want_mean[i] += h[s[e]] / d[s[e]] / len(es)
+            want_max[i] = np.maximum(want_max[i], h[s[e]] * w[e])
+            want_exp[i] += np.exp(w[e])
+            gated_mean[i] += g[e] * h[s[e]] / d[s[e]] / max(g[es].sum(), 1.0)
+            gated_max[i] = np.maximum(gated_max[i], g[e] * h[s[e]] * w[e])
+            gated_exp[i] += g[e] * np.exp(w[e])
+        if len(es):
+            z = el[s[es]] + er[i]
+            z = np.where(z > 0, z, 0.2 * z)
+            a = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+            want_gat[i] = (a[:, None] * h[s[es]]).sum(0)
+        else:
+            want_max[i] = gated_max[i] = 0.0
+    got_gcn, got_gat, got_mix, got_exp, got_gmix, got_gexp = _run_mixed(s, r, h, d, el, er, w, g)
+    np.testing.assert_allclose(got_gcn, want_gcn, **TOL)
+    np.testing.assert_allclose(got_gat, want_gat, **TOL)
+    np.testing.assert_allclose(got_mix, want_mean + want_max, **TOL)
+    np.testing.assert_allclose(got_exp, want_exp, **TOL)
+    # edge gates: sum and mean weight each term by g (mean over max(sum g, 1)), max takes g * term
+    np.testing.assert_allclose(got_gmix, gated_mean + gated_max, **TOL)
+    np.testing.assert_allclose(got_gexp, gated_exp, **TOL)
+
+
+def test_fusion_plans_and_the_ir():
+    adj = _adj(np.array([0, 1, 2], np.int32), np.array([1, 2, 0], np.int32), 3)
+    ir = gcn.ir(adj, nodes={"h": jnp.ones((3, 4)), "norm": jnp.ones(3)})
+    p = plan(ir, gated=False)
+    assert [type(v) for v in p.values()] == [SpmmPlan]
+    assert "aggregate[sum]" in str(ir) and "gather_src" in str(ir)
+    ir = gat.ir(adj, nodes={"h": jnp.ones((3, 4)), "el": jnp.ones(3), "er": jnp.ones(3)})
+    assert [type(v) for v in plan(ir, gated=False).values()] == [AttentionPlan]
+    assert [type(v) for v in plan(ir, gated=True).values()] == [SpmmPlan]  # softmax falls back, the sum fuses
+    ir = mixed.ir(adj, nodes={"h": jnp.ones((3, 4)), "d": jnp.ones(3)}, edges={"w": jnp.ones(3)})
+    assert [type(v).__name__ for v in plan(ir, gated=False).values()] == ["NoneType", "SpmmPlan", "NoneType"]
+
+
+def test_jit_and_vmap():
+    adj = _loops(_adj(np.array([0, 1, 2, 3], np.int32), np.array([1, 2, 3, 0], np.int32), 4))
+    h = jax.random.normal(jax.random.key(0), (3, 4, 2))  # 3 = a leading batch axis
+    el = jax.random.normal(jax.random.key(1), (3, 4))
+    norm = degree_norm(adj)
+    run = jax.jit(lambda hh, a: (gcn(adj, nodes={"h": hh, "norm": norm}), gat(adj, nodes={"h": hh, "el": a, "er": a})))
+    batched = jax.jit(jax.vmap(run))(h, el)
+    nested = jax.jit(jax.vmap(jax.vmap(run)))(h[None], el[None])  # two mapped axes fold into the kernel's heads
+    for i in range(3):
+        for got, got2, want in zip(batched, nested, run(h[i], el[i])):
+            np.testing.assert_allclose(got[i], want, **TOL)
+            np.testing.assert_allclose(got2[0, i], want, **TOL)
+
+
+# ------------------------------------------------------------------------------- workloads
+
+def _stage_eq(a: hwmodel.Stage, b: hwmodel.Stage):
+    assert a.kind == b.kind
+    for f in dataclasses.fields(hwmodel.Stage):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "kind" or (x is None and y is None):
+            continue
+        np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=1e-6,
+                                   err_msg=f"{a.kind}.{f.name}")
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("bits", [None, 8])
+def test_gcn_workload_equals_the_models_spmm_stages_plus_the_norm_multiply(training, bits):
+    n, e = N_NODES, N_EDGES  # the gates of the model's edge mask cover its E edges
+    m = _model("gcn", True) if bits is None else GCN(5, 6, 3, n_edges=N_EDGES, bits=bits, rngs=nnx.Rngs(0))
+    b = 32 if bits is None else bits
+    hand = m.workload(n, e, training=training)
+    for layer, width, out_bits in ((0, 6, b), (1, 3, 32)):
+        prog = gcn.with_edge_gates(m.edge_mask)
+        wl = prog.workload(n, e + n, {"h": width}, bits={"h": out_bits, "norm": 32}, out_bits=out_bits,
+                           training=training).layers[0]
+        (spmm,) = wl.combine_first
+        _stage_eq(spmm, hand.layers[layer].combine_first[1])  # the SpMM of the combine-first order
+        # the differences: the model folds the gates and norm_v into the edge weights (gcn_normalize,
+        # not costed); the program forms w = g_e * norm_u per kept edge (1 op; reads 2 fp32 values,
+        # writes 1) and multiplies norm_v per vertex (1 op per output element; reads the aggregate
+        # and norm, writes the result)
+        weight, elem = wl.elementwise
+        factor = 2.0 if training else 1.0
+        nnz = m.densities()["edge"] * e + n
+        np.testing.assert_allclose(weight.macs, factor * nnz, rtol=1e-6)
+        np.testing.assert_allclose(weight.compulsory_bytes, factor * 3 * nnz * 4, rtol=1e-6)
+        np.testing.assert_allclose(elem.macs, factor * n * width)
+        np.testing.assert_allclose(elem.compulsory_bytes, factor * (2 * n * width * out_bits + n * 32) / 8)
+    # without gates the weight is norm_u itself: no edge stage
+    assert len(gcn.workload(n, e + n, {"h": 6}).layers[0].elementwise) == 1
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_gat_workload_equals_the_models_attention_stages(training):
+    n, e, heads, f = N_NODES, N_EDGES, 2, 4
+    m = _model("gat", True)
+    hand = m.workload(n, e, training=training).layers[0].combine_first  # gemm, sddmm, softmax, spmm
+    gated = gat.with_edge_gates(m.edge_mask).workload(n, e + n, {"h": f}, heads=heads, training=training).layers[0]
+    # with gates the kernel (which takes no gates) is not used: the softmax falls back and the
+    # weighted sum is a fused SpMM; their stages equal the model's, which costs the kept edges
+    assert [s.kind for s in gated.combine_first] == ["softmax", "spmm"]
+    _stage_eq(gated.combine_first[0], hand[2])
+    _stage_eq(gated.combine_first[1], hand[3])
+    # ... and the score el_u + er_v, LeakyReLU, and the gate times the coefficient become edge
+    # elementwise work: 3 ops per kept edge and head
+    (elem,) = gated.elementwise
+    d = m.densities()["edge"]
+    np.testing.assert_allclose(elem.macs, (2.0 if training else 1.0) * 3 * heads * (d * e + n), rtol=1e-6)
+    # without gates: SDDMM, softmax, SpMM of the fused kernel, as the model's ungated layer
+    plain = gat.workload(n, e + n, {"h": f}, heads=heads, training=training).layers[0]
+    want = _model("gat").workload(n, e, training=training).layers[0].combine_first
+    assert [s.kind for s in plain.combine_first] == ["sddmm", "softmax", "spmm"] and not plain.elementwise
+    for got, w in zip(plain.combine_first, want[1:]):
+        _stage_eq(got, w)
+    # the GEMM and score_and_activation_stage (<a, h>, bias, ELU) stay outside the program
+
+
+def test_appnp_and_rgcn_workloads_against_the_models():
+    n, e, c = 30, 120, 3
+    m = _model("appnp")
+    hand = m.workload(n, e).layers[2]  # prop0
+    wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}).layers[0]
+    _stage_eq(wl.combine_first[0], hand.combine_first[0])  # the SpMM
+    (elem,), (axpy,) = wl.elementwise, hand.elementwise
+    np.testing.assert_allclose(elem.compulsory_bytes, axpy.compulsory_bytes)  # read S, H; write Z
+    # ops: the program counts (1 - a) * S, a * H and the add (3 per element); the model's
+    # axpy_stage 2 (a multiply-add and a scale)
+    np.testing.assert_allclose(elem.macs, 3 * n * c)
+    np.testing.assert_allclose(axpy.macs, 2 * n * c)
+
+    r_count, f = 2, 6
+    m = _model("rgcn")
+    hand = m.workload(n, e).layers[:r_count]  # layer0/rel0, rel1
+    wl = rgcn.workload(n, e, {"h": (r_count, f), "type": jax.ShapeDtypeStruct((), jnp.int32)}).layers[0]
+    (spmm,) = wl.combine_first
+    rel = [lw.combine_first[1] for lw in hand]
+    np.testing.assert_allclose(spmm.macs, sum(s.macs for s in rel))
+    np.testing.assert_allclose(spmm.gathered_rows, sum(s.gathered_rows for s in rel))
+    np.testing.assert_allclose(spmm.working_set_bytes, sum(s.working_set_bytes for s in rel))
+    # one kernel over all edges instead of R: R - 1 fewer row-pointer arrays and output writes
+    saved = (r_count - 1) * ((n + 1) * 4 + n * f * 4)
+    np.testing.assert_allclose(spmm.compulsory_bytes, sum(s.compulsory_bytes for s in rel) - saved)
+
+
+def test_quantizer_and_gates_show_up_in_the_workload_and_the_forward():
+    n, e = 20, 60
+    adj = _loops(_adj(np.arange(e, dtype=np.int32) % n, (np.arange(e, dtype=np.int32) * 7 + 1) % n, n))
+    q = FakeQuant(4, signed=True)
+    prog = gcn.with_quantizer("h", q)
+    (spmm,) = prog.workload(n, e + n, {"h": 16}).layers[0].combine_first
+    np.testing.assert_allclose(spmm.bits, 4.0)
+    h = jax.random.normal(jax.random.key(0), (n, 16))
+    norm = degree_norm(adj)
+    np.testing.assert_allclose(prog(adj, nodes={"h": h, "norm": norm}), gcn(adj, nodes={"h": q(h), "norm": norm}))
+    gates = jnp.where(jnp.arange(e) % 2 == 0, 1.0, 0.0)
+    gated = gcn.with_edge_gates(gates)
+    (spmm,) = gated.workload(n, e + n, {"h": 16}, hard=True).layers[0].combine_first
+    np.testing.assert_allclose(spmm.gathered_rows, e / 2 + n)
+    report = hwmodel.estimate(gated.workload(n, e + n, {"h": 16}), hwmodel.presets.get("cpu"))
+    assert np.isfinite(float(report.latency_s)) and float(report.latency_s) > 0
+
+
+# ---------------------------------------------------------------------------------- errors
+
+def _small():
+    return _loops(_adj(np.array([0, 1], np.int32), np.array([1, 0], np.int32), 2))
+
+
+def test_errors_name_the_users_line():
+    adj = _small()
+    h = jnp.ones((2, 3))
+
+    @vx.program
+    def branchy(v):
+        if v.h > 0:  # noqa: this line is the one reported
+            return v.h
+        return v.h
+
+    with pytest.raises(vx.VertexProgramError, match=r"test_vertex\.py:\d+: if v\.h > 0.*data-dependent Python control"):
+        branchy(adj, nodes={"h": h})
+
+    @vx.program
+    def nested(v):
+        return vx.sum(u.h * vx.sum(w.h for w in v.in_nbrs) for u in v.in_nbrs)
+
+    with pytest.raises(vx.VertexProgramError, match=r"test_vertex\.py:\d+: return vx\.sum.*mixing neighbour sets"):
+        nested(adj, nodes={"h": h})
+
+    @vx.program
+    def zipped(v):
+        return vx.sum(u.h * w.h for u, w in zip(v.in_nbrs, v.in_nbrs))
+
+    with pytest.raises(vx.VertexProgramError, match="mixing neighbour sets"):
+        zipped(adj, nodes={"h": h})
+
+    @vx.program
+    def two_hop(v):
+        return vx.sum(u.h for u in v.in_nbrs for w in u.in_nbrs)
+
+    with pytest.raises(vx.VertexProgramError, match=r"u\.in_nbrs: neighbours of a neighbour"):
+        two_hop(adj, nodes={"h": h})
+
+    @vx.program
+    def bad_shapes(v):
+        return vx.sum(u.h * e.w for u, e in v.in_edges)
+
+    with pytest.raises(vx.VertexProgramError, match=r"test_vertex\.py:\d+: return vx\.sum\(u\.h \* e\.w.*mul: "
+                                                    r"per-item shapes \(3,\) and \(2,\) do not agree"):
+        bad_shapes(adj, nodes={"h": h}, edges={"w": jnp.ones((4, 2))})
+
+    @vx.program
+    def edge_out(v):
+        return [u.h for u in v.in_nbrs][0]
+
+    with pytest.raises(vx.VertexProgramError, match="returns an edge value"):
+        edge_out(adj, nodes={"h": h})
+
+    with pytest.raises(vx.VertexProgramError, match=r"layers\.py:\d+: return vx\.sum\(u\.h \* u\.norm.*no node input 'norm'.*given: \['h'\]"):
+        gcn(adj, nodes={"h": h})
+
+    @vx.program
+    def vertex_sum(v):
+        return vx.sum([v.h])
+
+    with pytest.raises(vx.VertexProgramError, match="vx.sum of a vertex value"):
+        vertex_sum(adj, nodes={"h": h})
+
+
+def test_input_errors_name_the_field():
+    adj = _small()
+    with pytest.raises(ValueError, match=r"nodes\['h'\]: must be \[N=2, \.\.\.\], got shape \(3, 3\)"):
+        gcn(adj, nodes={"h": jnp.ones((3, 3)), "norm": jnp.ones(2)})
+    with pytest.raises(ValueError, match=r"edges\['w'\]: must be \[E=4"):
+        rgcn(adj, nodes={"h": jnp.ones((2, 1, 3)), "self": jnp.ones((2, 3))},
+             edges={"w": jnp.ones(3), "type": jnp.zeros(4, jnp.int32)})
+    with pytest.raises(TypeError, match="nodes: must be a dict"):
+        gcn(adj, nodes=[jnp.ones((2, 3))])
+    with pytest.raises(TypeError, match="adj: must be a codesign.kernels.CooAdjacency"):
+        gcn("graph", nodes={"h": jnp.ones((2, 3))})
+    with pytest.raises(ValueError, match="edge gates: need E=4 gates"):
+        gcn.with_edge_gates(jnp.ones(3))(adj, nodes={"h": jnp.ones((2, 3)), "norm": jnp.ones(2)})
+    with pytest.raises(ValueError, match="attention_impl: unknown 'fast'"):
+        gat(adj, nodes={"h": jnp.ones((2, 3)), "el": jnp.ones(2), "er": jnp.ones(2)}, attention_impl="fast")
+    with pytest.raises(ValueError, match="attention_impl: 'csr' needs a CsrPattern"):
+        gat(adj, nodes={"h": jnp.ones((2, 3)), "el": jnp.ones(2), "er": jnp.ones(2)}, attention_impl="csr")
+    with pytest.raises(TypeError, match="with_quantizer: str does not implement"):
+        gcn.with_quantizer("h", "int8")
+    with pytest.raises(ValueError, match=r"widths\['h'\]: must be an int"):
+        gcn.workload(4, 8, {"h": "wide"})
+    with pytest.raises(ValueError, match=r"workload: widths names \['hh'\], which the program does not read"):
+        gcn.workload(4, 8, {"hh": 3})
+    with pytest.raises(ValueError, match="workload: n_edges must be an int >= 1"):
+        gcn.workload(4, 0, {"h": 3})
+    with pytest.raises(ValueError, match=r"appnp_step: alpha must be in \[0, 1\]"):
+        appnp_step(1.5)
+
+
+# ------------------------------------------------------------------------------- benchmark
+
+def test_vertex_bench_quick_runs_and_the_ehf_check_bites(tmp_path):
+    import importlib.util
+    import json
+    import pathlib
+    import sys
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "experiments" / "vertex_bench.py"
+    spec = importlib.util.spec_from_file_location("vertex_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["vertex_bench"] = mod
+    spec.loader.exec_module(mod)
+    out = tmp_path / "vb.json"
+    result = mod.main(["--quick", "--models", "gat", "--reps", "1", "--no-rss", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    g = saved["graphs"]["quick"]
+    assert g == json.loads(json.dumps(result["graphs"]["quick"]))
+    assert g["gat"]["vertex"]["epoch_s_median"] > 0 and g["gat"]["ratio_vertex_over_hand"] > 0
+    # same parameters, dropout and data: one step gives the same loss on both sides
+    np.testing.assert_allclose(g["gat"]["vertex"]["final_loss"], g["gat"]["hand"]["final_loss"], rtol=1e-4)
+    check = g["gat_ehf_check"]
+    assert check["vertex"]["no_ehf_tensor"] and check["vertex"]["ehf_shapes_in_hlo"] == []
+    assert not check["vertex_reference"]["no_ehf_tensor"] and check["vertex_reference"]["ehf_shapes_in_hlo"] != []
