@@ -33,7 +33,7 @@ for stage in "$@"; do
   echo "=== $stage $(date -u +%T)"
   case "$stage" in
     tests)
-      timeout 270 $PY -m pytest -q -p no:cacheprovider -k "Gpu or GPU or dispatch or aggregate or tf32" \
+      timeout 270 $PY -m pytest -o addopts="" -q -p no:cacheprovider -k "Gpu or GPU or dispatch or aggregate or tf32" \
         ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_pallas_csr.py tests/test_kernels.py} \
         2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
     bench)
