@@ -72,12 +72,15 @@ def gemm_points(quick: bool, gpu: bool = False):
                     yield {"kind": "gemm", "m": m, "k": k, "n": n, "dtype": dt}
 
 
-def graphs(quick: bool, data_root, gpu: bool = False):
+RMAT_SCALES = ((10, 8), (12, 4), (12, 16), (14, 4), (14, 16), (16, 8), (18, 4))  # (scale, mean degree)
+
+
+def graphs(quick: bool, data_root, gpu: bool = False, with_wordnet: bool = True):
     out = {}
     if gpu:
         scales = ((14, 4), (14, 16), (16, 8), (18, 8), (20, 8))
     else:
-        scales = ((11, 8),) if quick else ((12, 4), (12, 16), (14, 4), (14, 16), (16, 8))
+        scales = ((11, 8),) if quick else RMAT_SCALES
     for scale, degree in scales:
         s, r = rmat_edges(scale, degree * (1 << scale) // 2, seed=scale)
         out[f"rmat{scale}_d{degree}"] = (s, r, 1 << scale)
@@ -87,6 +90,13 @@ def graphs(quick: bool, data_root, gpu: bool = False):
         out["cora"] = (np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes)
     except (FileNotFoundError, RuntimeError) as e:  # offline without data: R-MAT only
         print(f"skipping cora: {e}", file=sys.stderr)
+    if not quick and not gpu and with_wordnet:
+        try:  # WordNet 3.0 (117,659 synsets, 367,578 symmetrized pointers): a real graph none of the R-MAT fit saw
+            from codesign.data import load_wordnet
+            g = load_wordnet(data_root, vocab_size=16)
+            out["wordnet"] = (np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes)
+        except (FileNotFoundError, RuntimeError, OSError, ValueError) as e:
+            print(f"skipping wordnet: {e}", file=sys.stderr)
     return out
 
 
@@ -304,6 +314,9 @@ def machine() -> dict:
     return out
 
 
+LOAD_PER_PASS: list = []  # os.getloadavg() (1, 5, 15 min) at the start of each timed pass: other tenants' load
+
+
 def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray, np.ndarray, Optional[dict]]:
     """Times the grid ``args.passes`` times in sequence (and, on the CPU, the roofs before each
     pass), so that a slow drift of a shared machine (this VM: two back-to-back passes differed by
@@ -319,6 +332,7 @@ def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray, np.ndarray, 
     from tqdm import tqdm
     runs, roofs = [], []
     for i in range(args.passes):
+        LOAD_PER_PASS.append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
         if not gpu:
             roofs.append(measure_peaks(args.reps))
         runs.append([measure_point(p, graph_data, args.reps, args.max_work)
@@ -426,6 +440,7 @@ def main(argv=None) -> dict:
         "machine": prev["machine"] if prev else machine(), "hw": hw_name,
         "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
         "peaks": peaks,
+        "load_average_per_pass": prev.get("load_average_per_pass") if prev else LOAD_PER_PASS,
         "quick": prev["quick"] if prev else args.quick, "reps": prev["reps"] if prev else args.reps,
         "passes": prev.get("passes", 1) if prev else args.passes,
         "fitted": dict(zip(FACTORS, map(float, theta))),
