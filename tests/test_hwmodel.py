@@ -706,6 +706,7 @@ def generate_reference() -> dict:
             "config": config,
             "totals": {k: float(getattr(report, k)) for k in _REPORT_FIELDS},
             "aggregate_first": {k: float(v) for k, v in report.aggregate_first.items()},
+            "static_energy_j": float(report.static_energy_j),  # static power x latency, in energy_j's total
             "stages": {key: {k: float(getattr(c, k)) for k in _REPORT_FIELDS}
                        for key, c in sorted(report.stages.items())},
         }
@@ -736,6 +737,8 @@ def test_reference_reports(request):
             np.testing.assert_allclose(float(getattr(report, k)), ref["totals"][k], rtol=REFERENCE_RTOL,
                                        err_msg=f"{name} total {k}")
         assert {k: float(v) for k, v in report.aggregate_first.items()} == ref["aggregate_first"], name
+        np.testing.assert_allclose(float(report.static_energy_j), ref["static_energy_j"], rtol=REFERENCE_RTOL,
+                                   err_msg=f"{name} static_energy_j")
         assert sorted(report.stages) == sorted(ref["stages"]), name
         for key, cost in report.stages.items():
             for k in _REPORT_FIELDS:
@@ -753,15 +756,16 @@ def test_reference_configs_differ():
     configs = stored["configs"]
     assert len(configs) >= 3
     for name, rep in configs.items():
-        assert set(rep) == {"config", "totals", "aggregate_first", "stages"}, name
+        assert set(rep) == {"config", "totals", "aggregate_first", "stages", "static_energy_j"}, name
         assert set(rep["totals"]) == set(_REPORT_FIELDS), name
         assert rep["stages"] and set(rep["aggregate_first"]) == {key.split("/")[0] for key in rep["stages"]}, name
         for key, cost in rep["stages"].items():
             assert set(cost) == set(_REPORT_FIELDS), (name, key)
             assert all(math.isfinite(v) and v > 0 for v in cost.values()), (name, key, cost)
-        for k in ("energy_j", "dram_bytes"):  # `estimate` sums these over the stages
-            np.testing.assert_allclose(rep["totals"][k], sum(c[k] for c in rep["stages"].values()), rtol=1e-5,
-                                       err_msg=f"{name} {k}")
+        for k in ("energy_j", "dram_bytes"):  # `estimate` sums these over the stages (+ static energy)
+            static = rep["static_energy_j"] if k == "energy_j" else 0.0
+            np.testing.assert_allclose(rep["totals"][k], sum(c[k] for c in rep["stages"].values()) + static,
+                                       rtol=1e-5, err_msg=f"{name} {k}")
     names = sorted(configs)
     for i, a in enumerate(names):  # pairwise distinct: configs, every total, the stage reports
         for b in names[i + 1:]:
