@@ -43,6 +43,19 @@ def test_hwmodel_validation_quick(tmp_path):
     assert saved["rapl"]["readable"] in (True, False) and saved["rapl"]["detail"]
 
 
+def test_hwmodel_sensitivity_quick(tmp_path):
+    """Each assumption moved to both ends of its range: the rows name it, and moving it moves the cost
+    in the documented direction (a larger HBM-in-stack fraction never lowers hbm-pim energy)."""
+    out = tmp_path / "s.json"
+    result = load("hwmodel_sensitivity").main(["--quick", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert rows == result["rows"] and {r["end"] for r in rows} == {"low", "high"}
+    for r in rows:
+        assert r["dense_fp32_latency_s_ratio"] > 0 and np.isfinite(r["savings_energy"])
+    frac = {r["end"]: r for r in rows if r["assumption"] == "INTERNAL_ACCESS_FRACTION"}
+    assert frac["low"]["int8_edges0.5_features0.3_energy_j_ratio"] <= 1.0 <= frac["high"]["int8_edges0.5_features0.3_energy_j_ratio"]
+
+
 def test_grouped_validation_holds_out_whole_groups():
     """A model that is exact up to one scale per kind: every grouped fit recovers it from the other
     groups (MAPE ~ 0); each point is predicted by a fit that did not see its group."""
