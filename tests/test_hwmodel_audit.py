@@ -374,6 +374,19 @@ def test_static_power_is_charged_over_the_latency():
         hw.replace(static_power_w=-1.0)
 
 
+def test_new_fields_are_validated_naming_the_field():
+    with pytest.raises(ValueError, match=r"gather_granularity_bytes: must be finite and > 0"):
+        tiny(gather_granularity_bytes=0.0)
+    with pytest.raises(ValueError, match=r"mac_energy_bf16_pj: must be finite and >= 0"):
+        tiny(mac_energy_bf16_pj=float("nan"))
+    with pytest.raises(ValueError, match=r"NearMemorySpec.access_granularity_bytes"):
+        NearMemorySpec(**NMP, access_granularity_bytes=-8.0)
+    with pytest.raises(ValueError, match=r"NearMemorySpec.bf16_macs_per_s"):
+        NearMemorySpec(**NMP, bf16_macs_per_s=0.0)
+    with pytest.raises(TypeError, match=r"NearMemorySpec.clock_hz"):
+        NearMemorySpec(**NMP, clock_hz="1GHz")
+
+
 def test_cpu_preset_is_read_from_its_fit_record(tmp_path):
     rec = presets.load_fit("cpu")
     hw = presets.get("cpu")
