@@ -181,8 +181,9 @@ class HardwareSpec:
         (`experiments/hwmodel_validation.py`).
       overlap_exponent: the exponent ``p`` of the smooth max that joins a host stage's compute,
         DRAM and on-chip times, ``(sum t_i^p)^(1/p)``, >= 1: large ``p`` is the roofline's full
-        overlap (max; default 16, within 4.4 % of it), ``p = 1`` no overlap (the sum, as the ECM
-        model assumes for in-core work and data transfers on x86 cores: Treibig & Hager,
+        overlap (max; default 16: within 4.4 % of it for two terms, 7.1 % for three), ``p = 1``
+        no overlap (the sum, as the ECM model assumes for in-core work and data transfers on x86
+        cores: Treibig & Hager,
         "Introducing a performance model for bandwidth-limited loop kernels", PPAM 2009);
         fitted for measured presets.
       gather_efficiency: a further fraction (0, 1] of the vector rate on the irregular stages
