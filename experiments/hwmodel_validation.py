@@ -1,7 +1,8 @@
 """Validate the analytic cost model against measured kernel times on this machine (CPU or GPU).
 
 Measures XLA GEMM (`jnp.dot`) and XLA gather + `segment_sum` SpMM over a grid of sizes,
-densities and dtypes (graphs: R-MAT at several scales and degrees, and Cora), builds the matching
+densities and dtypes (graphs: R-MAT at 7 scales and degrees from 2^10 to 2^18 nodes, Cora and
+WordNet 3.0 (117,659 synsets, `codesign.data.load_wordnet`) when its files are present), builds the matching
 `codesign.hwmodel` stages for every point as XLA runs them (SpMM as `segment_spmm_stages`: XLA
 materializes the gathered messages, in f32 on the CPU; a bf16 GEMM on the CPU as
 `upcast_gemm_stages`; locality measured on the graph), measures the CPU's roofs first (an XLA
@@ -10,12 +11,22 @@ nominal rates, so the fit is about this machine), fits the preset's calibration 
 random half of the points by robust least squares on log latency (CPU, seven: matrix, vector,
 gather and DRAM efficiency, a fixed per-stage overhead, a fixed per-gathered-row overhead and the
 compute / memory overlap exponent; GPU: the bf16 / fp32 GEMM rate ratio in place of the vector
-efficiency), and reports the error on the other half, MAPE and Spearman rank correlation, and
-the MAPE spread over 9 more random halves.
+efficiency; CPU: also the effective cache, ``onchip_buffer_bytes``), and reports the error on the
+other half, MAPE and Spearman rank correlation, and the MAPE spread over 9 more random halves.
+
+The headline error is *grouped* cross-validation (``"grouped"`` in the results): leave one graph
+out (every SpMM point of a graph predicted by a fit that never saw that graph), leave one width
+out and leave one dtype out (per kernel kind), each with its pooled MAPE and Spearman, per kind,
+per group and the worst group. The random split is secondary. The machine is shared: the grid is
+timed in passes (the median kept), and the load average before each pass and each pass's MAPE from
+the median are recorded, as is whether RAPL energy counters are readable (``"rapl"``).
 
     python experiments/hwmodel_validation.py            # full grid, 3 passes, ~1.5 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
     python experiments/hwmodel_validation.py --refit results/hwmodel_validation_cpu.json  # fit again, no timing
+    python experiments/hwmodel_validation.py --save-preset   # and write codesign/hwmodel/fits/cpu.json
+    python experiments/hwmodel_validation.py --peaks-only    # only this host's roofs into fits/cpu.json
+    python experiments/hwmodel_validation.py --refit A.json --merge B.json  # pool the passes of two runs
 
 On a GPU (``jax.default_backend() == "gpu"``) the same script validates the ``h100`` preset
 (``--hw``): larger GEMMs, R-MAT graphs up to 2^20 nodes, and the Pallas BSR SpMM kernel
@@ -54,7 +65,10 @@ from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
-           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s")
+           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes")
+# onchip_buffer_bytes is fitted on the CPU: the cache a kernel effectively has on a shared VM is not
+# the L3 that lscpu reports (2026-11-25: 480 MiB "L3" of a whole socket shared with other tenants,
+# 2 MiB L2 per core); the large graphs (WordNet, R-MAT 2^18) spill where the small ones do not.
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1  # robust least squares on log latency: residuals beyond ~10 % count ~linearly
 
 
@@ -72,12 +86,15 @@ def gemm_points(quick: bool, gpu: bool = False):
                     yield {"kind": "gemm", "m": m, "k": k, "n": n, "dtype": dt}
 
 
-def graphs(quick: bool, data_root, gpu: bool = False):
+RMAT_SCALES = ((10, 8), (12, 4), (12, 16), (14, 4), (14, 16), (16, 8), (18, 4))  # (scale, mean degree)
+
+
+def graphs(quick: bool, data_root, gpu: bool = False, with_wordnet: bool = True):
     out = {}
     if gpu:
         scales = ((14, 4), (14, 16), (16, 8), (18, 8), (20, 8))
     else:
-        scales = ((11, 8),) if quick else ((12, 4), (12, 16), (14, 4), (14, 16), (16, 8))
+        scales = ((11, 8),) if quick else RMAT_SCALES
     for scale, degree in scales:
         s, r = rmat_edges(scale, degree * (1 << scale) // 2, seed=scale)
         out[f"rmat{scale}_d{degree}"] = (s, r, 1 << scale)
@@ -87,6 +104,13 @@ def graphs(quick: bool, data_root, gpu: bool = False):
         out["cora"] = (np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes)
     except (FileNotFoundError, RuntimeError) as e:  # offline without data: R-MAT only
         print(f"skipping cora: {e}", file=sys.stderr)
+    if not quick and not gpu and with_wordnet:
+        try:  # WordNet 3.0 (117,659 synsets, 367,578 symmetrized pointers): a real graph none of the R-MAT fit saw
+            from codesign.data import load_wordnet
+            g = load_wordnet(data_root, vocab_size=16)
+            out["wordnet"] = (np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes)
+        except (FileNotFoundError, RuntimeError, OSError, ValueError) as e:
+            print(f"skipping wordnet: {e}", file=sys.stderr)
     return out
 
 
@@ -244,7 +268,7 @@ def modeled(stages, base: hwmodel.HardwareSpec):
                                  dram_efficiency=theta[2], stage_overhead_s=theta[3],
                                  matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
                                  gather_efficiency=theta[5], overlap_exponent=theta[6],
-                                 row_gather_overhead_s=theta[7])
+                                 row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8])
         return jnp.stack([sum(hwmodel.stage_cost(s, hw).latency_s for s in kernel) for kernel in stages])
     return f
 
@@ -255,19 +279,20 @@ def metrics(pred, meas) -> dict:
             "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7)):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8)):
     """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
     ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
     kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
     fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
     in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
-    in [1, 64], per-row gather overhead in [0.1 ps, 1 us]; the order of `FACTORS`) from ``x0``;
+    in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB]; the
+    order of `FACTORS`) from ``x0``;
     only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
     evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
-    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6])
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30])
     u0 = np.clip(np.log(np.asarray(x0, np.float64)), lo, hi)
 
     def full(u):
@@ -281,6 +306,63 @@ def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7)):
     res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3,
                                        loss=FIT_LOSS, f_scale=FIT_SCALE)
     return np.exp(full(res.x))
+
+
+def _group_keys(points) -> dict:
+    """Per grouping, the group of every point (None: the point is never held out in it):
+    ``leave_one_graph_out``: the SpMM points' graph (GEMMs have none and always train);
+    ``leave_one_width_out``: ``<kind>/<width>`` (SpMM: feature columns; GEMM: output columns n);
+    ``leave_one_dtype_out``: ``<kind>/<dtype>``."""
+    return {
+        "leave_one_graph_out": [p.get("graph") for p in points],
+        "leave_one_width_out": [f'{p["kind"]}/{p["width"] if "width" in p else p["n"]}' for p in points],
+        "leave_one_dtype_out": [f'{p["kind"]}/{p["dtype"]}' for p in points],
+    }
+
+
+def grouped_validation(f, measured, points, x0, free) -> dict:
+    """Grouped cross-validation: for each grouping (`_group_keys`) and each of its groups, fit on
+    every point outside the group and predict the group's points. Returns, per grouping,
+    ``{"mape", "spearman", "n"}`` over all held-out predictions pooled, ``"by_kind"`` (the same
+    per kernel kind), ``"by_group"`` (``{group: {"mape", "spearman", "n"}}``) and
+    ``"worst_group"`` (name and MAPE)."""
+    kinds = np.array([p["kind"] for p in points])
+    out = {}
+    for grouping, keys in _group_keys(points).items():
+        keys = np.array([k if k is not None else "" for k in keys])
+        pred = np.full(len(points), np.nan)
+        by_group = {}
+        for g in sorted(set(keys.tolist()) - {""}):
+            test = np.flatnonzero(keys == g)
+            train = np.flatnonzero(keys != g)
+            th = fit(f, measured, train, x0=x0, free=free)
+            pred[test] = np.asarray(f(jnp.asarray(th, jnp.float32)))[test]
+            by_group[g] = metrics(pred[test], measured[test]) if test.size >= 2 else {
+                "mape": float(np.mean(np.abs(pred[test] - measured[test]) / measured[test])), "spearman": None,
+                "n": int(test.size)}
+        held = np.flatnonzero(~np.isnan(pred))
+        worst = max(by_group, key=lambda g: by_group[g]["mape"])
+        out[grouping] = {**metrics(pred[held], measured[held]),
+                         "by_kind": {k: metrics(pred[held][kinds[held] == k], measured[held][kinds[held] == k])
+                                     for k in dict.fromkeys(kinds[held].tolist())},
+                         "by_group": by_group, "worst_group": {"group": worst, "mape": by_group[worst]["mape"]}}
+    return out
+
+
+def rapl_status() -> dict:
+    """Whether Intel RAPL energy counters (``/sys/class/powercap/intel-rapl*/energy_uj``) can be read
+    here: ``{"readable": bool, "detail": str}``."""
+    root = "/sys/class/powercap"
+    if not os.path.isdir(root):
+        return {"readable": False, "detail": f"{root} does not exist (no powercap driver in this VM)"}
+    zones = [z for z in sorted(os.listdir(root)) if z.startswith("intel-rapl")]
+    for z in zones:
+        try:
+            with open(os.path.join(root, z, "energy_uj")) as fh:
+                return {"readable": True, "detail": f"{z}/energy_uj = {fh.read().strip()}"}
+        except OSError as e:
+            last = f"{z}/energy_uj: {e}"
+    return {"readable": False, "detail": last if zones else f"no intel-rapl zone under {root}"}
 
 
 SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # the vector ISA levels XLA:CPU can use
@@ -301,7 +383,81 @@ def machine() -> dict:
                    simd=[f for f in SIMD_FLAGS if f in flags])
     except OSError:
         pass
+    try:  # the last-level cache (the preset's on-chip buffer)
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as fh:
+            size = fh.read().strip()
+        out["l3_bytes"] = int(size[:-1]) * {"K": 1024, "M": 1024**2}[size[-1]] if size[-1] in "KM" else int(size)
+    except (OSError, ValueError, KeyError):
+        pass
     return out
+
+
+FIT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codesign", "hwmodel", "fits", "cpu.json")
+
+
+def merge_runs(first: dict, paths) -> dict:
+    """``first`` (a result of this script) with the timed passes of the results in ``paths`` appended:
+    same points in the same order (else ValueError naming the file), ``per_pass_s`` concatenated,
+    ``load_average_per_pass`` concatenated, ``peaks`` the median over the files' roofs,
+    ``date`` the first file's with ``merged_dates`` listing all."""
+    import json
+    keys = lambda r: [{k: v for k, v in q.items() if k not in ("measured_s", "modeled_s", "uncalibrated_s", "split")}
+                      for q in r["points"]]
+    runs = [first]
+    for path in paths:
+        with open(path) as fh:
+            r = json.load(fh)
+        if keys(r) != keys(first) or not r.get("per_pass_s"):
+            raise ValueError(f"--merge {path}: not the same grid of points (or no per-pass timings) as the --refit file")
+        runs.append(r)
+    out = dict(first)
+    out["per_pass_s"] = [row for r in runs for row in r["per_pass_s"]]
+    out["load_average_per_pass"] = [la for r in runs for la in (r.get("load_average_per_pass") or [None] * len(r["per_pass_s"]))]
+    out["peaks"] = {k: float(np.median([r["peaks"][k] for r in runs])) for k in first["peaks"]}
+    out["peaks_by_run"] = [r["peaks"] for r in runs]
+    out["merged_dates"] = [r["date"] for r in runs]
+    out["passes"] = len(out["per_pass_s"])
+    return out
+
+
+def save_preset(result: dict, path: str = FIT_PATH, old: Optional[dict] = None) -> dict:
+    """Writes the `cpu` preset's fit record (`codesign.hwmodel.presets.load_fit`) from a result of
+    this script: the host, the dates, the measured roofs, the fitted factors and the validation
+    summary. ``old``: a previous record whose factors are kept (``--peaks-only``)."""
+    m = result["machine"]
+    fitted = dict(old["fitted"]) if old else {k: result["fitted"][k] for k in hwmodel.presets.FIT_FACTORS}
+    buffer = old["onchip_buffer_bytes"] if old else result["fitted"]["onchip_buffer_bytes"]
+    rec = {
+        "what": "the fitted `cpu` preset (codesign.hwmodel.presets.cpu): measured roofs and calibration factors",
+        "host": {k: m.get(k) for k in ("cpu_model", "simd", "cpu_mhz", "cpu_count", "l3_bytes", "platform", "jax")},
+        "date": result["date"], "fitted_date": result["fitted_date"],
+        "roofs": dict(result["peaks"]), "fitted": fitted,
+        "onchip_buffer_bytes": float(buffer),  # fitted: the cache a kernel effectively has (host.l3_bytes: lscpu)
+        "clock_hz": float(m["cpu_mhz"]) * 1e6 if m.get("cpu_mhz") else (old or {}).get("clock_hz", 2.6e9),
+        "command": "python experiments/hwmodel_validation.py --save-preset",
+        "validation": ({"factors_from": f"{old['host'].get('cpu_model')} fit of {old['fitted_date']} (--peaks-only)"}
+                       if old else {"held_out": result.get("held_out"), "grouped_mape": {
+                           k: v["mape"] for k, v in (result.get("grouped") or {}).items()},
+                           "results_file": result.get("out")}),
+    }
+    write_json_atomic(path, rec)
+    return rec
+
+
+def peaks_only(args) -> dict:
+    """Measures this host's roofs (`measure_peaks`, median of ``args.passes`` passes; seconds) and
+    writes them into the `cpu` fit record with its fitted factors kept."""
+    roofs = [measure_peaks(args.reps) for _ in range(args.passes)]
+    peaks = {k: float(np.median([r[k] for r in roofs])) for k in roofs[0]}
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    old = hwmodel.presets.load_fit("cpu")
+    rec = save_preset({"machine": machine(), "date": now, "fitted_date": now, "peaks": peaks}, old=old)
+    print("measured roofs: " + ", ".join(f"{k} {v:.3g}" for k, v in peaks.items()))
+    print(f"wrote {os.path.relpath(FIT_PATH)} (factors kept from the {old['fitted_date']} fit)")
+    return rec
+
+
+LOAD_PER_PASS: list = []  # os.getloadavg() (1, 5, 15 min) at the start of each timed pass: other tenants' load
 
 
 def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray, np.ndarray, Optional[dict]]:
@@ -319,6 +475,7 @@ def measure(args, gpu: bool, graph_data) -> tuple[list, np.ndarray, np.ndarray, 
     from tqdm import tqdm
     runs, roofs = [], []
     for i in range(args.passes):
+        LOAD_PER_PASS.append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
         if not gpu:
             roofs.append(measure_peaks(args.reps))
         runs.append([measure_point(p, graph_data, args.reps, args.max_work)
@@ -360,6 +517,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--refit", default=None, metavar="FILE",
                     help="take the points and measured times from FILE (a result of this script) instead of timing")
     ap.add_argument("--data-root", default=None)
+    ap.add_argument("--merge", nargs="*", default=(), metavar="FILE",
+                    help="with --refit: more results of this script on the same grid whose timed passes are "
+                         "pooled with FILE's (median over all passes; roofs: median of the files' roofs)")
+    ap.add_argument("--save-preset", action="store_true",
+                    help="write the fitted roofs and factors to codesign/hwmodel/fits/cpu.json (the `cpu` preset)")
+    ap.add_argument("--peaks-only", action="store_true",
+                    help="only measure this host's roofs (seconds) and write them into the cpu fit record")
+    ap.add_argument("--no-grouped", action="store_true", help="skip the grouped cross-validation (faster)")
     ap.add_argument("--max-work", type=float, default=None,
                     help="skip SpMM points with nnz x width above this (default 6e7 on CPU, 4e9 on GPU)")
     args = ap.parse_args(argv)
@@ -378,6 +543,10 @@ def main(argv=None) -> dict:
     out = args.out or (f"results/{'gpu/' if gpu else ''}hwmodel_validation_{hw_name}"
                        f"{'_quick' if args.quick else ''}.json")
 
+    if args.peaks_only:
+        args.reps, args.passes = args.reps or 5, args.passes or 3
+        return peaks_only(args)
+
     graph_data = graphs(prev["quick"] if prev else args.quick, args.data_root, gpu)
     if prev:
         points = [{k: v for k, v in q.items() if k not in ("measured_s", "modeled_s", "uncalibrated_s", "split")}
@@ -385,6 +554,10 @@ def main(argv=None) -> dict:
         measured = np.asarray([q["measured_s"] for q in prev["points"]])
         peaks = prev.get("peaks")
         per_pass = np.asarray(prev["per_pass_s"]) if prev.get("per_pass_s") else None
+        if args.merge:
+            prev = merge_runs(prev, args.merge)
+            per_pass, peaks = np.asarray(prev["per_pass_s"]), prev["peaks"]
+            measured = np.median(per_pass, axis=0)
     else:
         points, measured, per_pass, peaks = measure(args, gpu, graph_data)
     stages = [point_stages(p, graph_data, gpu) for p in points]
@@ -396,15 +569,20 @@ def main(argv=None) -> dict:
     order = rng.permutation(len(points))
     train_idx, test_idx = np.sort(order[: len(points) // 2]), np.sort(order[len(points) // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
-    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0], jnp.float32)))
+    before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0, base.onchip_buffer_bytes],
+                                      jnp.float32)))
     shipped = hwmodel.presets.get(hw_name)  # the preset as committed (its own roofs and factors), no fit
     as_shipped = np.asarray(modeled(stages, shipped)(jnp.asarray(
         [getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else
          shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s for k in FACTORS], jnp.float32)))
+    # the --peaks-only workflow: the preset's fitted factors with this run's measured roofs
+    as_peaks = None if not peaks else np.asarray(modeled(stages, with_peaks(shipped, peaks))(jnp.asarray(
+        [getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else 1.0 for k in FACTORS], jnp.float32)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
-    x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10]
-    free = (0, 2, 3, 4, 5, 6, 7) if gpu else (0, 1, 2, 3, 5, 6, 7)
+    x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10,
+          base.onchip_buffer_bytes if gpu else 4.0 * 1024**2]
+    free = (0, 2, 3, 4, 5, 6, 7) if gpu else (0, 1, 2, 3, 5, 6, 7, 8)
     theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     # the same fit on other random halves: how much the held-out error depends on the split
@@ -415,6 +593,7 @@ def main(argv=None) -> dict:
         th = fit(f, measured, tr, x0=x0, free=free)
         other_splits.append({"seed": split_seed, **metrics(np.asarray(f(jnp.asarray(th, jnp.float32)))[te],
                                                             measured[te])})
+    grouped = None if args.no_grouped else grouped_validation(f, measured, points, x0, free)
     kinds = np.array([p["kind"] for p in points])
     kd = np.array([f'{p["kind"]}/{p["dtype"]}' for p in points])
     train_set = set(train_idx.tolist())
@@ -426,9 +605,17 @@ def main(argv=None) -> dict:
         "machine": prev["machine"] if prev else machine(), "hw": hw_name,
         "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
         "peaks": peaks,
+        "load_average_per_pass": prev.get("load_average_per_pass") if prev else LOAD_PER_PASS,
+        "per_pass_mape_from_median": (None if per_pass is None or len(per_pass) < 2 else
+                                      [float(np.mean(np.abs(r - measured) / measured)) for r in per_pass]),
+        "rapl": prev.get("rapl") if prev and prev.get("rapl") else rapl_status(),
+        "graphs": {g: {"nodes": int(n), "edges": int(s_.size)} for g, (s_, _, n) in graph_data.items()},
         "quick": prev["quick"] if prev else args.quick, "reps": prev["reps"] if prev else args.reps,
         "passes": prev.get("passes", 1) if prev else args.passes,
+        "merged_dates": prev.get("merged_dates") if prev else None,
+        "peaks_by_run": prev.get("peaks_by_run") if prev else None,
         "fitted": dict(zip(FACTORS, map(float, theta))),
+        "grouped": grouped,
         "held_out": held,
         "held_out_by_kind": {k: metrics(after[test_idx][kinds[test_idx] == k], measured[test_idx][kinds[test_idx] == k])
                              for k in dict.fromkeys(kinds.tolist())},
@@ -445,12 +632,18 @@ def main(argv=None) -> dict:
                                    float(np.mean(np.abs(per_pass - measured) / measured))),
         "per_pass_s": None if per_pass is None else per_pass.tolist(),
         "preset_as_shipped": metrics(as_shipped, measured),
+        "preset_factors_with_measured_roofs": None if as_peaks is None else metrics(as_peaks, measured),
         "points": [{**p, "measured_s": float(m), "modeled_s": float(a), "uncalibrated_s": float(b),
                     "split": "train" if i in train_set else "test"}
                    for i, (p, m, a, b) in enumerate(zip(points, measured, after, before))],
     }
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_json_atomic(out, result)
+    if args.save_preset:
+        if gpu or hw_name != "cpu" or not peaks:
+            raise SystemExit("--save-preset: only for the cpu preset fitted on measured roofs")
+        save_preset({**result, "out": out})
+        print(f"wrote {os.path.relpath(FIT_PATH)}")
     h = result["held_out"]
     if peaks:
         print("measured roofs: " + ", ".join(f"{k} {v:.3g}" for k, v in peaks.items()))
@@ -463,11 +656,19 @@ def main(argv=None) -> dict:
     a = result["preset_as_shipped"]
     print(f"the {hw_name} preset as shipped (no fit) on all {a['n']} points: MAPE {100 * a['mape']:.1f} %, "
           f"Spearman {a['spearman']:.3f}")
+    if result["preset_factors_with_measured_roofs"]:
+        a = result["preset_factors_with_measured_roofs"]
+        print(f"its fitted factors with this run's measured roofs (--peaks-only): MAPE {100 * a['mape']:.1f} %, "
+              f"Spearman {a['spearman']:.3f}")
     o = result["held_out_mape_over_splits"]
     print(f"held-out MAPE over {o['n_splits']} random halves: median {100 * o['median']:.1f} %, "
           f"max {100 * o['max']:.1f} %")
     for k, m in {**result["held_out_by_kind"], **result["held_out_by_kind_dtype"]}.items():
         print(f"  {k}: MAPE {100 * m['mape']:.1f} %, Spearman {m['spearman']:.3f} (n={m['n']})")
+    for name, g in (grouped or {}).items():
+        kinds_txt = ", ".join(f"{k} {100 * v['mape']:.1f} %" for k, v in g["by_kind"].items())
+        print(f"{name}: MAPE {100 * g['mape']:.1f} %, Spearman {g['spearman']:.3f} (n={g['n']}; {kinds_txt}); "
+              f"worst group {g['worst_group']['group']} {100 * g['worst_group']['mape']:.1f} %")
     print(f"wrote {out}")
     return result
 

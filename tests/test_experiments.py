@@ -35,6 +35,47 @@ def test_hwmodel_validation_quick(tmp_path):
     assert 0 < f["gather_efficiency"] <= 1 and 0 < f["row_gather_overhead_s"] <= 1e-6
     assert saved["preset_as_shipped"]["n"] == n and saved["preset_as_shipped"]["mape"] >= 0
     assert f["bf16_gemm_rate_ratio"] == 1.0  # CPU: bf16 GEMMs are costed as converts + an f32 GEMM
+    g = saved["grouped"]
+    assert set(g) == {"leave_one_graph_out", "leave_one_width_out", "leave_one_dtype_out"}
+    for v in g.values():
+        assert v["mape"] >= 0 and -1.0 <= v["spearman"] <= 1.0 and v["worst_group"]["group"] in v["by_group"]
+    assert set(g["leave_one_graph_out"]["by_group"]) == {p["graph"] for p in saved["points"] if "graph" in p}
+    assert saved["rapl"]["readable"] in (True, False) and saved["rapl"]["detail"]
+
+
+def test_hwmodel_sensitivity_quick(tmp_path):
+    """Each assumption moved to both ends of its range: the rows name it, and moving it moves the cost
+    in the documented direction (a larger HBM-in-stack fraction never lowers hbm-pim energy)."""
+    out = tmp_path / "s.json"
+    result = load("hwmodel_sensitivity").main(["--quick", "--out", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert rows == result["rows"] and {r["end"] for r in rows} == {"low", "high"}
+    for r in rows:
+        assert r["dense_fp32_latency_s_ratio"] > 0 and np.isfinite(r["savings_energy"])
+    frac = {r["end"]: r for r in rows if r["assumption"] == "INTERNAL_ACCESS_FRACTION"}
+    assert frac["low"]["int8_edges0.5_features0.3_energy_j_ratio"] <= 1.0 <= frac["high"]["int8_edges0.5_features0.3_energy_j_ratio"]
+
+
+def test_grouped_validation_holds_out_whole_groups():
+    """A model that is exact up to one scale per kind: every grouped fit recovers it from the other
+    groups (MAPE ~ 0); each point is predicted by a fit that did not see its group."""
+    mod = load("hwmodel_validation")
+    points = [{"kind": "gemm", "m": 10, "k": 10, "n": n, "dtype": dt} for n in (16, 64) for dt in ("float32", "bfloat16")]
+    points += [{"kind": "spmm", "graph": g, "width": w, "edge_density": 1.0, "dtype": dt}
+               for g in ("a", "b", "c") for w in (16, 64) for dt in ("float32", "bfloat16")]
+    work = np.arange(1, len(points) + 1, dtype=np.float64)
+    is_gemm = np.array([p["kind"] == "gemm" for p in points])
+    import jax.numpy as jnp
+    f = lambda th: jnp.where(jnp.asarray(is_gemm), th[0], th[5]) * jnp.asarray(work, jnp.float32) * 1e-3
+    measured = 0.8 * work * 1e-3 * np.where(is_gemm, 1.0, 0.5)
+    g = mod.grouped_validation(f, measured, points, x0=[0.5] * 9, free=(0, 5))
+    assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "c"}
+    assert g["leave_one_graph_out"]["n"] == 12 and g["leave_one_width_out"]["n"] == len(points)
+    assert set(g["leave_one_width_out"]["by_group"]) == {"gemm/16", "gemm/64", "spmm/16", "spmm/64"}
+    for v in g.values():
+        assert v["mape"] < 1e-3, v
+    keys = mod._group_keys(points)
+    assert keys["leave_one_graph_out"][:4] == [None] * 4 and keys["leave_one_dtype_out"][0] == "gemm/float32"
 
 
 def test_kernel_bench_quick(tmp_path):

@@ -2,20 +2,35 @@
 
 Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
   compute_s  = macs / (rate(kind, bits) * efficiency) + gathered_rows * row_gather_overhead_s
-  dram_bytes = compulsory_bytes + reuse_bytes * (1 - hit)       (hit: `locality.hit_rate` of the
-               buffer's capacity in rows; uniform re-reference when no profile is given)
+  row'       = max(row, g)  (g = gather_granularity_bytes; ``hardened``: g * ceil(row / g))
+  dram_bytes = compulsory_bytes + reuse_bytes * row'/row * (1 - hit)
+               (row: bytes of one gathered row; hit: `locality.hit_rate` of the buffer's
+               capacity in rows of row' bytes; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
   onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
   latency_s  = smooth_max(compute_s, memory_s, onchip_s; p=overlap_exponent)
                + launches * stage_overhead_s
   energy_j   = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
 (rate: the matrix engine for GEMM / BSR stages, else the vector units, at
-``gather_efficiency`` on the irregular ones: SpMM, SDDMM, edge softmax)
-Per aggregation stage on near-memory units (`NearMemorySpec`, U units):
-  compute_s  = macs / (U * nmp_rate(bits));  nmp_s = internal bytes / (U * internal_bw)
-  link_s     = link_bytes / host_link_bw                          (features in, reduced result out)
+``gather_efficiency`` on the irregular ones: SpMM, SDDMM, edge softmax; rates and MAC energy by
+precision tier, interpolated between tiers unless ``hardened``: `spec.PRECISION_TIERS`)
+Per aggregation stage on near-memory units (`NearMemorySpec`, U units, the edges partitioned by
+receiver row over the units; N rows, nnz gathers, d = nnz / N):
+  f          = 1 - exp(-d / U)            (share of the N rows one unit's nnz / U gathers touch;
+                                            uniform senders: an assumption)
+  internal   = structure + out + U*N*f * row' + (nnz - U*N*f)^+ * row' * (1 - hit_u)
+               (hit_u: the unit's buffer against its own working set, N*f rows)
+  imbalance  = max(1 + sqrt(2 ln U) * cv * sqrt(U / N), max_in_degree / (nnz / U))
+               (the most loaded unit: Gaussian max of U row-partition loads, cv = the in-degree's
+               std / mean; Raab & Steger, RANDOM 1998; a row is never split)
+  compute_s  = imbalance * macs / (U * nmp_rate(bits));  nmp_s = imbalance * internal / (U * internal_bw)
+  link       = x + out; with ``replicate_features`` (units that cannot read each other's memory)
+               the cheaper of U*N*f*row_x + out (each unit its own copy of the rows it gathers) and
+               x + U*N*f*row_out (sender partition: partial sums, added on the host's vector units)
+  link_s     = link / host_link_bw (+ the host's partial-sum adds)
   latency_s  = smooth_max(compute_s, nmp_s, link_s) + launches * stage_overhead_s
-  energy_j   = macs * nmp_mac_energy + internal bytes * internal_energy + link_bytes * link_energy
+  energy_j   = macs * nmp_mac_energy(bits) + internal * internal_energy + link * link_energy
+Whole workload: ``energy_j = sum of stage energies + static_power_w * latency_s``.
 Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
 lowest latency is kept (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
 unit run one after another; with ``overlap_units`` the host and near-memory parts of a layer
@@ -31,17 +46,21 @@ import jax
 import jax.numpy as jnp
 
 from codesign.hwmodel.locality import hit_rate
-from codesign.hwmodel.spec import PJ, HardwareSpec, mac_energy_pj, matrix_macs_per_s, vector_macs_per_s
+from codesign.hwmodel.spec import (PJ, HardwareSpec, mac_energy_pj, matrix_macs_per_s, nmp_mac_energy_pj, nmp_macs_per_s,
+                                   vector_macs_per_s)
 from codesign.hwmodel.workload import Stage, Workload
 
-SMOOTH_MAX_P = 16.0  # overestimates max(a, b) by at most 2**(1/16) - 1 = 4.4% (when a == b)
+SMOOTH_MAX_P = 16.0  # overestimates the max of n terms by at most n**(1/16) - 1 (all equal): 4.4 % for 2, 7.1 % for 3
 MATRIX_KINDS = ("gemm", "bsr")  # stages that run on the matrix engine; the rest on vector units
 IRREGULAR_KINDS = ("spmm", "sddmm", "softmax")  # vector stages over edges: also hw.gather_efficiency
 BOUNDS = ("compute", "memory", "on-chip", "near-memory", "host-link")
 
 
 def smooth_max(*xs: jax.Array, p: float = SMOOTH_MAX_P) -> jax.Array:
-    """``(sum x_i^p)^(1/p)`` for x_i >= 0, computed without underflow; differentiable."""
+    """``(sum x_i^p)^(1/p)`` for x_i >= 0, computed without underflow; differentiable.
+
+    Lies in ``[max x_i, n^(1/p) max x_i]`` for n terms: at p = 16 within 4.4 % of the max for
+    two terms and 7.1 % for three (the host roofline's compute / DRAM / on-chip)."""
     m = xs[0]
     for x in xs[1:]:
         m = jnp.maximum(m, x)
@@ -89,12 +108,13 @@ class CostReport:
 
     Fields:
       latency_s: end-to-end latency (s), float32 scalar.
-      energy_j: dynamic energy (J), float32 scalar.
+      energy_j: energy (J), float32 scalar: the stages' dynamic energy plus ``static_energy_j``.
       dram_bytes: host off-chip traffic (bytes), float32 scalar.
       stages: ``{"<layer>/<kind>": StageCost}`` for the chosen mapping of each layer.
       aggregate_first: ``{"<layer>": 1.0 or 0.0}``, 1.0 where aggregate-then-combine was chosen.
       on_nmp: ``{"<layer>": 1.0 or 0.0}``, 1.0 where aggregation runs on near-memory units.
       bytes_by_level: ``{"dram", "onchip", "nmp", "link"}`` total bytes per memory level.
+      static_energy_j: ``hw.static_power_w * latency_s`` (J), float32 scalar.
     """
 
     latency_s: jax.Array
@@ -104,6 +124,7 @@ class CostReport:
     aggregate_first: dict
     on_nmp: dict = dataclasses.field(default_factory=dict)
     bytes_by_level: dict = dataclasses.field(default_factory=dict)
+    static_energy_j: jax.Array = 0.0
 
     def summary(self) -> dict:
         """Plain-Python totals: ``{"latency_s", "energy_j", "dram_bytes"}`` as floats."""
@@ -141,37 +162,72 @@ class CostReport:
         return out
 
 
-def _hit(stage: Stage, buffer_bytes) -> jax.Array:
-    """Fraction of re-gathered bytes that hit in a buffer of ``buffer_bytes``."""
+def floored_row_bytes(row_bytes, granularity_bytes, hardened: bool = False) -> jax.Array:
+    """Bytes a gathered row of ``row_bytes`` moves when memory is read in units of
+    ``granularity_bytes`` (a GPU's 32-byte L2 sectors, a CPU's 64-byte cache lines, a DRAM
+    burst): ``granularity * ceil(row / granularity)`` if ``hardened``, else ``max(row,
+    granularity)``, which equals it at every multiple of the granularity and interpolates it
+    linearly between (flat below one granule: narrower rows save nothing there)."""
+    row_bytes = jnp.asarray(row_bytes, jnp.float32)
+    if hardened:
+        return granularity_bytes * jnp.ceil(row_bytes / granularity_bytes)
+    return jnp.maximum(row_bytes, granularity_bytes)
+
+
+def _row_bytes(stage: Stage):
+    """Bytes of one gathered row (None: the stage is not row-structured)."""
+    if stage.working_set_rows is None:
+        return None
+    return stage.working_set_bytes / jnp.maximum(stage.working_set_rows, 1.0)
+
+
+def _floor_factor(stage: Stage, granularity, hardened: bool) -> jax.Array:
+    row = _row_bytes(stage)
+    if row is None:
+        return jnp.ones((), jnp.float32)
+    return jnp.where(row > 0, floored_row_bytes(row, granularity, hardened) / jnp.maximum(row, 1e-30), 1.0)
+
+
+def _hit(stage: Stage, buffer_bytes, floor, working_set_share=1.0) -> jax.Array:
+    """Fraction of re-gathered rows that hit in a buffer of ``buffer_bytes`` holding rows of
+    ``floor`` times their bytes, against ``working_set_share`` of the working set (one
+    near-memory unit's part; 1 on the host)."""
     if stage.working_set_rows is None or stage.reuse_distance_rows is None:
-        return jnp.minimum(1.0, buffer_bytes / jnp.maximum(stage.working_set_bytes, 1.0))
-    row_bytes = stage.working_set_bytes / jnp.maximum(stage.working_set_rows, 1.0)
-    return hit_rate(stage.reuse_distance_rows, buffer_bytes / jnp.maximum(row_bytes, 1e-9))
+        ws = stage.working_set_bytes * floor * working_set_share
+        return jnp.minimum(1.0, buffer_bytes / jnp.maximum(ws, 1.0))
+    row_bytes = _row_bytes(stage) * floor
+    return hit_rate(stage.reuse_distance_rows * working_set_share, buffer_bytes / jnp.maximum(row_bytes, 1e-9))
 
 
-def stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
-    """Roofline cost of one stage on the host of ``hw`` (see the module docstring)."""
+def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
+    """Roofline cost of one stage on the host of ``hw`` (see the module docstring).
+
+    ``hardened``: charge each operand its precision tier's rate and energy and each gathered row
+    whole granules (what the hardware does); the default interpolates between tiers and granules
+    (equal at tiers and granule multiples), so that gradients follow the charged cost."""
     if stage.kind in MATRIX_KINDS:
-        rate = matrix_macs_per_s(hw, stage.bits) * hw.matrix_efficiency
+        rate = matrix_macs_per_s(hw, stage.bits, hardened) * hw.matrix_efficiency
     else:
-        rate = vector_macs_per_s(hw, stage.bits) * hw.vector_efficiency
+        rate = vector_macs_per_s(hw, stage.bits, hardened) * hw.vector_efficiency
         if stage.kind in IRREGULAR_KINDS:
             rate = rate * hw.gather_efficiency
     compute_s = stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
-    dram = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, hw.onchip_buffer_bytes))
+    floor = _floor_factor(stage, hw.gather_granularity_bytes, hardened)
+    dram = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, hw.onchip_buffer_bytes, floor))
     onchip = stage.compulsory_bytes + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
-    compute_j = stage.macs * mac_energy_pj(hw, stage.bits) * PJ
+    compute_j = stage.macs * mac_energy_pj(hw, stage.bits, hardened) * PJ
     energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
     latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
                      compute_j, zero, zero, zero)
 
 
-def nmp_stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
-    """Cost of an aggregation stage mapped onto ``hw.nmp`` (see the module docstring).
+def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
+    """Cost of an aggregation stage mapped onto ``hw.nmp`` (see the module docstring; stages
+    without rows, SDDMM and softmax, keep the host's byte counts, no imbalance or replication).
 
     Raises:
       ValueError: ``hw`` has no near-memory units, or the stage is not an aggregation.
@@ -179,23 +235,52 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec) -> StageCost:
     nmp = hw.nmp
     if nmp is None or not stage.is_aggregation:
         raise ValueError(f"nmp_stage_cost: needs hw.nmp and an aggregation stage, got {hw.name!r} / {stage.kind!r}")
-    bits = jnp.asarray(stage.bits, jnp.float32)
-    rate = jnp.where(bits >= 32, nmp.fp32_macs_per_s, nmp.int_macs_per_s) * nmp.units
-    compute_s = stage.macs / rate
-    internal = stage.compulsory_bytes + stage.reuse_bytes * (1.0 - _hit(stage, nmp.buffer_bytes))
-    nmp_s = internal / (nmp.internal_bw_bytes_per_s * nmp.units)
-    link = jnp.zeros((), jnp.float32) if stage.link_bytes is None else stage.link_bytes
-    link_s = link / nmp.host_link_bw_bytes_per_s
-    compute_j = stage.macs * nmp.mac_energy_pj * PJ
-    energy_j = compute_j + (internal * nmp.internal_energy_pj_per_byte + link * nmp.host_link_energy_pj_per_byte) * PJ
     zero = jnp.zeros((), jnp.float32)
+    units = jnp.asarray(nmp.units, jnp.float32)
+    rate = nmp_macs_per_s(nmp, stage.bits, hardened) * units
+    floor = _floor_factor(stage, nmp.access_granularity_bytes, hardened)
+    link = zero if stage.link_bytes is None else stage.link_bytes
+    reduce_s = zero
+    if stage.working_set_rows is None or stage.link_bytes is None:
+        imbalance = jnp.ones((), jnp.float32)
+        internal = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, nmp.buffer_bytes, floor))
+    else:
+        passes = jnp.maximum(jnp.asarray(stage.launches, jnp.float32), 1e-30)
+        n = jnp.maximum(stage.working_set_rows, 1.0)
+        nnz = stage.gathered_rows / passes
+        x = stage.working_set_bytes
+        out = jnp.maximum(link / passes - x, 0.0)
+        structure = jnp.maximum(stage.compulsory_bytes / passes - x - out, 0.0)
+        row_x, row_out = x / n, out / n
+        share = -jnp.expm1(-nnz / (units * n))  # f: rows one unit touches / N
+        first = units * n * share  # rows read once per unit (its working set, all units)
+        hit = _hit(stage, nmp.buffer_bytes, floor, share)
+        internal = passes * (structure + out + first * row_x * floor
+                             + jnp.maximum(nnz - first, 0.0) * row_x * floor * (1.0 - hit))
+        cv = 1.0 / jnp.sqrt(jnp.maximum(nnz / n, 1e-30)) if stage.in_degree_cv is None else stage.in_degree_cv
+        imbalance = 1.0 + jnp.sqrt(2.0 * jnp.log(units)) * cv * jnp.sqrt(units / n)
+        if stage.max_in_degree is not None:
+            imbalance = jnp.maximum(imbalance, stage.max_in_degree / jnp.maximum(nnz / units, 1e-30))
+        if nmp.replicate_features:
+            replicate = first * row_x + out  # each unit its own copy of the rows it gathers
+            partial = x + first * row_out  # sender partition: partial sums reduced on the host
+            replicate_wins = replicate <= partial
+            link = passes * jnp.where(replicate_wins, replicate, partial)
+            host_adds = jnp.maximum(first - n, 0.0) * row_out / 4.0  # one add per 4 output bytes (assumed)
+            reduce_s = jnp.where(replicate_wins, 0.0, passes * host_adds / vector_macs_per_s(hw, 32.0, hardened))
+    compute_s = imbalance * stage.macs / rate
+    nmp_s = imbalance * internal / (nmp.internal_bw_bytes_per_s * units)
+    link_s = link / nmp.host_link_bw_bytes_per_s + reduce_s
+    compute_j = stage.macs * nmp_mac_energy_pj(nmp, stage.bits, hardened) * PJ
+    energy_j = compute_j + (internal * nmp.internal_energy_pj_per_byte + link * nmp.host_link_energy_pj_per_byte) * PJ
     latency = smooth_max(compute_s, nmp_s, link_s) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, zero, energy_j, zero, zero, stage.macs, zero, nmp_s, link_s,
                      compute_j, internal, link, jnp.ones((), jnp.float32))
 
 
-def _candidate(stages, hw: HardwareSpec, use_nmp: bool, overlap_units: bool):
-    costs = [nmp_stage_cost(s, hw) if use_nmp and s.is_aggregation else stage_cost(s, hw) for s in stages]
+def _candidate(stages, hw: HardwareSpec, use_nmp: bool, overlap_units: bool, hardened: bool):
+    costs = [nmp_stage_cost(s, hw, hardened) if use_nmp and s.is_aggregation else stage_cost(s, hw, hardened)
+             for s in stages]
     host = sum(c.latency_s for c, s in zip(costs, stages) if not (use_nmp and s.is_aggregation))
     near = sum(c.latency_s for c, s in zip(costs, stages) if use_nmp and s.is_aggregation)
     if use_nmp and overlap_units:
@@ -224,7 +309,7 @@ def _select(use_first: jax.Array, a, b):
 
 
 def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
-             overlap_units: bool = True) -> CostReport:
+             overlap_units: bool = True, hardened: bool = False) -> CostReport:
     """Cost of ``workload`` on ``hw``. Pure and differentiable; see the module docstring.
 
     Args:
@@ -232,6 +317,9 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
       hw: a `HardwareSpec` (e.g. ``codesign.hwmodel.presets.get("h100")``).
       allow_nmp: consider mapping aggregation onto ``hw.nmp`` (when the spec has one).
       overlap_units: pipeline host and near-memory stages of a layer (smooth max, not sum).
+      hardened: the cost the hardware charges (each operand at its precision tier, whole memory
+        granules); the default relaxes both between tiers / granules (equal at them), which is
+        what a training loss should differentiate (`stage_cost`).
 
     Returns:
       `CostReport`.
@@ -242,7 +330,7 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
         best = None
         for order, order_stages in (("aggregate_first", layer.aggregate_first), ("combine_first", layer.combine_first)):
             for use_nmp in ((False, True) if (allow_nmp and hw.nmp is not None) else (False,)):
-                costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units)
+                costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units, hardened)
                 flags = (jnp.float32(order == "aggregate_first"), jnp.float32(use_nmp))
                 cand = (dict(zip(_stage_names(order_stages), costs)), latency, flags)
                 if best is None:
@@ -253,11 +341,13 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
         agg_first[layer.name], on_nmp[layer.name] = af, nm
         for kind, c in by_kind.items():
             stages[f"{layer.name}/{kind}"] = c
-        elem = [stage_cost(s, hw) for s in layer.elementwise]
+        elem = [stage_cost(s, hw, hardened) for s in layer.elementwise]
         for name, c in zip(_stage_names(layer.elementwise, taken=by_kind), elem):
             stages[f"{layer.name}/{name}"] = c
         total_latency = total_latency + latency + sum(c.latency_s for c in elem)
     total = lambda field: sum((getattr(c, field) for c in stages.values()), jnp.zeros((), jnp.float32))
     levels = {"dram": total("dram_bytes"), "onchip": total("onchip_bytes"), "nmp": total("nmp_bytes"),
               "link": total("link_bytes")}
-    return CostReport(total_latency, total("energy_j"), total("dram_bytes"), stages, agg_first, on_nmp, levels)
+    static_j = hw.static_power_w * total_latency
+    return CostReport(total_latency, total("energy_j") + static_j, total("dram_bytes"), stages, agg_first, on_nmp,
+                      levels, static_j)

@@ -5,14 +5,47 @@
 
 from __future__ import annotations
 
-from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE, HardwareSpec, NearMemorySpec
+from pathlib import Path
+
+from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ, HOROWITZ_FP32_MAC_PJ, HardwareSpec,
+                                   NearMemorySpec)
 
 MIB = 1024**2
 HBM2_PJ_PER_BYTE = 3.9 * 8  # O'Connor et al., "Fine-Grained DRAM", MICRO 2017: HBM2 3.9 pJ/bit
-# DRAM access without the off-chip I/O: O'Connor et al. (MICRO 2017) attribute roughly 2/3 of an
-# HBM2 access's energy to data movement outside the array; we take 1/3 of the access energy for an
-# access that stays inside the DRAM die/rank (assumption derived from that breakdown).
+# ASSUMPTION: an HBM access that stays inside the stack (a bank-level PIM unit) spends 1/3 of a
+# full access. O'Connor et al. (MICRO 2017) attribute roughly 2/3 of an HBM2 access's energy to
+# data movement outside the bank array (on-die wires, TSVs, I/O); the 1/3 is read off that
+# breakdown, not a measured PIM figure. Plausible range 0.2-0.5. Applied to HBM only.
 INTERNAL_ACCESS_FRACTION = 1.0 / 3.0
+# ASSUMPTION: a DDR4 access that a rank-level unit (in the DIMM's buffer chip) serves still drives
+# the DRAM chips' I/O to the buffer chip and only saves the channel; taken as 1/2 of an off-chip
+# access (no published breakdown found; plausible range 0.3-0.8).
+DDR4_RANK_INTERNAL_FRACTION = 0.5
+# ASSUMPTION: an UPMEM DPU's MRAM bank is on the DPU's die (no off-chip I/O at all); priced as the
+# HBM in-stack fraction of a DDR4 access (plausible range 0.2-0.5).
+UPMEM_MRAM_FRACTION = INTERNAL_ACCESS_FRACTION
+GPU_SECTOR_BYTES = 32.0  # NVIDIA CUDA C++ Best Practices Guide, "Coalesced access": 32-byte segments (L2 sectors)
+CPU_LINE_BYTES = 64.0  # x86-64 cache line (Intel / AMD optimization manuals)
+HBM_BURST_BYTES = 32.0  # HBM2 pseudo-channel: 64 bits x burst length 4 (JESD235B)
+DDR4_BURST_BYTES = 64.0  # DDR4 x64 channel x burst length 8 (JESD79-4)
+UPMEM_DMA_BYTES = 8.0  # UPMEM MRAM -> WRAM DMA moves multiples of 8 bytes (Gomez-Luna et al., IEEE Access 2022)
+
+ASSUMPTIONS = {
+    "INTERNAL_ACCESS_FRACTION": (INTERNAL_ACCESS_FRACTION, (0.2, 0.5), "HBM in-stack access / full access (hbm-pim)"),
+    "DDR4_RANK_INTERNAL_FRACTION": (DDR4_RANK_INTERNAL_FRACTION, (0.3, 0.8), "rank-internal / off-chip DDR4 access (gnnear)"),
+    "UPMEM_MRAM_FRACTION": (UPMEM_MRAM_FRACTION, (0.2, 0.5), "MRAM access / off-chip DDR4 access (upmem)"),
+    "HBM3_AS_HBM2_ENERGY": (HBM2_PJ_PER_BYTE, (20.0, 40.0), "h100 HBM3 pJ/byte, HBM2's figure (no HBM3 figure found)"),
+    "GPU_STATIC_FRACTION_OF_TDP": (0.1, (0.05, 0.3), "h100 / a100 static power as a fraction of TDP"),
+    "HBM_PIM_FP32_TWO_PASSES": (2.0, (2.0, 4.0), "hbm-pim fp32 MAC = this many FP16 passes (no fp32 on the PCUs)"),
+    "HBM_PIM_REGISTER_BYTES": (3 * 16 * 32, (512, 2048), "hbm-pim per-PCU register file bytes usable as a row buffer"),
+    "GNNEAR_NME_RATE": (16e9, (4e9, 64e9), "gnnear fp32 MAC/s per rank NME"),
+    "UPMEM_LINK_IS_SYSTEM_TOTAL": (4.74e9, (4.74e9, 40 * 4.74e9), "upmem host link B/s: system total, or per rank x 40"),
+    "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs (DPU energy per op unpublished)"),
+    "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
+}
+"""Every constant of the presets that is an assumption rather than a sourced number:
+``{name: (value, plausible range or None, what it is)}`` (docs/hwmodel.md lists them)."""
+GPU_STATIC_FRACTION_OF_TDP = ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"][0]
 
 
 def h100() -> HardwareSpec:
@@ -26,7 +59,12 @@ def h100() -> HardwareSpec:
         1 MAC = 2 FLOP.
       - HBM3 bandwidth 3.35 TB/s (datasheet); L2 cache 50 MB (NVIDIA H100 whitepaper).
       - HBM energy 3.9 pJ/bit = 31.2 pJ/byte (O'Connor et al., "Fine-Grained DRAM", MICRO 2017,
-        HBM2 access energy). Per-op and SRAM energies: Horowitz ISSCC'14 (45 nm) defaults.
+        HBM2 access energy). ASSUMPTION: H100 has HBM3, for which no per-bit access energy is
+        published; HBM2's figure is used (`ASSUMPTIONS["HBM3_AS_HBM2_ENERGY"]`). Per-op and SRAM
+        energies: Horowitz ISSCC'14 (45 nm) defaults (fp16 MAC 1.5 pJ for bf16).
+      - Gathered rows move whole 32-byte L2 sectors (CUDA C++ Best Practices Guide).
+      - Static power: ASSUMPTION 10 % of the 700 W TDP (datasheet TDP;
+        `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`, range 5-30 %).
     """
     return HardwareSpec(
         name="h100",
@@ -39,6 +77,8 @@ def h100() -> HardwareSpec:
         dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
         onchip_buffer_bytes=50e6,
         clock_hz=1.98e9,  # max boost, NVIDIA H100 whitepaper
+        gather_granularity_bytes=GPU_SECTOR_BYTES,
+        static_power_w=GPU_STATIC_FRACTION_OF_TDP * 700.0,  # H100 SXM5 TDP 700 W (datasheet)
     )
 
 
@@ -48,7 +88,9 @@ def a100() -> HardwareSpec:
     Sources: NVIDIA A100 Tensor Core GPU datasheet (2021), dense rates: TF32 156 TFLOP/s (fp32
     GEMM, XLA default precision), BF16 312 TFLOP/s, INT8 624 TOPS, INT4 1248 TOPS, FP32 (CUDA
     cores) 19.5 TFLOP/s; HBM2e 2039 GB/s; L2 40 MB and 1410 MHz boost clock (NVIDIA A100
-    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit).
+    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit). Gathered rows move whole
+    32-byte L2 sectors (CUDA C++ Best Practices Guide). Static power: ASSUMPTION 10 % of the 400 W
+    TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`).
     """
     return HardwareSpec(
         name="a100",
@@ -61,6 +103,8 @@ def a100() -> HardwareSpec:
         dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
         onchip_buffer_bytes=40e6,
         clock_hz=1.41e9,
+        gather_granularity_bytes=GPU_SECTOR_BYTES,
+        static_power_w=GPU_STATIC_FRACTION_OF_TDP * 400.0,  # A100 SXM4 TDP 400 W (datasheet)
     )
 
 
@@ -74,7 +118,9 @@ def hygcn() -> HardwareSpec:
     128 KB (edge 2 MB, weight 2 MB, output 4 MB and aggregation 16 MB buffers are not row caches).
     HyGCN computes in fp32 only, so every precision runs at the fp32 rate and MAC energy
     (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy per byte:
-    O'Connor et al. MICRO 2017 (HBM2; HyGCN's HBM 1.0 figure is not published).
+    O'Connor et al. MICRO 2017 (HBM2; ASSUMPTION: HyGCN's HBM 1.0 figure is not published).
+    Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
+    Static power: not modeled (0; HyGCN reports total power only).
     """
     return HardwareSpec(
         name="hygcn",
@@ -89,6 +135,7 @@ def hygcn() -> HardwareSpec:
         dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
+        gather_granularity_bytes=HBM_BURST_BYTES,
         fp32_only=True,
     )
 
@@ -103,11 +150,16 @@ def gnnear() -> HardwareSpec:
       - Memory: DDR4-3200, 4 channels x 2 DIMMs x 2 ranks = 16 ranks (assumed system size; GNNear
         evaluates DIMM-based systems of this kind). One rank streams at the channel rate,
         25.6 GB/s (JEDEC DDR4-3200: 3200 MT/s x 8 B); the host link is 4 channels x 25.6 GB/s.
-      - NME compute: 16 fp32 MAC lanes at 1 GHz per rank (assumed: GNNear does not publish a
-        rate that is meant to bind; Reduce is bandwidth-bound), int operands 4x packed.
-      - CAE: 4096 MACs at 1 GHz, as HyGCN's combination engine (assumed), 128 KB row buffer.
+      - NME compute: ASSUMPTION 16 fp32 MAC lanes at 1 GHz per rank (GNNear does not publish a
+        rate that is meant to bind; Reduce is bandwidth-bound; `ASSUMPTIONS["GNNEAR_NME_RATE"]`),
+        int operands 4x packed, bf16 2x packed; MAC energies from the Horowitz table by
+        precision (int8 0.23, fp16 1.5, fp32 4.6 pJ).
+      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer.
       - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal
-        access at `INTERNAL_ACCESS_FRACTION` of it; MACs from the Horowitz table.
+        access at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8).
+      - Rows move in whole 64-byte DDR4 bursts (JESD79-4), on the host and in the ranks.
+      - ASSUMPTION: the NMEs see the features without per-rank copies (GNNear's host places each
+        rank's rows; ``replicate_features`` off); static power not modeled.
     """
     return HardwareSpec(
         name="gnnear",
@@ -118,11 +170,14 @@ def gnnear() -> HardwareSpec:
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
+        gather_granularity_bytes=DDR4_BURST_BYTES,
         nmp=NearMemorySpec(
             units=16, internal_bw_bytes_per_s=25.6e9, int_macs_per_s=64e9, fp32_macs_per_s=16e9,
-            mac_energy_pj=4.6, internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
+            bf16_macs_per_s=32e9, mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * DDR4_RANK_INTERNAL_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4 * 25.6e9,
-            host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE),
+            host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=DDR4_BURST_BYTES,
+            clock_hz=1e9),
     )
 
 
@@ -134,10 +189,16 @@ def upmem() -> HardwareSpec:
     Processing-in-Memory Architecture", IEEE Access 2022: 2,560 DPUs at 350 MHz; 64 MB MRAM and
     64 KB WRAM per DPU; MRAM->WRAM bandwidth ~628 MB/s per DPU; arithmetic throughput per DPU
     (11+ tasklets) int32 add 58.56 MOPS, int32 mul 10.27 MOPS, fp32 add 4.91 MOPS, fp32 mul
-    1.91 MOPS (a MAC = mul + add: 1/(1/mul + 1/add)); parallel DPU->CPU transfers 4.74 GB/s (the
-    slower direction, CPU->DPU is 6.68 GB/s). Energy: MRAM access at `INTERNAL_ACCESS_FRACTION`
-    of a DDR4 access (assumption), MACs at the Horowitz fp32/int8 MAC energies (assumption; DPU
-    energy per op is not published).
+    1.91 MOPS (a MAC = mul + add: 1/(1/mul + 1/add)); bf16 has no DPU instruction and runs as
+    emulated float at the fp32 rate (an ASSUMPTION on the emulation's cost); parallel DPU->CPU
+    transfers 4.74 GB/s (the slower direction, CPU->DPU is 6.68 GB/s; ASSUMPTION: taken as the
+    system total, `ASSUMPTIONS["UPMEM_LINK_IS_SYSTEM_TOTAL"]`: if it is per rank the link is up to
+    40x faster). DPUs cannot read each other's MRAM (no direct DPU-DPU path: Sec. 2 of that
+    paper), so features are replicated per DPU or partial sums reduced on the host
+    (``replicate_features``); MRAM -> WRAM DMA moves multiples of 8 bytes. Energy: MRAM access at
+    `UPMEM_MRAM_FRACTION` of a DDR4 access (ASSUMPTION), MACs at the Horowitz fp32 / fp16 / int8
+    MAC energies (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
+    this project's `cpu` preset (the VM the project runs on), not the paper's 2-socket server.
     """
     host = cpu()
     mac = lambda mul, add: 1.0 / (1.0 / mul + 1.0 / add)
@@ -145,10 +206,11 @@ def upmem() -> HardwareSpec:
         name="upmem",
         nmp=NearMemorySpec(
             units=2560, internal_bw_bytes_per_s=628e6, int_macs_per_s=mac(10.27e6, 58.56e6),
-            fp32_macs_per_s=mac(1.91e6, 4.91e6), mac_energy_pj=4.6,
-            internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
+            fp32_macs_per_s=mac(1.91e6, 4.91e6), mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * UPMEM_MRAM_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4.74e9,
-            host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE),
+            host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=UPMEM_DMA_BYTES,
+            clock_hz=350e6, replicate_features=True),
     )
 
 
@@ -159,72 +221,104 @@ def hbm_pim() -> HardwareSpec:
     Sources: 300 MHz programmable computing units (PCUs), 16-lane FP16 SIMD, 1.2 TFLOPS per cube
     -> 1.2e12 / (2 FLOP x 16 lanes x 300 MHz) = 125, i.e. 128 PCUs (one per two banks); bank-level
     parallelism gives 4x the off-chip bandwidth of a cube (Samsung), i.e. 4 x 307 GB/s (HBM2
-    Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs. One cube (assumption: the host's other
-    stacks stay plain HBM). PCUs have no fp32: fp32 operands are assumed to take two FP16 passes.
-    Energy: internal access at `INTERNAL_ACCESS_FRACTION` of an HBM2 access; FP16 MAC from
-    Horowitz ISSCC'14 (1.5 pJ).
+    Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs. One cube (ASSUMPTION: the host's other
+    stacks stay plain HBM). PCUs compute FP16 only: integer operands run on the FP16 lanes
+    (rate and 1.5 pJ energy of a Horowitz fp16 MAC); ASSUMPTION: fp32 operands take two FP16
+    passes (`ASSUMPTIONS["HBM_PIM_FP32_TWO_PASSES"]`, no fp32 support is published).
+    Energy: in-stack access at `INTERNAL_ACCESS_FRACTION` of an HBM2 access (ASSUMPTION).
+    Row buffer: ASSUMPTION 3 register files of 16 x 256-bit entries per PCU (Lee et al. ISCA'21
+    describe 256-bit register files, not a size usable as a row cache;
+    `ASSUMPTIONS["HBM_PIM_REGISTER_BYTES"]`). Rows move in 32-byte HBM bursts; static power
+    not modeled beyond the host's.
     """
     pcu_macs = 16 * 300e6
     return a100().replace(
         name="hbm-pim",
         nmp=NearMemorySpec(
             units=128, internal_bw_bytes_per_s=4 * 307e9 / 128, int_macs_per_s=pcu_macs,
-            fp32_macs_per_s=pcu_macs / 2, mac_energy_pj=1.5,
+            fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs, mac_energy_pj=2 * HOROWITZ_FP16_MAC_PJ,
+            int_mac_energy_pj=HOROWITZ_FP16_MAC_PJ, bf16_mac_energy_pj=HOROWITZ_FP16_MAC_PJ,
             internal_energy_pj_per_byte=HBM2_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
             buffer_bytes=3 * 16 * 32,  # 3 register files of 16 x 256-bit entries per PCU (assumed size)
-            host_link_bw_bytes_per_s=307e9, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE),
+            host_link_bw_bytes_per_s=307e9, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+            access_granularity_bytes=HBM_BURST_BYTES, clock_hz=300e6),
     )
 
 
+FITS_DIR = Path(__file__).resolve().parent / "fits"
+FIT_KEYS = ("host", "date", "fitted_date", "roofs", "fitted", "onchip_buffer_bytes", "clock_hz", "command")
+FIT_FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency", "overlap_exponent",
+               "stage_overhead_s", "row_gather_overhead_s")
+ROOF_KEYS = ("matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s")
+
+
+def load_fit(name: str = "cpu", path=None) -> dict:
+    """The fit record of a measured preset: ``codesign/hwmodel/fits/<name>.json`` (or ``path``),
+    written by ``python experiments/hwmodel_validation.py --save-preset``.
+
+    Keys (`FIT_KEYS`): ``host`` (CPU model, SIMD flags, MHz, core count, JAX version), ``date``
+    (of the timings), ``fitted_date``, ``roofs`` (`ROOF_KEYS`: measured XLA GEMM MAC/s, FMA-chain
+    MAC/s, streaming bytes/s), ``fitted`` (`FIT_FACTORS`), ``onchip_buffer_bytes`` (last-level
+    cache, lscpu), ``clock_hz``, ``command`` (how to re-fit); optionally ``validation``.
+
+    Raises:
+      FileNotFoundError: no such record.
+      ValueError: a key or number missing or not a finite positive number (naming it).
+    """
+    import json
+    import math
+    p = Path(path) if path is not None else FITS_DIR / f"{name}.json"
+    with open(p) as fh:
+        rec = json.load(fh)
+    for k in FIT_KEYS:
+        if k not in rec:
+            raise ValueError(f"hardware fit {p}: missing key {k!r}")
+    for group, keys in (("roofs", ROOF_KEYS), ("fitted", FIT_FACTORS)):
+        for k in keys:
+            v = rec[group].get(k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"hardware fit {p}: {group}.{k} must be a finite number >= 0, got {v!r}")
+    return rec
+
+
 def cpu() -> HardwareSpec:
-    """The 2-core x86-64 virtual machine this project is developed, tested and CI-run on: on
-    2026-11-23 an AMD EPYC (Zen 5, AVX-512 with bf16) at 2.6 GHz, 32 MiB L3 shared with other
-    tenants.
+    """The x86-64 virtual machine this project is developed, tested and CI-run on, as data: its
+    measured roofs and fitted factors are read from ``codesign/hwmodel/fits/cpu.json``
+    (`load_fit`; the record names the host, its SIMD flags, the date, the roofs and the factors,
+    and the validation of that fit).
 
     Sources: the roofs are measured with XLA by `experiments/hwmodel_validation.py`
-    (``measure_peaks``, median of 3 passes, 2026-11-23; results/hwmodel_validation_cpu.json):
-      - matrix roof: a 2048^3 f32 ``jnp.dot`` at 219.6e9 MAC/s (439 GFLOP/s). XLA on CPU has no
-        faster bf16/int8 GEMM path, so every precision gets that rate; XLA:CPU runs a bf16 dot as
-        converts around an f32 dot, which `hwmodel.upcast_gemm_stages` costs (a plain bf16
-        `gemm_stage` here omits the converts).
-      - vector roof: 64 chained f32 multiply-adds per element over 1 MiB, 42.7e9 MAC/s; every
-        precision the same (XLA:CPU computes bf16 elementwise and scatter work in f32).
-      - DRAM: ``x * 2`` over 256 MiB, 40.8e9 B/s read + write (this VM's streaming bandwidth moved
-        between 41 and 69 GB/s from one pass to the next); energy 1.3 nJ per 64-bit access
-        (Horowitz ISSCC'14, low end of 1.3-2.6 nJ).
-      - On-chip buffer: 32 MiB L3 (lscpu).
-      - Calibration, fitted on 70 of 140 measured XLA GEMM / segment_sum kernels (f32 and bf16):
-        held-out MAPE 17.0 %, Spearman 0.987 on the other 70 (over 10 random halves: median
-        20.3 %, max 23.6 %; one pass of the timings is 8.2 % from their 3-pass median). XLA:CPU
-        pays 3.8 ns per gathered or scatter-added row (``row_gather_overhead_s``) on top of its
-        per-element gather / scatter-add work at 30 % of the vector roof (``gather_efficiency``);
-        its converts run at 40 % (``vector_efficiency``); compute and memory time hardly overlap
-        (``overlap_exponent`` 2.4; 1 = their sum).
-    The 2026-11-22 host (AVX2, 182 GFLOP/s numpy GEMM, 24 GB/s) was a different machine under the
-    same name: this preset is 44.6 % off (MAPE) on its timings, and the preset fitted there was
-    81.8 % off on these; calibrate on your own machine with ``python experiments/hwmodel_validation.py``.
+    (``measure_peaks``, median over passes): the matrix roof a 2048^3 f32 ``jnp.dot``; the vector
+    roof 64 chained f32 multiply-adds per element over 1 MiB; DRAM ``x * 2`` over 256 MiB (bytes
+    read + written). XLA:CPU has no faster bf16 / int8 GEMM or elementwise path than f32 (a bf16
+    dot is converts around an f32 dot: `hwmodel.upcast_gemm_stages`), so every precision gets
+    the f32 rates. DRAM energy 1.3 nJ per 64-bit access (Horowitz ISSCC'14, low end of
+    1.3-2.6 nJ); gathered rows move whole 64-byte cache lines. The calibration factors
+    (efficiencies, per-stage and per-gathered-row overheads, the compute / memory overlap
+    exponent) are fitted on measured XLA GEMM / segment_sum kernels (robust least squares on log
+    latency); docs/hwmodel.md gives the validation.
+    ASSUMPTION: static power not modeled (0; a share of a cloud VM, RAPL not exposed).
+    The "cpu" of this VM is not one machine (an AVX2 host on 2026-11-22, AVX-512 EPYC on
+    2026-11-23, a Xeon with AMX on 2026-11-25): re-fit on your host with
+    ``python experiments/hwmodel_validation.py --save-preset`` (minutes), or
+    ``--peaks-only --save-preset`` to replace only the roofs (seconds).
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_fit`.
     """
+    rec = load_fit("cpu")
+    r, f = rec["roofs"], rec["fitted"]
+    mm, vec = r["matrix_macs_per_s"], r["vector_macs_per_s"]
     return HardwareSpec(
         name="cpu",
-        matrix_fp32_macs_per_s=219.6e9,
-        matrix_bf16_macs_per_s=219.6e9,  # XLA:CPU: converts + the f32 dot (upcast_gemm_stages)
-        matrix_int8_macs_per_s=219.6e9,
-        matrix_int4_macs_per_s=219.6e9,
-        vector_fp32_macs_per_s=42.7e9,
-        vector_bf16_macs_per_s=42.7e9,  # XLA:CPU computes bf16 elementwise/scatter in f32
-        vector_int8_macs_per_s=42.7e9,
-        dram_bw_bytes_per_s=40.8e9,
-        # fitted (results/hwmodel_validation_cpu.json)
-        matrix_efficiency=0.891,
-        vector_efficiency=0.403,
-        dram_efficiency=1.0,
-        gather_efficiency=0.297,
-        overlap_exponent=2.4,
-        stage_overhead_s=1.84e-05,
-        row_gather_overhead_s=3.8e-09,
+        matrix_fp32_macs_per_s=mm, matrix_bf16_macs_per_s=mm, matrix_int8_macs_per_s=mm, matrix_int4_macs_per_s=mm,
+        vector_fp32_macs_per_s=vec, vector_bf16_macs_per_s=vec, vector_int8_macs_per_s=vec,
+        dram_bw_bytes_per_s=r["dram_bw_bytes_per_s"],
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
-        onchip_buffer_bytes=32 * MIB,
-        clock_hz=2.6e9,  # /proc/cpuinfo: 2596 MHz
+        onchip_buffer_bytes=rec["onchip_buffer_bytes"],
+        clock_hz=rec["clock_hz"],
+        gather_granularity_bytes=CPU_LINE_BYTES,
+        **{k: f[k] for k in FIT_FACTORS},
     )
 
 

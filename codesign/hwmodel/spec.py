@@ -27,6 +27,12 @@ HOROWITZ_FP32_MAC_PJ = 3.7 + 0.9  # fp32 mult + fp32 add
 # Same table: 64-bit access of a 1 MB SRAM = 100 pJ; DRAM = 1.3-2.6 nJ per 64-bit access.
 HOROWITZ_SRAM_1MB_PJ_PER_BYTE = 100.0 / 8
 HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
+# Precision tiers of a datapath: int4, int8, 16-bit float (bf16/fp16), fp32. A ``b``-bit operand is
+# *charged* the tier it rounds up to (`tier_bits`); the cost the training loss sees (``hardened=False``)
+# interpolates the charged time / energy per MAC linearly in ``b`` between tiers, so it equals the
+# charged cost at every tier and its slope d cost / d bits is the finite difference of the charged
+# cost between the two neighbouring tiers (no 1e-19 gradients on piecewise-constant rates).
+PRECISION_TIERS = (4.0, 8.0, 16.0, 32.0)
 
 
 def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
@@ -66,10 +72,12 @@ def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
 
 
 HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "dram_energy_pj_per_byte", "onchip_buffer_bytes",
-                    "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_fp32_pj")
+                    "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj", "mac_energy_fp32_pj",
+                    "static_power_w")
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
 number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
-NMP_NONNEGATIVE = ("mac_energy_pj", "internal_energy_pj_per_byte", "buffer_bytes", "host_link_energy_pj_per_byte")
+NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "internal_energy_pj_per_byte",
+                   "buffer_bytes", "host_link_energy_pj_per_byte")
 """`NearMemorySpec` fields that may be 0; the others (units, bandwidths, rates) must be > 0."""
 
 
@@ -84,13 +92,27 @@ class NearMemorySpec:
     Fields (per unit unless noted):
       units: number of NMP units working in parallel.
       internal_bw_bytes_per_s: DRAM bandwidth one unit sees (rank/bank/MRAM bandwidth).
-      int_macs_per_s: MAC rate for integer operands (< 32 bits).
+      int_macs_per_s: MAC rate for integer operands (<= 8 bits).
       fp32_macs_per_s: MAC rate for fp32 operands (software-emulated on some PIM cores).
-      mac_energy_pj: energy of one MAC on the unit.
+      mac_energy_pj: energy of one fp32 MAC on the unit.
       internal_energy_pj_per_byte: energy of an internal DRAM access (no off-chip I/O).
       buffer_bytes: the unit's local buffer (scratchpad/WRAM) that can keep re-used rows.
       host_link_bw_bytes_per_s: total bandwidth between the host and all units (memory channels).
       host_link_energy_pj_per_byte: energy per byte across that link.
+      bf16_macs_per_s: MAC rate for 16-bit float operands; None = the fp32 rate (no native
+        16-bit float path: bf16 is a float on these units, never priced as an integer).
+      int_mac_energy_pj: energy of one integer (<= 8-bit) MAC; None = Horowitz ISSCC'14 int8
+        mult + add (0.23 pJ).
+      bf16_mac_energy_pj: energy of one 16-bit float MAC; None = Horowitz ISSCC'14 fp16 mult +
+        add (1.5 pJ; bf16 priced as fp16, an assumption: the table has no bf16 entry).
+      access_granularity_bytes: the smallest internal DRAM access (a burst); a gathered row of
+        fewer bytes still moves this many (default 64 B: a DDR4 x64 burst of 8, JESD79-4).
+      clock_hz: the unit's clock, used by the area model (None: the host's ``clock_hz``).
+      replicate_features (static): the units cannot read each other's memory (UPMEM DPUs:
+        Gomez-Luna et al., IEEE Access 2022, Sec. 2: no direct DPU-DPU communication), so each
+        unit needs a private copy of the feature rows its edges gather, or the partial sums
+        of a sender-partitioned SpMM are reduced on the host (`estimate.nmp_stage_cost`
+        prices the cheaper of the two).
 
     Raises:
       ValueError: naming the field, for a value that is not finite and positive (energies and
@@ -107,9 +129,19 @@ class NearMemorySpec:
     buffer_bytes: float
     host_link_bw_bytes_per_s: float
     host_link_energy_pj_per_byte: float
+    bf16_macs_per_s: Optional[float] = None
+    int_mac_energy_pj: Optional[float] = None
+    bf16_mac_energy_pj: Optional[float] = None
+    access_granularity_bytes: float = 64.0
+    clock_hz: Optional[float] = None
+    replicate_features: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE)
+
+    def replace(self, **changes) -> "NearMemorySpec":
+        """A copy with some fields replaced (validated again)."""
+        return dataclasses.replace(self, **changes)
 
 
 @jax.tree_util.register_dataclass
@@ -133,9 +165,15 @@ class HardwareSpec:
       onchip_buffer_bytes: capacity of the last-level on-chip buffer (cache/scratchpad) that
         holds re-used feature rows during aggregation.
       sram_energy_pj_per_byte: on-chip buffer access energy.
-      mac_energy_int8_pj, mac_energy_fp32_pj: energy of one MAC; integer MACs of b bits cost
-        ``mac_energy_int8_pj * ((b/8)**2 * m + (b/8) * (1 - m))`` with ``m`` the multiplier's
-        share at 8 bit (array multiplier ~ b^2, adder ~ b; Horowitz ISSCC'14).
+      mac_energy_int8_pj, mac_energy_bf16_pj, mac_energy_fp32_pj: energy of one MAC at the int8,
+        16-bit float and fp32 tiers (Horowitz ISSCC'14: int8 mult + add 0.23 pJ, fp16 1.5 pJ,
+        fp32 4.6 pJ); the int4 tier costs ``mac_energy_int8_pj * ((1/2)**2 * m + (1/2) * (1 - m))``
+        with ``m`` the multiplier's share at 8 bit (array multiplier ~ b^2, adder ~ b). Between
+        tiers `mac_energy_pj` interpolates (see `PRECISION_TIERS`).
+      gather_granularity_bytes: the smallest DRAM transfer of a gathered row (GPU: a 32-byte L2
+        sector; CPU: a 64-byte cache line); a row of fewer bytes still moves this many.
+      static_power_w: power drawn whatever the work (leakage, idle clocks), charged over the
+        latency: ``energy += static_power_w * latency_s``; 0 = not modeled.
       onchip_bw_bytes_per_s: on-chip buffer bandwidth, a third roof on every stage's on-chip
         traffic; None = not a limit.
       matrix_efficiency, vector_efficiency, dram_efficiency: achieved fraction (0, 1] of the
@@ -143,8 +181,9 @@ class HardwareSpec:
         (`experiments/hwmodel_validation.py`).
       overlap_exponent: the exponent ``p`` of the smooth max that joins a host stage's compute,
         DRAM and on-chip times, ``(sum t_i^p)^(1/p)``, >= 1: large ``p`` is the roofline's full
-        overlap (max; default 16, within 4.4 % of it), ``p = 1`` no overlap (the sum, as the ECM
-        model assumes for in-core work and data transfers on x86 cores: Treibig & Hager,
+        overlap (max; default 16: within 4.4 % of it for two terms, 7.1 % for three), ``p = 1``
+        no overlap (the sum, as the ECM model assumes for in-core work and data transfers on x86
+        cores: Treibig & Hager,
         "Introducing a performance model for bandwidth-limited loop kernels", PPAM 2009);
         fitted for measured presets.
       gather_efficiency: a further fraction (0, 1] of the vector rate on the irregular stages
@@ -182,6 +221,9 @@ class HardwareSpec:
     sram_energy_pj_per_byte: float = HOROWITZ_SRAM_1MB_PJ_PER_BYTE
     mac_energy_int8_pj: float = HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ
     mac_energy_fp32_pj: float = HOROWITZ_FP32_MAC_PJ
+    mac_energy_bf16_pj: float = HOROWITZ_FP16_MAC_PJ
+    gather_granularity_bytes: float = 32.0
+    static_power_w: float = 0.0
     onchip_bw_bytes_per_s: Optional[float] = None
     vector_bf16_macs_per_s: Optional[float] = None
     vector_int8_macs_per_s: Optional[float] = None
@@ -214,35 +256,95 @@ class HardwareSpec:
         return dataclasses.replace(self, **changes)
 
 
-def matrix_macs_per_s(hw: HardwareSpec, bits) -> jax.Array:
-    """Peak GEMM rate (MAC/s) for operands of ``bits`` bits (piecewise constant in bits)."""
+def tier_bits(bits) -> jax.Array:
+    """The precision tier (`PRECISION_TIERS`) a ``bits``-bit operand runs at: the smallest tier
+    >= bits (int4 for <= 4, int8 for <= 8, 16-bit float for <= 16, else fp32)."""
     bits = jnp.asarray(bits, jnp.float32)
-    return jnp.where(bits <= 4, hw.matrix_int4_macs_per_s,
-                     jnp.where(bits <= 8, hw.matrix_int8_macs_per_s,
-                               jnp.where(bits <= 16, hw.matrix_bf16_macs_per_s, hw.matrix_fp32_macs_per_s)))
+    return jnp.where(bits <= 4, 4.0, jnp.where(bits <= 8, 8.0, jnp.where(bits <= 16, 16.0, 32.0)))
 
 
-def vector_macs_per_s(hw: HardwareSpec, bits) -> jax.Array:
-    """Vector-unit rate (MAC/s) for ``bits``-bit operands (piecewise constant in bits)."""
+def _per_tier(bits, values, hardened: bool) -> jax.Array:
+    """``values`` (one per `PRECISION_TIERS`) at ``bits``: the tier's value if ``hardened``, else
+    linear interpolation between tiers (constant below 4 and above 32 bits)."""
     bits = jnp.asarray(bits, jnp.float32)
+    vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+    tiers = jnp.asarray(PRECISION_TIERS, jnp.float32)
+    if hardened:
+        return vals[jnp.searchsorted(tiers, tier_bits(bits))]
+    return jnp.interp(bits, tiers, vals)
+
+
+def matrix_macs_per_s(hw: HardwareSpec, bits, hardened: bool = False) -> jax.Array:
+    """GEMM rate (MAC/s) of the matrix engine for ``bits``-bit operands.
+
+    ``hardened``: the rate of the operand's tier (`tier_bits`: int4 / int8 / bf16 / fp32 peak),
+    i.e. what the hardware charges. Else (the default, what the cost and its gradient use) the
+    *time per MAC* is interpolated linearly in ``bits`` between tiers (`PRECISION_TIERS`), equal
+    to the charged one at each tier, with d time / d bits = the charged difference between tiers.
+    """
+    return 1.0 / _per_tier(bits, [1.0 / r for r in (hw.matrix_int4_macs_per_s, hw.matrix_int8_macs_per_s,
+                                                     hw.matrix_bf16_macs_per_s, hw.matrix_fp32_macs_per_s)], hardened)
+
+
+def vector_macs_per_s(hw: HardwareSpec, bits, hardened: bool = False) -> jax.Array:
+    """Vector-unit rate (MAC/s) for ``bits``-bit operands: the int8 rate at <= 8 bits, bf16 at
+    9-16, fp32 above (``hardened``), or their time per MAC interpolated as `matrix_macs_per_s`."""
     bf16 = 2.0 * hw.vector_fp32_macs_per_s if hw.vector_bf16_macs_per_s is None else hw.vector_bf16_macs_per_s
     int8 = 4.0 * hw.vector_fp32_macs_per_s if hw.vector_int8_macs_per_s is None else hw.vector_int8_macs_per_s
-    return jnp.where(bits <= 8, int8, jnp.where(bits <= 16, bf16, hw.vector_fp32_macs_per_s))
+    return 1.0 / _per_tier(bits, [1.0 / int8, 1.0 / int8, 1.0 / bf16, 1.0 / hw.vector_fp32_macs_per_s], hardened)
 
 
 _INT8_MULT_SHARE = HOROWITZ_INT8_MULT_PJ / (HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ)
 
 
-def mac_energy_pj(hw: HardwareSpec, bits) -> jax.Array:
-    """Energy of one MAC in pJ at ``bits`` bits: floating point at >= 32 bits, else integer.
+def int_mac_energy_pj(int8_pj, bits) -> jax.Array:
+    """Energy (pJ) of a ``bits``-bit integer MAC scaled from the int8 one: multiplier ~ bits^2,
+    adder ~ bits, with the multiplier's share at 8 bit from Horowitz ISSCC'14 (0.2 of 0.23 pJ)."""
+    r = jnp.asarray(bits, jnp.float32) / 8.0
+    return int8_pj * (_INT8_MULT_SHARE * r**2 + (1.0 - _INT8_MULT_SHARE) * r)
 
-    The integer model is smooth in ``bits`` (multiplier ~ bits^2, adder ~ bits), so its
-    gradient with respect to a learned bit-width is nonzero. Source: Horowitz ISSCC'14.
-    A ``fp32_only`` datapath spends the fp32 energy at every operand width.
+
+def mac_energy_pj(hw: HardwareSpec, bits, hardened: bool = False) -> jax.Array:
+    """Energy of one MAC in pJ at ``bits`` bits (float32 array of ``bits``' shape).
+
+    Tiers (`PRECISION_TIERS`): int4 (`int_mac_energy_pj` at 4 bits), int8
+    (``mac_energy_int8_pj``), 16-bit float (``mac_energy_bf16_pj``: Horowitz's fp16 MAC) and fp32
+    (``mac_energy_fp32_pj``); ``hardened`` gives the operand's tier, else linear interpolation
+    between tiers (continuous: no jump between 31.9 and 32 bits; constant below 4 bits, where
+    an int4 unit is charged whatever the narrower operand). A ``fp32_only`` datapath spends the
+    fp32 energy at every operand width. Source: Horowitz ISSCC'14, Fig. 1.1.9 (45 nm).
     """
     bits = jnp.asarray(bits, jnp.float32)
     if hw.fp32_only:
         return jnp.full(bits.shape, hw.mac_energy_fp32_pj, jnp.float32)
-    r = bits / 8.0
-    int_pj = hw.mac_energy_int8_pj * (_INT8_MULT_SHARE * r**2 + (1.0 - _INT8_MULT_SHARE) * r)
-    return jnp.where(bits >= 32, hw.mac_energy_fp32_pj, int_pj)
+    values = (int_mac_energy_pj(hw.mac_energy_int8_pj, 4.0), hw.mac_energy_int8_pj, hw.mac_energy_bf16_pj,
+              hw.mac_energy_fp32_pj)
+    return _per_tier(bits, values, hardened)
+
+
+NMP_TIERS = (8.0, 16.0, 32.0)
+
+
+def _per_nmp_tier(bits, values, hardened: bool) -> jax.Array:
+    bits = jnp.asarray(bits, jnp.float32)
+    vals = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
+    if hardened:
+        return jnp.where(bits <= 8, vals[0], jnp.where(bits <= 16, vals[1], vals[2]))
+    return jnp.interp(bits, jnp.asarray(NMP_TIERS, jnp.float32), vals)
+
+
+def nmp_macs_per_s(nmp: NearMemorySpec, bits, hardened: bool = False) -> jax.Array:
+    """One near-memory unit's MAC rate for ``bits``-bit operands: ``int_macs_per_s`` at <= 8 bits,
+    ``bf16_macs_per_s`` (a float, default the fp32 rate) at 9-16, ``fp32_macs_per_s`` above;
+    unless ``hardened``, the time per MAC is interpolated linearly between 8, 16 and 32 bits."""
+    bf16 = nmp.fp32_macs_per_s if nmp.bf16_macs_per_s is None else nmp.bf16_macs_per_s
+    return 1.0 / _per_nmp_tier(bits, (1.0 / nmp.int_macs_per_s, 1.0 / bf16, 1.0 / nmp.fp32_macs_per_s), hardened)
+
+
+def nmp_mac_energy_pj(nmp: NearMemorySpec, bits, hardened: bool = False) -> jax.Array:
+    """Energy (pJ) of one MAC on a near-memory unit: ``int_mac_energy_pj`` (default Horowitz int8,
+    0.23 pJ) at <= 8 bits, ``bf16_mac_energy_pj`` (default Horowitz fp16, 1.5 pJ) at 9-16,
+    ``mac_energy_pj`` (fp32) above; interpolated between tiers unless ``hardened``."""
+    i = HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ if nmp.int_mac_energy_pj is None else nmp.int_mac_energy_pj
+    b = HOROWITZ_FP16_MAC_PJ if nmp.bf16_mac_energy_pj is None else nmp.bf16_mac_energy_pj
+    return _per_nmp_tier(bits, (i, b, nmp.mac_energy_pj), hardened)

@@ -53,7 +53,9 @@ class Stage:
       launches: kernel launches the stage stands for (each pays ``stage_overhead_s``).
       gathered_rows: rows (or B-row slabs) the stage gathers or scatter-adds one at a time, each
         paying ``HardwareSpec.row_gather_overhead_s`` (SpMM: one per stored nonzero; BSR: one
-        per tile; SDDMM: one per edge); 0 for dense stages.
+        per tile and feature tile; SDDMM: one per edge); 0 for dense stages.
+      in_degree_cv, max_in_degree: the graph's in-degree spread (`LocalityProfile`), for the
+        load imbalance of near-memory units; None = Poisson degrees / unknown maximum.
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -67,6 +69,8 @@ class Stage:
     link_bytes: Optional[jax.Array] = None
     launches: jax.Array = 1.0
     gathered_rows: jax.Array = 0.0
+    in_degree_cv: Optional[jax.Array] = None
+    max_in_degree: Optional[jax.Array] = None
 
     def scaled(self, factor: float) -> "Stage":
         """The same kernel run ``factor`` times (counts and launches scale; bit-width and working
@@ -206,8 +210,11 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     structure = nnz * (INDEX_BYTES + VALUE_BYTES) + (n_rows + 1) * INDEX_BYTES
     reuse = jnp.maximum(nnz - n_rows, 0.0) * width * x_bits / 8.0
     rows, dist = _locality_fields(locality, access_scale, n_rows)
+    cv, dmax = (None, None) if locality is None else (locality.in_degree_cv, locality.max_in_degree)
+    if dmax is not None:
+        dmax = dmax * _f32(access_scale)
     return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
-                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz)
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz, in_degree_cv=cv, max_in_degree=dmax)
 
 
 def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
@@ -244,18 +251,33 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
     return spmm, Stage("elementwise", converts, bits, zero, 2.0 * msg, msg)
 
 
-def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
-                   locality: Optional[LocalityProfile] = None, access_scale=1.0) -> Stage:
-    """Block-sparse (BSR) SpMM: ``nnz_blocks`` stored B x B tiles, each a dense tile product on
-    the matrix engine (B*B*width MACs, zeros inside tiles included).
+BSR_FEATURE_TILE = 64  # `codesign.kernels.BlockSizes().block_f`: feature columns per Pallas program
 
-    Reads tile values (fp32) + one block-column index per tile, X once, and re-gathers a
-    B x width slab of X per tile beyond the first of its block row; ``locality`` is the profile
-    of the *block* gather stream (rows = block rows), None = uniform.
+
+def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
+                   locality: Optional[LocalityProfile] = None, access_scale=1.0,
+                   feature_tile: int = BSR_FEATURE_TILE) -> Stage:
+    """Block-sparse (BSR) SpMM as `codesign.kernels.bsr_spmm` runs it: ``nnz_blocks`` stored
+    B x B tiles, each a dense tile product on the matrix engine (B*B*width MACs, zeros inside
+    tiles included), one program per (block row, feature tile of ``feature_tile`` columns).
+
+    Reads tile values (fp32) + one block-column index per tile once *per feature tile* (each
+    program re-reads its block row's tiles: ``max(1, width / feature_tile)`` passes, the kernel's
+    ``ceil(width / tile)`` at multiples of the tile and its linear interpolation between), X once,
+    and re-gathers a B x width slab of X per tile beyond the first of its block row;
+    ``locality`` is the profile of the *block* gather stream (rows = block rows), None = uniform.
+    The product runs at the precision the kernel computes in (`Stage.bits`): 16-bit features
+    in 16-bit float, 32-bit in fp32 (TF32 tensor cores on GPUs, XLA's default), and int8 (<= 8
+    bit) features dequantized to f32 inside the kernel, so at the fp32/TF32 rate, not INT8
+    (`codesign.kernels.bsr_spmm_int8`); the charged rate jumps at 8 bits (the int8 path is
+    slower than bf16), which the gradient with respect to bits does not see.
 
     Raises:
-      ValueError: as `gemm_stage`; ``block_size`` not an int >= 1; ``access_scale`` outside [0, 1].
+      ValueError: as `gemm_stage`; ``block_size`` or ``feature_tile`` not an int >= 1;
+        ``access_scale`` outside [0, 1].
     """
+    if isinstance(feature_tile, bool) or not isinstance(feature_tile, (int, np.integer)) or feature_tile < 1:
+        raise ValueError(f"bsr_spmm_stage(feature_tile): must be an int >= 1, got {feature_tile!r}")
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise ValueError(f"bsr_spmm_stage(block_size): must be an int >= 1, got {block_size!r}")
     _counts("bsr_spmm_stage", n_rows=n_rows, nnz_blocks=nnz_blocks, width=width)
@@ -266,11 +288,14 @@ def bsr_spmm_stage(n_rows, nnz_blocks, block_size: int, width, x_bits, out_bits,
     block_rows = n_rows / b
     x_bytes = n_rows * width * x_bits / 8.0
     out_bytes = n_rows * width * out_bits / 8.0
-    structure = nnzb * (INDEX_BYTES + b * b * VALUE_BYTES) + (block_rows + 1) * INDEX_BYTES
+    passes = jnp.maximum(1.0, width / float(feature_tile))  # feature tiles: each re-reads the tiles
+    structure = passes * nnzb * (INDEX_BYTES + b * b * VALUE_BYTES) + (block_rows + 1) * INDEX_BYTES
     reuse = jnp.maximum(nnzb - block_rows, 0.0) * b * width * x_bits / 8.0
     rows, dist = _locality_fields(locality, access_scale, block_rows)
-    return Stage("bsr", nnzb * b * b * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
-                 rows, dist, x_bytes + out_bytes, gathered_rows=nnzb)
+    xb = _f32(x_bits)
+    compute_bits = jnp.where(xb <= 8.0, 32.0, xb)  # int8: dequantized, TF32 dot
+    return Stage("bsr", nnzb * b * b * width, compute_bits, structure + x_bytes + out_bytes, reuse, x_bytes,
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnzb * passes)
 
 
 def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
