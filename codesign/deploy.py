@@ -46,7 +46,13 @@ from codesign.graph import Graph
 from codesign.models import GCN
 from codesign.quant import FakeQuant, qrange
 
-__all__ = ["QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "measure_model",
+COMPUTE_BITS = 32
+"""Width the compact program computes and stores activations in: float32 (weights are stored as
+integer codes and dequantized once). numpy has no integer GEMM faster than its float32 one on the
+CPUs measured (`int8_matmul_is_faster`; docs/results.md), so the integer path is
+not taken, and `measure_model` prices the program at this width."""
+
+__all__ = ["COMPUTE_BITS", "QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "measure_model",
            "int8_matmul_is_faster"]
 
 
@@ -297,8 +303,9 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
 
     Returns:
       `measure`'s dict plus ``modeled_local`` / ``dense_modeled_local`` (``latency_s`` s and
-      ``energy_j`` J of the hardened and of the dense FP32 model of the same widths on
-      ``local_hw``), ``kept`` (`CompactGCN.kept`) and ``max_logit_gap`` (max |compact - hardened
+      ``energy_j`` J on ``local_hw`` of the compact program as it runs, i.e. the hardened model's
+      kept features, channels and edges at `COMPUTE_BITS`, and of the dense FP32 model of the same
+      widths), ``kept`` (`CompactGCN.kept`) and ``max_logit_gap`` (max |compact - hardened
       model| over the logits, float).
 
     Raises:
@@ -312,7 +319,9 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     if locality is None:
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     n, e = graph.n_nodes, graph.n_edges
-    modeled = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), local_hw)
+    # priced as the program runs: its removed features, channels and edges, at the width it computes
+    # and stores in (`COMPUTE_BITS`: float32 here, integer codes dequantized), not the quantizers' width
+    modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality), local_hw)
     shell = GCN(model.in_features, model.conv1.out_features, model.conv2.out_features, rngs=nnx.Rngs(0))
     ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality), local_hw)
     logits = np.asarray(model(graph.x, _jax_adjacency(graph)))

@@ -32,13 +32,22 @@ __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "RANDOM", "METHODS
 @dataclasses.dataclass(frozen=True)
 class Method:
     """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
-    `TrainConfig` overrides, what its levels are ("cost" = cost weights or budgets, "keep",
-    "round", or None for a single point), and the models it applies to (None = all)."""
+    `TrainConfig` overrides (flat names), what its levels are ("cost" = cost weights or budgets,
+    "keep", "round", or None for a single point), the models it applies to (None = all), and its
+    plot style in every figure (``label``, matplotlib ``color`` and ``marker``; co-design filled,
+    baselines hollow)."""
 
     family: str
     overrides: dict
     levels: Optional[str] = None
     models: Optional[tuple] = None
+    label: Optional[str] = None
+    color: str = "0.4"
+    marker: str = "."
+
+    def style(self, name: str) -> dict:
+        """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
+        return {"color": self.color, "marker": self.marker, "label": self.label or name}
 
     @property
     def per_hw(self) -> bool:
@@ -47,19 +56,25 @@ class Method:
 
 
 PAPER_METHODS = {
-    "dense": Method("reference", {}),
+    "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
     "codesign": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
-                                        bits=8, gate_optimizer="tensor_adam"), "cost"),
-    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
-    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
-    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
-    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",)),
-    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree")),
-    "int8": Method("baseline", dict(bits=8)),
-    "int4": Method("baseline", dict(bits=4)),
-    "random_edges": Method("baseline", {}, "keep"),
+                                        bits=8, gate_optimizer="tensor_adam"), "cost",
+                       label="co-design (edges+features+channels+bits)", color="#b2182b", marker="o"),
+    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost",
+                            label="co-design: features+channels, INT8", color="#ef8a62", marker="h"),
+    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost",
+                        label="co-design: edges only", color="C1", marker="s"),
+    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost",
+                         label="co-design: bits only", color="C6", marker="D"),
+    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",), label="UGS + INT8", color="C0",
+                       marker="P"),
+    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree"), label="Degree-Quant", color="C2",
+                           marker="X"),
+    "int8": Method("baseline", dict(bits=8), label="INT8 (PTQ/QAT)", color="C7", marker="v"),
+    "int4": Method("baseline", dict(bits=4), label="INT4", color="C5", marker="^"),
+    "random_edges": Method("baseline", {}, "keep", label="random edge removal", color="C8", marker="<"),
     "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
-                                        dropedge_rate=0.5)),
+                                        dropedge_rate=0.5), label="DropEdge", color="C9", marker=">"),
 }
 
 

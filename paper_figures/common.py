@@ -186,22 +186,9 @@ def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[
     return list(seen.values()), list(seen)
 
 
-# Marker / colour of each method in every figure (co-design family filled, baselines hollow).
-METHOD_STYLE = {
-    "codesign": dict(color="#b2182b", marker="o", label="co-design (edges+features+channels+bits)"),
-    "codesign_int8": dict(color="#ef8a62", marker="h", label="co-design: features+channels, INT8"),
-    "edge_only": dict(color="C1", marker="s", label="co-design: edges only"),
-    "quant_only": dict(color="C6", marker="D", label="co-design: bits only"),
-    "dense": dict(color="k", marker="*", label="dense FP32"),
-    "int8": dict(color="C7", marker="v", label="INT8 (PTQ/QAT)"),
-    "int4": dict(color="C5", marker="^", label="INT4"),
-    "ugs_int8": dict(color="C0", marker="P", label="UGS + INT8"),
-    "degree_quant": dict(color="C2", marker="X", label="Degree-Quant"),
-    "random_edges": dict(color="C8", marker="<", label="random edge removal"),
-    "dropedge": dict(color="C9", marker=">", label="DropEdge"),
-}
-
-
 def method_style(method: str) -> dict:
-    """``{"color", "marker", "label"}`` of a method (a grey dot labelled by name if unknown)."""
-    return dict(METHOD_STYLE.get(method, dict(color="0.4", marker=".", label=method)))
+    """``{"color", "marker", "label"}`` of a method: its `codesign.experiment.METHODS` entry's
+    style (a grey dot labelled by name if unknown)."""
+    from codesign.experiment import METHODS
+
+    return METHODS[method].style(method) if method in METHODS else dict(color="0.4", marker=".", label=method)

@@ -57,9 +57,10 @@ def load_points(paths: Sequence[Path]) -> list[dict]:
             if missing:
                 raise ValueError(f"{path}:{i}: record has no {missing} (not written by codesign sweep --measure)")
             cfg = rec["config"]
-            label = (cfg.get("method") or ("dense" if not cfg.get("bits") and not cfg.get("cost_weight") else "sweep"))
+            dense = not cfg.get("bits") and not cfg.get("cost_weight")
+            label = "dense FP32" if dense else f"{cfg.get('method') or 'sweep'} cw {cfg.get('cost_weight', 0):g}"
             points.append({
-                "dataset": cfg["dataset"], "label": f"{label} cw {cfg.get('cost_weight', 0):g}",
+                "dataset": cfg["dataset"], "label": label,
                 "accuracy": float(rec["test_accuracy"]), "speedup": float(rec["speedup"]),
                 "energy_reduction": float(rec["dense_modeled"]["energy_j"]) / float(rec["modeled"]["energy_j"]),
                 "measured_s": float(rec["measured"]["latency_s"]),
@@ -91,6 +92,14 @@ def agreement(points: Sequence[dict]) -> dict:
             "median_ratio": float(np.median(modeled / measured))}
 
 
+def _log_ticks(axis) -> None:
+    """Labels at 1, 2, 5 x 10^k on a log axis, plain numbers, no minor labels."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def draw(points: Sequence[dict], out: Path, dataset: str, dpi: int = DPI) -> list[Path]:
     """The three panels of ``dataset``'s points (module docstring); returns the written files."""
     pts = [p for p in points if p["dataset"] == dataset]
@@ -102,6 +111,7 @@ def draw(points: Sequence[dict], out: Path, dataset: str, dpi: int = DPI) -> lis
             sel = [p for p in pts if p["label"] == label]
             ax.scatter([p[key] for p in sel], [100 * p["accuracy"] for p in sel], s=18, label=label)
         ax.set_xscale("log")
+        _log_ticks(ax.xaxis)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("test accuracy (%)")
         ax.grid(True, alpha=0.3)
@@ -115,6 +125,8 @@ def draw(points: Sequence[dict], out: Path, dataset: str, dpi: int = DPI) -> lis
     ax3.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="y = x")
     ax3.set_xscale("log")
     ax3.set_yscale("log")
+    for axis in (ax3.xaxis, ax3.yaxis):
+        _log_ticks(axis)
     ax3.set_xlabel("measured latency (ms)")
     ax3.set_ylabel("modeled latency, cpu preset (ms)")
     ax3.set_title(f"Spearman {agree['spearman']:.2f}, MAPE {100 * agree['mape']:.0f} % (n={agree['n']})", fontsize=8)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,7 @@ from flax import nnx
 from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.models.gcn import GCN
+from codesign.quant import Quantizer
 from codesign.sparsify.baselines import (UGS_GRAPH_RATE, UGS_WEIGHT_RATE, EdgeWeightMask, MaskWeight, PruneMask,
                                          UGSSchedule, check_fraction, global_magnitude_prune, magnitude_prune)
 from codesign.train import LossTerm, Problem, TrainConfig, adjacency, graph_forward, masked_accuracy, task_term
@@ -98,9 +99,31 @@ class WeightMask(nnx.Module):
         return jnp.sum(jnp.abs(self.gates()))
 
 
+@final
+class MaskedWeightQuant(Quantizer):
+    """UGS's masked kernel in a layer's own weight path: ``q(w * mask.gates())``, ``q`` the
+    layer's quantizer (a wrapper, not a new quantizer: its bits are ``q``'s).
+
+    Shapes: ``w`` float32 [F_in, F_out] -> float32 [F_in, F_out].
+    """
+
+    def __init__(self, mask: WeightMask, inner: Quantizer):
+        self.mask, self.inner = mask, inner
+
+    def __call__(self, w: jax.Array) -> jax.Array:
+        return self.inner(w * self.mask.gates())
+
+    def expected_bits(self) -> jax.Array:
+        return self.inner.expected_bits()
+
+    def hard_bits(self):
+        return self.inner.hard_bits()
+
+
 class UGSGCN(nnx.Module):
     """`GCN` with an `EdgeWeightMask` (``gcn.edge_mask``) and a `WeightMask` per kernel
-    (``mask1``, ``mask2``): the forward uses ``kernel * mask.gates()`` in place of each kernel.
+    (``mask1``, ``mask2``): each layer's weight path is ``quant_w(kernel * mask.gates())``
+    (`MaskedWeightQuant` wraps the layer's quantizer), so the GCN runs unchanged.
 
     Shapes: ``__call__(x float32 [N, F], adj CooAdjacency E edges) -> logits float32 [N, C]``.
     """
@@ -118,6 +141,8 @@ class UGSGCN(nnx.Module):
                 conv.kernel[...] = jax.random.uniform(rngs.params(), conv.kernel.shape, jnp.float32, -bound, bound)
         self.mask1 = WeightMask(self.gcn.conv1.kernel.shape)
         self.mask2 = WeightMask(self.gcn.conv2.kernel.shape)
+        for conv, mask in self.pairs():
+            conv.quant_w = MaskedWeightQuant(mask, conv.quant_w)
 
     def trainable(self, train_masks: bool):
         """The `nnx` filter of what the optimizer updates: the weights (not the biases with
@@ -130,14 +155,7 @@ class UGSGCN(nnx.Module):
         return [(self.gcn.conv1, self.mask1), (self.gcn.conv2, self.mask2)]
 
     def __call__(self, x: jax.Array, adj) -> jax.Array:
-        raw = [conv.kernel[...] for conv, _ in self.pairs()]
-        try:  # the GCN reads its kernels: swap in the masked ones for this call
-            for (conv, mask), w in zip(self.pairs(), raw):
-                conv.kernel[...] = w * mask.gates()
-            return self.gcn(x, adj)
-        finally:
-            for (conv, _), w in zip(self.pairs(), raw):
-                conv.kernel[...] = w
+        return self.gcn(x, adj)
 
     def effective_kernels(self) -> list[jax.Array]:
         """float32 kernels as the forward uses them: ``kernel * weight_mask * keep``."""
