@@ -228,7 +228,8 @@ def dense_program(model: GCN, graph: Graph) -> CompactGCN:
     weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
     adj = _normalized_csr(np.asarray(graph.senders), np.asarray(graph.receivers), weight, n)
     w0, w1 = (np.asarray(c.kernel[...], np.float32) for c in (model.conv1, model.conv2))
-    return CompactGCN(adj=adj, x=np.asarray(graph.x, np.float32), w0=QuantizedMatrix(w0, 1.0, 32),
+    # an owned C-contiguous copy, as the compact program's feature store (not a view of the JAX buffer)
+    return CompactGCN(adj=adj, x=np.array(graph.x, np.float32, order="C"), w0=QuantizedMatrix(w0, 1.0, 32),
                       w1=QuantizedMatrix(w1, 1.0, 32), b0=np.asarray(model.conv1.bias[...], np.float32),
                       b1=np.asarray(model.conv2.bias[...], np.float32),
                       channel_gate=np.ones(w0.shape[1], np.float32), bits=None,
@@ -248,7 +249,8 @@ def _peak_bytes(fn: Callable[[], object]) -> int:
 
 
 def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: int = 3) -> dict:
-    """Times ``compact`` and ``dense`` in this process, alternating call by call.
+    """Times ``compact`` and ``dense`` in this process, alternating call by call (the first of each
+    pair alternates too).
 
     Args:
       compact, dense: the programs (`deploy`, `dense_program`).
@@ -271,8 +273,9 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
     for _ in range(warmup):
         compact(), dense()
     tc, td = [], []
-    for _ in range(reps):
-        for prog, out in ((compact, tc), (dense, td)):
+    for i in range(reps):  # alternating, and which runs first alternates too (ABBA: no order bias)
+        pair = ((compact, tc), (dense, td))
+        for prog, out in (pair if i % 2 == 0 else pair[::-1]):
             t0 = time.perf_counter()
             prog()
             out.append(time.perf_counter() - t0)

@@ -154,8 +154,8 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
     assert all(hws == {"h100", "gnnear"} for hws in by.values()) and len(by) == 4
     for r in recs:
         assert 0 <= r["test_accuracy"] <= 1 and r["modeled"]["energy_j"] > 0
-        total = sum(v["compute_j"] + v["dram_j"] + v["onchip_j"] + v["nmp_j"] + v["link_j"]
-                    for v in r["breakdown"].values())
+        total = r["modeled"]["static_energy_j"] + sum(v["compute_j"] + v["dram_j"] + v["onchip_j"] + v["nmp_j"]
+                                                       + v["link_j"] for v in r["breakdown"].values())
         assert total == pytest.approx(r["modeled"]["energy_j"], rel=1e-4)
         assert r["dense_modeled"]["energy_j"] >= r["modeled"]["energy_j"] * 0.999
     codesign = [r for r in recs if r["config"]["method"] == "codesign"]

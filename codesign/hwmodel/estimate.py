@@ -127,9 +127,10 @@ class CostReport:
     static_energy_j: jax.Array = 0.0
 
     def summary(self) -> dict:
-        """Plain-Python totals: ``{"latency_s", "energy_j", "dram_bytes"}`` as floats."""
+        """Plain-Python totals: ``{"latency_s", "energy_j", "dram_bytes", "static_energy_j"}`` as
+        floats (``energy_j`` = the stages' energies in `breakdown` + ``static_energy_j``)."""
         return {"latency_s": float(self.latency_s), "energy_j": float(self.energy_j),
-                "dram_bytes": float(self.dram_bytes)}
+                "dram_bytes": float(self.dram_bytes), "static_energy_j": float(self.static_energy_j)}
 
     def breakdown(self, hw: HardwareSpec) -> dict:
         """Plain-Python per-stage costs for tables and figures (concrete values only).
