@@ -291,6 +291,80 @@ def test_fusion_plans_and_the_ir():
     assert [type(v).__name__ for v in plan(ir, gated=False).values()] == ["NoneType", "SpmmPlan", "NoneType"]
 
 
+@vx.program
+def folds(v):  # rule 1b: receiver scalars and numbers after a fused sum / mean
+    a = vx.sum(u.h * e.w for u, e in v.in_edges)
+    b = vx.mean(u.h * u.d for u in v.in_nbrs)
+    return v.s * a / v.d, (1.0 - 0.3) * b * v.s / 2.0
+
+
+@vx.program
+def folds_unfused(v):  # the same, the aggregates also returned: nothing can be folded
+    a = vx.sum(u.h * e.w for u, e in v.in_edges)
+    b = vx.mean(u.h * u.d for u in v.in_nbrs)
+    return v.s * a / v.d, (1.0 - 0.3) * b * v.s / 2.0, a, b
+
+
+@jax.jit
+def _folds_and_grads(s, r, h, sc, d, w, g):
+    adj = _adj(s, r, N_NODES)
+
+    def run(prog):
+        def loss(h, sc, d, w):
+            outs = prog(adj, nodes={"h": h, "s": sc, "d": d}, edges={"w": w})[:2]
+            return sum(jnp.sum(jnp.sin(o)) for o in outs), outs
+        (_, outs), grads = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(h, sc, d, w)
+        return outs, grads
+
+    return [run(p) for p in (folds, folds_unfused, folds.with_edge_gates(g), folds_unfused.with_edge_gates(g))]
+
+
+@FAST
+@given(g=graphs())
+def test_receiver_factors_fold_into_the_spmm_weights_with_the_same_values_and_gradients(g):
+    s, r, n, seed = g
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=(n, 3)).astype(np.float32)
+    sc, d = rng.normal(size=n).astype(np.float32), rng.uniform(0.5, 2, n).astype(np.float32)
+    w, gates = rng.normal(size=len(s)).astype(np.float32), rng.uniform(0, 1, len(s)).astype(np.float32)
+    (f_out, f_grad), (u_out, u_grad), (fg_out, fg_grad), (ug_out, ug_grad) = _folds_and_grads(s, r, h, sc, d, w, gates)
+    want_a, want_b = np.zeros((n, 3)), np.zeros((n, 3))
+    for i in range(n):
+        es = np.flatnonzero(r == i)
+        for e in es:
+            want_a[i] += h[s[e]] * w[e] * sc[i] / d[i]
+            want_b[i] += 0.7 * h[s[e]] * d[s[e]] * sc[i] / 2.0 / len(es)
+    np.testing.assert_allclose(f_out[0], want_a, **TOL)  # a per-edge loop
+    np.testing.assert_allclose(f_out[1], want_b, **TOL)
+    for got, want in ((f_out, u_out), (f_grad, u_grad), (fg_out, ug_out), (fg_grad, ug_grad)):
+        for x, y in zip(got, want):  # folded == unfused, gradients into h, s, d and w included
+            np.testing.assert_allclose(x, y, **TOL)
+    assert np.any(np.asarray(f_grad[1]) != 0)  # the receiver scalar gets a gradient
+
+
+def test_rule_1b_plans_what_it_folds_and_what_it_does_not():
+    adj = _adj(np.array([0, 1, 2], np.int32), np.array([1, 2, 0], np.int32), 3)
+    specs = dict(nodes={"h": jnp.ones((3, 4)), "s": jnp.ones(3), "d": jnp.ones(3)}, edges={"w": jnp.ones(3)})
+    ir = folds.ir(adj, **specs)
+    a, b = plan(ir, gated=False).values()
+    assert len(a.receiver_scale) == len(a.receiver_inverse) == 1 and a.constant == 1.0 and a.n_weight_factors == 3
+    assert ir.nodes[a.receiver_scale[0]].attrs["name"] == "s" and ir.nodes[a.receiver_inverse[0]].attrs["name"] == "d"
+    assert len(b.receiver_scale) == 1 and b.constant == pytest.approx(0.35) and b.out == ir.outputs[1]
+    assert all(p.out == p.agg and not p.receiver_scale for p in plan(folds_unfused.ir(adj, **specs), False).values())
+    ir = gcn.ir(adj, nodes={"h": jnp.ones((3, 4)), "norm": jnp.ones(3)})
+    (p,) = plan(ir, gated=False).values()
+    assert p.out == ir.outputs[0] and ir.nodes[p.receiver_scale[0]].attrs["name"] == "norm"
+
+    @vx.program
+    def not_folded(v):  # max; a vector factor; a number divided by the sum; an integer factor
+        return (vx.max(u.h for u in v.in_nbrs) * v.s, vx.sum(u.h for u in v.in_nbrs) * v.h,
+                2.0 / vx.sum(u.h for u in v.in_nbrs), vx.sum(u.h for u in v.in_nbrs) * v.s)
+
+    ir = not_folded.ir(adj, nodes={"h": jnp.ones((3, 4)), "s": jnp.ones(3, jnp.int32)})
+    plans = list(plan(ir, gated=False).values())
+    assert plans[0] is None and all(p.out == p.agg and p.n_weight_factors == 0 for p in plans[1:])
+
+
 def test_jit_and_vmap():
     adj = _loops(_adj(np.array([0, 1, 2, 3], np.int32), np.array([1, 2, 3, 0], np.int32), 4))
     h = jax.random.normal(jax.random.key(0), (3, 4, 2))  # 3 = a leading batch axis
@@ -317,32 +391,43 @@ def _stage_eq(a: hwmodel.Stage, b: hwmodel.Stage):
                                    err_msg=f"{a.kind}.{f.name}")
 
 
+def _layer_eq(got: hwmodel.LayerWorkload, combine_first, aggregate_first, elementwise):
+    for mine, want in ((got.combine_first, combine_first), (got.aggregate_first, aggregate_first),
+                       (got.elementwise, elementwise)):
+        assert len(mine) == len(want), ([x.kind for x in mine], [x.kind for x in want])
+        for a, b in zip(mine, want):
+            _stage_eq(a, b)
+
+
 @pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("bits", [None, 8])
-def test_gcn_workload_equals_the_models_spmm_stages_plus_the_norm_multiply(training, bits):
+def test_gcn_workload_equals_the_models_layer_stages(training, bits):
     n, e = N_NODES, N_EDGES  # the gates of the model's edge mask cover its E edges
     m = _model("gcn", True) if bits is None else GCN(5, 6, 3, n_edges=N_EDGES, bits=bits, rngs=nnx.Rngs(0))
     b = 32 if bits is None else bits
     hand = m.workload(n, e, training=training)
+    factor = 2.0 if training else 1.0
+    nnz = m.densities()["edge"] * e + n
     for layer, width, out_bits in ((0, 6, b), (1, 3, 32)):
         prog = gcn.with_edge_gates(m.edge_mask)
-        wl = prog.workload(n, e + n, {"h": width}, bits={"h": out_bits, "norm": 32}, out_bits=out_bits,
-                           training=training).layers[0]
-        (spmm,) = wl.combine_first
-        _stage_eq(spmm, hand.layers[layer].combine_first[1])  # the SpMM of the combine-first order
-        # the differences: the model folds the gates and norm_v into the edge weights (gcn_normalize,
-        # not costed); the program forms w = g_e * norm_u per kept edge (1 op; reads 2 fp32 values,
-        # writes 1) and multiplies norm_v per vertex (1 op per output element; reads the aggregate
-        # and norm, writes the result)
-        weight, elem = wl.elementwise
-        factor = 2.0 if training else 1.0
-        nnz = m.densities()["edge"] * e + n
-        np.testing.assert_allclose(weight.macs, factor * nnz, rtol=1e-6)
-        np.testing.assert_allclose(weight.compulsory_bytes, factor * 3 * nnz * 4, rtol=1e-6)
-        np.testing.assert_allclose(elem.macs, factor * n * width)
-        np.testing.assert_allclose(elem.compulsory_bytes, factor * (2 * n * width * out_bits + n * 32) / 8)
-    # without gates the weight is norm_u itself: no edge stage
-    assert len(gcn.workload(n, e + n, {"h": 6}).layers[0].elementwise) == 1
+        kw = dict(bits={"h": out_bits, "norm": 32}, out_bits=out_bits, training=training)
+        gemm, spmm = hand.layers[layer].combine_first
+        # rule 1b folds `* v.norm` into the SpMM's weights: the program's stages are the model's
+        # layer less its GEMM and bias (outside the program), every field, both orders
+        wl = prog.workload(n, e + n, {"h": width}, weight_products=False, **kw).layers[0]
+        assert hand.layers[layer].elementwise[0].kind == "elementwise"  # the bias, outside
+        _layer_eq(wl, (spmm,), (spmm,), ())
+        # by default the program also costs forming w = g_e norm_u norm_v (2 products per kept
+        # edge; reads 3 fp32 values, writes 1), which the model's gcn_normalize runs uncosted
+        full = prog.workload(n, e + n, {"h": width}, **kw).layers[0]
+        _layer_eq(dataclasses.replace(full, elementwise=()), (spmm,), (spmm,), ())
+        (weight,) = full.elementwise
+        np.testing.assert_allclose(weight.macs, factor * 2 * nnz, rtol=1e-6)
+        np.testing.assert_allclose(weight.compulsory_bytes, factor * 4 * nnz * 4, rtol=1e-6)
+    # without gates: w = norm_u norm_v, 1 product per edge
+    (weight,) = gcn.workload(n, e + n, {"h": 6}).layers[0].elementwise
+    np.testing.assert_allclose(weight.macs, e + n)
+    assert not gcn.workload(n, e + n, {"h": 6}, weight_products=False).layers[0].elementwise
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -370,19 +455,25 @@ def test_gat_workload_equals_the_models_attention_stages(training):
     # the GEMM and score_and_activation_stage (<a, h>, bias, ELU) stay outside the program
 
 
-def test_appnp_and_rgcn_workloads_against_the_models():
+@pytest.mark.parametrize("training", [False, True])
+def test_appnp_step_workload_equals_the_models_propagation_layer(training):
     n, e, c = 30, 120, 3
     m = _model("appnp")
-    hand = m.workload(n, e).layers[2]  # prop0
-    wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}).layers[0]
-    _stage_eq(wl.combine_first[0], hand.combine_first[0])  # the SpMM
-    (elem,), (axpy,) = wl.elementwise, hand.elementwise
-    np.testing.assert_allclose(elem.compulsory_bytes, axpy.compulsory_bytes)  # read S, H; write Z
-    # ops: the program counts (1 - a) * S, a * H and the add (3 per element); the model's
-    # axpy_stage 2 (a multiply-add and a scale)
-    np.testing.assert_allclose(elem.macs, 3 * n * c)
-    np.testing.assert_allclose(axpy.macs, 2 * n * c)
+    hand = m.workload(n, e, training=training).layers[2]  # prop0
+    assert hand.name == "prop0"
+    # (1 - alpha) folds into the SpMM's weights (rule 1b): the SpMM, and alpha * H + S (2 ops per
+    # element: read S and H, write Z) equal the model's spmm and axpy_stage, every field
+    wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}, training=training, weight_products=False).layers[0]
+    _layer_eq(wl, hand.combine_first, hand.aggregate_first, hand.elementwise)
+    # by default the program also costs w = (1 - alpha) w_e: 1 product per edge
+    full = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}, training=training).layers[0]
+    weight, elem = full.elementwise
+    _stage_eq(elem, hand.elementwise[0])
+    np.testing.assert_allclose(weight.macs, (2.0 if training else 1.0) * (e + n))
 
+
+def test_rgcn_workload_against_the_models():
+    n, e = 30, 120
     r_count, f = 2, 6
     m = _model("rgcn")
     hand = m.workload(n, e).layers[:r_count]  # layer0/rel0, rel1

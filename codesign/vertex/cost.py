@@ -15,7 +15,11 @@ as the program fixes its order):
   fallback softmax              the softmax stage of `hwmodel.attention_stages` (H * W columns)
   edge elementwise              every edge-wise op not folded into a kernel, plus the k - 1 products
                                 forming a rule-1 edge weight from k scalar factors (edge
-                                gates included), reading k fp32 values and writing one
+                                gates, rule 1b's receiver scalars and a constant other than 1
+                                included), reading k fp32 values and writing one; with
+                                ``weight_products=False`` the weights are taken as given (the
+                                convention of the models' hand-written ``workload()``: their
+                                `gcn_normalize` is not costed)
   vertex elementwise            every vertex-wise op
 
 Elementwise stages count one operation per op and output element, and (an assumption: XLA fuses
@@ -46,7 +50,8 @@ def _f32(v):
 
 
 def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, out_bits, heads: int = 1,
-           training: bool = False, locality=None, gated: bool = False, name: str = "vertex") -> hwmodel.Workload:
+           training: bool = False, locality=None, gated: bool = False, weight_products: bool = True,
+           name: str = "vertex") -> hwmodel.Workload:
     """The workload of one run of ``graph`` (see the module docstring).
 
     Args:
@@ -57,6 +62,9 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
       heads: size of a vmapped leading axis (multiplies every width).
       training, locality, name: as `hwmodel.message_passing_layer`.
       gated: whether edge gates are attached (changes the fusion plan as the lowering does).
+      weight_products: cost the k - 1 products forming a fused SpMM's edge weight from k scalar
+        factors (rule 1b's receiver scalars and constant included); False takes the weights as
+        given, as the `codesign.models` ``workload()`` methods take A_hat's values.
 
     Returns:
       `hwmodel.Workload` with one layer.
@@ -103,8 +111,8 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
                     working_set_bytes=stage.working_set_bytes + extra, working_set_rows=n * table.shape[0],
                     link_bytes=stage.link_bytes + extra)
             agg.append(stage)
-            k = len(p.scale) + len(p.inverse) + int(gated)
-            if k >= 2:  # w = product of k per-edge scalars
+            k = p.n_weight_factors + int(gated)
+            if weight_products and k >= 2:  # w = product of k per-edge scalars
                 edge_extra_ops = (k - 1) * nnz * heads + (0.0 if edge_extra_ops is None else edge_extra_ops)
                 edge_extra_bytes = (k + 1) * nnz * heads * EDGE_VALUE_BITS / 8.0 + \
                     (0.0 if edge_extra_bytes is None else edge_extra_bytes)

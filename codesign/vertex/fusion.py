@@ -17,6 +17,15 @@ Rule 2, attention (online softmax): ``vx.sum(a * u.h)`` where ``a`` is ``vx.soft
 and no edge gates: one `codesign.kernels.gat_aggregate` call (GAT, Velickovic et al., ICLR 2018,
 eq. 1-4), which never forms the ``[E, F]`` messages on the Pallas path.
 
+Rule 1b, receiver factors (folded into rule 1's weights): a rule-1 aggregation whose only use is
+a product with a per-receiver scalar (``vx.sum(...) * v.s``, ``v.s * vx.sum(...)``), a division by
+one (``vx.sum(...) / v.s``) or a product / division with a Python number
+(``(1 - alpha) * vx.sum(...)``), repeatedly, folds those factors into the per-edge weights:
+``w_e *= s[receivers[e]]`` (``/=`` for a divisor, ``*= c`` for a constant), so no ``[N, F]`` pass
+runs. Exact for sum and mean (``sum_e w_e s_v x_e = s_v sum_e w_e x_e``; the mean's count does
+not depend on w); ``max`` is never fused. The result must keep the aggregate's per-item shape and
+dtype (no type promotion), and the unscaled aggregate must not be used elsewhere or returned.
+
 Everything else falls back to gather + segment operations (``jax.ops.segment_*``).
 """
 
@@ -34,7 +43,10 @@ __all__ = ["SpmmPlan", "AttentionPlan", "plan", "factors"]
 class SpmmPlan:
     """Rule 1 for aggregation node ``agg``: ``feature`` (a gather_src / gather_src_indexed node),
     per-edge scalar factors ``scale`` (multiplied) and ``inverse`` (divided by), and the product /
-    quotient nodes folded into the kernel (``internal``)."""
+    quotient nodes folded into the kernel (``internal``, rule 1b's included). Rule 1b: vertex
+    scalars ``receiver_scale`` / ``receiver_inverse`` read at each edge's receiver and the number
+    ``constant`` multiply the weights; ``out`` is the node whose value the kernel gives (``agg``
+    when nothing is folded, else the last folded product)."""
 
     agg: int
     feature: int
@@ -42,6 +54,17 @@ class SpmmPlan:
     inverse: tuple
     internal: tuple
     indexed: bool
+    out: int = -1
+    receiver_scale: tuple = ()
+    receiver_inverse: tuple = ()
+    constant: float = 1.0
+
+    @property
+    def n_weight_factors(self) -> int:
+        """k: the per-edge scalars (and a constant other than 1) whose product is the weight
+        (edge gates not included)."""
+        return (len(self.scale) + len(self.inverse) + len(self.receiver_scale) + len(self.receiver_inverse)
+                + int(self.constant != 1.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +115,40 @@ def _spmm(graph: Graph, agg: Node) -> Optional[SpmmPlan]:
         return None
     scale = tuple(i for i, inv in leaves if not inv and i != f.id)
     inverse = tuple(i for i, inv in leaves if inv)
-    return SpmmPlan(agg.id, f.id, scale, inverse, tuple(internal), f.op == "gather_src_indexed")
+    out, r_scale, r_inverse, constant, folded = _receiver_factors(graph, agg)
+    return SpmmPlan(agg.id, f.id, scale, inverse, tuple(internal) + folded, f.op == "gather_src_indexed", out,
+                    r_scale, r_inverse, constant)
+
+
+def _vertex_scalar(n: Node, like: Node) -> bool:
+    return n.domain == "vertex" and n.shape == () and n.dtype.kind == "f" and n.id != like.id
+
+
+def _receiver_factors(graph: Graph, agg: Node) -> tuple:
+    """Rule 1b: ``(out, receiver_scale, receiver_inverse, constant, folded map ids)`` of the chain
+    of products / quotients by vertex scalars or numbers that follows ``agg``."""
+    nodes, users, outputs = graph.nodes, graph.users(), set(graph.outputs)
+    cur, scale, inverse, constant, folded = agg, [], [], 1.0, []
+    while cur.id not in outputs and len(users[cur.id]) == 1:
+        u = nodes[users[cur.id][0]]
+        if u.op != "map" or u.domain != "vertex" or u.shape != agg.shape or u.dtype != agg.dtype:
+            break
+        name, args = u.attrs.get("name"), u.args
+        other = args[-1] if args[0] == cur.id else args[0]  # the factor beside the running product
+        if name == "mul" and len(args) == 2 and _vertex_scalar(nodes[other], cur):
+            scale.append(other)
+        elif name == "div" and len(args) == 2 and args[0] == cur.id and _vertex_scalar(nodes[args[1]], cur):
+            inverse.append(args[1])
+        elif name == "mul" and len(args) == 1 and "const" in u.attrs:
+            constant *= u.attrs["const"]
+        elif name == "div" and len(args) == 1 and "const" in u.attrs and not u.attrs["const_first"] \
+                and u.attrs["const"] != 0.0:
+            constant /= u.attrs["const"]
+        else:
+            break
+        folded.append(u.id)
+        cur = u
+    return cur.id, tuple(scale), tuple(inverse), constant, tuple(folded)
 
 
 def _attention(graph: Graph, agg: Node) -> Optional[AttentionPlan]:

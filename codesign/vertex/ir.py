@@ -12,7 +12,9 @@ item (one vertex or one edge). The operations (``op``):
                          value i (``u.h[e.type]``), gathered from x viewed as [N * R, ...]
     map          same    args: one elementwise function ``fn`` of one item per argument, applied
                          with `jax.vmap` over the leading axis (attrs ``name``, e.g. "mul", and
-                         for "leaky_relu" ``slope``)
+                         for "leaky_relu" ``slope``; a "mul" / "div" of one traced value and a
+                         Python number records it as ``const`` (float) and ``const_first``
+                         (whether the number is the left operand))
     aggregate    vertex  args (x,): reduction of edge value x over each vertex's in-edges (attrs
                          ``kind`` in "sum", "mean", "max")
     softmax      edge    args (x,): softmax of edge value x over each receiver's in-edges
@@ -44,7 +46,8 @@ class Node:
       shape: per-item shape (tuple of ints).
       dtype: per-item dtype (numpy dtype).
       fn: the per-item function of a "map" node (else None).
-      attrs: op attributes (``name`` of an input or map, ``kind`` of an aggregation, ``slope``).
+      attrs: op attributes (``name`` of an input or map, ``kind`` of an aggregation, ``slope``,
+        ``const`` / ``const_first`` of a product or quotient with a number).
       where: ``"file:line: source"`` of the user's statement that created the node.
     """
 

@@ -194,6 +194,7 @@ def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
     adj, gates = ctx.adj, ctx.gates
     s, r, n = adj.senders, adj.receivers, adj.n_nodes
     plans = plan(graph, gated=gates is not None)
+    folded_out = {p.out: p for p in plans.values() if isinstance(p, SpmmPlan) and p.out != p.agg}
     memo: dict = {}
 
     def value(i: int) -> jax.Array:
@@ -205,12 +206,21 @@ def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
         g = jnp.ones(s.shape, jnp.float32) if gates is None else gates.astype(jnp.float32)
         return jnp.maximum(jax.ops.segment_sum(g, r, num_segments=n), 1.0)
 
-    def fused_spmm(p: SpmmPlan, kind: str):
+    def fused_spmm(p: SpmmPlan, receiver: bool = True):
+        """Rule 1 for plan ``p``; ``receiver``: with rule 1b's factors (the value of ``p.out``)."""
+        kind = graph.nodes[p.agg].attrs["kind"]
         w = None
         for i in p.scale:
             w = value(i) if w is None else w * value(i)
         for i in p.inverse:
             w = (1.0 / value(i)) if w is None else w / value(i)
+        if receiver:  # rule 1b: w_e *= s[receivers[e]], w_e /= t[receivers[e]], w_e *= c
+            for i in p.receiver_scale:
+                w = value(i)[r] if w is None else w * value(i)[r]
+            for i in p.receiver_inverse:
+                w = (1.0 / value(i)[r]) if w is None else w / value(i)[r]
+            if p.constant != 1.0:
+                w = jnp.full(s.shape, p.constant, jnp.float32) if w is None else w * p.constant
         if gates is not None:
             w = gates if w is None else w * gates
         f = graph.nodes[p.feature]
@@ -250,6 +260,8 @@ def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
 
     def compute(node):
         op, a = node.op, node.args
+        if node.id in folded_out:  # the last product of rule 1b: the kernel's result
+            return fused_spmm(folded_out[node.id])
         if op == "node_input":
             return nodes[node.attrs["name"]]
         if op == "edge_input":
@@ -270,8 +282,8 @@ def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
             p, kind = plans[node.id], node.attrs["kind"]
             if isinstance(p, AttentionPlan):
                 return fused_attention(p)
-            if isinstance(p, SpmmPlan):
-                return fused_spmm(p, kind)
+            if isinstance(p, SpmmPlan):  # read here only if nothing was folded (else by nobody)
+                return fused_spmm(p, receiver=p.out == node.id)
             return fallback_aggregate(kind, value(a[0]))
         raise AssertionError(f"unknown IR op {op!r}")
 

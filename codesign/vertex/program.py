@@ -212,7 +212,8 @@ class Program:
     # ------------------------------------------------------------------------------ workload
     def workload(self, n_nodes: int, n_edges: int, widths: Optional[Mapping] = None, *, bits=32.0,
                  out_bits=None, heads: int = 1, training: bool = False, hard: bool = False,
-                 locality: Optional[hwmodel.LocalityProfile] = None, name: str = "vertex") -> hwmodel.Workload:
+                 locality: Optional[hwmodel.LocalityProfile] = None, weight_products: bool = True,
+                 name: str = "vertex") -> hwmodel.Workload:
         """The `hwmodel.Workload` of one call on a graph of ``n_nodes`` and ``n_edges`` edges,
         derived from the IR (`codesign.vertex.cost.derive`).
 
@@ -227,6 +228,10 @@ class Program:
           training: forward + backward (`hwmodel.with_backward`).
           hard: density and bits of the hardened gates and quantizers.
           locality: the graph's `hwmodel.LocalityProfile` (None = uniform re-reference).
+          weight_products: cost the per-edge products that form a fused SpMM's weights (k - 1
+            ops per kept edge for k scalar factors, gates included; `codesign.vertex.cost`); False
+            takes the weights as given, as the models' ``workload()`` take A_hat's values (the
+            per-edge normalization `gcn_normalize` runs there too but is not costed).
           name: the layer name.
 
         Raises:
@@ -266,7 +271,7 @@ class Program:
         nnz = density * gated + (n_edges - gated)
         return cost.derive(graph, n_nodes=n_nodes, n_edges=nnz, edge_density=density, in_bits=in_bits,
                            out_bits=out_bits, heads=heads, training=training, locality=locality,
-                           gated=self.edge_gates is not None, name=name)
+                           gated=self.edge_gates is not None, weight_products=bool(weight_products), name=name)
 
 
 def _gated_edges(g, n_edges: int, n_nodes: int) -> int:

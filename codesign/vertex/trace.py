@@ -124,6 +124,11 @@ def _map(name: str, fn: Callable, *operands, **attrs) -> "Value":
         _fail(f"{name}: per-item shapes {shapes} do not agree ({type(err).__name__}: {str(err).splitlines()[0]})")
     if not isinstance(out, jax.ShapeDtypeStruct):
         _fail(f"{name}: must give one array per item, got {type(out).__name__}")
+    if name in ("mul", "div") and len(operands) == 2 and len(values) == 1:
+        c = consts[0] if consts[0] is not None else consts[1]
+        if isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool):
+            # a Python-number factor, recorded so that fusion can fold it into an SpMM's weights
+            attrs = dict(attrs, const=float(c), const_first=consts[0] is not None)
     return tr.add("map", tuple(v.id for v in values), domain, out.shape, out.dtype, fn=item_fn, name=name, **attrs)
 
 
