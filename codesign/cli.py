@@ -357,12 +357,15 @@ def cmd_sweep(args) -> int:
     todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **method, **measured})
             for cfg in configs if run_key(args.dataset, args.hw, cfg, **measured) not in done]
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
+    if args.measure:  # the measuring machine's spec and the graph's locality, once for every run
+        from codesign.deploy import measure_model
+        from codesign.hwmodel import measure_locality
+        local_hw, locality = presets.get("cpu"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):
         result = train(graph, cfg, hw, return_model=args.measure)
         result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
         if args.measure:
-            from codesign.deploy import measure_model
-            result.update(measure_model(result.pop("model"), graph, presets.get("cpu"), reps=args.reps))
+            result.update(measure_model(result.pop("model"), graph, local_hw, reps=args.reps, locality=locality))
         store.append(make_record(run_key(args.dataset, args.hw, cfg, **measured), config, result))
     print(path)
     return 0

@@ -317,6 +317,7 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     from flax import nnx
 
     from codesign import hwmodel
+    from codesign.train import adjacency
     compact, dense = deploy(model, graph), dense_program(model, graph)
     out = measure(compact, dense, reps=reps, warmup=warmup)
     if locality is None:
@@ -327,17 +328,12 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality), local_hw)
     shell = GCN(model.in_features, model.conv1.out_features, model.conv2.out_features, rngs=nnx.Rngs(0))
     ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality), local_hw)
-    logits = np.asarray(model(graph.x, _jax_adjacency(graph)))
+    logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
     out["kept"] = compact.kept
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())
     return out
-
-
-def _jax_adjacency(graph: Graph):
-    from codesign.kernels import CooAdjacency
-    return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
 
 
 def int8_matmul_is_faster(m: int = 2048, k: int = 512, n: int = 64, reps: int = 5) -> dict:

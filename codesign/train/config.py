@@ -375,7 +375,6 @@ class TrainConfig:
         return self.costed if self.masks.feature is None else self.masks.feature
 
 
-FIELD_DOMAINS = {key: (_SEED if section is None else
-                       {f.name: f.metadata["domain"] for f in dataclasses.fields(SECTIONS[section])}[field])
-                 for key, (section, field) in FLAT_FIELDS.items()}
+FIELD_DOMAINS = {**{f.metadata["flat"] or f.name: f.metadata["domain"]
+                    for cls in SECTIONS.values() for f in dataclasses.fields(cls)}, "seed": _SEED}
 """Every flat field's domain (the command line derives its flag types from it)."""
