@@ -53,7 +53,8 @@ def main(argv=None) -> list[dict]:
         rc = cli.main(["sweep", "--measure", *sweep, "--out", args.out])
         if rc != 0:
             raise SystemExit(f"realized_savings: codesign sweep --measure {' '.join(sweep)} failed (exit {rc})")
-    files = sorted(Path(args.out).glob("*_measured_quick.jsonl")) if args.quick else measured.find_inputs(Path(args.out))
+    out = Path(args.out)
+    files = sorted(out.glob("*_measured_quick.jsonl")) if args.quick else measured.find_inputs(out)
     points = measured.load_points(files)
     rows = []
     for dataset in sorted({q["dataset"] for q in points}):

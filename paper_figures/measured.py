@@ -120,7 +120,8 @@ def draw(points: Sequence[dict], out: Path, dataset: str, dpi: int = DPI) -> lis
     ax3.scatter([1e3 * p["measured_s"] for p in pts], [1e3 * p["modeled_s"] for p in pts], s=18, label="compact")
     ax3.scatter([1e3 * p["dense_measured_s"] for p in pts], [1e3 * p["dense_modeled_s"] for p in pts], s=18,
                 marker="x", label="dense FP32")
-    vals = [1e3 * v for p in pts for v in (p["measured_s"], p["modeled_s"], p["dense_measured_s"], p["dense_modeled_s"])]
+    keys = ("measured_s", "modeled_s", "dense_measured_s", "dense_modeled_s")
+    vals = [1e3 * p[k] for p in pts for k in keys]
     lo, hi = min(vals) / 2, max(vals) * 2
     ax3.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="y = x")
     ax3.set_xscale("log")

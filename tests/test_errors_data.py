@@ -350,3 +350,10 @@ def test_ogb_negative_label_names_labels():
     g, _, s = _ogb_ok()
     with pytest.raises(ValueError, match=r"ogbn-tiny: labels must be non-negative integers"):
         cogb._checked_arrays("ogbn-tiny", g, np.array([0, -1, 1, 2]), s)
+
+
+def test_load_dataset_refuses_an_unknown_name_listing_the_known_ones():
+    from codesign.data import DATASETS, load_dataset
+    with pytest.raises(ValueError, match=r"dataset: unknown dataset 'coraa'; choose from cora, citeseer, pubmed, wordnet"):
+        load_dataset("coraa")
+    assert DATASETS[-1] == "wordnet"

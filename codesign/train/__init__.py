@@ -18,8 +18,8 @@ from codesign.train.build import adjacency, build_model, dense_cost, teacher_con
 from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS, FLAT_FIELDS, GATE_OPTIMIZERS,
                                    LEARNED_BITS, OBJECTIVES, SECTIONS, SELECTIONS, CostConfig, DistillConfig,
                                    Interval, MaskConfig, ModelConfig, OneOf, OptimConfig, QuantConfig, TrainConfig)
-from codesign.train.loop import (FitResult, Problem, TrainStep, check_budget_feasible, dense_teacher, fit, graph_evaluate,
-                                 graph_forward, make_step, train)
+from codesign.train.loop import (FitResult, Problem, TrainStep, check_budget_feasible, dense_teacher, fit,
+                                 graph_evaluate, graph_forward, make_step, train)
 from codesign.train.objective import (LossContext, LossTerm, bits_penalty, cost_constraint, cost_penalty, distill_kl,
                                       distillation, edge_l0, masked_accuracy, masked_cross_entropy, objective,
                                       task_term)

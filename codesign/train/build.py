@@ -39,9 +39,10 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
                 kw["in_degree"] = np.bincount(np.asarray(graph.receivers), minlength=graph.n_nodes) + 1
     for name in ("edge_sparsifier", "channel_mask", "quantizer"):
         if name in kw and not MODELS[cfg.model.name].accepts(name):
-            raise ValueError(f"TrainConfig.{'.'.join(FLAT_FIELDS[name])}: model {cfg.model.name!r} does not take a {name}")
-    model = MODELS[cfg.model.name](graph.n_features, cfg.model.hidden, graph.n_classes, dropout=cfg.model.dropout, rngs=rngs,
-                              **kw, **cfg.model.options())
+            raise ValueError(f"TrainConfig.{'.'.join(FLAT_FIELDS[name])}: model {cfg.model.name!r} does not take "
+                             f"a {name}")
+    model = MODELS[cfg.model.name](graph.n_features, cfg.model.hidden, graph.n_classes, dropout=cfg.model.dropout,
+                                   rngs=rngs, **kw, **cfg.model.options())
     if cfg.quant.pin_ranges and not dense:  # the input quantizer keeps its learned range (TrainConfig.pin_ranges)
         pin_ranges(model, skip=(model.first_layer.quant_x,))
     return model
@@ -49,7 +50,8 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
 
 def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
     if cfg.masks.edge_sparsifier == "block":
-        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.masks.block_size, cfg.masks.reorder,
+        return BlockEdgeMask.from_graph(graph.senders, graph.receivers, graph.n_nodes, cfg.masks.block_size,
+                                        cfg.masks.reorder,
                                         self_loops=MODELS[cfg.model.name].SELF_LOOPS, rngs=rngs)
     if cfg.masks.edge_sparsifier == "scorer":
         return EdgeScorer(graph.n_features, rngs=rngs)

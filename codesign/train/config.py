@@ -314,7 +314,8 @@ class TrainConfig:
     def __post_init__(self):
         for name, cls in SECTIONS.items():
             if not isinstance(getattr(self, name), cls):
-                raise TypeError(f"TrainConfig.{name}: must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+                got = type(getattr(self, name)).__name__
+                raise TypeError(f"TrainConfig.{name}: must be a {cls.__name__}, got {got}")
         _SEED.check("TrainConfig.seed", self.seed)
         if self.masks.edge_l0_weight > 0 and not self.uses_edge_mask:
             raise ValueError("TrainConfig.masks.edge_l0_weight: needs an edge mask (masks.edge=True, or a cost term "

@@ -32,7 +32,8 @@ from codesign.train.objective import LossContext, LossTerm, masked_accuracy, mas
 from codesign.train.optim import optimizer
 from codesign.train.select import BestVal, selection_terms, track_best
 
-__all__ = ["Problem", "FitResult", "TrainStep", "make_step", "fit", "graph_forward", "graph_evaluate", "train", "dense_teacher", "check_budget_feasible"]
+__all__ = ["Problem", "FitResult", "TrainStep", "make_step", "fit", "graph_forward", "graph_evaluate", "train",
+           "dense_teacher", "check_budget_feasible"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,8 +182,9 @@ def _first_nonfinite(first_bad: jax.Array, epoch, loss: jax.Array) -> jax.Array:
 def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> str:
     """One line: where the loss stopped being finite and the settings that were used."""
     cost = f"budget={cfg.cost.budget}" if cfg.cost.budget is not None else f"cost_weight={cfg.cost.weight}"
-    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.optim.epochs} (final loss {final_loss}); "
-            f"settings used: model={cfg.model.name}, lr={cfg.optim.lr}, gate_lr={cfg.masks.gate_lr}, weight_decay={cfg.optim.weight_decay}, "
+    return (f"training diverged: loss not finite from epoch {first_bad} of {cfg.optim.epochs} "
+            f"(final loss {final_loss}); settings used: model={cfg.model.name}, lr={cfg.optim.lr}, "
+            f"gate_lr={cfg.masks.gate_lr}, weight_decay={cfg.optim.weight_decay}, "
             f"{cost}, bits={cfg.quant.bits or 32}, quantizer={cfg.quant.quantizer}, seed={cfg.seed}")
 
 
@@ -246,13 +248,15 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     dense = dense_cost(cfg, graph, hw, locality)
     dense_c = float(getattr(dense, cfg.cost.objective))
-    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
+    model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
+                                             quant=cfg.seed + 3))
     if cfg.cost.budget is not None:
         check_budget_feasible(cfg, model, graph, hw, locality, dense_c)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
     def cost_ratio(m, hard: bool):
-        return getattr(hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw), cfg.cost.objective) / dense_c
+        report = hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw)
+        return getattr(report, cfg.cost.objective) / dense_c
 
     model.train()
     fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate), cfg,
@@ -334,7 +338,8 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
     floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
                                                           locality=locality), hw), cfg.cost.objective)) / dense_c
     if cfg.cost.budget < floor:
-        raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} model with every "
+        raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} "
+                         f"model with every "
                          f"learned mask closed still costs {floor:.4g} x the dense {cfg.cost.objective} on {hw.name}")
 
 
