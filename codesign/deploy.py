@@ -5,7 +5,10 @@
 - input features whose gate is 0 are removed: the program stores ``Q(X[:, kept] * z[kept])``
   (the feature store of the deployed model holds only the columns it reads, quantized once: the
   features are static data in transductive node classification) and the first weight matrix
-  only the kept rows;
+  only the kept rows; the store is dense or scipy CSR, whichever runs the first product faster
+  on this machine (``feature_store="auto"``, timed at deploy; bag-of-words features are ~1 %
+  nonzero), and the dense reference gets the same choice, so the reference is the best
+  configuration of the dense model, not a strawman;
 - hidden channels whose gate is 0 are removed from the first layer's columns and bias and from
   the second layer's rows;
 - edges whose gate is 0 are removed and the GCN normalization ``D^-1/2 (A_gated + I) D^-1/2``
@@ -52,8 +55,8 @@ integer codes and dequantized once). numpy has no integer GEMM faster than its f
 CPUs measured (`int8_matmul_is_faster`; docs/results.md), so the integer path is
 not taken, and `measure_model` prices the program at this width."""
 
-__all__ = ["COMPUTE_BITS", "QuantizedMatrix", "CompactGCN", "deploy", "dense_program", "measure", "measure_model",
-           "int8_matmul_is_faster"]
+__all__ = ["COMPUTE_BITS", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy", "dense_program",
+           "pick_feature_store", "measure", "measure_model", "int8_matmul_is_faster"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +113,8 @@ class CompactGCN:
     Fields:
       adj: scipy CSR float32 [N, N], the normalized adjacency over the kept edges + self-loops.
       x: float32 [N, F_kept] the kept, gate-scaled input feature columns, already on the first
-        layer's activation grid (the features are static data: quantized once at deploy time).
+        layer's activation grid (the features are static data: quantized once at deploy time);
+        a numpy array or a scipy CSR matrix (`feature_store`).
       w0, w1: `QuantizedMatrix` [F_kept, H_kept] and [H_kept, C].
       b0: float32 [H_kept]; b1: float32 [C].
       channel_gate: float32 [H_kept] the kept hidden channels' deterministic gates.
@@ -119,7 +123,7 @@ class CompactGCN:
     """
 
     adj: sp.csr_matrix
-    x: np.ndarray
+    x: np.ndarray | sp.csr_matrix
     w0: QuantizedMatrix
     w1: QuantizedMatrix
     b0: np.ndarray
@@ -139,6 +143,11 @@ class CompactGCN:
         return _layer(self.adj, _quantize_activation(h, self.bits), self._w1, self.b1)
 
     @property
+    def feature_store(self) -> str:
+        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
+        return "csr" if sp.issparse(self.x) else "dense"
+
+    @property
     def model_bytes(self) -> int:
         """Stored parameter bytes: integer codes (packed) + scales + biases + channel gates."""
         return self.w0.stored_bytes + self.w1.stored_bytes + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
@@ -146,13 +155,18 @@ class CompactGCN:
     @property
     def graph_bytes(self) -> int:
         """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
-        a = self.adj
-        return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes + self.x.nbytes)
+        return _stored_bytes(self.adj) + _stored_bytes(self.x)
+
+
+def _stored_bytes(a) -> int:
+    """Bytes of a dense array or of a scipy CSR matrix's indptr, indices and values."""
+    return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes) if sp.issparse(a) else int(a.nbytes)
 
 
 def _layer(adj: sp.csr_matrix, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``A @ x @ w + b`` in the cheaper order (combine first when it narrows the matrix)."""
-    if w.shape[1] <= w.shape[0]:
+    """``A @ x @ w + b`` in the cheaper order (combine first when it narrows the matrix, or when
+    ``x`` is sparse: aggregating it first would be a sparse x sparse product)."""
+    if w.shape[1] <= w.shape[0] or sp.issparse(x):
         return np.asarray(adj @ (x @ w)) + b
     return np.asarray(adj @ x) @ w + b
 
@@ -168,16 +182,49 @@ def _normalized_csr(senders: np.ndarray, receivers: np.ndarray, weight: np.ndarr
     return sp.csr_matrix(((w * inv[s] * inv[r]).astype(np.float32), (r, s)), shape=(n, n))
 
 
-def deploy(model: GCN, graph: Graph) -> CompactGCN:
+FEATURE_STORES = ("auto", "dense", "csr")
+"""Feature stores of `deploy` / `dense_program`: ``"auto"`` times both (`pick_feature_store`)."""
+
+
+def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: int = 5):
+    """The features ``x`` float32 [N, K] as the program stores them: dense, scipy CSR, or (``"auto"``)
+    whichever computes ``x @ w`` (``w`` float32 [K, H], the first layer's weight) faster here,
+    by the median of ``reps`` timed products of each.
+
+    Raises:
+      ValueError: ``store`` not in `FEATURE_STORES`.
+    """
+    if store not in FEATURE_STORES:
+        raise ValueError(f"feature_store: must be one of {FEATURE_STORES}, got {store!r}")
+    if store == "dense":
+        return x
+    xs = sp.csr_matrix(x)
+    if store == "csr":
+        return xs
+
+    def median_s(a):
+        ts = []
+        for _ in range(reps + 1):  # the first is a warm-up
+            t0 = time.perf_counter()
+            a @ w
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts[1:])
+
+    return xs if median_s(xs) < median_s(x) else x
+
+
+def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
     """The compact program of the hardened ``model`` on ``graph`` (see the module docstring).
 
     Args:
       model: a trained `codesign.models.GCN`; it is switched to eval mode (deterministic gates).
       graph: the `Graph` it runs on (its features are stored compact in the program).
+      feature_store: "dense", "csr" or "auto" (`pick_feature_store`).
 
     Raises:
       NotImplementedError: a model other than GCN, or a quantizer other than `FakeQuant`.
-      ValueError: ``graph.n_features`` differs from the model's input width.
+      ValueError: ``graph.n_features`` differs from the model's input width; an unknown
+        ``feature_store``.
     """
     if not isinstance(model, GCN):
         raise NotImplementedError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
@@ -210,9 +257,10 @@ def deploy(model: GCN, graph: Graph) -> CompactGCN:
 
     w0, s0, b0bits = _quantize_weight(np.asarray(model.conv1.kernel[...]), model.conv1.quant_w.bits)
     w1, s1, b1bits = _quantize_weight(np.asarray(model.conv2.kernel[...]), model.conv2.quant_w.bits)
+    w0 = QuantizedMatrix(np.ascontiguousarray(w0[keep_f][:, keep_c]), s0, b0bits)
+    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), model.conv1.quant_x.bits)
     return CompactGCN(
-        adj=adj, x=_quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), model.conv1.quant_x.bits),
-        w0=QuantizedMatrix(np.ascontiguousarray(w0[keep_f][:, keep_c]), s0, b0bits),
+        adj=adj, x=pick_feature_store(x, w0.dequantized(), feature_store), w0=w0,
         w1=QuantizedMatrix(np.ascontiguousarray(w1[keep_c]), s1, b1bits),
         b0=np.asarray(model.conv1.bias[...], np.float32)[keep_c], b1=np.asarray(model.conv2.bias[...], np.float32),
         channel_gate=z_c[keep_c], bits=model.conv1.quant_x.bits,
@@ -221,15 +269,18 @@ def deploy(model: GCN, graph: Graph) -> CompactGCN:
               "edges": int(keep_e.sum()), "edge_fraction": float(keep_e.mean()) if len(keep_e) else 1.0})
 
 
-def dense_program(model: GCN, graph: Graph) -> CompactGCN:
+def dense_program(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
     """The dense FP32 program of the same architecture (all features, channels and edges, float32
-    weights of ``model``, no quantization), run by the same code: the fair reference of `measure`."""
+    weights of ``model``, no quantization), run by the same code: the fair reference of `measure`.
+    ``feature_store`` as in `deploy` (the faster store by default: the reference's best
+    configuration)."""
     n = graph.n_nodes
     weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
     adj = _normalized_csr(np.asarray(graph.senders), np.asarray(graph.receivers), weight, n)
     w0, w1 = (np.asarray(c.kernel[...], np.float32) for c in (model.conv1, model.conv2))
     # an owned C-contiguous copy, as the compact program's feature store (not a view of the JAX buffer)
-    return CompactGCN(adj=adj, x=np.array(graph.x, np.float32, order="C"), w0=QuantizedMatrix(w0, 1.0, 32),
+    x = pick_feature_store(np.array(graph.x, np.float32, order="C"), w0, feature_store)
+    return CompactGCN(adj=adj, x=x, w0=QuantizedMatrix(w0, 1.0, 32),
                       w1=QuantizedMatrix(w1, 1.0, 32), b0=np.asarray(model.conv1.bias[...], np.float32),
                       b1=np.asarray(model.conv2.bias[...], np.float32),
                       channel_gate=np.ones(w0.shape[1], np.float32), bits=None,
@@ -291,7 +342,7 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
 
 
 def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
-                  locality=None) -> dict:
+                  locality=None, feature_store: str = "auto") -> dict:
     """Deploys the hardened ``model`` and measures it next to the dense FP32 program on this
     machine (`measure`), beside the cost model's prediction for this machine: the record fields of
     a measured design point (`codesign sweep --measure`, `codesign deploy`, experiments/deploy_measure.py).
@@ -303,13 +354,15 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
         preset on a CPU).
       reps, warmup: as in `measure`.
       locality: a `codesign.hwmodel.LocalityProfile` of ``graph`` (measured when None).
+      feature_store: of both programs, as in `deploy`; each is priced with the store it got
+        (CSR: the first product as `hwmodel.csr_gemm_stage` over the kept columns' nonzeros).
 
     Returns:
       `measure`'s dict plus ``modeled_local`` / ``dense_modeled_local`` (``latency_s`` s and
       ``energy_j`` J on ``local_hw`` of the compact program as it runs, i.e. the hardened model's
       kept features, channels and edges at `COMPUTE_BITS`, and of the dense FP32 model of the same
-      widths), ``kept`` (`CompactGCN.kept`) and ``max_logit_gap`` (max |compact - hardened
-      model| over the logits, float).
+      widths), ``kept`` (`CompactGCN.kept`), ``feature_store`` (``{"compact", "dense"}``: the store
+      each program got) and ``max_logit_gap`` (max |compact - hardened model| over the logits, float).
 
     Raises:
       NotImplementedError / ValueError: as `deploy`.
@@ -317,21 +370,26 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     from flax import nnx
 
     from codesign import hwmodel
+    from codesign.graph import feature_column_nnz
     from codesign.train import adjacency
-    compact, dense = deploy(model, graph), dense_program(model, graph)
+    compact, dense = deploy(model, graph, feature_store), dense_program(model, graph, feature_store)
     out = measure(compact, dense, reps=reps, warmup=warmup)
     if locality is None:
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     n, e = graph.n_nodes, graph.n_edges
     # priced as the program runs: its removed features, channels and edges, at the width it computes
     # and stores in (`COMPUTE_BITS`: float32 here, integer codes dequantized), not the quantizers' width
-    modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality), local_hw)
+    col_nnz = feature_column_nnz(graph.x)
+    nnz_of = lambda prog: col_nnz if prog.feature_store == "csr" else None
+    modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality,
+                                              feature_nnz=nnz_of(compact)), local_hw)
     shell = GCN(model.in_features, model.conv1.out_features, model.conv2.out_features, rngs=nnx.Rngs(0))
-    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality), local_hw)
+    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense)), local_hw)
     logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
     out["kept"] = compact.kept
+    out["feature_store"] = {"compact": compact.feature_store, "dense": dense.feature_store}
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())
     return out
 

@@ -204,3 +204,12 @@ def add_self_loops(senders: Array, receivers: Array, n_nodes: int) -> tuple[Arra
     """Appends one edge ``i -> i`` per node: returns ``(senders[E + N], receivers[E + N])``."""
     loops = jnp.arange(n_nodes, dtype=senders.dtype)
     return jnp.concatenate([senders, loops]), jnp.concatenate([receivers, loops])
+
+
+def feature_column_nnz(x) -> np.ndarray:
+    """float32 [F]: the stored nonzeros of each column of the node features ``x`` [N, F] (a
+    numpy / JAX array or a scipy sparse matrix): what each column costs when the features are
+    stored sparse (CSR; `codesign.hwmodel.csr_gemm_stage`, `codesign.models.GCN.workload`)."""
+    if sp.issparse(x):
+        return np.asarray(sp.csc_matrix(x).getnnz(axis=0), np.float32)
+    return np.count_nonzero(np.asarray(x), axis=0).astype(np.float32)

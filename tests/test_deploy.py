@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from codesign.deploy import QuantizedMatrix, deploy, dense_program, measure
-from codesign.graph import Graph
+import scipy.sparse as sp
+
+from codesign import hwmodel
+from codesign.deploy import QuantizedMatrix, deploy, dense_program, measure, pick_feature_store
+from codesign.graph import Graph, feature_column_nnz
 from codesign.models import GAT, GCN
 from codesign.train import adjacency
 
@@ -49,6 +52,77 @@ def test_compact_logits_equal_the_hardened_model(bits):
     assert c.kept["edges"] < g.n_edges and c.kept["features"] < g.n_features and c.kept["channels"] < 8
     # equal up to float32 summation order (the removed terms are exact zeros)
     np.testing.assert_allclose(c(), ref, rtol=1e-5, atol=1e-6 * float(np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("bits", [None, 8])
+def test_csr_feature_store_gives_the_same_logits(bits):
+    g = _graph()
+    m = _hardened_gcn(g, bits)
+    dense_store, csr_store = deploy(m, g, "dense"), deploy(m, g, "csr")
+    assert dense_store.feature_store == "dense" and csr_store.feature_store == "csr"
+    assert sp.issparse(csr_store.x) and csr_store.x.shape == dense_store.x.shape
+    np.testing.assert_array_equal(csr_store.x.toarray(), dense_store.x)
+    np.testing.assert_allclose(csr_store(), dense_store(), rtol=1e-5, atol=1e-6 * float(np.abs(dense_store()).max()))
+    # the CSR store holds only the nonzeros: indptr + indices + values
+    x = csr_store.x
+    assert csr_store.graph_bytes - dense_store.graph_bytes == x.indptr.nbytes + x.indices.nbytes + x.data.nbytes \
+        - dense_store.x.nbytes
+    ref = dense_program(m, g, "csr")
+    assert ref.feature_store == "csr"
+    np.testing.assert_allclose(ref(), dense_program(m, g, "dense")(), rtol=1e-5, atol=1e-6)
+
+
+def test_pick_feature_store_returns_one_of_the_two_stores_and_refuses_unknown():
+    x = np.eye(50, dtype=np.float32)
+    w = np.ones((50, 4), np.float32)
+    for store in ("auto", "dense", "csr"):
+        out = pick_feature_store(x, w, store)
+        np.testing.assert_array_equal(out.toarray() if sp.issparse(out) else out, x)
+    assert sp.issparse(pick_feature_store(x, w, "csr")) and not sp.issparse(pick_feature_store(x, w, "dense"))
+    with pytest.raises(ValueError, match="feature_store: must be one of"):
+        pick_feature_store(x, w, "bsr")
+    g = _graph()
+    with pytest.raises(ValueError, match="feature_store: must be one of"):
+        deploy(_hardened_gcn(g, None), g, "coo")
+
+
+def test_sparse_input_workload_counts_the_kept_columns_nonzeros():
+    g = _graph()
+    m = _hardened_gcn(g, None)
+    col = feature_column_nnz(g.x)
+    assert col.shape == (g.n_features,) and col.sum() == np.count_nonzero(np.asarray(g.x))
+    np.testing.assert_array_equal(feature_column_nnz(sp.csr_matrix(np.asarray(g.x))), col)
+    keep = np.asarray(m.feature_mask.hard_mask())
+    wl = m.workload(g.n_nodes, g.n_edges, hard=True, feature_nnz=col)
+    first = wl.layers[0].combine_first[0]
+    hidden_kept = int(np.asarray(m.channel_mask.hard_mask()).sum())
+    assert first.kind == "spmm"
+    assert float(first.macs) == pytest.approx(float(col[keep].sum()) * hidden_kept)
+    assert float(first.gathered_rows) == pytest.approx(float(col[keep].sum()))
+    # one schedule: combine first (no sparse x sparse product), in both orders
+    assert wl.layers[0].aggregate_first == wl.layers[0].combine_first
+    # expected (training) counts weight each column by its gate's P(z > 0)
+    p = np.asarray(m.feature_mask.keep_probability())
+    wl_exp = m.workload(g.n_nodes, g.n_edges, feature_nnz=col)
+    assert float(wl_exp.layers[0].combine_first[0].gathered_rows) == pytest.approx(float((p * col).sum()), rel=1e-5)
+    # a what-if feature density keeps that fraction of all nonzeros
+    wl_what = m.workload(g.n_nodes, g.n_edges, hard=True, feature_nnz=col, densities={"feature": 0.5})
+    assert float(wl_what.layers[0].combine_first[0].gathered_rows) == pytest.approx(0.5 * float(col.sum()))
+    with pytest.raises(ValueError, match=r"GCN.workload\(feature_nnz\): expected shape \(12,\)"):
+        m.workload(g.n_nodes, g.n_edges, feature_nnz=np.ones(3))
+
+
+def test_csr_gemm_stage_hand_computed():
+    # A[10, 6] with 7 nonzeros @ W[6, 4], fp32: 7 gathered W rows of 16 bytes
+    s = hwmodel.csr_gemm_stage(10, 6, 4, 7, 32, 32, 32)
+    assert s.kind == "spmm" and float(s.macs) == 28.0 and float(s.gathered_rows) == 7.0
+    structure = 7 * (4 + 4) + 11 * 4
+    assert float(s.compulsory_bytes) == structure + 6 * 4 * 4 + 10 * 4 * 4
+    assert float(s.reuse_bytes) == (7 - 6) * 4 * 4 and float(s.working_set_bytes) == 6 * 4 * 4
+    with pytest.raises(ValueError, match=r"csr_gemm_stage\(nnz\)"):
+        hwmodel.csr_gemm_stage(10, 6, 4, -1, 32, 32, 32)
+    with pytest.raises(ValueError, match=r"csr_gemm_stage\(a_bits\)"):
+        hwmodel.csr_gemm_stage(10, 6, 4, 7, 0, 32, 32)
 
 
 @pytest.mark.parametrize("bits", [8, 4])

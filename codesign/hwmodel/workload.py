@@ -148,6 +148,38 @@ def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
     return Stage("gemm", m * k * n, bits, compulsory, zero, zero)
 
 
+def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
+    """Sparse-input GEMM ``A[m, k] @ W[k, n]`` with ``A`` stored as CSR with ``nnz`` nonzeros (a
+    bag-of-words feature matrix: scipy's CSR x dense product, cuSPARSE SpMM): every stored
+    nonzero gathers one row of ``W`` and multiply-adds it into its output row.
+
+    Reads the CSR structure (``(m + 1)`` row pointers, ``nnz`` column ids and ``nnz`` values of
+    ``a_bits``) and ``W`` once, writes the output once (compulsory); every nonzero beyond the
+    first per column of ``A`` re-gathers a ``W`` row (``reuse_bytes``; ``W`` is the working set,
+    ``k`` rows, uniform re-reference). Kind "spmm": it runs on the vector units at the gather
+    rate (`stage_cost`), as the adjacency SpMM does, not at the matrix engine's GEMM rate.
+    Backward (`with_backward`) is charged as an SpMM's (an upper bound: the input's gradient is
+    not needed for features).
+
+    Args:
+      m, k, n: rows of A, columns of A (= rows of W), columns of W.
+      nnz: stored nonzeros of A (may be expected: sum over kept columns of their nonzeros).
+      a_bits, w_bits, out_bits: bits per stored value of A, per element of W and of the output.
+
+    Raises:
+      ValueError: a concrete count below 0 or a bit-width outside [1, 32], or either not finite.
+    """
+    _counts("csr_gemm_stage", m=m, k=k, n=n, nnz=nnz)
+    _bits("csr_gemm_stage", a_bits=a_bits, w_bits=w_bits, out_bits=out_bits)
+    m, k, n, nnz = _f32(m), _f32(k), _f32(n), _f32(nnz)
+    w_bytes = k * n * w_bits / 8.0
+    out_bytes = m * n * out_bits / 8.0
+    structure = nnz * (INDEX_BYTES + a_bits / 8.0) + (m + 1) * INDEX_BYTES
+    reuse = jnp.maximum(nnz - k, 0.0) * n * w_bits / 8.0
+    return Stage("spmm", nnz * n, jnp.maximum(_f32(a_bits), _f32(w_bits)), structure + w_bytes + out_bytes, reuse,
+                 w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz)
+
+
 def upcast_gemm_stages(m, k, n, bits, compute_bits=32.0) -> tuple[Stage, Stage, Stage, Stage]:
     """A ``bits``-bit GEMM ``[m, k] @ [k, n]`` on an engine without a ``bits``-bit path: both
     operands are converted to ``compute_bits`` first, the product runs at ``compute_bits`` and
@@ -334,7 +366,8 @@ def elementwise_stage(n, width, bits) -> Stage:
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
                           training: bool = False, locality: Optional[LocalityProfile] = None,
-                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None) -> LayerWorkload:
+                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None,
+                          in_nnz=None) -> LayerWorkload:
     """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
 
     Args:
@@ -351,6 +384,11 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
       nnz_blocks, block_size: if given, the aggregation runs as the block-sparse (BSR) kernel
         over ``nnz_blocks`` kept B x B tiles (`bsr_spmm_stage`, uniform block re-reference) --
         the workload of a `codesign.sparsify.BlockEdgeMask` model -- instead of the COO SpMM.
+      in_nnz: stored nonzeros of X when X is stored sparse (CSR, e.g. bag-of-words features over
+        the kept columns); None = X stored dense. With it the layer runs combine-first only
+        (`csr_gemm_stage`, then the SpMM over the F output columns): aggregating a sparse X first
+        would be a sparse x sparse product, which no kernel here runs, so both orders of the
+        returned `LayerWorkload` hold that one schedule.
 
     Returns:
       `LayerWorkload` with both dataflow orders.
@@ -369,8 +407,13 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
     else:
         def agg(width, bits_in, bits_out):
             return bsr_spmm_stage(n_nodes, nnz_blocks, block_size, width, bits_in, bits_out)
-    agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
-    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
+    if in_nnz is None:
+        agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
+        comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
+    else:
+        comb_then = (csr_gemm_stage(n_nodes, in_dim, out_dim, in_nnz, x_bits, w_bits, out_bits),
+                     agg(out_dim, out_bits, out_bits))
+        agg_then = comb_then
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
         agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))

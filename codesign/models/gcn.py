@@ -75,14 +75,17 @@ class GCNConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """One `hwmodel.message_passing_layer`: SpMM over ``A_hat`` (nnz = kept edges + N
         self-loops; the BSR kernel over the kept tiles with a `BlockEdgeMask`) and the GEMM, both
-        dataflow orders, + bias (`Layer.workload` for the arguments)."""
+        dataflow orders, + bias (`Layer.workload` for the arguments). ``in_nnz``: stored nonzeros
+        of the input when it is stored sparse (CSR; the GEMM is then `hwmodel.csr_gemm_stage`),
+        None = dense."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         return (hwmodel.message_passing_layer(
             name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
-            self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, **graph.aggregation()),)
+            self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, in_nnz=in_nnz,
+            **graph.aggregation()),)
 
 
 class GCN(GNN):
@@ -154,21 +157,41 @@ class GCN(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
-                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
+                 locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
         """The `hwmodel.Workload` of this model on a graph with ``n_nodes`` nodes and ``n_edges``
         edges (no self-loops): kept edges, features and channels from `densities` (or the given
         ``densities`` dict, for what-if costing), bit-widths from the quantizers (`layer_bits`;
         ``bits`` overrides them all, e.g. with a traced array for gradients). With a
         `BlockEdgeMask` the aggregation is costed as the BSR kernel over the kept tiles.
-        ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference)."""
+        ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference).
+        ``feature_nnz``: float [in_features] stored nonzeros of each input column when the features
+        are stored sparse (CSR: `codesign.graph.feature_column_nnz`; the first GEMM is then a
+        `hwmodel.csr_gemm_stage` over the kept columns' nonzeros, weighted by each feature gate's
+        P(z > 0), or its hard mask with ``hard``; a ``densities["feature"]`` override keeps that
+        fraction of all nonzeros); None = features stored dense.
+
+        Raises:
+          ValueError: ``feature_nnz`` not of shape ``[in_features]``."""
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         b = override_bits(bits)
         graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask, hard=hard, training=training,
                              locality=locality)
         width = d["channel"] * self.conv1.out_features
         mid_bits = self.conv2.input_bits(hard) if b is None else b
+        in_nnz = None
+        if feature_nnz is not None:
+            feature_nnz = jnp.asarray(feature_nnz, jnp.float32)
+            if feature_nnz.shape != (self.in_features,):
+                raise ValueError(f"GCN.workload(feature_nnz): expected shape ({self.in_features},), "
+                                 f"got {feature_nnz.shape}")
+            if densities is not None and "feature" in densities:  # what-if: columns kept at random
+                in_nnz = d["feature"] * jnp.sum(feature_nnz)
+            else:
+                keep = (jnp.ones_like(feature_nnz) if self.feature_mask is None
+                        else self.feature_mask.keep_probability(hard))
+                in_nnz = jnp.sum(keep * feature_nnz)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
-                                out_bits=mid_bits, hard=hard, bits=b)
+                                out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz)
             + self.conv2.workload("layer1", graph, in_dim=width, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)

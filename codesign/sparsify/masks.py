@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from codesign.sparsify.hard_concrete import BETA, HardConcreteGate
+from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, prob_nonzero
 
 
 @runtime_checkable
@@ -222,6 +222,14 @@ class LastAxisMask(nnx.Module):
     def hard_density(self) -> jax.Array:
         """float32 scalar: fraction kept at test time."""
         return self.gate.hard_density()
+
+    def keep_probability(self, hard: bool = False) -> jax.Array:
+        """float32 [n]: each entry's P(z > 0) (Louizos et al. eq. 12; differentiable) or, with
+        ``hard``, its test-time mask as 0 / 1 -- the weights of a count that differs per entry
+        (e.g. the stored nonzeros of each feature column, `codesign.models.GCN.workload`)."""
+        if hard:
+            return self.hard_mask().astype(jnp.float32)
+        return prob_nonzero(self.gate.log_alpha[...], self.gate.beta)
 
 
 @final
