@@ -166,11 +166,15 @@ def _add_training(p: argparse.ArgumentParser, bits: Optional[int] = None, edge_m
                         "default 0)")
     p.add_argument("--pin-ranges", action="store_const", const=True, default=None,
                    help="learned widths: pin weight / hidden ranges to the data max (TrainConfig.pin_ranges)")
+    p.add_argument("--sparse-features", action="store_const", const=True, default=None,
+                   help="GCN: price the input features stored as CSR, each kept column by its nonzeros, as "
+                        "codesign.deploy runs them (TrainConfig.cost.sparse_features)")
 
 
 _SWITCH = {"auto": None, "on": True, "off": False}
 # Training flags passed to `TrainConfig` only when given (no model default).
-_OPTIONAL = ("edge_l0_weight", "distill_weight", "distill_temperature", "quantizer", "bits_weight", "pin_ranges")
+_OPTIONAL = ("edge_l0_weight", "distill_weight", "distill_temperature", "quantizer", "bits_weight", "pin_ranges",
+             "sparse_features")
 
 
 def _config(args, cost_weight: float, bits: Optional[int], seed: int):

@@ -139,7 +139,7 @@ def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
     from codesign.train import dense_cost
     rep = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=densities,
                                           locality=locality), hw)
-    ref = dense_cost(cfg, graph, hw, locality)
+    ref = dense_cost(cfg, graph, hw, {"locality": locality})
     return {"modeled": rep.summary(), "dense_modeled": ref.summary(), "breakdown": rep.breakdown(hw),
             "dense_breakdown": ref.breakdown(hw)}
 

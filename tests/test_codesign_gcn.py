@@ -31,7 +31,7 @@ def test_every_edge_sparsifier_trains_and_is_costed(cora, sparsifier):
     # tile gates, the reported number of kept tiles) costed as `train` documents.
     n, e = cora.n_nodes, cora.n_edges
     locality = hwmodel.measure_locality(cora.senders, cora.receivers, n)
-    assert r["dense_modeled"] == dense_cost(cfg, cora, hw, locality).summary()
+    assert r["dense_modeled"] == dense_cost(cfg, cora, hw, {"locality": locality}).summary()
     fresh = build_model(cfg, cora, nnx.Rngs(0))
     fresh.eval()
     fresh(cora.x, adjacency(cora))  # an EdgeScorer's densities need logits cached by a forward

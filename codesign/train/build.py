@@ -9,7 +9,7 @@ import numpy as np
 from flax import nnx
 
 from codesign import hwmodel
-from codesign.graph import Graph
+from codesign.graph import Graph, feature_column_nnz
 from codesign.kernels import CooAdjacency
 from codesign.models import MODELS
 from codesign.quant import pin_ranges
@@ -63,11 +63,22 @@ def adjacency(graph: Graph) -> CooAdjacency:
     return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
 
 
+def workload_inputs(cfg: TrainConfig, graph: Graph) -> dict:
+    """What a model's ``workload`` reads of ``graph`` beyond its sizes, as keyword arguments:
+    ``locality`` (the measured `hwmodel.LocalityProfile`) and, with ``cfg.cost.sparse_features``,
+    ``feature_nnz`` (float32 [F] nonzeros per feature column, `codesign.graph.feature_column_nnz`)."""
+    inputs = {"locality": hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
+    if cfg.cost.sparse_features:
+        inputs["feature_nnz"] = feature_column_nnz(graph.x)
+    return inputs
+
+
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
-               locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.CostReport:
-    """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``."""
+               inputs: Optional[dict] = None) -> hwmodel.CostReport:
+    """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``
+    (``inputs``: `workload_inputs`; None: uniform re-reference, dense features)."""
     ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
-    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True, locality=locality), hw)
+    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True, **(inputs or {})), hw)
 
 
 def teacher_config(cfg: TrainConfig) -> TrainConfig:

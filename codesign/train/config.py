@@ -210,6 +210,10 @@ class CostConfig(_Section):
         multiplier) instead of the penalty (``weight`` must then be 0).
       budget_lr, budget_kp, budget_band: the multiplier's integral gain, proportional gain and
         integration band (units of the log cost ratio).
+      sparse_features: price the input features as stored sparse (CSR): the first GEMM costs
+        each kept column's nonzeros (`codesign.models.GCN.workload`'s ``feature_nnz``), which is
+        how `codesign.deploy` runs bag-of-words features where that is faster; the dense
+        reference is priced with the same store. GCN only.
     """
 
     SECTION: ClassVar[str] = "cost"
@@ -220,6 +224,7 @@ class CostConfig(_Section):
     budget_lr: float = setting(0.1, _NON_NEGATIVE)
     budget_kp: float = setting(2.0, _NON_NEGATIVE)
     budget_band: float = setting(0.5, _NON_NEGATIVE)
+    sparse_features: bool = setting(False, _FLAG)
 
     def _check(self) -> None:
         if self.budget is not None and self.weight != 0:
@@ -317,6 +322,9 @@ class TrainConfig:
                 got = type(getattr(self, name)).__name__
                 raise TypeError(f"TrainConfig.{name}: must be a {cls.__name__}, got {got}")
         _SEED.check("TrainConfig.seed", self.seed)
+        if self.cost.sparse_features and self.model.name != "gcn":
+            raise ValueError(f"TrainConfig.cost.sparse_features: only the gcn model prices sparse input features, "
+                             f"got model={self.model.name!r}")
         if self.masks.edge_l0_weight > 0 and not self.uses_edge_mask:
             raise ValueError("TrainConfig.masks.edge_l0_weight: needs an edge mask (masks.edge=True, or a cost term "
                              "with masks.edge left at None)")

@@ -26,7 +26,7 @@ from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
-from codesign.train.build import adjacency, build_model, dense_cost, teacher_config
+from codesign.train.build import adjacency, build_model, dense_cost, teacher_config, workload_inputs
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
 from codesign.train.optim import optimizer
@@ -245,17 +245,17 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
     elif cfg.distill.weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
-    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    dense = dense_cost(cfg, graph, hw, locality)
+    inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
+    dense = dense_cost(cfg, graph, hw, inputs)
     dense_c = float(getattr(dense, cfg.cost.objective))
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
                                              quant=cfg.seed + 3))
     if cfg.cost.budget is not None:
-        check_budget_feasible(cfg, model, graph, hw, locality, dense_c)
+        check_budget_feasible(cfg, model, graph, hw, inputs, dense_c)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
     def cost_ratio(m, hard: bool):
-        report = hwmodel.estimate(m.workload(n, e, hard=hard, locality=locality), hw)
+        report = hwmodel.estimate(m.workload(n, e, hard=hard, **inputs), hw)
         return getattr(report, cfg.cost.objective) / dense_c
 
     model.train()
@@ -266,8 +266,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
-        rep = hwmodel.estimate(model.workload(n, e, hard=True, locality=locality), target)
-        ref = dense if target is hw else dense_cost(cfg, graph, target, locality)
+        rep = hwmodel.estimate(model.workload(n, e, hard=True, **inputs), target)
+        ref = dense if target is hw else dense_cost(cfg, graph, target, inputs)
         by_hw[target.name] = {"modeled": rep.summary(), "dense_modeled": ref.summary(),
                               "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target)}
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
@@ -330,13 +330,13 @@ def _check_teacher_logits(teacher_logits, graph: Graph, cfg: TrainConfig) -> jax
 
 
 def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.HardwareSpec,
-                          locality, dense_c: float) -> None:
+                          inputs: dict, dense_c: float) -> None:
     """Raises ValueError when ``cfg.cost.budget`` is below the cost floor: the modeled cost of the
     untrained ``model`` with every mask the config learns fully closed (the cost left by
-    self-loops, kept layers, the bits)."""
+    self-loops, kept layers, the bits). ``inputs``: `workload_inputs`."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
     floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
-                                                          locality=locality), hw), cfg.cost.objective)) / dense_c
+                                                          **inputs), hw), cfg.cost.objective)) / dense_c
     if cfg.cost.budget < floor:
         raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} "
                          f"model with every "
