@@ -462,7 +462,7 @@ def test_appnp_step_workload_equals_the_models_propagation_layer(training):
     hand = m.workload(n, e, training=training).layers[2]  # prop0
     assert hand.name == "prop0"
     # (1 - alpha) folds into the SpMM's weights (rule 1b): the SpMM, and alpha * H + S (2 ops per
-    # element: read S and H, write Z) equal the model's spmm and axpy_stage, every field
+    # element: read S and H, write Z) equal the model's spmm and teleport update, every field
     wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}, training=training, weight_products=False).layers[0]
     _layer_eq(wl, hand.combine_first, hand.aggregate_first, hand.elementwise)
     # by default the program also costs w = (1 - alpha) w_e: 1 product per edge
@@ -599,6 +599,14 @@ def test_input_errors_name_the_field():
         gcn.workload(4, 0, {"h": 3})
     with pytest.raises(ValueError, match=r"appnp_step: alpha must be in \[0, 1\]"):
         appnp_step(1.5)
+    with pytest.raises(ValueError, match="workload: edge_density is for a sparsifier outside the program"):
+        gcn.with_edge_gates(jnp.ones(4)).workload(4, 8, {"h": 3}, edge_density=0.5)
+    with pytest.raises(ValueError, match=r"workload\(edge_density\)"):
+        gcn.workload(4, 6.5, {"h": 3}, edge_density=1.5)
+    with pytest.raises(ValueError, match=r"kept_widths: 'h' must name an input of one axis per item"):
+        rgcn.workload(4, 8, {"h": (2, 3), "type": jax.ShapeDtypeStruct((), jnp.int32)}, kept_widths={"h": 2.0})
+    with pytest.raises(ValueError, match=r"workload: kept_widths names \['x'\]"):
+        gcn.workload(4, 8, {"h": 3}, kept_widths={"x": 2.0})
 
 
 # ------------------------------------------------------------------------------- benchmark
