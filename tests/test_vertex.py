@@ -672,7 +672,8 @@ def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, 
     stages = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),
               *hwmodel.attention_stages(n, graph.kept_edges + n, self.heads, hf / self.heads, out_bits, out_bits,
                                         graph.locality, graph.edge_density))
-    elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits, head_mean=not self.concat and self.heads > 1),)
+    elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
+                                       head_mean=not self.concat and self.heads > 1),)
     if graph.training:
         stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
     return (hwmodel.LayerWorkload(name, stages, stages, elem),)
