@@ -462,7 +462,7 @@ def test_appnp_step_workload_equals_the_models_propagation_layer(training):
     hand = m.workload(n, e, training=training).layers[2]  # prop0
     assert hand.name == "prop0"
     # (1 - alpha) folds into the SpMM's weights (rule 1b): the SpMM, and alpha * H + S (2 ops per
-    # element: read S and H, write Z) equal the model's spmm and axpy_stage, every field
+    # element: read S and H, write Z) equal the model's spmm and teleport update, every field
     wl = appnp_step(0.1).workload(n, e + n, {"z": c, "h": c}, training=training, weight_products=False).layers[0]
     _layer_eq(wl, hand.combine_first, hand.aggregate_first, hand.elementwise)
     # by default the program also costs w = (1 - alpha) w_e: 1 product per edge
@@ -599,6 +599,14 @@ def test_input_errors_name_the_field():
         gcn.workload(4, 0, {"h": 3})
     with pytest.raises(ValueError, match=r"appnp_step: alpha must be in \[0, 1\]"):
         appnp_step(1.5)
+    with pytest.raises(ValueError, match="workload: edge_density is for a sparsifier outside the program"):
+        gcn.with_edge_gates(jnp.ones(4)).workload(4, 8, {"h": 3}, edge_density=0.5)
+    with pytest.raises(ValueError, match=r"workload\(edge_density\)"):
+        gcn.workload(4, 6.5, {"h": 3}, edge_density=1.5)
+    with pytest.raises(ValueError, match=r"kept_widths: 'h' must name an input of one axis per item"):
+        rgcn.workload(4, 8, {"h": (2, 3), "type": jax.ShapeDtypeStruct((), jnp.int32)}, kept_widths={"h": 2.0})
+    with pytest.raises(ValueError, match=r"workload: kept_widths names \['x'\]"):
+        gcn.workload(4, 8, {"h": 3}, kept_widths={"x": 2.0})
 
 
 # ------------------------------------------------------------------------------- benchmark
@@ -625,3 +633,132 @@ def test_vertex_bench_quick_runs_and_the_ehf_check_bites(tmp_path):
     check = g["gat_ehf_check"]
     assert check["vertex"]["no_ehf_tensor"] and check["vertex"]["ehf_shapes_in_hlo"] == []
     assert not check["vertex_reference"]["no_ehf_tensor"] and check["vertex_reference"]["ehf_shapes_in_hlo"] != []
+
+
+# ------------------------------------------------- model workloads: derived = the old hand-written
+
+def _old_gcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None):
+    """`GCNConv.workload` before its SpMMs were derived from the vertex program (the reference;
+    dense input features only)."""
+    from codesign.models.layers import quant_bits
+    assert in_nnz is None
+    x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+    return (hwmodel.message_passing_layer(
+        name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
+        self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, **graph.aggregation()),)
+
+
+def _old_propagation(self, name, graph, **_):
+    """`Propagation.workload` before it was derived (fp32 SpMM + teleport update per hop)."""
+    if self.alpha == 1.0:
+        return ()
+    n, c = graph.n_nodes, self.width
+    spmm = (hwmodel.spmm_stage(n, graph.kept_edges + n, c, 32, 32, graph.locality, graph.edge_density),)
+    zero = jnp.zeros((), jnp.float32)
+    elem = (hwmodel.Stage("elementwise", 2.0 * jnp.float32(n) * c, jnp.float32(32.0),
+                          3.0 * jnp.float32(n) * c * 32.0 / 8.0, zero, zero),)
+    if graph.training:
+        spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
+    return tuple(hwmodel.LayerWorkload(f"{name}{k}", spmm, spmm, elem) for k in range(self.k_hops))
+
+
+def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None):
+    """`GATConv.workload` before its attention stages were derived."""
+    from codesign.models.gat import score_and_activation_stage
+    from codesign.models.layers import quant_bits
+    x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+    n = graph.n_nodes
+    k = self.in_features if in_dim is None else in_dim
+    hf = self.heads * self.out_features if out_dim is None else out_dim
+    width = hf if self.concat else self.out_features
+    stages = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),
+              *hwmodel.attention_stages(n, graph.kept_edges + n, self.heads, hf / self.heads, out_bits, out_bits,
+                                        graph.locality, graph.edge_density))
+    elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
+                                       head_mean=not self.concat and self.heads > 1),)
+    if graph.training:
+        stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
+    return (hwmodel.LayerWorkload(name, stages, stages, elem),)
+
+
+def _workload_eq(got: hwmodel.Workload, want: hwmodel.Workload):
+    """Every layer, stage and field equal (bit for bit: the results/ files were costed with these)."""
+    assert got.training == want.training and [l.name for l in got.layers] == [l.name for l in want.layers]
+    for a, b in zip(got.layers, want.layers):
+        for mine, ref in ((a.aggregate_first, b.aggregate_first), (a.combine_first, b.combine_first),
+                          (a.elementwise, b.elementwise)):
+            assert [s.kind for s in mine] == [s.kind for s in ref], a.name
+            for x, y in zip(mine, ref):
+                for f in dataclasses.fields(hwmodel.Stage):
+                    u, v = getattr(x, f.name), getattr(y, f.name)
+                    assert (u is None) == (v is None), f"{a.name}.{x.kind}.{f.name}"
+                    if f.name != "kind" and u is not None:
+                        np.testing.assert_array_equal(np.asarray(u, np.float32), np.asarray(v, np.float32),
+                                                      err_msg=f"{a.name}.{x.kind}.{f.name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _block_gcn():
+    from codesign.kernels import with_block_pattern
+    from codesign.sparsify import BlockEdgeMask
+    rng = np.random.default_rng(3)
+    n, e = 64, 300
+    s, r = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)
+    adj = with_block_pattern(CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, n), 16, "rcm", self_loops=True)
+    mask = BlockEdgeMask(adj.pattern, e, init_log_alpha=0.5, rngs=nnx.Rngs(0))
+    return GCN(7, 12, 3, edge_sparsifier=mask, channel_mask=True, feature_mask=True, bits=8, rngs=nnx.Rngs(1)), n, e
+
+
+@functools.lru_cache(maxsize=None)
+def _locality():
+    from codesign.hwmodel.locality import measure
+    rng = np.random.default_rng(5)
+    n, e = 64, 300
+    return measure(rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32), n)
+
+
+_MODEL_CASES = {
+    "gcn": lambda: (GCN(9, 6, 3, n_edges=300, channel_mask=True, feature_mask=True, rngs=nnx.Rngs(0)), 64, 300),
+    "gcn-widen-8bit": lambda: (GCN(4, 10, 3, n_edges=300, bits=8, quantizer="learned", rngs=nnx.Rngs(0)), 64, 300),
+    "gcn-block": _block_gcn,
+    "appnp": lambda: (APPNP(9, 6, 3, n_edges=300, feature_mask=True, bits=4, k_hops=3, alpha=0.1, rngs=nnx.Rngs(0)),
+                      64, 300),
+    "appnp-a0": lambda: (APPNP(9, 6, 3, k_hops=2, alpha=0.0, rngs=nnx.Rngs(0)), 64, 300),
+    "appnp-a1": lambda: (APPNP(9, 6, 3, k_hops=2, alpha=1.0, rngs=nnx.Rngs(0)), 64, 300),
+    "gat": lambda: (GAT(9, 4, 3, heads=3, out_heads=2, n_edges=300, channel_mask=True, feature_mask=True,
+                        rngs=nnx.Rngs(0)), 64, 300),
+    "gat-8bit": lambda: (GAT(9, 4, 3, heads=2, bits=8, rngs=nnx.Rngs(0)), 64, 300),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MODEL_CASES))
+def test_model_workloads_with_derived_aggregations_equal_the_old_hand_written_ones(case, monkeypatch):
+    """GCNConv's SpMMs, APPNP's propagation steps and GATConv's attention stages come from the
+    vertex programs now; the model workloads are the same numbers as before, for hard / expected
+    counts, training, a bits override, what-if densities, a `BlockEdgeMask` (BSR) and a locality
+    profile."""
+    from codesign.models import GATConv, GCNConv, Propagation
+    model, n, e = _MODEL_CASES[case]()
+    settings_ = [dict(), dict(training=True), dict(hard=True), dict(bits=6.0, training=True),
+                 dict(locality=_locality()), dict(densities={"edge": 0.4, "feature": 0.5}, locality=_locality(),
+                                                  training=True)]
+    for kw in settings_:
+        new = model.workload(n, e, **kw)
+        with monkeypatch.context() as mp:
+            mp.setattr(GCNConv, "workload", _old_gcn_conv)
+            mp.setattr(Propagation, "workload", _old_propagation)
+            mp.setattr(GATConv, "workload", _old_gat_conv)
+            old = model.workload(n, e, **kw)
+        _workload_eq(new, old)
+    if case == "gcn-block":  # still the BSR kernel over the kept tiles
+        assert [s.kind for s in model.workload(n, e).layers[0].combine_first] == ["gemm", "bsr"]
+    # ... and under jit with gradients into the gate logits (expected counts are traced)
+    if case in ("gcn", "gat", "appnp"):
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+        def latency(params):
+            m = nnx.merge(graphdef, params, rest)
+            return hwmodel.estimate(m.workload(n, e, training=True), hwmodel.presets.get("cpu")).latency_s
+
+        g = jax.tree_util.tree_leaves(jax.jit(jax.grad(latency))(params))
+        assert all(np.all(np.isfinite(np.asarray(x))) for x in g) and any(np.any(np.asarray(x) != 0) for x in g)

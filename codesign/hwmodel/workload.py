@@ -366,8 +366,7 @@ def elementwise_stage(n, width, bits) -> Stage:
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
                           training: bool = False, locality: Optional[LocalityProfile] = None,
-                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None,
-                          in_nnz=None) -> LayerWorkload:
+                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None) -> LayerWorkload:
     """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
 
     Args:
@@ -384,11 +383,6 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
       nnz_blocks, block_size: if given, the aggregation runs as the block-sparse (BSR) kernel
         over ``nnz_blocks`` kept B x B tiles (`bsr_spmm_stage`, uniform block re-reference) --
         the workload of a `codesign.sparsify.BlockEdgeMask` model -- instead of the COO SpMM.
-      in_nnz: stored nonzeros of X when X is stored sparse (CSR, e.g. bag-of-words features over
-        the kept columns); None = X stored dense. With it the layer runs combine-first only
-        (`csr_gemm_stage`, then the SpMM over the F output columns): aggregating a sparse X first
-        would be a sparse x sparse product, which no kernel here runs, so both orders of the
-        returned `LayerWorkload` hold that one schedule.
 
     Returns:
       `LayerWorkload` with both dataflow orders.
@@ -407,13 +401,8 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
     else:
         def agg(width, bits_in, bits_out):
             return bsr_spmm_stage(n_nodes, nnz_blocks, block_size, width, bits_in, bits_out)
-    if in_nnz is None:
-        agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
-        comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
-    else:
-        comb_then = (csr_gemm_stage(n_nodes, in_dim, out_dim, in_nnz, x_bits, w_bits, out_bits),
-                     agg(out_dim, out_bits, out_bits))
-        agg_then = comb_then
+    agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
+    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
         agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))

@@ -18,6 +18,7 @@ none and its Cora benchmark uses none).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional
 
 import jax
@@ -28,11 +29,11 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities, override_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, derived_aggregation, graph_counts,
+                                    mask_densities, override_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import EdgeMask, FeatureMask
-
-AXPY_OPS_PER_ELEMENT = 2.0  # (1 - alpha) * agg + alpha * H: one multiply-add and one scale
+from codesign.vertex.layers import appnp_step
 
 
 class Propagation(Layer):
@@ -64,18 +65,17 @@ class Propagation(Layer):
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
                  hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
-        """``{name}0`` .. ``{name}{K-1}``: one fp32 SpMM over ``A_hat`` (nnz = kept edges + N) on
-        ``width`` columns and the teleport update (`axpy_stage`) each; none when ``alpha = 1``.
-        fp32 throughout: ``in_dim``, ``out_dim``, ``out_bits`` and ``bits`` are not used."""
+        """``{name}0`` .. ``{name}{K-1}``, each derived from the `codesign.vertex.layers.appnp_step`
+        program (`derived_aggregation`): one fp32 SpMM over ``A_hat`` (nnz = kept edges + N) on
+        ``width`` columns, ``(1 - alpha)`` folded into its weights, and the teleport update
+        ``alpha * H + S`` (2 ops per element; reads S and H, writes Z); none when ``alpha = 1``.
+        Edge weights are taken as given (A_hat's normalization is not costed). fp32 throughout:
+        ``in_dim``, ``out_dim``, ``out_bits`` and ``bits`` are not used."""
         if self.alpha == 1.0:
             return ()
-        n = graph.n_nodes
-        spmm = (hwmodel.spmm_stage(n, graph.kept_edges + n, self.width, FP32_BITS, FP32_BITS, graph.locality,
-                                   graph.edge_density),)
-        elem = (axpy_stage(n, self.width, FP32_BITS),)
-        if graph.training:
-            spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
-        return tuple(hwmodel.LayerWorkload(f"{name}{k}", spmm, spmm, elem) for k in range(self.k_hops))
+        step = derived_aggregation(appnp_step(self.alpha), name, graph, {"z": self.width, "h": self.width},
+                                   out_bits=FP32_BITS, blocks=False)
+        return tuple(dataclasses.replace(step, name=f"{name}{k}") for k in range(self.k_hops))
 
 
 class APPNP(GNN):
@@ -166,13 +166,3 @@ class APPNP(GNN):
                                out_bits=self.lin2.input_bits(hard) if b is None else b, hard=hard, bits=b)
             + self.lin2.workload("mlp1", graph, out_bits=FP32_BITS, hard=hard, bits=b)
             + self.propagation.workload("prop", graph), training)
-
-
-def axpy_stage(n, width, bits) -> hwmodel.Stage:
-    """``Z = (1 - alpha) * S + alpha * H`` on [n, width]: `AXPY_OPS_PER_ELEMENT` ops per element;
-    reads S and H, writes Z."""
-    n, width = jnp.asarray(n, jnp.float32), jnp.asarray(width, jnp.float32)
-    zero = jnp.zeros((), jnp.float32)
-    bits = jnp.asarray(bits, jnp.float32)
-    return hwmodel.Stage("elementwise", AXPY_OPS_PER_ELEMENT * n * width, bits, 3.0 * n * width * bits / 8.0,
-                         zero, zero)

@@ -60,9 +60,10 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
-                                    override_bits, quant_bits)
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
+                                    mask_densities, override_bits, quant_bits)
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
+from codesign.vertex import layers as vertex_layers
 
 NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
 
@@ -203,25 +204,30 @@ class GATConv(Layer):
                  hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """One `hwmodel.LayerWorkload` (`Layer.workload` for the arguments; ``out_dim`` is the kept
         H*F projected channels). Combine-first only (attention needs the projected features), so
-        both dataflow orders hold the same stages: GEMM N x K x (H*F), then
-        `hwmodel.attention_stages` (SDDMM of the score terms, edge softmax, attention-weighted SpMM
+        both dataflow orders hold the same stages: GEMM N x K x (H*F), then the attention stages
+        derived from the `codesign.vertex.layers.gat` program over H heads (`derived_aggregation`,
+        the fused-attention plan: SDDMM of the score terms, edge softmax, attention-weighted SpMM
         over H*F columns; nnz = kept edges + N self-loops), and one elementwise stage
-        (`score_and_activation_stage`). The projected features, the attention SpMM and the output
-        are costed at ``out_bits``. A `BlockEdgeMask` counts through its kept edges (the COO
-        attention stages; see the module docstring)."""
+        (`score_and_activation_stage`, hand-written: the score terms, head mean, bias and ELU are
+        dense work outside the program). The projected features, the attention SpMM and the output
+        are costed at ``out_bits``. Edge gates enter as kept edges only (the costing convention:
+        the gated forward's edge softmax + SpMM is costed as the fused kernel's stages); a
+        `BlockEdgeMask` counts through its kept edges (see the module docstring)."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         n = graph.n_nodes
         k = self.in_features if in_dim is None else in_dim
         hf = self.heads * self.out_features if out_dim is None else out_dim
         width = hf if self.concat else self.out_features
-        stages = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),
-                  *hwmodel.attention_stages(n, graph.kept_edges + n, self.heads, hf / self.heads, out_bits, out_bits,
-                                            graph.locality, graph.edge_density))
+        attention = derived_aggregation(vertex_layers.gat, name, graph, {"h": self.out_features},
+                                        kept_widths={"h": hf / self.heads}, bits={"h": out_bits}, out_bits=out_bits,
+                                        heads=self.heads, blocks=False)
+        gemm = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),)
         elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
                                            head_mean=not self.concat and self.heads > 1),)
         if graph.training:
-            stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
-        return (hwmodel.LayerWorkload(name, stages, stages, elem),)
+            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
+        stages = gemm + attention.combine_first
+        return (hwmodel.LayerWorkload(name, stages, stages, elem + attention.elementwise),)
 
     def _uses_csr(self, loops: CooAdjacency) -> bool:
         if not isinstance(loops.pattern, CsrPattern) or self.impl != "auto" or jax.default_backend() != "cpu":

@@ -19,10 +19,11 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
-                                    override_bits, quant_bits)
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
+                                    mask_densities, override_bits, quant_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
+from codesign.vertex import layers as vertex_layers
 
 
 
@@ -76,16 +77,31 @@ class GCNConv(Layer):
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
                  hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
-        """One `hwmodel.message_passing_layer`: SpMM over ``A_hat`` (nnz = kept edges + N
-        self-loops; the BSR kernel over the kept tiles with a `BlockEdgeMask`) and the GEMM, both
-        dataflow orders, + bias (`Layer.workload` for the arguments). ``in_nnz``: stored nonzeros
-        of the input when it is stored sparse (CSR; the GEMM is then `hwmodel.csr_gemm_stage`),
-        None = dense."""
+        """One `hwmodel.LayerWorkload`, both dataflow orders (`Layer.workload` for the arguments):
+        aggregate-first = SpMM over ``in_dim`` columns at the input bits, then the GEMM
+        N x in_dim x out_dim; combine-first = the GEMM, then SpMM over ``out_dim`` columns at
+        ``out_bits``; + bias (one elementwise op per output). The SpMMs are derived from the
+        `codesign.vertex.layers.gcn` program (`derived_aggregation`: nnz = kept edges + N
+        self-loops, the BSR kernel over the kept tiles with a `BlockEdgeMask`); edge weights are
+        taken as given (A_hat's normalization, `gcn_normalize`, is not costed). The GEMM and the
+        bias stay hand-written (dense, outside the program). ``in_nnz``: stored nonzeros of the
+        input when it is stored sparse (CSR): the GEMM is then `hwmodel.csr_gemm_stage` and the
+        layer runs combine-first in both orders (no sparse x sparse product); None = dense."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
-        return (hwmodel.message_passing_layer(
-            name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
-            self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, in_nnz=in_nnz,
-            **graph.aggregation()),)
+        k = self.in_features if in_dim is None else in_dim
+        f = self.out_features if out_dim is None else out_dim
+        agg_first, comb_first = (
+            derived_aggregation(vertex_layers.gcn, name, graph, {"h": full}, kept_widths={"h": kept},
+                                bits={"h": b}, out_bits=b)
+            for full, kept, b in ((self.in_features, k, x_bits), (self.out_features, f, out_bits)))
+        gemm = (hwmodel.gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits) if in_nnz is None else
+                hwmodel.csr_gemm_stage(graph.n_nodes, k, f, in_nnz, x_bits, w_bits, out_bits),)
+        elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits),)
+        if graph.training:
+            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
+        comb = gemm + comb_first.combine_first + comb_first.elementwise
+        agg = comb if in_nnz is not None else agg_first.combine_first + gemm + agg_first.elementwise
+        return (hwmodel.LayerWorkload(name, agg, comb, elem),)
 
 
 class GCN(GNN):

@@ -153,6 +153,40 @@ def graph_counts(n_nodes: int, n_edges, densities: dict, *, sparsifier=None, har
                        None if relation_edges is None else tuple(d * e for e in relation_edges))
 
 
+def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *, kept_widths: Optional[dict] = None,
+                        bits: Optional[dict] = None, out_bits=FP32_BITS, heads: int = 1,
+                        blocks: bool = True) -> hwmodel.LayerWorkload:
+    """The aggregation of a conv layer, derived from its vertex program (`codesign.vertex.layers`)
+    on ``graph``: `codesign.vertex.Program.workload` over nnz = kept edges + N self-loops at the
+    graph's edge density, locality and training flag (backward included), the BSR kernel over
+    ``graph.nnz_blocks`` kept tiles when the graph has them and ``blocks``.
+
+    Convention: edge weights are taken as given (``weight_products=False``): the per-edge
+    normalization (`gcn_normalize`, the model's edge gates multiplied into A_hat) is precomputed
+    and not costed, and the plan is the ungated one (a model's sparsifier enters as counts).
+
+    Args:
+      program: a `codesign.vertex.Program`.
+      name: the layer name.
+      widths: ``{input name: int width}`` of one item (the traced, full shapes).
+      kept_widths: ``{1-D input name: kept columns}`` (float or traced; feature / channel masks).
+      bits: ``{input name: bits}`` (default 32 each). out_bits: bits of the results.
+      heads: H, a leading vmapped axis (GAT).
+
+    Returns:
+      `hwmodel.LayerWorkload` whose both orders hold the program's stages and whose elementwise
+      holds its edge / vertex elementwise work outside the kernels.
+    """
+    kw = {}
+    if blocks and graph.nnz_blocks is not None:
+        kw["blocks"] = (graph.nnz_blocks, graph.block_size)
+    (layer,) = program.workload(graph.n_nodes, graph.kept_edges + graph.n_nodes, widths, bits=bits or 32.0,
+                                out_bits=out_bits, heads=heads, training=graph.training, locality=graph.locality,
+                                weight_products=False, edge_density=graph.edge_density, kept_widths=kept_widths,
+                                name=name, **kw).layers
+    return layer
+
+
 def override_bits(bits) -> Optional[jax.Array]:
     """A model ``workload``'s ``bits`` argument as a float32 scalar for every tensor (None: each
     layer reads its own quantizers). Raises ValueError outside [1, 32] (`hwmodel.check_bits`)."""

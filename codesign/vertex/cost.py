@@ -28,11 +28,20 @@ it once. Bits: an input's bits (or its quantizer's); values computed by the prog
 ``out_bits``; scalars gathered per edge as a weight factor at 32 (fp32 edge values, as
 `hwmodel.workload.VALUE_BYTES`). nnz = the kept (expected) edges; ``edge_density`` shortens reuse
 times as in `hwmodel.message_passing_layer`.
+
+Widths: a node's per-item width (times ``heads``), or, given ``kept_widths`` for a 1-D input, that
+(possibly expected, traced) column count, carried to every value of the same per-item shape
+computed from it (gathers, aggregations, elementwise ops): the kept columns of a feature or
+channel mask. Block-sparse: with ``blocks = (nnz_blocks, B)`` a rule-1 SpMM over a plain feature
+(not ``indexed``) is `hwmodel.bsr_spmm_stage` over the kept B x B tiles (uniform block
+re-reference, as `hwmodel.message_passing_layer`), which is what `codesign.kernels.aggregate`
+runs on an adjacency carrying a `codesign.kernels.BlockPattern`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax.numpy as jnp
 
@@ -51,6 +60,7 @@ def _f32(v):
 
 def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, out_bits, heads: int = 1,
            training: bool = False, locality=None, gated: bool = False, weight_products: bool = True,
+           kept_widths: Optional[dict] = None, blocks: Optional[tuple] = None,
            name: str = "vertex") -> hwmodel.Workload:
     """The workload of one run of ``graph`` (see the module docstring).
 
@@ -65,6 +75,8 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
       weight_products: cost the k - 1 products forming a fused SpMM's edge weight from k scalar
         factors (rule 1b's receiver scalars and constant included); False takes the weights as
         given, as the `codesign.models` ``workload()`` methods take A_hat's values.
+      kept_widths: ``{1-D input name: kept columns}`` (float or traced; see the module docstring).
+      blocks: ``(nnz_blocks, block_size)``: rule-1 SpMMs as the BSR kernel over the kept tiles.
 
     Returns:
       `hwmodel.Workload` with one layer.
@@ -76,6 +88,10 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
         if p is not None:
             consumed.update(p.internal)
     nnz, n = _f32(n_edges), _f32(n_nodes)
+    kept = _kept_widths(graph, kept_widths or {})
+
+    def width_of(i):
+        return kept.get(i, nodes[i].width)
 
     def bits_of(i):
         node = nodes[i]
@@ -96,14 +112,17 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
         p = plans[node.id]
         if isinstance(p, AttentionPlan):
             h = nodes[p.h]
-            agg.extend(hwmodel.attention_stages(n, nnz, heads, h.width, bits_of(p.h), out_bits, locality,
+            agg.extend(hwmodel.attention_stages(n, nnz, heads, width_of(h.id), bits_of(p.h), out_bits, locality,
                                                 edge_density))
         elif isinstance(p, SpmmPlan):
             f = nodes[p.feature]
             table = nodes[f.args[0]]
-            width = heads * f.width
+            width = heads * width_of(f.id)
             x_bits = bits_of(table.id)
-            stage = hwmodel.spmm_stage(n, nnz, width, x_bits, out_bits, **loc)
+            if blocks is not None and not p.indexed:
+                stage = hwmodel.bsr_spmm_stage(n, blocks[0], blocks[1], width, x_bits, out_bits)
+            else:
+                stage = hwmodel.spmm_stage(n, nnz, width, x_bits, out_bits, **loc)
             if p.indexed:
                 extra = (table.shape[0] - 1) * n * width * x_bits / 8.0
                 stage = dataclasses.replace(
@@ -120,11 +139,12 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
                 vertex_extra_ops = n * width + (0.0 if vertex_extra_ops is None else vertex_extra_ops)
         else:
             x = nodes[node.args[0]]
-            agg.extend(hwmodel.segment_spmm_stages(n, nnz, heads * x.width, bits_of(x.id), out_bits, **loc))
+            agg.extend(hwmodel.segment_spmm_stages(n, nnz, heads * width_of(x.id), bits_of(x.id), out_bits, **loc))
     elem = []
     for domain, items, extra_ops, extra_bytes in (("edge", nnz, edge_extra_ops, edge_extra_bytes),
                                                   ("vertex", n, vertex_extra_ops, None)):
-        stage = _elementwise(graph, consumed, domain, items, heads, bits_of, out_bits, extra_ops, extra_bytes)
+        stage = _elementwise(graph, consumed, domain, items, heads, bits_of, width_of, out_bits, extra_ops,
+                             extra_bytes)
         if stage is not None:
             elem.append(stage)
     stages, elem = tuple(agg), tuple(elem)
@@ -133,8 +153,29 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
     return hwmodel.Workload((hwmodel.LayerWorkload(name, stages, stages, elem),), training)
 
 
-def _elementwise(graph: Graph, consumed: set, domain: str, items, heads: int, bits_of, out_bits, extra_ops,
-                 extra_bytes):
+def _kept_widths(graph: Graph, kept: dict) -> dict:
+    """``{node id: kept width}``: ``kept[name]`` for a 1-D input of that name, carried to each node
+    that has an argument of its own (non-scalar) per-item shape carrying one (nodes are in
+    topological order). Raises ValueError for a name that is no 1-D input."""
+    out, inputs = {}, {}
+    for nd in graph.nodes:
+        w = None
+        if nd.op in ("node_input", "edge_input"):
+            inputs[nd.attrs["name"]] = nd
+            w = kept.get(nd.attrs["name"])
+        elif nd.shape != ():
+            w = next((out[a] for a in nd.args if a in out and graph.nodes[a].shape == nd.shape), None)
+        if w is not None:
+            out[nd.id] = w
+    for name in kept:
+        if name not in inputs or len(inputs[name].shape) != 1:
+            raise ValueError(f"kept_widths: {name!r} must name an input of one axis per item (read: "
+                             f"{ {k: v.shape for k, v in inputs.items()} })")
+    return out
+
+
+def _elementwise(graph: Graph, consumed: set, domain: str, items, heads: int, bits_of, width_of, out_bits,
+                 extra_ops, extra_bytes):
     """One "elementwise" stage for the ``domain``'s map nodes not folded into a kernel, plus
     ``extra_ops`` / ``extra_bytes`` (None: no extra work); None when there is nothing to cost."""
     nodes = graph.nodes
@@ -147,11 +188,11 @@ def _elementwise(graph: Graph, consumed: set, domain: str, items, heads: int, bi
     read = set()
     for i in chain:
         nd = nodes[i]
-        ops = ops + items * heads * nd.width
+        ops = ops + items * heads * width_of(i)
         read.update(a for a in nd.args if a not in chain)
         if i in outputs or any(u not in chain for u in users[i]):
-            nbytes = nbytes + items * heads * nd.width * _f32(out_bits) / 8.0
+            nbytes = nbytes + items * heads * width_of(i) * _f32(out_bits) / 8.0
     for a in sorted(read):
-        nbytes = nbytes + items * heads * nodes[a].width * bits_of(a) / 8.0
+        nbytes = nbytes + items * heads * width_of(a) * bits_of(a) / 8.0
     zero = _f32(0.0)
     return hwmodel.Stage("elementwise", _f32(ops), _f32(out_bits), _f32(nbytes), zero, zero)

@@ -213,12 +213,15 @@ class Program:
     def workload(self, n_nodes: int, n_edges: int, widths: Optional[Mapping] = None, *, bits=32.0,
                  out_bits=None, heads: int = 1, training: bool = False, hard: bool = False,
                  locality: Optional[hwmodel.LocalityProfile] = None, weight_products: bool = True,
+                 edge_density=None, kept_widths: Optional[Mapping] = None, blocks: Optional[tuple] = None,
                  name: str = "vertex") -> hwmodel.Workload:
         """The `hwmodel.Workload` of one call on a graph of ``n_nodes`` and ``n_edges`` edges,
         derived from the IR (`codesign.vertex.cost.derive`).
 
         Args:
           n_nodes, n_edges: N and E (E counts every edge the program iterates, self-loops included).
+            With ``edge_density`` given, ``n_edges`` is the kept (expected) count instead (float or
+            traced, self-loops included).
           widths: ``{input name: int F | shape tuple | jax.ShapeDtypeStruct}`` of one item; inputs
             not listed are float32 scalars per item.
           bits: bit-width of every input (float or traced), or ``{name: bits}`` (default 32).
@@ -232,20 +235,39 @@ class Program:
             ops per kept edge for k scalar factors, gates included; `codesign.vertex.cost`); False
             takes the weights as given, as the models' ``workload()`` take A_hat's values (the
             per-edge normalization `gcn_normalize` runs there too but is not costed).
+          edge_density: kept fraction of the gated edges (float32 scalar, may be traced) of a
+            sparsifier the program does not hold (a model's edge mask, a what-if density): the
+            counts are then taken as given and the fusion plan is the ungated one (the models'
+            costing convention); None = from the attached gates (1 without).
+          kept_widths: ``{1-D input name: kept columns}`` (float or traced, e.g. density x width of
+            a feature or channel mask), carried through the values computed from it
+            (`codesign.vertex.cost`); ``widths`` still gives the traced (full) shape.
+          blocks: ``(nnz_blocks, block_size)``: kept B x B tiles of a `BlockEdgeMask`; fused
+            weighted sums are costed as the BSR kernel (`hwmodel.bsr_spmm_stage`), which
+            `codesign.kernels.aggregate` runs on an adjacency carrying a `BlockPattern`.
           name: the layer name.
 
         Raises:
           ValueError: a bad width, count or bit-width (naming it); ``widths`` / ``bits`` naming an
-            input the program does not read; gates of the wrong length.
+            input the program does not read; gates of the wrong length; ``edge_density`` with
+            attached gates; ``kept_widths`` naming no 1-D input.
           VertexProgramError: the program cannot be traced.
         """
-        for field, v in (("n_nodes", n_nodes), ("n_edges", n_edges), ("heads", heads)):
+        ints = (("n_nodes", n_nodes), ("heads", heads)) + ((("n_edges", n_edges),) if edge_density is None else ())
+        for field, v in ints:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"workload: {field} must be an int >= 1, got {v!r}")
+        if edge_density is not None:
+            if self.edge_gates is not None:
+                raise ValueError("workload: edge_density is for a sparsifier outside the program; this program has "
+                                 "edge gates attached (their density is used)")
+            hwmodel.check_count(n_edges, "workload(n_edges)")
+            hwmodel.check_density(edge_density, "workload(edge_density)")
         node_specs, edge_specs = _AnyInputs(widths), _AnyInputs(widths)
         graph = trace(self.fn, node_specs, edge_specs)
         read = {*node_specs, *edge_specs}
-        for field, given in (("widths", widths), ("bits", bits if isinstance(bits, Mapping) else None)):
+        for field, given in (("widths", widths), ("bits", bits if isinstance(bits, Mapping) else None),
+                             ("kept_widths", kept_widths)):
             unknown = sorted(set(given or ()) - read)
             if unknown:
                 raise ValueError(f"workload: {field} names {unknown}, which the program does not read (it reads "
@@ -260,7 +282,9 @@ class Program:
         if out_bits is None:
             out_bits = jnp.max(jnp.stack(list(in_bits.values()))) if in_bits else 32.0
         gated, density = 0, jnp.ones((), jnp.float32)
-        if self.edge_gates is not None:
+        if edge_density is not None:
+            density = jnp.asarray(edge_density, jnp.float32)
+        elif self.edge_gates is not None:
             g = self.edge_gates
             gated = _gated_edges(g, n_edges, n_nodes)
             if isinstance(g, EdgeSparsifier):
@@ -268,10 +292,11 @@ class Program:
             else:
                 g = jnp.asarray(g, jnp.float32)
                 density = jnp.mean(g > 0).astype(jnp.float32) if hard else jnp.mean(g)
-        nnz = density * gated + (n_edges - gated)
+        nnz = n_edges if edge_density is not None else density * gated + (n_edges - gated)
         return cost.derive(graph, n_nodes=n_nodes, n_edges=nnz, edge_density=density, in_bits=in_bits,
                            out_bits=out_bits, heads=heads, training=training, locality=locality,
-                           gated=self.edge_gates is not None, weight_products=bool(weight_products), name=name)
+                           gated=self.edge_gates is not None, weight_products=bool(weight_products),
+                           kept_widths=dict(kept_widths or {}), blocks=blocks, name=name)
 
 
 def _gated_edges(g, n_edges: int, n_nodes: int) -> int:
