@@ -1,5 +1,6 @@
 """``codesign bench train``: full-batch training speed and peak memory of codesign's GCN and GAT
-next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run.
+next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run, in
+two PyG configurations; speedups are quoted against the faster one (the best a PyG user would do).
 
 What is measured (both sides, same definitions):
   * epoch: one full-batch training step = forward + backward + Adam update (with L2 weight
@@ -13,26 +14,42 @@ What is measured (both sides, same definitions):
     after imports and after the graph is in the framework's arrays (``baseline_rss_mib``); the
     high-water mark is reset (``/proc/self/clear_refs``) at the baseline and after the first
     epoch, so the peak covers model, optimizer state, per-graph structures built after the
-    baseline (codesign's `CsrPattern`) and the largest transient of an epoch, not the compiler.
+    baseline (codesign's `CsrPattern`, PyG's CSR ``adj_t``) and the largest transient of an
+    epoch, not the compiler.
     ``peak_first_step_mib`` is the same over the first epoch (XLA compilation included);
     ``resident_after_first_step_mib`` the RSS left after it (model, optimizer state, compiled
     code), over the same baseline.
-    Each (graph, model, side) runs in a fresh subprocess.
+    Each (graph, model, side or configuration) runs in a fresh subprocess.
   * repetition: ``rounds`` rounds; in each, every configuration runs both sides back to back
     (order alternating between rounds), so background load hits both alike. Medians pool the
     epochs of all rounds; the per-round speedups are reported too.
 
 Models (same hyper-parameters on both sides): GCN (Kipf & Welling 2017): 2 layers, hidden 16 on
-Cora and 64 on R-MAT, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT (Veličković et
-al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and attention, lr
-0.005, weight decay 5e-4. Graphs: Cora (public split) and an R-MAT graph (scale 17: 131,072
-nodes, 2,033,118 directed edges after symmetrization and de-duplication, 64 N(0,1) features,
-8 random classes, 60 % train nodes).
+Cora and 64 on R-MAT and WordNet, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT
+(Veličković et al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and
+attention, lr 0.005, weight decay 5e-4. Graphs (`build_graph`): Cora (public split); an R-MAT
+graph (scale 17: 131,072 nodes, 2,033,118 directed edges after symmetrization and
+de-duplication, 64 N(0,1) features, 8 random classes, 60 % train nodes); WordNet 3.0
+(`codesign.data.load_wordnet`: 117,659 synsets, 367,578 directed edges after symmetrization,
+2,000 binary bag-of-words features, 45 classes, 60/20/20 stratified split). Every graph reaches
+the children the same way (`save_graph_npz`, features dense and uncompressed).
 
 codesign's side either attaches a `codesign.kernels.CsrPattern` to the adjacency (impl "auto", the
 default: aggregation with ``impl="auto"`` then runs scipy's CSR kernel on CPU where the product is
 large enough, and GAT its CSR path) or not (impl "segment": XLA gather + segment_sum only).
-The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python.
+The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python, in the
+configurations ``PYG_CONFIGS`` (details in its docstring):
+  * ``pyg``: ``GCNConv`` / ``GATConv`` on ``edge_index`` (PyG's examples; normalization on every
+    call, gather + scatter aggregation).
+  * ``pyg_csr``: what PyG's "Memory-Efficient Aggregations" guide recommends on CPU: a sparse
+    ``adj_t`` (torch CSR, ``torch_geometric.utils.to_torch_csr_tensor(edge_index.flip(0))``; this
+    venv has no torch_sparse) with ``GCNConv(..., cached=True)`` (normalization once, then
+    ``torch.sparse.mm``); GAT: ``GATConv`` on the same ``adj_t``.
+Each result entry keeps both (``pyg``); ``speedup``, ``round_speedups`` and ``memory_ratio``
+compare with ``pyg_best``, the configuration with the lower median s/epoch. Check: GCN's
+first-epoch loss must agree across the configurations to `FIRST_LOSS_RTOL` (same initial weights
+and node-dropout masks), else the run stops; GAT's is only reported (its attention-dropout masks
+follow each layout's edge order; without dropout the two agree, tests/test_bench_train.py).
 """
 
 from __future__ import annotations
