@@ -4,22 +4,39 @@ environment's python (it imports torch, torch_geometric and NumPy only, never co
     <venv>/bin/python codesign/bench_pyg_child.py SPEC.json
 
 SPEC.json (written by `codesign.bench_train`): ``graph_npz`` (senders, receivers, x, y,
-train_mask, n_nodes), ``model`` ("gcn" | "gat"), ``hidden``, ``heads``, ``out_heads``,
-``dropout``, ``lr``, ``weight_decay``, ``epochs``, ``seed``, ``threads``. Prints one JSON line:
-``epoch_s`` (list, s), ``first_step_s``, ``baseline_rss_mib``, ``peak_mib``,
+train_mask, n_nodes), ``config`` (a `CONFIGS` name), ``model`` ("gcn" | "gat"), ``hidden``,
+``heads``, ``out_heads``, ``dropout``, ``lr``, ``weight_decay``, ``epochs``, ``seed``,
+``threads``. Prints one JSON line: ``epoch_s`` (list, s), ``first_step_s``, ``first_loss`` (the
+loss of the first epoch, before any update: equal across configurations up to rounding, since
+both draw the same initial weights and dropout masks), ``baseline_rss_mib``, ``peak_mib``,
 ``peak_first_step_mib``, ``peak_reset``, ``final_loss``, ``versions``.
 
-The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/gat.py``):
-``GCNConv`` / ``GATConv`` on ``edge_index`` (self-loops and normalization done by the layers on
-every call, as codesign's models do), ``torch.optim.Adam`` with L2 ``weight_decay`` (the same
-update as optax ``add_decayed_weights`` followed by ``adam``).
+The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/gat.py``),
+``torch.optim.Adam`` with L2 ``weight_decay`` (the same update as optax ``add_decayed_weights``
+followed by ``adam``), in one of two configurations (`CONFIGS`):
+
+  * ``pyg``: ``GCNConv`` / ``GATConv`` on ``edge_index`` [2, E] (row 0 = senders): self-loops and
+    normalization done by the layers on every call (as codesign's models do), aggregation by
+    gather + scatter.
+  * ``pyg_csr``: the configuration PyG's "Memory-Efficient Aggregations" guide recommends on CPU:
+    a sparse ``adj_t`` [N, N] (row = receiver, column = sender: the transpose of A) in place of
+    ``edge_index``, here torch's native CSR, ``torch_geometric.utils.to_torch_csr_tensor(
+    edge_index.flip(0), size=(N, N))``: the tensor ``T.ToSparseTensor(layout=torch.sparse_csr)``
+    builds (checked on Cora), and its default when torch_sparse is not installed, as here.
+    GCN: ``GCNConv(..., cached=True)``, so ``gcn_norm`` (self-loops, D^-1/2 (A+I) D^-1/2 on the
+    CSR values) runs in the first epoch only and every later aggregation is one
+    ``torch.sparse.mm`` (PyG's ``spmm``), forward and backward. GAT: ``GATConv`` on the same
+    ``adj_t`` (it has no ``cached``; its attention needs per-edge messages, so PyG's
+    ``MessagePassing._collect`` turns the CSR back into edge indices on every call: expect no
+    gain). ``adj_t`` is built after the memory baseline (a per-graph structure, like codesign's
+    ``CsrPattern``) and ``edge_index`` dropped, as ``ToSparseTensor`` does by default.
 
 Timing and memory follow `codesign.bench_train` exactly (`codesign.bench_train` imports the
-memory helpers below, so the two sides share one definition): an epoch is forward + backward + optimizer step, timed with
-``time.perf_counter``; the first epoch is timed apart (``first_step_s``); memory is the peak
-resident set size (VmHWM) over the timed epochs minus the RSS measured after imports and loading
-the graph into framework tensors, with the high-water mark reset (``/proc/self/clear_refs``)
-after that baseline and again after the first epoch.
+memory helpers below, so the two sides share one definition): an epoch is forward + backward +
+optimizer step, timed with ``time.perf_counter``; the first epoch is timed apart
+(``first_step_s``); memory is the peak resident set size (VmHWM) over the timed epochs minus the
+RSS measured after imports and loading the graph into framework tensors, with the high-water
+mark reset (``/proc/self/clear_refs``) after that baseline and again after the first epoch.
 """
 
 from __future__ import annotations
@@ -30,6 +47,9 @@ import sys
 import time
 
 _MIB = float(1 << 20)
+CONFIGS = ("pyg", "pyg_csr")
+"""PyG configurations (module docstring): ``pyg`` = ``edge_index``; ``pyg_csr`` = cached GCN
+normalization on a torch CSR ``adj_t``."""
 
 
 def _status_kib(field: str) -> int:
@@ -63,6 +83,8 @@ def peak_mib() -> float:
 def main(spec_path: str) -> dict:
     with open(spec_path) as f:
         spec = json.load(f)
+    if spec["config"] not in CONFIGS:
+        raise ValueError(f"bench_pyg_child: unknown config {spec['config']!r}; choose from {CONFIGS}")
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -72,24 +94,32 @@ def main(spec_path: str) -> dict:
     torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(int(spec["seed"]))
     g = np.load(spec["graph_npz"])
-    x = torch.from_numpy(g["x"].astype(np.float32))
+    x = torch.from_numpy(np.ascontiguousarray(g["x"], dtype=np.float32))  # no copy when float32
     y = torch.from_numpy(g["y"].astype(np.int64))
     train_mask = torch.from_numpy(g["train_mask"].astype(bool))
     edge_index = torch.from_numpy(np.stack([g["senders"], g["receivers"]]).astype(np.int64))  # row 0 = source
+    n = int(g["n_nodes"])
     del g
     baseline = rss_mib()
     reset = reset_peak()
+    csr = spec["config"] == "pyg_csr"
+    if csr:  # rows = receivers: the transposed adjacency PyG's sparse path expects
+        from torch_geometric.utils import to_torch_csr_tensor
+        adj = to_torch_csr_tensor(edge_index.flip(0), size=(n, n))
+        del edge_index
+    else:
+        adj = edge_index
 
     n_in, n_cls, hidden, p = x.shape[1], int(y.max()) + 1, int(spec["hidden"]), float(spec["dropout"])
 
     class GCN(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv1, self.conv2 = GCNConv(n_in, hidden), GCNConv(hidden, n_cls)
+            self.conv1, self.conv2 = GCNConv(n_in, hidden, cached=csr), GCNConv(hidden, n_cls, cached=csr)
 
-        def forward(self, x, edge_index):
-            h = F.relu(self.conv1(F.dropout(x, p, self.training), edge_index))
-            return self.conv2(F.dropout(h, p, self.training), edge_index)
+        def forward(self, x, adj):
+            h = F.relu(self.conv1(F.dropout(x, p, self.training), adj))
+            return self.conv2(F.dropout(h, p, self.training), adj)
 
     class GAT(torch.nn.Module):
         def __init__(self):
@@ -98,9 +128,9 @@ def main(spec_path: str) -> dict:
             self.conv1 = GATConv(n_in, hidden, heads=heads, dropout=p)
             self.conv2 = GATConv(hidden * heads, n_cls, heads=out_heads, concat=False, dropout=p)
 
-        def forward(self, x, edge_index):
-            h = F.elu(self.conv1(F.dropout(x, p, self.training), edge_index))
-            return self.conv2(F.dropout(h, p, self.training), edge_index)
+        def forward(self, x, adj):
+            h = F.elu(self.conv1(F.dropout(x, p, self.training), adj))
+            return self.conv2(F.dropout(h, p, self.training), adj)
 
     model = {"gcn": GCN, "gat": GAT}[spec["model"]]()
     model.train()
@@ -108,14 +138,14 @@ def main(spec_path: str) -> dict:
 
     def step():
         opt.zero_grad(set_to_none=True)
-        out = model(x, edge_index)
+        out = model(x, adj)
         loss = F.cross_entropy(out[train_mask], y[train_mask])
         loss.backward()
         opt.step()
         return float(loss.detach())
 
     t0 = time.perf_counter()
-    step()
+    first_loss = step()
     first_step_s = time.perf_counter() - t0
     peak_first, resident = peak_mib() - baseline, rss_mib() - baseline
     reset_peak()
@@ -127,7 +157,8 @@ def main(spec_path: str) -> dict:
     return {"epoch_s": epoch_s, "first_step_s": first_step_s, "baseline_rss_mib": baseline,
             "peak_mib": peak_mib() - baseline, "peak_first_step_mib": peak_first,
             "resident_after_first_step_mib": resident, "peak_reset": reset,
-            "final_loss": loss, "threads": torch.get_num_threads(),
+            "first_loss": first_loss, "final_loss": loss, "config": spec["config"],
+            "threads": torch.get_num_threads(),
             "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
                          "python": sys.version.split()[0]}}
 

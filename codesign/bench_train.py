@@ -1,5 +1,6 @@
 """``codesign bench train``: full-batch training speed and peak memory of codesign's GCN and GAT
-next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run.
+next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run, in
+two PyG configurations; speedups are quoted against the faster one (the best a PyG user would do).
 
 What is measured (both sides, same definitions):
   * epoch: one full-batch training step = forward + backward + Adam update (with L2 weight
@@ -13,26 +14,42 @@ What is measured (both sides, same definitions):
     after imports and after the graph is in the framework's arrays (``baseline_rss_mib``); the
     high-water mark is reset (``/proc/self/clear_refs``) at the baseline and after the first
     epoch, so the peak covers model, optimizer state, per-graph structures built after the
-    baseline (codesign's `CsrPattern`) and the largest transient of an epoch, not the compiler.
+    baseline (codesign's `CsrPattern`, PyG's CSR ``adj_t``) and the largest transient of an
+    epoch, not the compiler.
     ``peak_first_step_mib`` is the same over the first epoch (XLA compilation included);
     ``resident_after_first_step_mib`` the RSS left after it (model, optimizer state, compiled
     code), over the same baseline.
-    Each (graph, model, side) runs in a fresh subprocess.
+    Each (graph, model, side or configuration) runs in a fresh subprocess.
   * repetition: ``rounds`` rounds; in each, every configuration runs both sides back to back
     (order alternating between rounds), so background load hits both alike. Medians pool the
     epochs of all rounds; the per-round speedups are reported too.
 
 Models (same hyper-parameters on both sides): GCN (Kipf & Welling 2017): 2 layers, hidden 16 on
-Cora and 64 on R-MAT, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT (Veličković et
-al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and attention, lr
-0.005, weight decay 5e-4. Graphs: Cora (public split) and an R-MAT graph (scale 17: 131,072
-nodes, 2,033,118 directed edges after symmetrization and de-duplication, 64 N(0,1) features,
-8 random classes, 60 % train nodes).
+Cora and 64 on R-MAT and WordNet, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT
+(Veličković et al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and
+attention, lr 0.005, weight decay 5e-4. Graphs (`build_graph`): Cora (public split); an R-MAT
+graph (scale 17: 131,072 nodes, 2,033,118 directed edges after symmetrization and
+de-duplication, 64 N(0,1) features, 8 random classes, 60 % train nodes); WordNet 3.0
+(`codesign.data.load_wordnet`: 117,659 synsets, 367,578 directed edges after symmetrization,
+2,000 binary bag-of-words features, 45 classes, 60/20/20 stratified split). Every graph reaches
+the children the same way (`save_graph_npz`, features dense and uncompressed).
 
 codesign's side either attaches a `codesign.kernels.CsrPattern` to the adjacency (impl "auto", the
 default: aggregation with ``impl="auto"`` then runs scipy's CSR kernel on CPU where the product is
 large enough, and GAT its CSR path) or not (impl "segment": XLA gather + segment_sum only).
-The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python.
+The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python, in the
+configurations ``PYG_CONFIGS`` (details in its docstring):
+  * ``pyg``: ``GCNConv`` / ``GATConv`` on ``edge_index`` (PyG's examples; normalization on every
+    call, gather + scatter aggregation).
+  * ``pyg_csr``: what PyG's "Memory-Efficient Aggregations" guide recommends on CPU: a sparse
+    ``adj_t`` (torch CSR, ``torch_geometric.utils.to_torch_csr_tensor(edge_index.flip(0))``; this
+    venv has no torch_sparse) with ``GCNConv(..., cached=True)`` (normalization once, then
+    ``torch.sparse.mm``); GAT: ``GATConv`` on the same ``adj_t``.
+Each result entry keeps both (``pyg``); ``speedup``, ``round_speedups`` and ``memory_ratio``
+compare with ``pyg_best``, the configuration with the lower median s/epoch. Check: GCN's
+first-epoch loss must agree across the configurations to `FIRST_LOSS_RTOL` (same initial weights
+and node-dropout masks), else the run stops; GAT's is only reported (its attention-dropout masks
+follow each layout's edge order; without dropout the two agree, tests/test_bench_train.py).
 """
 
 from __future__ import annotations
@@ -51,12 +68,16 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from codesign.bench_pyg_child import CONFIGS as PYG_CONFIGS
 from codesign.bench_pyg_child import peak_mib, reset_peak, rss_mib  # one memory definition, both sides
 
-GRAPHS = ("cora", "rmat")
+GRAPHS = ("cora", "rmat", "wordnet")
 MODELS = ("gcn", "gat")
 IMPLS = ("auto", "segment")
-DEFAULT_EPOCHS = {"cora": 50, "rmat": 10}
+DEFAULT_EPOCHS = {"cora": 50, "rmat": 10, "wordnet": 10}
+FIRST_LOSS_RTOL = 1e-4
+"""GCN's first-epoch loss may differ between the PyG configurations by this much (relative):
+float32 sums in another order, nothing more (same weights, same dropout masks)."""
 DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codesign" / "pyg-venv"
 # Installed into the venv only when its python cannot import torch (the +cpu local version exists
 # only as a CPU wheel, so pip fails rather than fetch a CUDA build).
@@ -253,14 +274,17 @@ def ensure_pyg_venv(venv: Path, create: bool, log: Callable[[str], None] = print
 # ---------------------------------------------------------------------------------- graphs
 
 def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec()):
-    """The benchmark `Graph`: ``"cora"`` (`load_planetoid`) or ``"rmat"`` (`rmat_graph` of ``rmat``).
+    """The benchmark `Graph`: ``"cora"`` or ``"wordnet"`` (`codesign.data.load_dataset`: Cora's
+    public split; WordNet 3.0 symmetrized, 2,000 bag-of-words features, 45 classes) or ``"rmat"``
+    (`rmat_graph` of ``rmat``).
 
     Raises:
-      ValueError: unknown name; FileNotFoundError: Cora files missing (see `load_planetoid`).
+      ValueError: unknown name; FileNotFoundError: dataset files missing (see `load_planetoid`,
+        `load_wordnet`).
     """
-    if name == "cora":
-        from codesign.data import load_planetoid
-        return load_planetoid("cora", root=data_root)
+    if name in ("cora", "wordnet"):
+        from codesign.data import load_dataset
+        return load_dataset(name, root=data_root)
     if name == "rmat":
         from codesign.data import rmat_graph
         return rmat_graph(rmat.scale, rmat.draws, n_features=rmat.features, n_classes=rmat.classes, seed=rmat.seed)
@@ -268,8 +292,10 @@ def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = Rma
 
 
 def save_graph_npz(graph, path: Path) -> dict:
-    """Writes what both sides load (senders, receivers, x, y, train_mask, n_nodes) and returns the
-    graph's sizes: ``n_nodes``, ``n_edges``, ``n_features``, ``n_classes``, ``isolated_nodes``."""
+    """Writes what both sides load (senders, receivers, x, y, train_mask, n_nodes; uncompressed,
+    x dense: WordNet's 117,659 x 2,000 float32 x is 941 MB, written in ~0.5 s and read by each child
+    in ~1.3 s, before its clocks start) and returns the graph's sizes: ``n_nodes``, ``n_edges``,
+    ``n_features``, ``n_classes``, ``isolated_nodes``."""
     s, r = np.asarray(graph.senders), np.asarray(graph.receivers)
     np.savez(path, senders=s, receivers=r, x=np.asarray(graph.x, np.float32), y=np.asarray(graph.y),
              train_mask=np.asarray(graph.train_mask), n_nodes=np.int64(graph.n_nodes))
@@ -310,9 +336,32 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
+def _check_first_loss(model: str, runs: dict) -> Optional[float]:
+    """Largest relative difference of the first-epoch losses of one round's PyG configurations
+    (``runs``: config -> child result), None with fewer than two.
+
+    Raises:
+      RuntimeError: GCN's differ by more than `FIRST_LOSS_RTOL` (the configurations would not
+        train the same model). GAT's are only reported: its attention dropout draws one mask
+        entry per edge in the order the layer holds its edges, which differs between
+        ``edge_index`` and the CSR ``adj_t`` (same computation without dropout:
+        tests/test_bench_train.py).
+    """
+    losses = {c: r["first_loss"] for c, r in runs.items()}
+    if len(losses) < 2:
+        return None
+    ref = max(abs(v) for v in losses.values())
+    diff = (max(losses.values()) - min(losses.values())) / max(ref, 1e-12)
+    if model == "gcn" and not diff <= FIRST_LOSS_RTOL:
+        raise RuntimeError(f"bench train: the PyG configurations disagree on GCN's first-epoch loss: {losses} "
+                           f"(relative difference {diff:.2e} > {FIRST_LOSS_RTOL})")
+    return diff
+
+
 def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                 impls: Sequence[str] = ("auto",), rounds: int = 3, epochs: Optional[int] = None,
                 pyg_venv: Optional[Path] = DEFAULT_VENV, create_venv: bool = False,
+                pyg_configs: Sequence[str] = PYG_CONFIGS,
                 data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec(), seed: int = 0,
                 log: Callable[[str], None] = print) -> dict:
     """Runs the benchmark (see the module docstring) and returns its JSON-able result.
@@ -322,22 +371,28 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
         backends to time (subset of ``IMPLS``).
       rounds: repetitions (>= 1); epochs: timed epochs per run (None: ``DEFAULT_EPOCHS[graph]``).
       pyg_venv: the PyG virtual environment (None: skip the PyG side); create_venv: create it if
-        missing (`ensure_pyg_venv`).
-      data_root: Planetoid root for Cora (None: ``$CODESIGN_DATA`` or the cache).
+        missing (`ensure_pyg_venv`); pyg_configs: PyG configurations to time (subset of
+        ``PYG_CONFIGS``: ``pyg`` on ``edge_index``, ``pyg_csr`` cached on a CSR ``adj_t``).
+      data_root: dataset root for Cora and WordNet (None: ``$CODESIGN_DATA`` or the cache).
       rmat: the R-MAT graph. seed: model init and dropout seed (both sides).
       log: progress lines.
 
     Returns:
       dict with ``date``, ``machine`` (cpu count, platform, load averages at start and end),
       ``versions``, ``settings``, ``pyg`` (status message), ``graphs`` (sizes) and ``results``:
-      one entry per (graph, model) with ``codesign`` (per impl, `_summary`), ``pyg`` (or None),
-      ``speedup`` (PyG median / codesign median, per impl), ``round_speedups`` and
-      ``memory_ratio`` (codesign peak / PyG peak).
+      one entry per (graph, model) with ``codesign`` (per impl, `_summary`), ``pyg`` (per PyG
+      configuration, `_summary` plus ``first_loss``; None without the PyG side), ``pyg_best``
+      (the configuration with the lowest median s/epoch), ``speedup`` (best PyG median /
+      codesign median, per impl), ``speedup_per_pyg`` (per impl, per configuration),
+      ``round_speedups`` and ``memory_ratio`` (codesign peak / best PyG configuration's peak),
+      ``pyg_first_loss_rdiff`` (per round, `_check_first_loss`).
 
     Raises:
-      ValueError: naming a bad argument; RuntimeError: a child run failed.
+      ValueError: naming a bad argument; RuntimeError: a child run failed, or the PyG
+        configurations disagree on GCN (`_check_first_loss`).
     """
-    for name, vals, allowed in (("graphs", graphs, GRAPHS), ("models", models, MODELS), ("impls", impls, IMPLS)):
+    for name, vals, allowed in (("graphs", graphs, GRAPHS), ("models", models, MODELS), ("impls", impls, IMPLS),
+                                ("pyg_configs", pyg_configs, PYG_CONFIGS)):
         bad = [v for v in vals if v not in allowed]
         if bad or not vals:
             raise ValueError(f"bench train: {name} must be a non-empty subset of {allowed}, got {list(vals)}")
@@ -350,8 +405,8 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
     threads = n_cpus()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    sides = [("codesign", impl) for impl in impls] + ([("pyg", None)] if pyg_py else [])
-    runs = {}
+    sides = [("codesign", impl) for impl in impls] + ([("pyg", c) for c in pyg_configs] if pyg_py else [])
+    runs, rdiffs = {}, {}
     with tempfile.TemporaryDirectory(prefix="codesign_bench_train_") as tmp:
         sizes = {}
         for gname in graphs:
@@ -362,32 +417,43 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                 for model in models:
                     base = {**model_spec(gname, model), "graph_npz": str(Path(tmp) / f"{gname}.npz"),
                             "epochs": epochs or DEFAULT_EPOCHS[gname], "seed": seed, "threads": threads}
-                    for side, impl in (sides if rnd % 2 == 0 else sides[::-1]):
+                    for side, conf in (sides if rnd % 2 == 0 else sides[::-1]):
                         if side == "pyg":
-                            cmd, spec = [pyg_py, _CHILD_SCRIPT], base
+                            cmd, spec = [pyg_py, _CHILD_SCRIPT], {**base, "config": conf}
                         else:
-                            cmd, spec = [sys.executable, "-m", "codesign.bench_train", "child"], {**base, "impl": impl}
+                            cmd, spec = [sys.executable, "-m", "codesign.bench_train", "child"], {**base, "impl": conf}
                         r = _child(cmd, spec, Path(tmp) / "spec.json", env)
-                        runs.setdefault((gname, model, side, impl), []).append(r)
-                        log(f"round {rnd + 1}/{rounds} {gname} {model} {side}{'/' + impl if impl else ''}: "
-                            f"{np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB, "
+                        runs.setdefault((gname, model, side, conf), []).append(r)
+                        log(f"round {rnd + 1}/{rounds} {gname} {model} {'codesign/' if side == 'codesign' else ''}"
+                            f"{conf}: {np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB, "
                             f"load {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}")
+                    d = _check_first_loss(model, {c: runs[(gname, model, "pyg", c)][-1]
+                                                  for side, c in sides if side == "pyg"})
+                    if d is not None:
+                        rdiffs.setdefault((gname, model), []).append(d)
+                        log(f"round {rnd + 1}/{rounds} {gname} {model}: PyG configurations' first-epoch losses "
+                            f"differ by {d:.1e} (relative)")
     results, versions = [], {}
     for gname in graphs:
         for model in models:
             entry = {"graph": gname, "model": model, **model_spec(gname, model), "codesign": {}, "pyg": None,
-                     "speedup": {}, "round_speedups": {}, "memory_ratio": {}}
-            pyg_runs = runs.get((gname, model, "pyg", None))
+                     "pyg_best": None, "speedup": {}, "speedup_per_pyg": {}, "round_speedups": {},
+                     "memory_ratio": {}, "pyg_first_loss_rdiff": rdiffs.get((gname, model))}
+            pyg_runs = {c: runs[(gname, model, "pyg", c)] for side, c in sides if side == "pyg"}
             if pyg_runs:
-                entry["pyg"] = _summary(pyg_runs)
-                versions.update(pyg_runs[0]["versions"])
+                entry["pyg"] = {c: {**_summary(rs), "first_loss": [r["first_loss"] for r in rs]}
+                                for c, rs in pyg_runs.items()}
+                entry["pyg_best"] = min(entry["pyg"], key=lambda c: entry["pyg"][c]["epoch_s_median"])
+                versions.update(next(iter(pyg_runs.values()))[0]["versions"])
             for impl in impls:
                 cs = runs[(gname, model, "codesign", impl)]
                 versions.update({k: v for k, v in cs[0]["versions"].items() if k != "python"})
                 entry["codesign"][impl] = s = _summary(cs)
                 if entry["pyg"]:
-                    p = entry["pyg"]
+                    p = entry["pyg"][entry["pyg_best"]]
                     entry["speedup"][impl] = p["epoch_s_median"] / s["epoch_s_median"]
+                    entry["speedup_per_pyg"][impl] = {c: q["epoch_s_median"] / s["epoch_s_median"]
+                                                      for c, q in entry["pyg"].items()}
                     entry["round_speedups"][impl] = [a / b for a, b in zip(p["round_epoch_s_median"],
                                                                            s["round_epoch_s_median"])]
                     entry["memory_ratio"][impl] = s["peak_mib"] / p["peak_mib"] if p["peak_mib"] > 0 else None
@@ -396,25 +462,34 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
             "machine": {"cpu_count": threads, "platform": platform.platform(), "processor": platform.processor(),
                         "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg())},
             "settings": {"rounds": rounds, "epochs": {g: epochs or DEFAULT_EPOCHS[g] for g in graphs},
-                         "impls": list(impls), "seed": seed, "rmat": dataclasses.asdict(rmat), "threads": threads},
+                         "impls": list(impls), "pyg_configs": list(pyg_configs) if pyg_py else [], "seed": seed,
+                         "rmat": dataclasses.asdict(rmat), "threads": threads},
             "pyg": pyg_note, "graphs": sizes, "results": results}
 
 
 def format_table(result: dict) -> str:
-    """The result as a text table: one row per (graph, model, codesign impl)."""
-    head = (f"{'graph':6s} {'model':5s} {'impl':10s} {'codesign s/ep':>13s} {'PyG s/ep':>9s} {'speedup':>8s} "
-            f"{'rounds':>15s} {'compile s':>9s} {'cs MiB':>7s} {'PyG MiB':>8s} {'mem ratio':>9s}")
+    """The result as a text table: one row per (graph, model, codesign impl); a column per PyG
+    configuration; speedup, its per-round range and the memory ratio against the fastest PyG
+    configuration (``best``)."""
+    confs = result["settings"].get("pyg_configs") or list(PYG_CONFIGS)
+    head = (f"{'graph':7s} {'model':5s} {'impl':8s} {'codesign s/ep':>13s} "
+            + " ".join(f"{c + ' s/ep':>12s}" for c in confs)
+            + f" {'best':>7s} {'speedup':>8s} {'rounds':>11s} {'compile s':>9s} {'cs MiB':>7s} {'PyG MiB':>8s}"
+              f" {'mem ratio':>9s}")
     lines = [head, "-" * len(head)]
+    nan = float("nan")
     for e in result["results"]:
-        p = e["pyg"]
+        pyg = e["pyg"] or {}
+        best = pyg.get(e["pyg_best"]) if e["pyg_best"] else None
         for impl, s in e["codesign"].items():
             sp, mr = e["speedup"].get(impl), e["memory_ratio"].get(impl)
             rs = e["round_speedups"].get(impl) or []
             lines.append(
-                f"{e['graph']:6s} {e['model']:5s} {impl:10s} {s['epoch_s_median']:13.4f} "
-                f"{p['epoch_s_median'] if p else float('nan'):9.4f} {sp if sp else float('nan'):7.2f}x "
-                f"{(f'{min(rs):.2f}-{max(rs):.2f}x' if rs else '-'):>15s} {s['compile_s']:9.2f} {s['peak_mib']:7.0f} "
-                f"{p['peak_mib'] if p else float('nan'):8.0f} {mr if mr else float('nan'):9.2f}")
+                f"{e['graph']:7s} {e['model']:5s} {impl:8s} {s['epoch_s_median']:13.4f} "
+                + " ".join(f"{pyg[c]['epoch_s_median'] if c in pyg else nan:12.4f}" for c in confs)
+                + f" {e['pyg_best'] or '-':>7s} {sp if sp else nan:7.2f}x "
+                  f"{(f'{min(rs):.2f}-{max(rs):.2f}x' if rs else '-'):>11s} {s['compile_s']:9.2f} "
+                  f"{s['peak_mib']:7.0f} {best['peak_mib'] if best else nan:8.0f} {mr if mr else nan:9.2f}")
     return "\n".join(lines)
 
 

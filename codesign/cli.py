@@ -425,7 +425,8 @@ def _bench_train(args) -> int:
     result = bench_train(graphs=_names(args.graphs), models=_names(args.models), impls=_names(args.impls),
                          rounds=args.rounds, epochs=args.epochs,
                          pyg_venv=None if args.no_pyg else Path(args.pyg_venv).expanduser(),
-                         create_venv=args.create_venv, data_root=args.data_root,
+                         create_venv=args.create_venv, pyg_configs=_names(args.pyg_configs),
+                         data_root=args.data_root,
                          rmat=RmatSpec(scale=args.rmat_scale, draws=args.rmat_draws, features=args.rmat_features),
                          log=log)
     if to_stdout:
@@ -457,7 +458,7 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from codesign.bench_train import DEFAULT_VENV
+    from codesign.bench_train import DEFAULT_VENV, GRAPHS, PYG_CONFIGS
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
@@ -537,14 +538,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("bench", "benchmarks: medians of repeated runs, compile time apart")
     p.add_argument("target", choices=["cost", "train"],
                    help="cost: cost model + gradient over many design points; train: GCN/GAT training "
-                        "s/epoch and peak memory next to PyG on Cora and R-MAT")
+                        "s/epoch and peak memory next to PyG on Cora, R-MAT and WordNet")
     p.add_argument("--points", type=_positive_int("points"), default=10_000, help="cost: design points")
     p.add_argument("--hw", default="gnnear", type=str.lower, choices=presets.names(), help="cost: hardware preset")
     p.add_argument("--reps", type=_positive_int("reps"), default=5, help="cost: timed repetitions")
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
                    help="without PATH: print one JSON object instead of a table; train: --json PATH also "
                         "writes the result there (atomically)")
-    p.add_argument("--graphs", default="cora,rmat", help="train: comma-separated, from cora, rmat")
+    p.add_argument("--graphs", default=",".join(GRAPHS), help=f"train: comma-separated, from {', '.join(GRAPHS)}")
     p.add_argument("--models", default="gcn,gat", help="train: comma-separated, from gcn, gat")
     p.add_argument("--impls", default="auto",
                    help="train: codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR "
@@ -552,11 +553,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int("rounds"), default=3,
                    help="train: interleaved repetitions of every configuration")
     p.add_argument("--epochs", type=_positive_int("epochs"), default=None,
-                   help="train: timed epochs per run (default: cora 50, rmat 10)")
+                   help="train: timed epochs per run (default: cora 50, rmat 10, wordnet 10)")
     p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="train: virtual environment with torch_geometric")
     p.add_argument("--create-venv", action="store_true", help="train: create --pyg-venv if it is missing")
     p.add_argument("--no-pyg", action="store_true", help="train: codesign side only")
-    p.add_argument("--data-root", default=None, help="train: folder holding planetoid/ (Cora)")
+    p.add_argument("--pyg-configs", default=",".join(PYG_CONFIGS),
+                   help="train: PyG side(s), comma-separated: pyg (edge_index), pyg_csr (GCNConv(cached=True) / "
+                        "GATConv on a torch CSR adj_t); speedups are against the fastest")
+    p.add_argument("--data-root", default=None, help="train: folder holding planetoid/ (Cora) and wordnet/")
     p.add_argument("--rmat-scale", type=_positive_int("rmat_scale"), default=17,
                    help="train: R-MAT graph with 2**scale nodes")
     p.add_argument("--rmat-draws", type=_positive_int("rmat_draws"), default=1_100_000,
