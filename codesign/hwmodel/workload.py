@@ -159,7 +159,8 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     ``k`` rows, uniform re-reference). Kind "spmm": it runs on the vector units at the gather
     rate (`stage_cost`), as the adjacency SpMM does, not at the matrix engine's GEMM rate.
     Backward (`with_backward`) is charged as an SpMM's (an upper bound: the input's gradient is
-    not needed for features).
+    not needed for features). Like the adjacency SpMM it may be mapped onto near-memory units
+    (a gather-reduce of W rows next to the stored features).
 
     Args:
       m, k, n: rows of A, columns of A (= rows of W), columns of W.
