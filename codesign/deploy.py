@@ -361,7 +361,8 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
       `measure`'s dict plus ``modeled_local`` / ``dense_modeled_local`` (``latency_s`` s and
       ``energy_j`` J on ``local_hw`` of the compact program as it runs, i.e. the hardened model's
       kept features, channels and edges at `COMPUTE_BITS`, and of the dense FP32 model of the same
-      widths), ``kept`` (`CompactGCN.kept`), ``feature_store`` (``{"compact", "dense"}``: the store
+      widths), ``kept`` (`CompactGCN.kept` + ``feature_nnz``, the kept columns' nonzeros, and
+      ``dense_feature_nnz``), ``feature_store`` (``{"compact", "dense"}``: the store
       each program got) and ``max_logit_gap`` (max |compact - hardened model| over the logits, float).
 
     Raises:
@@ -388,8 +389,10 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
-    out["kept"] = compact.kept
     out["feature_store"] = {"compact": compact.feature_store, "dense": dense.feature_store}
+    keep_f = np.ones(model.in_features, bool) if model.feature_mask is None else \
+        np.asarray(model.feature_mask.hard_mask())
+    out["kept"] = {**compact.kept, "feature_nnz": float(col_nnz[keep_f].sum()), "dense_feature_nnz": float(col_nnz.sum())}
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())
     return out
 

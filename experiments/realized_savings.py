@@ -1,22 +1,25 @@
 """Realized savings: measured design points on Cora and WordNet, modeled beside measured.
 
 Runs ``codesign sweep --measure`` (every trained GCN deployed by `codesign.deploy`, timed next to
-the dense FP32 program of the same architecture on this machine, the ``cpu`` preset's modeled
-latency beside) for:
+the dense FP32 program of the same architecture on this machine, both with the faster feature
+store, dense or CSR, the ``cpu`` preset's modeled latency beside) for:
 
-* Cora, the main job's grid (feature mask + 8-bit, cost weights 0 .. 3, 3 seeds) ->
-  ``results/cora_gcn_h100_measured.jsonl``;
-* Cora, ``codesign_int8`` (feature + channel gates at INT8) trained against modeled *latency*,
-  cost weights 1 and 3 -> ``results/cora_gcn_h100_codesign_int8_measured.jsonl``;
-* WordNet 3.0, ``codesign_int8`` against modeled latency, cost weights 0.3 and 3, 100 epochs (the
-  WordNet baselines' budget), 1 seed -> ``results/wordnet_gcn_h100_codesign_int8_measured.jsonl``;
+* Cora, the main job's grid (feature mask + 8-bit, cost weights 0 .. 3, 3 seeds, trained against
+  `h100` energy) -> ``results/cora_gcn_h100_measured.jsonl``;
+* Cora, ``codesign_int8`` (feature + channel gates at INT8) trained against `h100` modeled
+  *latency*, cost weights 1 and 3 -> ``results/cora_gcn_h100_codesign_int8_measured.jsonl``;
+* Cora, ``codesign_cpu`` (edge, feature and channel gates, FP32, trained against the `cpu`
+  preset's latency with CSR-stored features: `TrainConfig.cost.sparse_features`), cost weights
+  1, 3 and 10 -> ``results/cora_gcn_cpu_codesign_cpu_measured.jsonl``;
+* WordNet 3.0, ``codesign_cpu``, cost weights 1 and 3, 100 epochs (the WordNet baselines'
+  budget), 1 seed -> ``results/wordnet_gcn_cpu_codesign_cpu_measured.jsonl``;
 
 then prints, per dataset, the agreement of modeled and measured latency (`paper_figures.measured`)
 and draws ``paper_figures/out/<dataset>_measured.{png,pdf}``. Every sweep is resumable.
 Measured latencies are only as good as the machine is quiet: each record carries the load
 average around its timing (`codesign.deploy.measure`).
 
-    python experiments/realized_savings.py            # about 25 minutes on 2 quiet cores
+    python experiments/realized_savings.py            # about 30 minutes on 2 quiet cores
     python experiments/realized_savings.py --quick    # CI smoke run: Cora, 2 epochs, *_quick files
 """
 
@@ -31,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SWEEPS = [
     ["--dataset", "cora"],
     ["--dataset", "cora", "--method", "codesign_int8", "--objective", "latency_s", "--cost-weights", "1,3"],
-    ["--dataset", "wordnet", "--method", "codesign_int8", "--objective", "latency_s", "--cost-weights", "0.3,3",
-     "--seeds", "1", "--epochs", "100", "--reps", "10"],
+    ["--dataset", "cora", "--hw", "cpu", "--method", "codesign_cpu", "--cost-weights", "1,3,10"],
+    ["--dataset", "wordnet", "--hw", "cpu", "--method", "codesign_cpu", "--cost-weights", "1,3", "--seeds", "1",
+     "--epochs", "100", "--reps", "10"],
 ]
 """The measured sweeps (``codesign sweep --measure`` arguments)."""
 
