@@ -25,7 +25,7 @@ from codesign.models.norm import gcn_normalize
 from codesign.models.rgcn import relation_mean_normalize
 from codesign.quant import FakeQuant
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
-from codesign.vertex.layers import appnp_step, degree_norm, gat, gcn, rgcn
+from codesign.vertex.layers import appnp_step, degree_norm, gat, gcn, rgcn, weighted_sum
 
 FAST = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOL = dict(rtol=2e-4, atol=2e-5)
@@ -205,6 +205,38 @@ def test_rgcn_program_matches_the_model_in_outputs_and_gradients(g, bases):
     adjs = lambda s, r: (_adj(s[:half], r[:half], n), _adj(s[half:], r[half:], n))
     _compare(("rgcn", bases), _model("rgcn", bases=2 if bases else None),
              lambda m, x, s, r: vertex_rgcn(m, x, adjs(s, r)), lambda m, x, s, r: m(x, adjs(s, r)), x, s, r)
+
+
+def test_weighted_sum_is_the_per_relation_aggregation_rgcn_runs():
+    """`weighted_sum` is one fused SpMM, and as each relation's ``aggregate_fn`` it gives the
+    model's outputs and gradients (both layer orders: 5 -> 6 widens, 6 -> 3 narrows): the schedule
+    `RGCNConv.workload` costs from it is the one `RGCNConv` runs."""
+    rng = np.random.default_rng(7)
+    n, sizes = 10, (14, 0, 9)  # an empty relation included
+    adjs = tuple(_adj(rng.integers(0, n, k).astype(np.int32), rng.integers(0, n, k).astype(np.int32), n)
+                 for k in sizes)
+    x = jax.random.normal(jax.random.key(1), (n, 5))
+
+    def per_relation(adj, h, impl="auto"):
+        return weighted_sum(adj, nodes={"h": h}, edges={"w": adj.edge_weight}, impl=impl)
+
+    models = [RGCN(5, 6, 3, n_relations=3, n_bases=2, aggregate_fn=per_relation, rngs=nnx.Rngs(0)),
+              RGCN(5, 6, 3, n_relations=3, n_bases=2, rngs=nnx.Rngs(0))]  # same seed: same weights
+
+    def loss_and_grad(m):
+        graphdef, params, rest = nnx.split(m, nnx.Param, ...)
+        return jax.value_and_grad(lambda p: jnp.sum(jnp.tanh(nnx.merge(graphdef, p, rest)(x, adjs))))(params)
+
+    (lv, gv), (lh, gh) = (loss_and_grad(m) for m in models)
+    np.testing.assert_allclose(models[0](x, adjs), models[1](x, adjs), **TOL)
+    np.testing.assert_allclose(lv, lh, **TOL)
+    for a, b in zip(jax.tree_util.tree_leaves(gv), jax.tree_util.tree_leaves(gh)):
+        np.testing.assert_allclose(a, b, **TOL)
+    (p,) = [q for q in plan(weighted_sum.ir(adjs[0], nodes={"h": x}, edges={"w": jnp.ones(sizes[0])}), False).values()
+            if q is not None]
+    assert isinstance(p, SpmmPlan) and not p.indexed
+    wl = weighted_sum.workload(n, sizes[0], {"h": 5}).layers[0]
+    assert [s.kind for s in wl.combine_first] == ["spmm"] and wl.elementwise == ()
 
 
 def vertex_appnp(m: APPNP, x, adj):
@@ -681,6 +713,38 @@ def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, 
     return (hwmodel.LayerWorkload(name, stages, stages, elem),)
 
 
+def _old_rgcn_layer_workloads(name, n_nodes, relation_nnz, in_dim, out_dim, x_bits, w_bits, out_bits, *,
+                              n_bases=None, training=False, locality=None, edge_density=1.0):
+    """`rgcn_layer_workloads` before its per-relation SpMMs were derived (verbatim)."""
+    graph = dict(locality=locality, access_scale=edge_density)
+    backward = hwmodel.with_backward if training else tuple
+    layers = []
+    for r, nnz in enumerate(relation_nnz):
+        agg_then = (hwmodel.spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits, **graph),
+                    hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
+        comb_then = (hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),
+                     hwmodel.spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits, **graph))
+        layers.append(hwmodel.LayerWorkload(f"{name}/rel{r}", backward(agg_then), backward(comb_then), ()))
+    gemm = backward((hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),))
+    elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
+    layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
+    if n_bases is not None and training:
+        compose = backward((hwmodel.gemm_stage(len(relation_nnz), n_bases, in_dim * out_dim, 32, 32, 32),))
+        layers.append(hwmodel.LayerWorkload(f"{name}/basis", compose, compose, ()))
+    return tuple(layers)
+
+
+def _old_rgcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None):
+    """`RGCNConv.workload` before its per-relation SpMMs were derived."""
+    from codesign.models.layers import quant_bits
+    x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
+    rel = (graph.kept_edges,) if graph.relation_edges is None else graph.relation_edges
+    return _old_rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
+                                     self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
+                                     n_bases=self.n_bases, training=graph.training, locality=graph.locality,
+                                     edge_density=graph.edge_density)
+
+
 def _workload_eq(got: hwmodel.Workload, want: hwmodel.Workload):
     """Every layer, stage and field equal (bit for bit: the results/ files were costed with these)."""
     assert got.training == want.training and [l.name for l in got.layers] == [l.name for l in want.layers]
@@ -728,37 +792,51 @@ _MODEL_CASES = {
     "gat": lambda: (GAT(9, 4, 3, heads=3, out_heads=2, n_edges=300, channel_mask=True, feature_mask=True,
                         rngs=nnx.Rngs(0)), 64, 300),
     "gat-8bit": lambda: (GAT(9, 4, 3, heads=2, bits=8, rngs=nnx.Rngs(0)), 64, 300),
+    # R-GCN: narrowing layers (combine-first), bases, edge and feature masks, uneven relations
+    "rgcn": lambda: (RGCN(9, 6, 3, n_relations=3, n_bases=2, n_edges=300, feature_mask=True, rngs=nnx.Rngs(0)),
+                     64, 300),
+    # widening first layer, 8-bit learned-free quantizers, relations split evenly by default
+    "rgcn-widen-8bit": lambda: (RGCN(4, 10, 3, n_relations=2, bits=8, rngs=nnx.Rngs(0)), 64, 300),
+    # one relation (as `codesign.train` runs it), free W_r
+    "rgcn-1rel": lambda: (RGCN(9, 6, 3, n_edges=300, rngs=nnx.Rngs(0)), 64, 300),
+}
+_MODEL_KW = {  # edges per relation (sum = the graph's 300), an empty relation included
+    "rgcn": dict(relation_edges=(170, 0, 130)),
+    "rgcn-1rel": dict(relation_edges=(300,)),
 }
 
 
 @pytest.mark.parametrize("case", sorted(_MODEL_CASES))
 def test_model_workloads_with_derived_aggregations_equal_the_old_hand_written_ones(case, monkeypatch):
-    """GCNConv's SpMMs, APPNP's propagation steps and GATConv's attention stages come from the
-    vertex programs now; the model workloads are the same numbers as before, for hard / expected
-    counts, training, a bits override, what-if densities, a `BlockEdgeMask` (BSR) and a locality
-    profile."""
-    from codesign.models import GATConv, GCNConv, Propagation
+    """GCNConv's SpMMs, APPNP's propagation steps, GATConv's attention stages and RGCNConv's
+    per-relation SpMMs come from the vertex programs now; the model workloads are the same numbers
+    as before, for hard / expected counts, training, a bits override, what-if densities, a
+    `BlockEdgeMask` (BSR), a locality profile and relations of different edge counts."""
+    from codesign.models import GATConv, GCNConv, Propagation, RGCNConv
     model, n, e = _MODEL_CASES[case]()
+    extra = _MODEL_KW.get(case, {})
     settings_ = [dict(), dict(training=True), dict(hard=True), dict(bits=6.0, training=True),
                  dict(locality=_locality()), dict(densities={"edge": 0.4, "feature": 0.5}, locality=_locality(),
                                                   training=True)]
     for kw in settings_:
-        new = model.workload(n, e, **kw)
+        new = model.workload(n, e, **kw, **extra)
         with monkeypatch.context() as mp:
             mp.setattr(GCNConv, "workload", _old_gcn_conv)
             mp.setattr(Propagation, "workload", _old_propagation)
             mp.setattr(GATConv, "workload", _old_gat_conv)
-            old = model.workload(n, e, **kw)
+            mp.setattr(RGCNConv, "workload", _old_rgcn_conv)
+            old = model.workload(n, e, **kw, **extra)
         _workload_eq(new, old)
     if case == "gcn-block":  # still the BSR kernel over the kept tiles
         assert [s.kind for s in model.workload(n, e).layers[0].combine_first] == ["gemm", "bsr"]
     # ... and under jit with gradients into the gate logits (expected counts are traced)
-    if case in ("gcn", "gat", "appnp"):
+    if case in ("gcn", "gat", "appnp", "rgcn"):
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
 
         def latency(params):
             m = nnx.merge(graphdef, params, rest)
-            return hwmodel.estimate(m.workload(n, e, training=True), hwmodel.presets.get("cpu")).latency_s
+            return hwmodel.estimate(m.workload(n, e, training=True, **extra),
+                                    hwmodel.presets.get("cpu")).latency_s
 
         g = jax.tree_util.tree_leaves(jax.jit(jax.grad(latency))(params))
         assert all(np.all(np.isfinite(np.asarray(x))) for x in g) and any(np.any(np.asarray(x) != 0) for x in g)

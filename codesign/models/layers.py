@@ -155,10 +155,11 @@ def graph_counts(n_nodes: int, n_edges, densities: dict, *, sparsifier=None, har
 
 def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *, kept_widths: Optional[dict] = None,
                         bits: Optional[dict] = None, out_bits=FP32_BITS, heads: int = 1,
-                        blocks: bool = True) -> hwmodel.LayerWorkload:
+                        blocks: bool = True, self_loops: bool = True) -> hwmodel.LayerWorkload:
     """The aggregation of a conv layer, derived from its vertex program (`codesign.vertex.layers`)
-    on ``graph``: `codesign.vertex.Program.workload` over nnz = kept edges + N self-loops at the
-    graph's edge density, locality and training flag (backward included), the BSR kernel over
+    on ``graph``: `codesign.vertex.Program.workload` over nnz = kept edges + N self-loops
+    (``self_loops=False``: the kept edges alone, as each relation of `RGCNConv`) at the graph's
+    edge density, locality and training flag (backward included), the BSR kernel over
     ``graph.nnz_blocks`` kept tiles when the graph has them and ``blocks``.
 
     Convention: edge weights are taken as given (``weight_products=False``): the per-edge
@@ -172,6 +173,9 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
       kept_widths: ``{1-D input name: kept columns}`` (float or traced; feature / channel masks).
       bits: ``{input name: bits}`` (default 32 each). out_bits: bits of the results.
       heads: H, a leading vmapped axis (GAT).
+      blocks: cost a fused weighted sum as the BSR kernel when ``graph`` has kept tiles.
+      self_loops: the adjacency holds the N self-loops (A_hat of GCN, GAT, APPNP) besides the
+        ``graph.kept_edges`` kept edges; False for an adjacency without them (R-GCN's relations).
 
     Returns:
       `hwmodel.LayerWorkload` whose both orders hold the program's stages and whose elementwise
@@ -180,7 +184,8 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
     kw = {}
     if blocks and graph.nnz_blocks is not None:
         kw["blocks"] = (graph.nnz_blocks, graph.block_size)
-    (layer,) = program.workload(graph.n_nodes, graph.kept_edges + graph.n_nodes, widths, bits=bits or 32.0,
+    nnz = graph.kept_edges + graph.n_nodes if self_loops else graph.kept_edges
+    (layer,) = program.workload(graph.n_nodes, nnz, widths, bits=bits or 32.0,
                                 out_bits=out_bits, heads=heads, training=graph.training, locality=graph.locality,
                                 weight_products=False, edge_density=graph.edge_density, kept_widths=kept_widths,
                                 name=name, **kw).layers

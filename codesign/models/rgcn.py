@@ -33,9 +33,11 @@ from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import FP32_BITS, GraphCounts, Layer, graph_counts, mask_densities, override_bits, quant_bits
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, mask_densities,
+                                    override_bits, quant_bits)
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
+from codesign.vertex import layers as vertex_layers
 
 Adjacencies = Union[CooAdjacency, Sequence[CooAdjacency]]
 
@@ -156,39 +158,65 @@ class RGCNConv(Layer):
         return rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
                                     self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
                                     n_bases=self.n_bases, training=graph.training, locality=graph.locality,
-                                    edge_density=graph.edge_density)
+                                    edge_density=graph.edge_density, in_features=self.in_features,
+                                    out_features=self.out_features)
 
 
 def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim, out_dim, x_bits, w_bits,
                          out_bits, *, n_bases: Optional[int] = None, training: bool = False,
-                         locality: Optional[hwmodel.LocalityProfile] = None,
-                         edge_density=1.0) -> tuple[hwmodel.LayerWorkload, ...]:
+                         locality: Optional[hwmodel.LocalityProfile] = None, edge_density=1.0,
+                         in_features: Optional[int] = None,
+                         out_features: Optional[int] = None) -> tuple[hwmodel.LayerWorkload, ...]:
     """`hwmodel.LayerWorkload`s of one R-GCN layer: one per relation plus the self-connection.
 
     ``"<name>/rel<r>"``: relation r's aggregation and its share of the combination, in both orders
-    (aggregate-first: SpMM over ``in_dim`` columns then GEMM N x in x out; combine-first: the GEMM
-    then SpMM over ``out_dim`` columns); ``"<name>/self"``: the GEMM with W_0 and one elementwise
-    stage summing the R + 1 partial results with bias and activation (N x out x (R + 1) ops).
-    With ``n_bases`` and ``training``, ``"<name>/basis"`` adds composing W_r = sum_b a_rb V_b
-    (a GEMM R x B x in*out; at inference the composed weights are stored). Relations are
-    separate `LayerWorkload`s because the estimator keys stages by kind within a layer.
+    (aggregate-first: SpMM over ``in_dim`` columns at ``x_bits`` then GEMM N x in x out;
+    combine-first: the GEMM then SpMM over ``out_dim`` columns at ``out_bits``); ``"<name>/self"``:
+    the GEMM with W_0 and one elementwise stage summing the R + 1 partial results with bias and
+    activation (N x out x (R + 1) ops). With ``n_bases`` and ``training``, ``"<name>/basis"`` adds
+    composing W_r = sum_b a_rb V_b (a GEMM R x B x in*out; at inference the composed weights are
+    stored). Relations are separate `LayerWorkload`s because the estimator keys stages by kind
+    within a layer.
+
+    Each relation's SpMM stages are derived from the `codesign.vertex.layers.weighted_sum` program,
+    the per-relation schedule `RGCNConv` runs (`derived_aggregation` with ``self_loops=False``:
+    nnz = the relation's kept edges, edge weights taken as given, the graph's edge density,
+    locality and training flag). The GEMMs, the self-connection's elementwise stage and the basis
+    composition stay hand-written (dense work outside the program).
 
     Args:
-      relation_nnz: kept edges of each relation (floats; may be expected counts).
+      relation_nnz: kept edges of each relation (floats; may be expected counts, traced).
       in_dim, out_dim: kept input columns (may be expected) and output columns.
       x_bits, w_bits, out_bits, training, locality, edge_density: as in
         `hwmodel.message_passing_layer` (the graph's locality profile stands for every relation).
+      in_features, out_features: the layer's full widths (ints; the shapes the program is traced
+        with); default ``in_dim`` / ``out_dim``, which must then be ints.
+
+    Raises:
+      ValueError: ``in_features`` / ``out_features`` missing while ``in_dim`` / ``out_dim`` is not an
+        int; a negative count or a bit-width outside [1, 32] (`codesign.vertex.Program.workload`,
+        `hwmodel`).
     """
-    graph = dict(locality=locality, access_scale=edge_density)
+    full = []
+    for field, given, dim in (("in_features", in_features, in_dim), ("out_features", out_features, out_dim)):
+        if given is None:
+            if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+                raise ValueError(f"rgcn_layer_workloads: {field} (the full width) is required when the kept width "
+                                 f"is not an int, got {dim!r}")
+            given = int(dim)
+        full.append(given)
     backward = hwmodel.with_backward if training else tuple
+    gemm = backward((hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),))
     layers = []
     for r, nnz in enumerate(relation_nnz):
-        agg_then = (hwmodel.spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits, **graph),
-                    hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
-        comb_then = (hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),
-                     hwmodel.spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits, **graph))
-        layers.append(hwmodel.LayerWorkload(f"{name}/rel{r}", backward(agg_then), backward(comb_then), ()))
-    gemm = backward((hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),))
+        rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
+        agg_first, comb_first = (
+            derived_aggregation(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, {"h": width},
+                                kept_widths={"h": kept}, bits={"h": b}, out_bits=b, blocks=False, self_loops=False)
+            for width, kept, b in ((full[0], in_dim, x_bits), (full[1], out_dim, out_bits)))
+        layers.append(hwmodel.LayerWorkload(f"{name}/rel{r}",
+                                            agg_first.combine_first + gemm + agg_first.elementwise,
+                                            gemm + comb_first.combine_first + comb_first.elementwise, ()))
     elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:

@@ -7,7 +7,12 @@ they read. Each program is the layer's equation for one vertex ``v``; the dense 
     gat     ``sum_u softmax_u(LeakyReLU(el_u + er_v)) h_u`` for one head; heads by `jax.vmap` over a
             leading axis of h, el, er (Velickovic et al., ICLR 2018, eq. 1-4; `codesign.models.GATConv`)
     rgcn    ``sum_{(u, e)} h_u[type_e] w_e + self_v``, ``h [N, R, F]`` the per-relation ``X W_r``,
-            ``w = 1 / c_{v,r}`` (Schlichtkrull et al., ESWC 2018, eq. 2; `codesign.models.RGCNConv`)
+            ``w = 1 / c_{v,r}`` (Schlichtkrull et al., ESWC 2018, eq. 2): the whole layer's relation
+            sum as one segment kernel over all edges (the user-facing example; not the schedule
+            `codesign.models.RGCNConv` runs)
+    weighted_sum   ``sum_{(u, e) in in_edges(v)} h_u w_e``: one relation r of R-GCN's eq. 2 over its
+            adjacency (no self-loops, ``w = 1 / c_{v,r}``, `codesign.models.rgcn.relation_mean_normalize`);
+            `codesign.models.RGCNConv` runs one such SpMM per relation and costs each from this program
     appnp_step(alpha)   ``(1 - alpha) sum_{(u, e)} z_u w_e + alpha h_v`` (Klicpera et al., ICLR 2019,
             eq. 5; one step of `codesign.models.APPNP.propagate`, w = the normalized edge weights)
 """
@@ -23,7 +28,7 @@ from codesign.kernels import CooAdjacency
 from codesign.vertex import trace as vx
 from codesign.vertex.program import Program, program
 
-__all__ = ["gcn", "gat", "rgcn", "appnp_step", "degree_norm"]
+__all__ = ["gcn", "gat", "rgcn", "weighted_sum", "appnp_step", "degree_norm"]
 
 
 @program
@@ -39,7 +44,25 @@ def gat(v):
 
 @program
 def rgcn(v):
+    """R-GCN's layer (eq. 2) after the GEMMs, all relations at once: ``sum_{(u, e)} h_u[type_e] w_e
+    + self_v``. Inputs: nodes ``h`` float [N, R, F] (``X W_r`` per relation), ``self`` float [N, F]
+    (``X W_0``); edges ``type`` int [E] in [0, R), ``w`` float [E] (``1 / c_{v,r}``). Returns
+    [N, F]. Lowers to one gather + segment-sum over every edge from the ``[N * R, F]`` table (the
+    one-kernel schedule); `codesign.models.RGCNConv` runs R SpMMs instead, one per relation, and
+    costs them from `weighted_sum`."""
     return vx.sum(u.h[e.type] * e.w for u, e in v.in_edges) + v.self
+
+
+@program
+def weighted_sum(v):
+    """One relation of R-GCN (eq. 2): ``sum_{(u, e) in in_edges(v)} h_u w_e``. Inputs: nodes ``h``
+    float [N, F] (X, or ``X W_r`` when the layer combines first), edges ``w`` float [E_r] (relation
+    r's mean-normalization weights ``1 / c_{v,r}``, edge gates multiplied in; the adjacency holds
+    relation r's edges only, no self-loops). Returns [N, F]. One fused SpMM (rule 1):
+    `codesign.models.RGCNConv` runs one per relation (`codesign.kernels.aggregate`) and
+    `RGCNConv.workload` takes each relation's SpMM stages from this program
+    (`codesign.models.layers.derived_aggregation` with ``self_loops=False``)."""
+    return vx.sum(u.h * e.w for u, e in v.in_edges)
 
 
 def appnp_step(alpha: float) -> Program:
