@@ -55,6 +55,10 @@ class Method:
         return self.levels == "cost"
 
 
+DISTILL = dict(distill_weight=1.0, distill_temperature=2.0)
+"""The self-distillation settings of the ``*_distill`` methods (`TrainConfig` fields)."""
+
+
 PAPER_METHODS = {
     "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
     "codesign": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
@@ -62,9 +66,10 @@ PAPER_METHODS = {
                        label="co-design (edges+features+channels+bits)", color="#b2182b", marker="o"),
     "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost",
                             label="co-design: features+channels, INT8", color="#ef8a62", marker="h"),
-    "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True,
-                                            sparse_features=True, objective="latency_s"), "cost", models=("gcn",),
-                           label="co-design for a CPU: edges+features+channels, FP32, CSR features",
+    "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, bits=None,
+                                            sparse_features=True, objective="latency_s", **DISTILL), "cost",
+                           models=("gcn",),
+                           label="co-design for a CPU: edges+features+channels, FP32, CSR features, distilled",
                            color="#67001f", marker="p"),
     "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost",
                         label="co-design: edges only", color="C1", marker="s"),
@@ -82,8 +87,6 @@ PAPER_METHODS = {
 }
 
 
-DISTILL = dict(distill_weight=1.0, distill_temperature=2.0)
-"""The self-distillation settings of the ``*_distill`` methods (`TrainConfig` fields)."""
 RANDOM = re.compile(r"random_(edges|tiles)_([0-9.]+)(_distill\w*)?")
 """``random_<edges|tiles>_<kept fraction>[_distill...]``: a random-subgraph reference method (its
 `METHODS` entry holds the distillation settings)."""
