@@ -68,7 +68,7 @@ def test_grouped_validation_holds_out_whole_groups():
     import jax.numpy as jnp
     f = lambda th: jnp.where(jnp.asarray(is_gemm), th[0], th[5]) * jnp.asarray(work, jnp.float32) * 1e-3
     measured = 0.8 * work * 1e-3 * np.where(is_gemm, 1.0, 0.5)
-    g = mod.grouped_validation(f, measured, points, x0=[0.5] * 9, free=(0, 5))
+    g = mod.grouped_validation(f, measured, points, x0=[0.5] * 10, free=(0, 5))
     assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "c"}
     assert g["leave_one_graph_out"]["n"] == 12 and g["leave_one_width_out"]["n"] == len(points)
     assert set(g["leave_one_width_out"]["by_group"]) == {"gemm/16", "gemm/64", "spmm/16", "spmm/64"}
