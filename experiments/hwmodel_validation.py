@@ -1,16 +1,19 @@
 """Validate the analytic cost model against measured kernel times on this machine (CPU or GPU).
 
 Measures XLA GEMM (`jnp.dot`) and XLA gather + `segment_sum` SpMM over a grid of sizes,
-densities and dtypes (graphs: R-MAT at 7 scales and degrees from 2^10 to 2^18 nodes, Cora and
+densities and dtypes, and on the CPU the kernels the deployed inference programs run
+(`HOST_KINDS`: scipy CSR adjacency SpMM, CSR features @ W, numpy float32 GEMMs) (graphs: R-MAT at 7 scales and degrees from 2^10 to 2^18 nodes, Cora and
 WordNet 3.0 (117,659 synsets, `codesign.data.load_wordnet`) when its files are present), builds the matching
 `codesign.hwmodel` stages for every point as XLA runs them (SpMM as `segment_spmm_stages`: XLA
 materializes the gathered messages, in f32 on the CPU; a bf16 GEMM on the CPU as
 `upcast_gemm_stages`; locality measured on the graph), measures the CPU's roofs first (an XLA
 f32 GEMM, a fused FMA chain and a streaming copy: `measure_peaks`; they replace the preset's
 nominal rates, so the fit is about this machine), fits the preset's calibration factors on a
-random half of the points by robust least squares on log latency (CPU, seven: matrix, vector,
-gather and DRAM efficiency, a fixed per-stage overhead, a fixed per-gathered-row overhead and the
-compute / memory overlap exponent; GPU: the bf16 / fp32 GEMM rate ratio in place of the vector
+random half of the points by robust least squares on log latency (CPU: matrix, vector, gather
+and DRAM efficiency, a fixed per-stage overhead, a fixed per-gathered-row overhead, a fixed
+per-output-row overhead of CSR kernels (``row_overhead_s``, fitted where scipy's kernels are
+timed) and the compute / memory overlap exponent; one set of factors for every kind: what
+differs between kernels is in their stages; GPU: the bf16 / fp32 GEMM rate ratio in place of the vector
 efficiency; CPU: also the effective cache, ``onchip_buffer_bytes``), and reports the error on the
 other half, MAPE and Spearman rank correlation, and the MAPE spread over 9 more random halves.
 
@@ -27,6 +30,7 @@ the median are recorded, as is whether RAPL energy counters are readable (``"rap
     python experiments/hwmodel_validation.py --save-preset   # and write codesign/hwmodel/fits/cpu.json
     python experiments/hwmodel_validation.py --peaks-only    # only this host's roofs into fits/cpu.json
     python experiments/hwmodel_validation.py --refit A.json --merge B.json  # pool the passes of two runs
+    python experiments/hwmodel_validation.py --exclude-kinds gemm_numpy  # time and report a kind, never fit it
 
 On a GPU (``jax.default_backend() == "gpu"``) the same script validates the ``h100`` preset
 (``--hw``): larger GEMMs, R-MAT graphs up to 2^20 nodes, and the Pallas BSR SpMM kernel
@@ -563,6 +567,7 @@ def save_preset(result: dict, path: str = FIT_PATH, old: Optional[dict] = None) 
         "validation": ({"factors_from": f"{old['host'].get('cpu_model')} fit of {old['fitted_date']} (--peaks-only)"}
                        if old else {"held_out": result.get("held_out"), "grouped_mape": {
                            k: v["mape"] for k, v in (result.get("grouped") or {}).items()},
+                           "excluded_kinds": result.get("excluded_kinds") or [],
                            "results_file": result.get("out")}),
     }
     write_json_atomic(path, rec)
