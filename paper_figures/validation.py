@@ -10,7 +10,7 @@ Reads the JSON written by ``experiments/hwmodel_validation.py`` (without FILE ar
 
     {"machine": {...}, "fitted": {...}, "held_out": {"mape", "spearman", "n"}, ...,
      "points": [{"kind": "gemm"|"spmm"|..., "measured_s": float, "modeled_s": float,
-                 "split": "train"|"test", ...}, ...]}
+                 "split": "train"|"test"|"excluded", ...}, ...]}
 
 Each point is drawn at (measured, modeled) seconds, coloured by stage kind; held-out ("test")
 points filled, calibration ("train") points hollow; the y = x line and a x2 band. The panel
@@ -53,7 +53,8 @@ def load_points(path: Path) -> list[dict]:
     Raises:
         ValueError: naming the file and the point index, if the file is not a JSON object with a
             non-empty ``points`` list of objects with positive finite ``measured_s``/``modeled_s``
-            and ``split`` ``"train"`` or ``"test"``.
+            and ``split`` ``"train"``, ``"test"`` or ``"excluded"`` (a kind never fitted,
+            ``--exclude-kinds``: drawn as held out).
     """
     obj = load_json_object(path)
     raw = obj.get("points")
@@ -70,9 +71,9 @@ def load_points(path: Path) -> list[dict]:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ValueError(f"{where}: field {f!r} must be a positive number, got {v!r}")
             row[f] = float(v)
-        if p.get("split") not in ("train", "test"):
-            raise ValueError(f"{where}: field 'split' must be 'train' or 'test', got {p.get('split')!r}")
-        row["held_out"] = p["split"] == "test"
+        if p.get("split") not in ("train", "test", "excluded"):
+            raise ValueError(f"{where}: field 'split' must be 'train', 'test' or 'excluded', got {p.get('split')!r}")
+        row["held_out"] = p["split"] != "train"
         out.append(row)
     return out
 

@@ -24,10 +24,11 @@ from flax import nnx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from codesign.hwmodel import (HardwareSpec, Workload, bsr_spmm_stage, elementwise_stage, estimate, gemm_stage,
+from codesign.hwmodel import (HardwareSpec, Workload, bsr_spmm_stage, csr_gemm_stage, elementwise_stage, estimate, gemm_stage,
                               matrix_macs_per_s, message_passing_layer, presets, segment_spmm_stages, smooth_max,
                               spmm_stage, stage_cost, upcast_gemm_stages, vector_macs_per_s)
 from codesign.hwmodel.spec import HOST_NONNEGATIVE
+from codesign.hwmodel.workload import MESSAGE_OPS_PER_ELEMENT
 
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "hwmodel_reference.json"
 REFERENCE_RTOL = 1e-5
@@ -196,18 +197,54 @@ def test_row_gather_overhead_by_hand():
         tiny_spec(row_gather_overhead_s=-1e-9)
 
 
+def test_row_overhead_by_hand():
+    # A CSR kernel loops over its output rows: 1000 rows * 3e-9 s = 3e-6 s on top of the 8e-5 s
+    # of per-element work (80000 MACs at 1e9 MAC/s). scipy's X_csr @ W loops over X's 200 rows:
+    # 200 * 3e-9 on top of 2000 nnz * 16 / 1e9. XLA's gather + segment_sum has no row loop, and
+    # neither have GEMM and elementwise stages; forward + backward (x3) triples the rows.
+    hw = tiny_spec(row_overhead_s=3e-9)
+    sp = spmm_stage(1000, 5000, 16, 32, 32)
+    assert float(sp.output_rows) == 1000.0
+    np.testing.assert_allclose(float(stage_cost(sp, hw).compute_s), 8.3e-5, rtol=1e-6)
+    np.testing.assert_allclose(float(stage_cost(sp, tiny_spec()).compute_s), 8e-5, rtol=1e-6)
+    feat = csr_gemm_stage(200, 500, 16, 2000, 32, 32, 32)
+    assert float(feat.output_rows) == 200.0
+    np.testing.assert_allclose(float(stage_cost(feat, hw).compute_s), 2000 * 16 / 1e9 + 200 * 3e-9, rtol=1e-6)
+    seg, _ = segment_spmm_stages(1000, 5000, 16, 32, 32)
+    assert float(seg.output_rows) == 0.0 and float(seg.gathered_rows) == 5000.0
+    assert float(stage_cost(seg, hw).compute_s) == float(stage_cost(seg, tiny_spec()).compute_s)
+    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(st.output_rows) == 0.0
+        assert float(stage_cost(st, hw).latency_s) == float(stage_cost(st, tiny_spec()).latency_s)
+    assert float(sp.scaled(3.0).output_rows) == 3000.0
+    # differentiable: d compute_s / d row_overhead_s = the stage's output rows
+    g = jax.grad(lambda spec: stage_cost(sp, spec).compute_s)(hw)
+    np.testing.assert_allclose(float(g.row_overhead_s), 1000.0, rtol=1e-6)
+    assert tiny_spec().row_overhead_s == 0.0  # not modeled unless given (datasheet presets)
+    for name in ("h100", "a100", "hygcn", "gnnear", "hbm-pim"):
+        assert presets.get(name).row_overhead_s == 0.0
+    with pytest.raises(ValueError, match=r"HardwareSpec\('tiny'\)\.row_overhead_s: must be finite and >= 0"):
+        tiny_spec(row_overhead_s=-1e-9)
+    with pytest.raises(ValueError, match=r"\.row_overhead_s: must be finite and >= 0"):
+        tiny_spec(row_overhead_s=float("inf"))
+    with pytest.raises(TypeError, match=r"\.row_overhead_s"):
+        tiny_spec(row_overhead_s="3ns")
+
+
 def test_segment_spmm_upcast_messages_by_hand():
     # bf16 features buffered as f32 messages (XLA:CPU): [5000, 16] messages of 4 bytes, written
-    # and read back (2 * 320000 B of re-used bytes), and 2 converts per message element
-    # (160000 ops on the vector units); without the upcast the buffer holds 2-byte messages and
-    # no converts run.
+    # and read back (2 * 320000 B of re-used bytes); each of the 80000 message elements is
+    # stored by the gather and loaded by the scatter-add (MESSAGE_OPS_PER_ELEMENT = 2: 160000
+    # ops) and converted twice (160000 ops); without the upcast the buffer holds 2-byte
+    # messages, and only the store and the load run.
+    assert MESSAGE_OPS_PER_ELEMENT == 2.0
     spmm, msg = segment_spmm_stages(1000, 5000, 16, 16, 16, message_bits=32)
-    assert float(msg.macs) == 160000.0 and float(msg.reuse_bytes) == 640000.0 and float(msg.bits) == 32.0
+    assert float(msg.macs) == 320000.0 and float(msg.reuse_bytes) == 640000.0 and float(msg.bits) == 32.0
     assert float(spmm.gathered_rows) == 5000.0 and float(msg.gathered_rows) == 0.0
     _, plain = segment_spmm_stages(1000, 5000, 16, 16, 16)
-    assert float(plain.macs) == 0.0 and float(plain.reuse_bytes) == 320000.0
-    # the converts take 160000 / 1e9 s at the tiny spec's vector rate; the buffer fits on chip
-    np.testing.assert_allclose(float(stage_cost(msg, tiny_spec()).compute_s), 1.6e-4, rtol=1e-6)
+    assert float(plain.macs) == 160000.0 and float(plain.reuse_bytes) == 320000.0
+    # 320000 ops / 1e9 s at the tiny spec's vector rate; the buffer fits on chip
+    np.testing.assert_allclose(float(stage_cost(msg, tiny_spec()).compute_s), 3.2e-4, rtol=1e-6)
 
 
 def test_spmm_fitting_buffer_by_hand():

@@ -2,6 +2,8 @@
 
 Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
   compute_s  = macs / (rate(kind, bits) * efficiency) + gathered_rows * row_gather_overhead_s
+               + output_rows * row_overhead_s
+               (output_rows: rows a CSR kernel loops over one at a time, `Stage.output_rows`)
   row'       = max(row, g)  (g = gather_granularity_bytes; ``hardened``: g * ceil(row / g))
   dram_bytes = compulsory_bytes + reuse_bytes * row'/row * (1 - hit)
                (row: bytes of one gathered row; hit: `locality.hit_rate` of the buffer's
@@ -212,7 +214,8 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
         rate = vector_macs_per_s(hw, stage.bits, hardened) * hw.vector_efficiency
         if stage.kind in IRREGULAR_KINDS:
             rate = rate * hw.gather_efficiency
-    compute_s = stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
+    compute_s = (stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
+                 + stage.output_rows * hw.row_overhead_s)
     floor = _floor_factor(stage, hw.gather_granularity_bytes, hardened)
     dram = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, hw.onchip_buffer_bytes, floor))
     onchip = stage.compulsory_bytes + stage.reuse_bytes

@@ -1,6 +1,11 @@
 """Hardware presets. Each documents the source of every number.
 
 `get(name)` returns a preset by name; `names()` lists them.
+
+The per-row software overheads (``row_gather_overhead_s``, ``row_overhead_s``) and the
+``stage_overhead_s`` are fitted for the measured `cpu` preset (and so on `upmem`'s host, which is
+`cpu`); every datasheet preset leaves them at 0 (not modeled: a GPU or an accelerator spreads
+rows over threads / PEs, and no datasheet gives such a figure).
 """
 
 from __future__ import annotations
@@ -248,7 +253,7 @@ def hbm_pim() -> HardwareSpec:
 FITS_DIR = Path(__file__).resolve().parent / "fits"
 FIT_KEYS = ("host", "date", "fitted_date", "roofs", "fitted", "onchip_buffer_bytes", "clock_hz", "command")
 FIT_FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency", "overlap_exponent",
-               "stage_overhead_s", "row_gather_overhead_s")
+               "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s")
 ROOF_KEYS = ("matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s")
 
 
@@ -294,9 +299,13 @@ def cpu() -> HardwareSpec:
     dot is converts around an f32 dot: `hwmodel.upcast_gemm_stages`), so every precision gets
     the f32 rates. DRAM energy 1.3 nJ per 64-bit access (Horowitz ISSCC'14, low end of
     1.3-2.6 nJ); gathered rows move whole 64-byte cache lines. The calibration factors
-    (efficiencies, per-stage and per-gathered-row overheads, the compute / memory overlap
-    exponent) are fitted on measured XLA GEMM / segment_sum kernels (robust least squares on log
-    latency); docs/hwmodel.md gives the validation.
+    (efficiencies, per-stage, per-gathered-row and per-output-row overheads, the compute /
+    memory overlap exponent; FITTED values, no datasheet source) are fitted on measured XLA
+    GEMM / segment_sum kernels and the deployed programs' numpy GEMMs and scipy CSR products
+    (robust least squares on log latency); docs/hwmodel.md gives the validation. One set of
+    factors prices every kernel: what differs between kernels is in their stages (XLA's
+    message buffer, scipy's per-output-row loop: `hwmodel.segment_spmm_stages`,
+    `hwmodel.spmm_stage`).
     ASSUMPTION: static power not modeled (0; a share of a cloud VM, RAPL not exposed).
     The "cpu" of this VM is not one machine (an AVX2 host on 2026-11-22, AVX-512 EPYC on
     2026-11-23, a Xeon with AMX on 2026-11-25): re-fit on your host with

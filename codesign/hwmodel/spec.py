@@ -71,9 +71,9 @@ def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
     return concrete
 
 
-HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "dram_energy_pj_per_byte", "onchip_buffer_bytes",
-                    "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj", "mac_energy_fp32_pj",
-                    "static_power_w")
+HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "dram_energy_pj_per_byte",
+                    "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
+                    "mac_energy_fp32_pj", "static_power_w")
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
 number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
 NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "internal_energy_pj_per_byte",
@@ -196,6 +196,12 @@ class HardwareSpec:
         width), added to a stage's compute time for its ``Stage.gathered_rows``, >= 0; 0 for
         datasheet presets, fitted for measured ones. This is what makes narrow SpMMs slower per
         element than wide ones.
+      row_overhead_s: fixed time per output row that a kernel loops over one at a time (a CSR
+        kernel's outer loop: load the row's pointer pair, start the row's inner loop, finish its
+        accumulator), added to a stage's compute time for its ``Stage.output_rows``, >= 0; 0
+        where not modeled (the datasheet presets: GPU and accelerator kernels spread rows over
+        threads / PEs), fitted for measured ones. XLA's gather + scatter-add SpMM has no
+        per-row loop (`segment_spmm_stages`), scipy's CSR product has (`spmm_stage`).
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
@@ -234,6 +240,7 @@ class HardwareSpec:
     overlap_exponent: float = 16.0
     stage_overhead_s: float = 0.0
     row_gather_overhead_s: float = 0.0
+    row_overhead_s: float = 0.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))

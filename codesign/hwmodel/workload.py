@@ -30,6 +30,7 @@ BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, 
 AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
 SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
 CONVERTS_PER_UPCAST_MESSAGE = 2.0  # round trips through the narrow type: one in the gather, one per scatter-add
+MESSAGE_OPS_PER_ELEMENT = 2.0  # XLA's message buffer: the gather writes each element, the scatter-add reads it back
 
 
 @jax.tree_util.register_dataclass
@@ -56,6 +57,10 @@ class Stage:
         per tile and feature tile; SDDMM: one per edge); 0 for dense stages.
       in_degree_cv, max_in_degree: the graph's in-degree spread (`LocalityProfile`), for the
         load imbalance of near-memory units; None = Poisson degrees / unknown maximum.
+      output_rows: output rows the kernel loops over one at a time (a CSR kernel's outer loop),
+        each paying ``HardwareSpec.row_overhead_s`` (`spmm_stage`, `csr_gemm_stage`: the rows
+        of the result); 0 for kernels without a per-row loop (GEMM, elementwise, XLA's gather +
+        scatter-add: `segment_spmm_stages`).
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -71,6 +76,7 @@ class Stage:
     gathered_rows: jax.Array = 0.0
     in_degree_cv: Optional[jax.Array] = None
     max_in_degree: Optional[jax.Array] = None
+    output_rows: jax.Array = 0.0
 
     def scaled(self, factor: float) -> "Stage":
         """The same kernel run ``factor`` times (counts and launches scale; bit-width and working
@@ -78,7 +84,7 @@ class Stage:
         return dataclasses.replace(
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
-            gathered_rows=self.gathered_rows * factor,
+            gathered_rows=self.gathered_rows * factor, output_rows=self.output_rows * factor,
             link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
 
     @property
@@ -157,7 +163,8 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     ``a_bits``) and ``W`` once, writes the output once (compulsory); every nonzero beyond the
     first per column of ``A`` re-gathers a ``W`` row (``reuse_bytes``; ``W`` is the working set,
     ``k`` rows, uniform re-reference). Kind "spmm": it runs on the vector units at the gather
-    rate (`stage_cost`), as the adjacency SpMM does, not at the matrix engine's GEMM rate.
+    rate (`stage_cost`), as the adjacency SpMM does, not at the matrix engine's GEMM rate; it
+    loops over the ``m`` output rows (``output_rows``: scipy's ``csr_matvecs``).
     Backward (`with_backward`) is charged as an SpMM's (an upper bound: the input's gradient is
     not needed for features). Like the adjacency SpMM it may be mapped onto near-memory units
     (a gather-reduce of W rows next to the stored features).
@@ -178,7 +185,7 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     structure = nnz * (INDEX_BYTES + a_bits / 8.0) + (m + 1) * INDEX_BYTES
     reuse = jnp.maximum(nnz - k, 0.0) * n * w_bits / 8.0
     return Stage("spmm", nnz * n, jnp.maximum(_f32(a_bits), _f32(w_bits)), structure + w_bytes + out_bytes, reuse,
-                 w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz)
+                 w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz, output_rows=m)
 
 
 def upcast_gemm_stages(m, k, n, bits, compute_bits=32.0) -> tuple[Stage, Stage, Stage, Stage]:
@@ -229,7 +236,10 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     Reads the CSR structure (indptr, indices, values) and X once (compulsory); every nonzero
     beyond the first per row re-gathers an X row (``reuse_bytes``), which hits on chip according
     to ``locality`` (measured reuse profile; None = uniform) with reuse times scaled by
-    ``access_scale`` (the kept edge fraction).
+    ``access_scale`` (the kept edge fraction). The kernel loops over the ``n_rows`` output rows
+    (``output_rows``, each paying ``HardwareSpec.row_overhead_s``), as scipy's ``csr_matvecs``
+    (``csr_matrix @ ndarray``: per row, per stored nonzero an axpy of one X row into the row's
+    output) does.
 
     Raises:
       ValueError: as `gemm_stage`; ``access_scale`` outside [0, 1].
@@ -247,7 +257,8 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
     if dmax is not None:
         dmax = dmax * _f32(access_scale)
     return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
-                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz, in_degree_cv=cv, max_in_degree=dmax)
+                 rows, dist, x_bytes + out_bytes, gathered_rows=nnz, in_degree_cv=cv, max_in_degree=dmax,
+                 output_rows=n_rows)
 
 
 def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
@@ -265,10 +276,17 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
     rounds every partial sum through bf16 and back): there it is 32, and each message element
     costs `CONVERTS_PER_UPCAST_MESSAGE` conversion ops on the vector units.
 
+    The buffer costs vector work as well as bytes: the gather stores each message element and
+    the scatter-add loads it back (`MESSAGE_OPS_PER_ELEMENT` ops per element, on top of the
+    conversions). Unlike a CSR kernel, XLA loops over the ``nnz`` messages, not over output
+    rows, so the ``spmm`` stage has no ``output_rows`` (no ``row_overhead_s``).
+
     Returns:
-      ``(spmm, messages)``; ``messages`` is an "elementwise" stage whose only arithmetic is
-      those conversions (none when ``message_bits`` equals ``x_bits``), each charged the energy
-      of one MAC at ``message_bits`` (an upper bound: a convert is cheaper than a multiply-add).
+      ``(spmm, messages)``; ``messages`` is an "elementwise" stage of
+      ``MESSAGE_OPS_PER_ELEMENT * nnz * width`` ops plus those conversions (none when
+      ``message_bits`` equals ``x_bits``), each charged the energy of one MAC at
+      ``message_bits`` (an upper bound: a store, load or convert is cheaper than a
+      multiply-add).
 
     Raises:
       ValueError: as `spmm_stage`, also for ``message_bits``.
@@ -276,12 +294,14 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
     if message_bits is not None:
         _bits("segment_spmm_stages", message_bits=message_bits)
     spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
+    spmm = dataclasses.replace(spmm, output_rows=jnp.zeros((), jnp.float32))
     bits = _f32(x_bits if message_bits is None else message_bits)
     elements = _f32(nnz) * _f32(width)
     msg = elements * bits / 8.0
     converts = jnp.where(bits != _f32(x_bits), CONVERTS_PER_UPCAST_MESSAGE * elements, 0.0)
+    ops = MESSAGE_OPS_PER_ELEMENT * elements + converts
     zero = jnp.zeros((), jnp.float32)
-    return spmm, Stage("elementwise", converts, bits, zero, 2.0 * msg, msg)
+    return spmm, Stage("elementwise", ops, bits, zero, 2.0 * msg, msg)
 
 
 BSR_FEATURE_TILE = 64  # `codesign.kernels.BlockSizes().block_f`: feature columns per Pallas program
