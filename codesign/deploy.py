@@ -313,7 +313,8 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
       ``latency_s`` (median wall-clock of one inference), ``latency_spread_s`` ([min, max]),
       ``peak_bytes`` (tracemalloc peak of one call), ``model_bytes`` and ``graph_bytes``; and
       ``load_average`` (the machine's 1-minute load average before and after the timing: other
-      work on the cores inflates and spreads the latencies).
+      work on the cores inflates and spreads the latencies) and ``blas_threads`` (the
+      ``OPENBLAS_NUM_THREADS`` the process runs with, None = OpenBLAS's default).
 
     Raises:
       ValueError: ``reps < 1`` or ``warmup < 0``.
@@ -338,7 +339,8 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
     ratios = [d / c for c, d in zip(tc, td)]
     return {"measured": stats(compact, tc), "dense_measured": stats(dense, td),
             "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)],
-            "load_average": [load_before, os.getloadavg()[0]]}
+            "load_average": [load_before, os.getloadavg()[0]],
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
 
 
 def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,

@@ -27,8 +27,15 @@ average around its timing (`codesign.deploy.measure`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+# numpy / scipy's OpenBLAS on one thread, before numpy loads: on this 2-vCPU VM its two threads wait
+# out other tenants' time slices (the dense WordNet program: median 36.4 ms [23.1, 37.9] on two
+# threads, 26.3 ms [25.1, 27.5] on one, 2026-11-25, load 0.5); both programs get the same setting,
+# recorded in every record (`codesign.deploy.measure`: ``blas_threads``).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
