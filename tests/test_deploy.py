@@ -235,3 +235,25 @@ def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, caps
     assert cli.main(argv) == 0 and "0 runs to do" in capsys.readouterr().err  # resumed, nothing retrained
     assert cli.main(["sweep", "--measure", "--model", "gat", "--seeds", "1", "--out", str(tmp_path)]) == 2
     assert "--measure: codesign.deploy compiles GCN models only" in capsys.readouterr().err
+
+
+def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
+    from codesign.train import TrainConfig, build_model, dense_cost, train, workload_inputs
+    g = _graph()
+    g = Graph(senders=g.senders, receivers=g.receivers, x=g.x, y=g.y, train_mask=g.train_mask,
+              val_mask=np.ones(g.n_nodes, bool), test_mask=np.ones(g.n_nodes, bool), n_nodes=g.n_nodes)
+    hw = hwmodel.presets.get("cpu")
+    cfg = TrainConfig.for_model("gcn", sparse_features=True, feature_mask=True, edge_mask=False, cost_weight=1.0,
+                                objective="latency_s", epochs=3)
+    inputs = workload_inputs(cfg, g)
+    np.testing.assert_array_equal(inputs["feature_nnz"], feature_column_nnz(g.x))
+    assert "feature_nnz" not in workload_inputs(cfg.replace(sparse_features=False), g)
+    r = train(g, cfg, hw)
+    # the dense reference is the dense model with its features stored CSR: all nonzeros, one schedule
+    ref = build_model(cfg, g, nnx.Rngs(0), dense=True)
+    want = hwmodel.estimate(ref.workload(g.n_nodes, g.n_edges, hard=True, locality=inputs["locality"],
+                                         feature_nnz=inputs["feature_nnz"]), hw)
+    assert r["dense_modeled"] == want.summary() == dense_cost(cfg, g, hw, inputs).summary()
+    assert r["dense_modeled"] != dense_cost(cfg, g, hw, {"locality": inputs["locality"]}).summary()
+    with pytest.raises(ValueError, match=r"TrainConfig.cost.sparse_features: only the gcn model"):
+        TrainConfig.for_model("gat", sparse_features=True)
