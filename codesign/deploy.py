@@ -55,8 +55,14 @@ integer codes and dequantized once). numpy has no integer GEMM faster than its f
 CPUs measured (`int8_matmul_is_faster`; docs/results.md), so the integer path is
 not taken, and `measure_model` prices the program at this width."""
 
-__all__ = ["COMPUTE_BITS", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy", "dense_program",
-           "pick_feature_store", "measure", "measure_model", "int8_matmul_is_faster"]
+CHANNEL_LANES = 4
+"""The hidden width of a deployed program is padded to a multiple of this (float32 lanes of a 128-bit
+vector). Measured on this CPU (docs/results.md): scipy's CSR products run slower at widths that are
+not multiples of 4 than at the next multiple (Cora, width 15: X @ W 172 us, A @ H 57 us; width
+16: 128 us, 50 us), so a pruned width of 15 ran slower than the full 16."""
+
+__all__ = ["COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy",
+           "dense_program", "pick_feature_store", "measure", "measure_model", "int8_matmul_is_faster"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +139,25 @@ class CompactGCN:
     kept: dict
 
     def __post_init__(self):
-        object.__setattr__(self, "_w0", self.w0.dequantized())
-        object.__setattr__(self, "_w1", self.w1.dequantized())
+        # the run-time matrices: dequantized, the hidden width padded with zero channels to a multiple
+        # of CHANNEL_LANES (a padded channel is relu(0 + 0) * 0 = 0 and its row of w1 is 0: exact)
+        pad = self.run_channels - self.w0.codes.shape[1]
+        object.__setattr__(self, "_w0", np.pad(self.w0.dequantized(), ((0, 0), (0, pad))))
+        object.__setattr__(self, "_w1", np.pad(self.w1.dequantized(), ((0, pad), (0, 0))))
+        object.__setattr__(self, "_b0", np.pad(self.b0, (0, pad)))
+        object.__setattr__(self, "_gate", np.pad(self.channel_gate, (0, pad)))
 
     def __call__(self) -> np.ndarray:
         """Logits float32 [N, C]."""
-        h = _layer(self.adj, self.x, self._w0, self.b0)
-        h = np.maximum(h, 0) * self.channel_gate
+        h = _layer(self.adj, self.x, self._w0, self._b0)
+        h = np.maximum(h, 0) * self._gate
         return _layer(self.adj, _quantize_activation(h, self.bits), self._w1, self.b1)
+
+    @property
+    def run_channels(self) -> int:
+        """The hidden width the program computes with: the kept channels rounded up to a multiple
+        of `CHANNEL_LANES` (zero channels; the stored model keeps only the kept ones)."""
+        return -(-self.w0.codes.shape[1] // CHANNEL_LANES) * CHANNEL_LANES
 
     @property
     def feature_store(self) -> str:
@@ -362,9 +379,10 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     Returns:
       `measure`'s dict plus ``modeled_local`` / ``dense_modeled_local`` (``latency_s`` s and
       ``energy_j`` J on ``local_hw`` of the compact program as it runs, i.e. the hardened model's
-      kept features, channels and edges at `COMPUTE_BITS`, and of the dense FP32 model of the same
-      widths), ``kept`` (`CompactGCN.kept` + ``feature_nnz``, the kept columns' nonzeros, and
-      ``dense_feature_nnz``), ``feature_store`` (``{"compact", "dense"}``: the store
+      kept features and edges and its `CompactGCN.run_channels` at `COMPUTE_BITS`, and of the dense
+      FP32 model of the same widths; a width padded past the model's hidden width is priced at
+      the hidden width), ``kept`` (`CompactGCN.kept` + ``feature_nnz``, the kept columns'
+      nonzeros, and ``dense_feature_nnz``), ``feature_store`` (``{"compact", "dense"}``: the store
       each program got) and ``max_logit_gap`` (max |compact - hardened model| over the logits, float).
 
     Raises:
@@ -384,17 +402,21 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     # and stores in (`COMPUTE_BITS`: float32 here, integer codes dequantized), not the quantizers' width
     col_nnz = feature_column_nnz(graph.x)
     nnz_of = lambda prog: col_nnz if prog.feature_store == "csr" else None
+    hidden = model.conv1.out_features  # each program priced at the hidden width it computes with (run_channels)
     modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality,
-                                              feature_nnz=nnz_of(compact)), local_hw)
-    shell = GCN(model.in_features, model.conv1.out_features, model.conv2.out_features, rngs=nnx.Rngs(0))
-    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense)), local_hw)
+                                              feature_nnz=nnz_of(compact),
+                                              densities={"channel": min(1.0, compact.run_channels / hidden)}), local_hw)
+    shell = GCN(model.in_features, hidden, model.conv2.out_features, rngs=nnx.Rngs(0))
+    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense),
+                                          densities={"channel": min(1.0, dense.run_channels / hidden)}), local_hw)
     logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
     out["feature_store"] = {"compact": compact.feature_store, "dense": dense.feature_store}
     keep_f = np.ones(model.in_features, bool) if model.feature_mask is None else \
         np.asarray(model.feature_mask.hard_mask())
-    out["kept"] = {**compact.kept, "feature_nnz": float(col_nnz[keep_f].sum()), "dense_feature_nnz": float(col_nnz.sum())}
+    out["kept"] = {**compact.kept, "feature_nnz": float(col_nnz[keep_f].sum()),
+                   "dense_feature_nnz": float(col_nnz.sum())}
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())
     return out
 

@@ -257,3 +257,16 @@ def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
     assert r["dense_modeled"] != dense_cost(cfg, g, hw, {"locality": inputs["locality"]}).summary()
     with pytest.raises(ValueError, match=r"TrainConfig.cost.sparse_features: only the gcn model"):
         TrainConfig.for_model("gat", sparse_features=True)
+
+
+def test_hidden_width_is_padded_to_the_lanes_with_exact_logits():
+    from codesign.deploy import CHANNEL_LANES
+    g = _graph()
+    m = _hardened_gcn(g, None, hidden=8)
+    c = deploy(m, g)
+    kept = int(np.asarray(m.channel_mask.hard_mask()).sum())
+    assert c.w0.codes.shape[1] == kept and kept % CHANNEL_LANES != 0  # stored: the kept channels only
+    assert c.run_channels == -(-kept // CHANNEL_LANES) * CHANNEL_LANES and c._w0.shape[1] == c.run_channels
+    assert not np.any(c._w0[:, kept:]) and not np.any(c._w1[kept:]) and not np.any(c._gate[kept:])
+    np.testing.assert_allclose(c(), np.asarray(m(g.x, adjacency(g))), rtol=1e-5, atol=1e-6)
+    assert dense_program(m, g).run_channels == 8
