@@ -9,6 +9,8 @@ The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`,
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable, Optional
 
 import jax
@@ -19,8 +21,8 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
-                                    mask_densities, override_bits, quant_bits)
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
+                                    make_quantizer, mask_densities, override_bits, quant_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -90,18 +92,17 @@ class GCNConv(Layer):
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         k = self.in_features if in_dim is None else in_dim
         f = self.out_features if out_dim is None else out_dim
-        agg_first, comb_first = (
-            derived_aggregation(vertex_layers.gcn, name, graph, {"h": full}, kept_widths={"h": kept},
-                                bits={"h": b}, out_bits=b)
-            for full, kept, b in ((self.in_features, k, x_bits), (self.out_features, f, out_bits)))
         gemm = (hwmodel.gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits) if in_nnz is None else
                 hwmodel.csr_gemm_stage(graph.n_nodes, k, f, in_nnz, x_bits, w_bits, out_bits),)
         elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits),)
         if graph.training:
             gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
-        comb = gemm + comb_first.combine_first + comb_first.elementwise
-        agg = comb if in_nnz is not None else agg_first.combine_first + gemm + agg_first.elementwise
-        return (hwmodel.LayerWorkload(name, agg, comb, elem),)
+        layer = derived_message_passing(vertex_layers.gcn, name, graph, gemm, elem,
+                                        widths=(self.in_features, self.out_features), kept=(k, f),
+                                        bits=(x_bits, out_bits))
+        if in_nnz is not None:  # a sparse input runs combine-first only
+            layer = dataclasses.replace(layer, aggregate_first=layer.combine_first)
+        return (layer,)
 
 
 class GCN(GNN):

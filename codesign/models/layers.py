@@ -192,6 +192,27 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
     return layer
 
 
+def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple, elem: tuple, *, widths: tuple,
+                            kept: tuple, bits: tuple, **kw) -> hwmodel.LayerWorkload:
+    """Both dataflow orders of ``act(A X W)`` with the aggregation derived from ``program`` (whose
+    aggregated input is named ``h``; `derived_aggregation`): aggregate-first = the program's stages
+    over the input columns, then ``gemm``; combine-first = ``gemm``, then the program's stages over
+    the output columns; ``elem``: the layer's own elementwise stages.
+
+    Args:
+      gemm, elem: the layer's hand-written dense stages (backward already added when training).
+      widths: (input, output) full widths (ints, the traced shapes).
+      kept: (input, output) kept columns (float or traced).
+      bits: (input, output) bit-widths of the aggregated features.
+      kw: further `derived_aggregation` arguments (``blocks``, ``self_loops``).
+    """
+    agg_first, comb_first = (
+        derived_aggregation(program, name, graph, {"h": full}, kept_widths={"h": k}, bits={"h": b}, out_bits=b, **kw)
+        for full, k, b in zip(widths, kept, bits))
+    return hwmodel.LayerWorkload(name, agg_first.combine_first + gemm + agg_first.elementwise,
+                                 gemm + comb_first.combine_first + comb_first.elementwise, elem)
+
+
 def override_bits(bits) -> Optional[jax.Array]:
     """A model ``workload``'s ``bits`` argument as a float32 scalar for every tensor (None: each
     layer reads its own quantizers). Raises ValueError outside [1, 32] (`hwmodel.check_bits`)."""

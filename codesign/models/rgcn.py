@@ -33,8 +33,8 @@ from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, mask_densities,
-                                    override_bits, quant_bits)
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
+                                    mask_densities, override_bits, quant_bits)
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -210,13 +210,9 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     layers = []
     for r, nnz in enumerate(relation_nnz):
         rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
-        agg_first, comb_first = (
-            derived_aggregation(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, {"h": width},
-                                kept_widths={"h": kept}, bits={"h": b}, out_bits=b, blocks=False, self_loops=False)
-            for width, kept, b in ((full[0], in_dim, x_bits), (full[1], out_dim, out_bits)))
-        layers.append(hwmodel.LayerWorkload(f"{name}/rel{r}",
-                                            agg_first.combine_first + gemm + agg_first.elementwise,
-                                            gemm + comb_first.combine_first + comb_first.elementwise, ()))
+        layers.append(derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
+                                              widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
+                                              blocks=False, self_loops=False))
     elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
