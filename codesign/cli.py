@@ -297,7 +297,7 @@ def cmd_deploy(args) -> int:
                                 f"codesign train --save DIR")
     graph = load_dataset(meta["dataset"], root=args.data_root)
     model, cfg, meta = load_model(args.checkpoint, graph)
-    out = measure_model(model, graph, hwmodel.presets.get("cpu"), reps=args.reps)
+    out = measure_model(model, graph, hwmodel.presets.get("cpu_numpy"), reps=args.reps)
     kept = out["kept"]
     if args.json:
         print(json.dumps(out))
@@ -364,7 +364,7 @@ def cmd_sweep(args) -> int:
     if args.measure:  # the measuring machine's spec and the graph's locality, once for every run
         from codesign.deploy import measure_model
         from codesign.hwmodel import measure_locality
-        local_hw, locality = presets.get("cpu"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+        local_hw, locality = presets.get("cpu_numpy"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     for cfg, config in tqdm(todo, desc="sweep", unit="run"):
         result = train(graph, cfg, hw, return_model=args.measure)
         result.pop("by_hw")  # one target: the same numbers as modeled / breakdown

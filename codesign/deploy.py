@@ -369,8 +369,9 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     Args:
       model: a trained `codesign.models.GCN` (switched to eval mode).
       graph: the `Graph` it runs on.
-      local_hw: the `codesign.hwmodel.HardwareSpec` of the machine that measures (the ``cpu``
-        preset on a CPU).
+      local_hw: the `codesign.hwmodel.HardwareSpec` of the machine that measures, as the
+        programs use it (the ``cpu_numpy`` preset on a CPU: one core, numpy / scipy calls; it
+        assumes one BLAS thread, ``OPENBLAS_NUM_THREADS=1``, recorded as ``blas_threads``).
       reps, warmup: as in `measure`.
       locality: a `codesign.hwmodel.LocalityProfile` of ``graph`` (measured when None).
       feature_store: of both programs, as in `deploy`; each is priced with the store it got

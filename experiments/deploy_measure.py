@@ -50,7 +50,7 @@ def main(argv=None) -> list[dict]:
     if args.quick:
         args.seeds, args.epochs, args.reps = 1, 5, 3
     graph = load_planetoid(args.dataset)
-    hw = hwmodel.presets.get("cpu")
+    hw = hwmodel.presets.get("cpu_numpy")
     locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     name = f"{args.dataset}_deploy_cpu" + ("_quick" if args.quick else "")
     store = ResultsStore(Path(args.out) / f"{name}.jsonl")

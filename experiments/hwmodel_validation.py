@@ -69,7 +69,10 @@ from codesign.results import write_json_atomic
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
-           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s")
+           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
+           "host_stage_overhead_s", "row_miss_overhead_s")
+# host_stage_overhead_s: the fixed cost of one numpy / scipy call in the deployed program (HOST_KINDS, priced on
+# the `cpu_numpy` preset: one core, `HardwareSpec.single_core`), where stage_overhead_s is XLA's dispatch
 # onchip_buffer_bytes is fitted on the CPU: the cache a kernel effectively has on a shared VM is not
 # the L3 that lscpu reports (2026-11-25: 480 MiB "L3" of a whole socket shared with other tenants,
 # 2 MiB L2 per core); the large graphs (WordNet, R-MAT 2^18) spill where the small ones do not.
@@ -379,9 +382,14 @@ def with_peaks(hw: hwmodel.HardwareSpec, peaks: Optional[dict]) -> hwmodel.Hardw
                       vector_int8_macs_per_s=vec, dram_bw_bytes_per_s=peaks["dram_bw_bytes_per_s"])
 
 
-def modeled(stages, base: hwmodel.HardwareSpec):
+def modeled(stages, base: hwmodel.HardwareSpec, host=None):
     """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`; the
-    bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate)."""
+    bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate). ``host``: per kernel, whether it
+    is a deployed program's numpy / scipy kernel (`HOST_KINDS`), priced as the `cpu_numpy` preset
+    prices it (``base`` on one core, `HardwareSpec.single_core`, with ``theta[10]`` per call);
+    the others as XLA runs them on every core (the `cpu` preset)."""
+    host = [False] * len(stages) if host is None else list(host)
+
     @jax.jit
     def f(theta):
         hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
@@ -389,8 +397,10 @@ def modeled(stages, base: hwmodel.HardwareSpec):
                                  matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
                                  gather_efficiency=theta[5], overlap_exponent=theta[6],
                                  row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
-                                 row_overhead_s=theta[9])
-        return jnp.stack([sum(hwmodel.stage_cost(s, hw).latency_s for s in kernel) for kernel in stages])
+                                 row_overhead_s=theta[9], row_miss_overhead_s=theta[11])
+        one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10])
+        return jnp.stack([sum(hwmodel.stage_cost(s, one if h else hw).latency_s for s in kernel)
+                          for kernel, h in zip(stages, host)])
     return f
 
 
@@ -400,21 +410,21 @@ def metrics(pred, meas) -> dict:
             "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9)):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)):
     """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
     ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
     kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
     fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
     in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
     in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
-    per-output-row overhead in [1 ps, 1 us]; the
+    per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms]; the
     order of `FACTORS`) from ``x0``;
     only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
     evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
-    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6])
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6])
     u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
 
     def full(u):
@@ -554,7 +564,8 @@ def save_preset(result: dict, path: str = FIT_PATH, old: Optional[dict] = None) 
     this script: the host, the dates, the measured roofs, the fitted factors and the validation
     summary. ``old``: a previous record whose factors are kept (``--peaks-only``)."""
     m = result["machine"]
-    fitted = dict(old["fitted"]) if old else {k: result["fitted"][k] for k in hwmodel.presets.FIT_FACTORS}
+    fitted = dict(old["fitted"]) if old else {k: result["fitted"][k] for k in hwmodel.presets.FIT_FACTORS
+                                              + hwmodel.presets.HOST_FIT_FACTORS if k in result["fitted"]}
     buffer = old["onchip_buffer_bytes"] if old else result["fitted"]["onchip_buffer_bytes"]
     rec = {
         "what": "the fitted `cpu` preset (codesign.hwmodel.presets.cpu): measured roofs and calibration factors",
@@ -697,10 +708,12 @@ def main(argv=None) -> dict:
         features = None if gpu else feature_data(args.quick, args.data_root)
         points, measured, per_pass, peaks = measure(args, gpu, graph_data, features)
     stages = [point_stages(p, graph_data, gpu) for p in points]
+    cores = float((prev["machine"] if prev else machine()).get("cpu_count") or 1) if not gpu else 1.0
     base = with_peaks(hwmodel.presets.get(hw_name), peaks).replace(
         matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0, gather_efficiency=1.0,
-        overlap_exponent=16.0, stage_overhead_s=0.0)
-    f = modeled(stages, base)
+        overlap_exponent=16.0, stage_overhead_s=0.0, cores=cores)
+    host = [p["kind"] in HOST_KINDS for p in points]
+    f = modeled(stages, base, host)
     rng = np.random.default_rng(0)
     # --exclude-kinds: timed and reported, never fitted (each predicted by fits that never saw its kind)
     excluded = np.array([p["kind"] in args.exclude_kinds for p in points])
@@ -709,21 +722,28 @@ def main(argv=None) -> dict:
     train_idx, test_idx = np.sort(order[: usable.size // 2]), np.sort(order[usable.size // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
     before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0, base.onchip_buffer_bytes,
-                                       0.0], jnp.float32)))
+                                       0.0, 0.0, 0.0], jnp.float32)))
     shipped = hwmodel.presets.get(hw_name)  # the preset as committed (its own roofs and factors), no fit
-    as_shipped = np.asarray(modeled(stages, shipped)(jnp.asarray(
-        [getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else
-         shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s for k in FACTORS], jnp.float32)))
+
+    def shipped_factors(bf16_ratio):
+        host_call = hwmodel.presets.get("cpu_numpy").stage_overhead_s if hw_name == "cpu" else 0.0
+        return jnp.asarray([bf16_ratio if k == "bf16_gemm_rate_ratio" else host_call if k == "host_stage_overhead_s"
+                            else getattr(shipped, k) for k in FACTORS], jnp.float32)
+
+    as_shipped = np.asarray(modeled(stages, shipped, host)(shipped_factors(
+        shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s)))
     # the --peaks-only workflow: the preset's fitted factors with this run's measured roofs
-    as_peaks = None if not peaks else np.asarray(modeled(stages, with_peaks(shipped, peaks))(jnp.asarray(
-        [getattr(shipped, k) if k != "bf16_gemm_rate_ratio" else 1.0 for k in FACTORS], jnp.float32)))
+    as_peaks = None if not peaks else np.asarray(modeled(stages, with_peaks(shipped, peaks), host)(
+        shipped_factors(1.0)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
     x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10,
-          base.onchip_buffer_bytes if gpu else 4.0 * 1024**2, 0.0 if gpu else 1e-9]
-    # row_overhead_s (9) is fitted where a kernel with a per-output-row loop is timed (scipy's CSR)
+          base.onchip_buffer_bytes if gpu else 4.0 * 1024**2, 0.0 if gpu else 1e-9, 1e-6, 1e-13 if gpu else 1e-9]
+    # row_overhead_s (9) is fitted where a kernel with a per-output-row loop is timed (scipy's CSR),
+    # host_stage_overhead_s (10) where a numpy / scipy kernel is
     row_loop = any(p["kind"] in ("csr_scipy", "csr_features") for p in points)
-    free = (0, 2, 3, 4, 5, 6, 7) if gpu else (0, 1, 2, 3, 5, 6, 7, 8) + ((9,) if row_loop else ())
+    free = (0, 2, 3, 4, 5, 6, 7) if gpu else ((0, 1, 2, 3, 5, 6, 7, 8) + ((9,) if row_loop else ())
+                                               + ((10,) if any(host) else ()) + (11,))
     theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     # the same fit on other random halves: how much the held-out error depends on the split

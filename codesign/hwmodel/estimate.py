@@ -1,11 +1,15 @@
 """`estimate(workload, hw) -> CostReport`: the analytic, differentiable cost model.
 
 Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
-  compute_s  = macs / (rate(kind, bits) * efficiency) + gathered_rows * row_gather_overhead_s
+  compute_s  = macs / (rate(kind, bits) * efficiency / (cores if serial else 1))
+               + gathered_rows * (row_gather_overhead_s + (1 - hit) * row_miss_overhead_s)
                + output_rows * row_overhead_s
-               (output_rows: rows a CSR kernel loops over one at a time, `Stage.output_rows`)
+               (output_rows: rows a CSR kernel loops over one at a time, `Stage.output_rows`;
+               serial: the kernel is one loop on one of the host's cores, `Stage.serial`)
   row'       = max(row, g)  (g = gather_granularity_bytes; ``hardened``: g * ceil(row / g))
   dram_bytes = compulsory_bytes + reuse_bytes * row'/row * (1 - hit)
+               + output_accumulate_passes * out * (1 - min(1, buffer / out))
+               (out: `Stage.output_bytes`, a zero-filled output accumulated in memory)
                (row: bytes of one gathered row; hit: `locality.hit_rate` of the buffer's
                capacity in rows of row' bytes; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
@@ -202,6 +206,14 @@ def _hit(stage: Stage, buffer_bytes, floor, working_set_share=1.0) -> jax.Array:
     return hit_rate(stage.reuse_distance_rows * working_set_share, buffer_bytes / jnp.maximum(row_bytes, 1e-9))
 
 
+def _output_passes_bytes(stage: Stage, hw: HardwareSpec) -> jax.Array:
+    """DRAM bytes of the extra passes over a zero-filled, accumulated output
+    (``hw.output_accumulate_passes * output_bytes``) on the share of it beyond the on-chip buffer."""
+    out = jnp.asarray(stage.output_bytes, jnp.float32)
+    spill = 1.0 - jnp.minimum(1.0, hw.onchip_buffer_bytes / jnp.maximum(out, 1.0))
+    return hw.output_accumulate_passes * out * spill
+
+
 def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
     """Roofline cost of one stage on the host of ``hw`` (see the module docstring).
 
@@ -214,10 +226,14 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
         rate = vector_macs_per_s(hw, stage.bits, hardened) * hw.vector_efficiency
         if stage.kind in IRREGULAR_KINDS:
             rate = rate * hw.gather_efficiency
+    if stage.serial:
+        rate = rate / hw.cores
     compute_s = (stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
                  + stage.output_rows * hw.row_overhead_s)
     floor = _floor_factor(stage, hw.gather_granularity_bytes, hardened)
-    dram = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, hw.onchip_buffer_bytes, floor))
+    miss = 1.0 - _hit(stage, hw.onchip_buffer_bytes, floor)
+    dram = stage.compulsory_bytes + stage.reuse_bytes * floor * miss + _output_passes_bytes(stage, hw)
+    compute_s = compute_s + stage.gathered_rows * miss * hw.row_miss_overhead_s
     onchip = stage.compulsory_bytes + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)

@@ -253,8 +253,14 @@ def hbm_pim() -> HardwareSpec:
 FITS_DIR = Path(__file__).resolve().parent / "fits"
 FIT_KEYS = ("host", "date", "fitted_date", "roofs", "fitted", "onchip_buffer_bytes", "clock_hz", "command")
 FIT_FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency", "overlap_exponent",
-               "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s")
+               "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "row_miss_overhead_s")
+HOST_FIT_FACTORS = ("host_stage_overhead_s",)  # optional: the `cpu_numpy` preset's cost of one numpy / scipy call
 ROOF_KEYS = ("matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s")
+CPU_OUTPUT_ACCUMULATE_PASSES = 3.0
+"""`HardwareSpec.output_accumulate_passes` of the CPU presets: a write-allocate cache (Intel SDM
+vol. 3A, 12.3) makes the zero fill of a CSR product's result a read and a write of every line, and
+the row-by-row accumulation another read and write, against the one write `Stage.compulsory_bytes`
+counts. A count, not fitted (docs/hwmodel.md: measured 4.3 passes over WordNet's 120 MB result)."""
 
 
 def load_fit(name: str = "cpu", path=None) -> dict:
@@ -278,8 +284,10 @@ def load_fit(name: str = "cpu", path=None) -> dict:
     for k in FIT_KEYS:
         if k not in rec:
             raise ValueError(f"hardware fit {p}: missing key {k!r}")
-    for group, keys in (("roofs", ROOF_KEYS), ("fitted", FIT_FACTORS)):
+    for group, keys in (("roofs", ROOF_KEYS), ("fitted", FIT_FACTORS + HOST_FIT_FACTORS)):
         for k in keys:
+            if k in HOST_FIT_FACTORS and k not in rec[group]:
+                continue
             v = rec[group].get(k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"hardware fit {p}: {group}.{k} must be a finite number >= 0, got {v!r}")
@@ -320,6 +328,8 @@ def cpu() -> HardwareSpec:
     mm, vec = r["matrix_macs_per_s"], r["vector_macs_per_s"]
     return HardwareSpec(
         name="cpu",
+        cores=float(rec["host"].get("cpu_count") or 1),
+        output_accumulate_passes=CPU_OUTPUT_ACCUMULATE_PASSES,
         matrix_fp32_macs_per_s=mm, matrix_bf16_macs_per_s=mm, matrix_int8_macs_per_s=mm, matrix_int4_macs_per_s=mm,
         vector_fp32_macs_per_s=vec, vector_bf16_macs_per_s=vec, vector_int8_macs_per_s=vec,
         dram_bw_bytes_per_s=r["dram_bw_bytes_per_s"],
@@ -331,8 +341,25 @@ def cpu() -> HardwareSpec:
     )
 
 
-_PRESETS = {"h100": h100, "a100": a100, "cpu": cpu, "hygcn": hygcn, "gnnear": gnnear, "upmem": upmem,
-            "hbm-pim": hbm_pim}
+def cpu_numpy() -> HardwareSpec:
+    """The `cpu` machine as a deployed inference program uses it (`codesign.deploy`: numpy GEMMs
+    with one BLAS thread and scipy's CSR products, one call per kernel): `cpu` on one core
+    (`HardwareSpec.single_core`), each kernel paying the fitted cost of one numpy / scipy call
+    (``fitted.host_stage_overhead_s`` of ``fits/cpu.json``; FITTED, no datasheet source) instead of
+    XLA's dispatch. Measured programs are priced on it (``modeled_local``). Sources: as `cpu`
+    (roofs measured by `experiments/hwmodel_validation.py`), the one-core split and the call cost
+    fitted on the deployed programs' numpy / scipy kernels there (docs/hwmodel.md).
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_fit`.
+    """
+    host = cpu().single_core("cpu_numpy")
+    call = load_fit("cpu")["fitted"].get("host_stage_overhead_s", host.stage_overhead_s)
+    return host.replace(stage_overhead_s=float(call))
+
+
+_PRESETS = {"h100": h100, "a100": a100, "cpu": cpu, "cpu_numpy": cpu_numpy, "hygcn": hygcn, "gnnear": gnnear,
+            "upmem": upmem, "hbm-pim": hbm_pim}
 
 
 def names() -> list[str]:

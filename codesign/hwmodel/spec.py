@@ -71,7 +71,9 @@ def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
     return concrete
 
 
-HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "dram_energy_pj_per_byte",
+HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "output_accumulate_passes",
+                    "row_miss_overhead_s",
+                    "dram_energy_pj_per_byte",
                     "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
                     "mac_energy_fp32_pj", "static_power_w")
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
@@ -202,6 +204,24 @@ class HardwareSpec:
         where not modeled (the datasheet presets: GPU and accelerator kernels spread rows over
         threads / PEs), fitted for measured ones. XLA's gather + scatter-add SpMM has no
         per-row loop (`segment_spmm_stages`), scipy's CSR product has (`spmm_stage`).
+      output_accumulate_passes: DRAM passes over its output, beyond the compulsory write, of a
+        kernel that zero-fills its output and then accumulates into it row by row
+        (``Stage.output_bytes``: scipy's ``csr_matrix @ ndarray`` allocates a zeroed result and
+        adds every product into its row in memory), charged on the share of the output that does
+        not fit in ``onchip_buffer_bytes``; >= 0. The CPU preset: 3, from a write-allocate cache
+        (Intel SDM vol. 3, 12.3: a store that misses reads the line first): the fill reads and
+        writes each line (2), the accumulation reads and writes it again (2), of which the
+        compulsory write counts 1 (glibc's memset switches to non-temporal stores only above
+        3/4 of the last-level cache, which this VM reports as 480 MiB). 0 = the output is
+        written once (a GPU or accelerator CSR kernel accumulating a row in registers).
+      row_miss_overhead_s: fixed time per gathered row that misses the on-chip buffer (the
+        share ``1 - hit`` of ``Stage.gathered_rows``), added to the stage's compute time, >= 0: a
+        random gather that misses waits on DRAM latency that the bandwidth roof does not see (a
+        few misses in flight per core); 0 for datasheet presets, fitted for measured ones.
+      cores: the host cores whose sum the compute roofs are (the measured `cpu` preset: the VM's
+        2 cores, as XLA's thread pool reaches them); a stage that runs as one serial loop
+        (``Stage.serial``) gets ``1 / cores`` of the compute rates. 1 for datasheet presets
+        (their peaks are the device's, and no stage of theirs is serial on one core).
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
@@ -241,6 +261,9 @@ class HardwareSpec:
     stage_overhead_s: float = 0.0
     row_gather_overhead_s: float = 0.0
     row_overhead_s: float = 0.0
+    output_accumulate_passes: float = 0.0
+    row_miss_overhead_s: float = 0.0
+    cores: float = 1.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
@@ -249,6 +272,8 @@ class HardwareSpec:
         concrete = validate_numbers(
             self, f"HardwareSpec({self.name!r})", nonnegative=HOST_NONNEGATIVE,
             fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
+        if "cores" in concrete and concrete["cores"] < 1.0:
+            raise ValueError(f"HardwareSpec({self.name!r}).cores: must be >= 1, got {concrete['cores']!r}")
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).overlap_exponent: must be >= 1 (1 = no overlap), "
                              f"got {concrete['overlap_exponent']!r}")
@@ -261,6 +286,24 @@ class HardwareSpec:
     def replace(self, **changes) -> "HardwareSpec":
         """A copy with some fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    def single_core(self, name: Optional[str] = None) -> "HardwareSpec":
+        """The same machine for a program that runs on one of its ``cores`` (a numpy / scipy
+        program with one BLAS thread: `codesign.deploy`): every compute rate divided by
+        ``cores``, ``cores`` = 1. DRAM bandwidth and the on-chip buffer are kept (ASSUMPTION: one
+        core reaches the measured streaming bandwidth, which `measure_peaks` times with XLA on
+        all cores; docs/hwmodel.md)."""
+        c = self.cores
+        scale = lambda v: None if v is None else v / c
+        return dataclasses.replace(
+            self, name=name or self.name, cores=1.0,
+            matrix_fp32_macs_per_s=scale(self.matrix_fp32_macs_per_s),
+            matrix_bf16_macs_per_s=scale(self.matrix_bf16_macs_per_s),
+            matrix_int8_macs_per_s=scale(self.matrix_int8_macs_per_s),
+            matrix_int4_macs_per_s=scale(self.matrix_int4_macs_per_s),
+            vector_fp32_macs_per_s=scale(self.vector_fp32_macs_per_s),
+            vector_bf16_macs_per_s=scale(self.vector_bf16_macs_per_s),
+            vector_int8_macs_per_s=scale(self.vector_int8_macs_per_s))
 
 
 def tier_bits(bits) -> jax.Array:

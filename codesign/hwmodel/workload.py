@@ -61,6 +61,13 @@ class Stage:
         each paying ``HardwareSpec.row_overhead_s`` (`spmm_stage`, `csr_gemm_stage`: the rows
         of the result); 0 for kernels without a per-row loop (GEMM, elementwise, XLA's gather +
         scatter-add: `segment_spmm_stages`).
+      output_bytes: bytes of a result the kernel zero-fills and then accumulates into in memory
+        (`spmm_stage`, `csr_gemm_stage`: scipy's CSR products), charged
+        ``HardwareSpec.output_accumulate_passes`` more DRAM passes where it exceeds the on-chip
+        buffer; 0 for kernels that write their result once.
+      serial (static): the kernel is one serial loop on one core (XLA:CPU's gather and
+        scatter-add, scipy's CSR loops), so it gets ``1 / HardwareSpec.cores`` of the compute
+        rates; False for kernels that use every core (XLA's and BLAS's GEMM).
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -77,6 +84,8 @@ class Stage:
     in_degree_cv: Optional[jax.Array] = None
     max_in_degree: Optional[jax.Array] = None
     output_rows: jax.Array = 0.0
+    output_bytes: jax.Array = 0.0
+    serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def scaled(self, factor: float) -> "Stage":
         """The same kernel run ``factor`` times (counts and launches scale; bit-width and working
@@ -85,6 +94,7 @@ class Stage:
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
             gathered_rows=self.gathered_rows * factor, output_rows=self.output_rows * factor,
+            output_bytes=self.output_bytes * factor,
             link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
 
     @property
@@ -185,7 +195,8 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     structure = nnz * (INDEX_BYTES + a_bits / 8.0) + (m + 1) * INDEX_BYTES
     reuse = jnp.maximum(nnz - k, 0.0) * n * w_bits / 8.0
     return Stage("spmm", nnz * n, jnp.maximum(_f32(a_bits), _f32(w_bits)), structure + w_bytes + out_bytes, reuse,
-                 w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz, output_rows=m)
+                 w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz, output_rows=m, output_bytes=out_bytes,
+                 serial=True)
 
 
 def upcast_gemm_stages(m, k, n, bits, compute_bits=32.0) -> tuple[Stage, Stage, Stage, Stage]:
@@ -258,7 +269,7 @@ def spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality: Optional[Locality
         dmax = dmax * _f32(access_scale)
     return Stage("spmm", nnz * width, _f32(x_bits), structure + x_bytes + out_bytes, reuse, x_bytes,
                  rows, dist, x_bytes + out_bytes, gathered_rows=nnz, in_degree_cv=cv, max_in_degree=dmax,
-                 output_rows=n_rows)
+                 output_rows=n_rows, output_bytes=out_bytes, serial=True)
 
 
 def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional[LocalityProfile] = None,
@@ -294,14 +305,14 @@ def segment_spmm_stages(n_rows, nnz, width, x_bits, out_bits, locality: Optional
     if message_bits is not None:
         _bits("segment_spmm_stages", message_bits=message_bits)
     spmm = spmm_stage(n_rows, nnz, width, x_bits, out_bits, locality, access_scale)
-    spmm = dataclasses.replace(spmm, output_rows=jnp.zeros((), jnp.float32))
+    spmm = dataclasses.replace(spmm, output_rows=jnp.zeros((), jnp.float32), output_bytes=jnp.zeros((), jnp.float32))
     bits = _f32(x_bits if message_bits is None else message_bits)
     elements = _f32(nnz) * _f32(width)
     msg = elements * bits / 8.0
     converts = jnp.where(bits != _f32(x_bits), CONVERTS_PER_UPCAST_MESSAGE * elements, 0.0)
     ops = MESSAGE_OPS_PER_ELEMENT * elements + converts
     zero = jnp.zeros((), jnp.float32)
-    return spmm, Stage("elementwise", ops, bits, zero, 2.0 * msg, msg)
+    return spmm, Stage("elementwise", ops, bits, zero, 2.0 * msg, msg, serial=True)
 
 
 BSR_FEATURE_TILE = 64  # `codesign.kernels.BlockSizes().block_f`: feature columns per Pallas program
