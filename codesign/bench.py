@@ -3,6 +3,8 @@ reported separately. Benchmarks, not tests: speed targets live here, never in un
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import jax
@@ -10,6 +12,30 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign import hwmodel
+
+
+# glibc serves a large allocation with mmap and unmaps it on free, so XLA:CPU's fresh output,
+# convert and message buffers (and numpy's results, e.g. a deployed program's [117659, 45] logits)
+# are faulted in again, 4 KiB at a time, on every call. Allocations from XLA's worker threads go to
+# per-thread arenas whose heaps are at most 64 MiB, so anything larger is always mmapped, whatever
+# the mmap threshold (measured: a 32768 x 1433 x 16 bf16 dot, whose f32 copy of A is 188 MB, took
+# 46,650 minor page faults per call and 3-4x its fault-free time with MALLOC_MMAP_THRESHOLD_ raised,
+# and 0 faults with the settings below). The cost model prices kernels, not the allocator (XLA's GPU
+# BFC allocator keeps its buffers, and so does a CPU process run with these settings); so the CPU
+# measurements run with one arena (the brk heap), no mmap and no trimming (glibc mallopt(3)
+# environment tunables, read at process start).
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+
+
+def reexec_with_malloc_env(script: str, argv) -> None:
+    """Re-runs the Python script ``script`` with arguments ``argv`` in a process whose environment
+    adds `MALLOC_ENV` (glibc reads it only at process start), unless it is already set or
+    ``CODESIGN_NO_REEXEC`` is. Returns only when no re-run is needed (else `os.execve` replaces
+    this process)."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("CODESIGN_NO_REEXEC"):
+        return
+    env = {**os.environ, **MALLOC_ENV}
+    os.execve(sys.executable, [sys.executable, os.path.abspath(script), *argv], env)
 
 
 def median_time_s(fn, *args, reps: int, warmup: bool = True) -> float:

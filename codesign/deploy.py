@@ -45,6 +45,7 @@ from typing import Callable, Optional
 import numpy as np
 import scipy.sparse as sp
 
+from codesign.bench import MALLOC_ENV
 from codesign.graph import Graph
 from codesign.models import GCN
 from codesign.quant import FakeQuant, qrange
@@ -145,12 +146,16 @@ class CompactGCN:
         object.__setattr__(self, "_w0", np.pad(self.w0.dequantized(), ((0, 0), (0, pad))))
         object.__setattr__(self, "_w1", np.pad(self.w1.dequantized(), ((0, pad), (0, 0))))
         object.__setattr__(self, "_b0", np.pad(self.b0, (0, pad)))
-        object.__setattr__(self, "_gate", np.pad(self.channel_gate, (0, pad)))
+        # gates that are all 1 (the dense program, a mask whose kept gates saturate) are not applied
+        gate = None if np.all(self.channel_gate == 1.0) else np.pad(self.channel_gate, (0, pad))
+        object.__setattr__(self, "_gate", gate)
 
     def __call__(self) -> np.ndarray:
         """Logits float32 [N, C]."""
         h = _layer(self.adj, self.x, self._w0, self._b0)
-        h = np.maximum(h, 0) * self._gate
+        np.maximum(h, 0, out=h)  # in place: numpy does not fuse, so each op is a pass over h
+        if self._gate is not None:
+            h *= self._gate
         return _layer(self.adj, _quantize_activation(h, self.bits), self._w1, self.b1)
 
     @property
@@ -182,10 +187,11 @@ def _stored_bytes(a) -> int:
 
 def _layer(adj: sp.csr_matrix, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``A @ x @ w + b`` in the cheaper order (combine first when it narrows the matrix, or when
-    ``x`` is sparse: aggregating it first would be a sparse x sparse product)."""
-    if w.shape[1] <= w.shape[0] or sp.issparse(x):
-        return np.asarray(adj @ (x @ w)) + b
-    return np.asarray(adj @ x) @ w + b
+    ``x`` is sparse: aggregating it first would be a sparse x sparse product), float32 [N, width];
+    the bias is added in place."""
+    out = np.asarray(adj @ (x @ w)) if w.shape[1] <= w.shape[0] or sp.issparse(x) else np.asarray(adj @ x) @ w
+    out += b  # in place (a fresh result of ours): no second [N, width] buffer
+    return out
 
 
 def _normalized_csr(senders: np.ndarray, receivers: np.ndarray, weight: np.ndarray, n: int) -> sp.csr_matrix:
@@ -206,7 +212,8 @@ FEATURE_STORES = ("auto", "dense", "csr")
 def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: int = 5):
     """The features ``x`` float32 [N, K] as the program stores them: dense, scipy CSR, or (``"auto"``)
     whichever computes ``x @ w`` (``w`` float32 [K, H], the first layer's weight) faster here,
-    by the median of ``reps`` timed products of each.
+    by the median of ``reps`` timed products of each; with ``H`` = 0 (nothing computed), the
+    smaller of the two.
 
     Raises:
       ValueError: ``store`` not in `FEATURE_STORES`.
@@ -218,6 +225,8 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     xs = sp.csr_matrix(x)
     if store == "csr":
         return xs
+    if w.shape[1] == 0:  # no product to time (every channel removed): the smaller store
+        return xs if _stored_bytes(xs) < x.nbytes else x
 
     def median_s(a):
         ts = []
@@ -331,7 +340,9 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
       ``peak_bytes`` (tracemalloc peak of one call), ``model_bytes`` and ``graph_bytes``; and
       ``load_average`` (the machine's 1-minute load average before and after the timing: other
       work on the cores inflates and spreads the latencies) and ``blas_threads`` (the
-      ``OPENBLAS_NUM_THREADS`` the process runs with, None = OpenBLAS's default).
+      ``OPENBLAS_NUM_THREADS`` the process runs with, None = OpenBLAS's default) and
+      ``malloc_env`` (the process's `codesign.bench.MALLOC_ENV` variables, None = unset: glibc
+      then unmaps a large result on free and faults it in again on the next call).
 
     Raises:
       ValueError: ``reps < 1`` or ``warmup < 0``.
@@ -357,7 +368,8 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
     return {"measured": stats(compact, tc), "dense_measured": stats(dense, td),
             "speedup": statistics.median(td) / statistics.median(tc), "speedup_spread": [min(ratios), max(ratios)],
             "load_average": [load_before, os.getloadavg()[0]],
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+            "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV}}
 
 
 def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,

@@ -63,7 +63,7 @@ import scipy.optimize
 import scipy.stats
 
 from codesign import hwmodel
-from codesign.bench import median_time_s
+from codesign.bench import MALLOC_ENV, median_time_s, reexec_with_malloc_env
 from codesign.data.synthetic import rmat_edges
 from codesign.results import write_json_atomic
 
@@ -629,24 +629,9 @@ def measure(args, gpu: bool, graph_data, features=None) -> tuple[list, np.ndarra
     return [grid[j] for j in keep], np.median(per_pass, axis=0), per_pass, peaks
 
 
-# glibc serves a large allocation with mmap and unmaps it on free, so XLA:CPU's fresh output,
-# convert and message buffers are faulted in again, 4 KiB at a time, on every call. Allocations
-# from XLA's worker threads go to per-thread arenas whose heaps are at most 64 MiB, so anything
-# larger is always mmapped, whatever the mmap threshold (measured: a 32768 x 1433 x 16 bf16 dot,
-# whose f32 copy of A is 188 MB, took 46,650 minor page faults per call and 3-4x its fault-free
-# time with MALLOC_MMAP_THRESHOLD_ raised, and 0 faults with the settings below). The cost model
-# prices kernels, not the allocator (XLA's GPU BFC allocator keeps its buffers, and so does a
-# CPU process run with these settings); so the CPU measurements run with one arena (the brk
-# heap), no mmap and no trimming (glibc mallopt(3) environment tunables, read at process start).
-MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
-
-
 def _reexec_with_malloc_env(argv) -> None:
-    """Re-runs this script with `MALLOC_ENV` (read by glibc at process start) unless it is set."""
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("CODESIGN_NO_REEXEC"):
-        return
-    env = {**os.environ, **MALLOC_ENV}
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
+    """Re-runs this script with `codesign.bench.MALLOC_ENV` (read by glibc at process start)."""
+    reexec_with_malloc_env(__file__, argv)
 
 
 def main(argv=None) -> dict:

@@ -3,6 +3,8 @@ the pruned features, channels and edges physically removed and the weights store
 
 from __future__ import annotations
 
+import os
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -158,6 +160,8 @@ def test_measure_reports_both_programs():
         lo, hi = r[side]["latency_spread_s"]
         assert 0 < lo <= r[side]["latency_s"] <= hi and r[side]["peak_bytes"] > 0
     assert r["speedup"] > 0 and r["speedup_spread"][0] <= r["speedup_spread"][1]
+    from codesign.bench import MALLOC_ENV
+    assert r["malloc_env"] == {k: os.environ.get(k) for k in MALLOC_ENV}  # the allocator setting it ran under
     with pytest.raises(ValueError, match="measure: reps must be >= 1"):
         measure(deploy(m, g), dense_program(m, g), reps=0)
 

@@ -94,7 +94,9 @@ def test_cpu_numpy_is_the_cpu_fit_on_one_core_with_its_call_cost():
     np.testing.assert_allclose(host.vector_fp32_macs_per_s * cpu.cores, cpu.vector_fp32_macs_per_s, rtol=1e-12)
     assert host.stage_overhead_s == fit["fitted"]["host_stage_overhead_s"]
     assert cpu.output_accumulate_passes == host.output_accumulate_passes == presets.CPU_OUTPUT_ACCUMULATE_PASSES
+    assert not host.fuses_elementwise and cpu.fuses_elementwise  # numpy runs one loop per op
     assert dataclasses.replace(host, name="cpu", cores=cpu.cores, stage_overhead_s=cpu.stage_overhead_s,
+                               fuses_elementwise=True,
                                matrix_fp32_macs_per_s=cpu.matrix_fp32_macs_per_s,
                                matrix_bf16_macs_per_s=cpu.matrix_bf16_macs_per_s,
                                matrix_int8_macs_per_s=cpu.matrix_int8_macs_per_s,
@@ -106,3 +108,14 @@ def test_cpu_numpy_is_the_cpu_fit_on_one_core_with_its_call_cost():
     for name in ("h100", "gnnear", "hygcn"):
         p = presets.get(name)
         assert (p.cores, p.output_accumulate_passes, p.row_miss_overhead_s) == (1.0, 0.0, 0.0)
+
+
+def test_an_unfused_executor_makes_one_pass_per_elementwise_op():
+    from codesign.hwmodel import elementwise_stage
+    s = elementwise_stage(1000, 16, 32, ops=3)
+    assert float(s.macs) == 3 * 1000 * 16 and float(s.passes) == 3
+    one_pass = 2 * 1000 * 16 * 4  # read + write of a [1000, 16] f32 array
+    assert float(stage_cost(s, spec()).dram_bytes) == pytest.approx(one_pass)  # fused (XLA): one loop
+    assert float(stage_cost(s, spec(fuses_elementwise=False)).dram_bytes) == pytest.approx(3 * one_pass)
+    with pytest.raises(ValueError, match=r"elementwise_stage\(ops\)"):
+        elementwise_stage(10, 4, 32, ops=0)

@@ -669,15 +669,21 @@ def test_vertex_bench_quick_runs_and_the_ehf_check_bites(tmp_path):
 
 # ------------------------------------------------- model workloads: derived = the old hand-written
 
-def _old_gcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None):
+def _old_gcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None,
+                  elementwise_ops=1):
     """`GCNConv.workload` before its SpMMs were derived from the vertex program (the reference;
-    dense input features only)."""
+    dense input features only). The elementwise op count (``elementwise_ops``, added after the
+    derivation: ReLU, gate and run-time quantization of the hidden layer) is passed through to
+    the elementwise stage; the aggregation and GEMM stages are the old formulas'."""
     from codesign.models.layers import quant_bits
     assert in_nnz is None
     x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
-    return (hwmodel.message_passing_layer(
+    f = self.out_features if out_dim is None else out_dim
+    layer = hwmodel.message_passing_layer(
         name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
-        self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits, **graph.aggregation()),)
+        f, x_bits, w_bits, out_bits, **graph.aggregation())
+    elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
+    return (dataclasses.replace(layer, elementwise=hwmodel.with_backward(elem) if graph.training else elem),)
 
 
 def _old_propagation(self, name, graph, **_):

@@ -9,7 +9,8 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
   row'       = max(row, g)  (g = gather_granularity_bytes; ``hardened``: g * ceil(row / g))
   dram_bytes = compulsory_bytes + reuse_bytes * row'/row * (1 - hit)
                + output_accumulate_passes * out * (1 - min(1, buffer / out))
-               (out: `Stage.output_bytes`, a zero-filled output accumulated in memory)
+               (out: `Stage.output_bytes`, a zero-filled output accumulated in memory;
+               compulsory * `Stage.passes` where the executor does not fuse elementwise ops)
                (row: bytes of one gathered row; hit: `locality.hit_rate` of the buffer's
                capacity in rows of row' bytes; uniform re-reference when no profile is given)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
@@ -232,9 +233,10 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
                  + stage.output_rows * hw.row_overhead_s)
     floor = _floor_factor(stage, hw.gather_granularity_bytes, hardened)
     miss = 1.0 - _hit(stage, hw.onchip_buffer_bytes, floor)
-    dram = stage.compulsory_bytes + stage.reuse_bytes * floor * miss + _output_passes_bytes(stage, hw)
+    compulsory = stage.compulsory_bytes if hw.fuses_elementwise else stage.compulsory_bytes * stage.passes
+    dram = compulsory + stage.reuse_bytes * floor * miss + _output_passes_bytes(stage, hw)
     compute_s = compute_s + stage.gathered_rows * miss * hw.row_miss_overhead_s
-    onchip = stage.compulsory_bytes + stage.reuse_bytes
+    onchip = compulsory + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s

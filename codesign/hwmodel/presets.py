@@ -344,7 +344,8 @@ def cpu() -> HardwareSpec:
 def cpu_numpy() -> HardwareSpec:
     """The `cpu` machine as a deployed inference program uses it (`codesign.deploy`: numpy GEMMs
     with one BLAS thread and scipy's CSR products, one call per kernel): `cpu` on one core
-    (`HardwareSpec.single_core`), each kernel paying the fitted cost of one numpy / scipy call
+    (`HardwareSpec.single_core`), one pass per elementwise op (numpy does not fuse:
+    ``fuses_elementwise`` False), each kernel paying the fitted cost of one numpy / scipy call
     (``fitted.host_stage_overhead_s`` of ``fits/cpu.json``; FITTED, no datasheet source) instead of
     XLA's dispatch. Measured programs are priced on it (``modeled_local``). Sources: as `cpu`
     (roofs measured by `experiments/hwmodel_validation.py`), the one-core split and the call cost
@@ -355,7 +356,7 @@ def cpu_numpy() -> HardwareSpec:
     """
     host = cpu().single_core("cpu_numpy")
     call = load_fit("cpu")["fitted"].get("host_stage_overhead_s", host.stage_overhead_s)
-    return host.replace(stage_overhead_s=float(call))
+    return host.replace(stage_overhead_s=float(call), fuses_elementwise=False)
 
 
 _PRESETS = {"h100": h100, "a100": a100, "cpu": cpu, "cpu_numpy": cpu_numpy, "hygcn": hygcn, "gnnear": gnnear,

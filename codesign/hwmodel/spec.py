@@ -224,6 +224,9 @@ class HardwareSpec:
         (their peaks are the device's, and no stage of theirs is serial on one core).
       clock_hz: core clock, used by the area/power model (None if not modeled).
       nmp: `NearMemorySpec` or None.
+      fuses_elementwise: the executor runs a stage's elementwise ops (bias, activation, gate) as
+        one loop (static; XLA, GPU and accelerator kernels: True); False: one pass over the data
+        per op (numpy: the `cpu_numpy` preset), ``Stage.passes`` times the stage's bytes.
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
         then save memory traffic and storage, not MAC energy (`mac_energy_pj`); give the rates
         of every precision equal to the fp32 ones as well.
@@ -267,6 +270,7 @@ class HardwareSpec:
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    fuses_elementwise: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
         concrete = validate_numbers(

@@ -31,6 +31,8 @@ AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
 SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
 CONVERTS_PER_UPCAST_MESSAGE = 2.0  # round trips through the narrow type: one in the gather, one per scatter-add
 MESSAGE_OPS_PER_ELEMENT = 2.0  # XLA's message buffer: the gather writes each element, the scatter-add reads it back
+FAKE_QUANT_OPS = 7.0  # run-time fake quantization of an activation, per element: max(x, 0), the max-reduce for the
+# per-tensor scale, divide, round, clip, multiply back, cast (`codesign.deploy._quantize_activation`)
 
 
 @jax.tree_util.register_dataclass
@@ -65,6 +67,9 @@ class Stage:
         (`spmm_stage`, `csr_gemm_stage`: scipy's CSR products), charged
         ``HardwareSpec.output_accumulate_passes`` more DRAM passes where it exceeds the on-chip
         buffer; 0 for kernels that write their result once.
+      passes: separate passes over ``compulsory_bytes`` on an executor that does not fuse
+        elementwise operations (``HardwareSpec.fuses_elementwise`` False: numpy runs each op of a
+        bias + activation + gate as its own loop); 1 where one loop does the stage.
       serial (static): the kernel is one serial loop on one core (XLA:CPU's gather and
         scatter-add, scipy's CSR loops), so it gets ``1 / HardwareSpec.cores`` of the compute
         rates; False for kernels that use every core (XLA's and BLAS's GEMM).
@@ -85,6 +90,7 @@ class Stage:
     max_in_degree: Optional[jax.Array] = None
     output_rows: jax.Array = 0.0
     output_bytes: jax.Array = 0.0
+    passes: jax.Array = 1.0
     serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def scaled(self, factor: float) -> "Stage":
@@ -383,17 +389,23 @@ def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
     return sddmm, softmax, spmm
 
 
-def elementwise_stage(n, width, bits) -> Stage:
-    """Bias + activation on ``[n, width]``: one op per element, read once and write once.
+def elementwise_stage(n, width, bits, ops=1.0) -> Stage:
+    """``ops`` elementwise operations per element of ``[n, width]`` (bias, activation, channel
+    gate): ``ops * n * width`` ops; read once and written once where a compiler fuses them into one
+    loop (XLA), one read and one write per op where the executor does not
+    (``HardwareSpec.fuses_elementwise`` False: numpy; ``Stage.passes`` = ``ops``).
 
     Raises:
-      ValueError: as `gemm_stage`.
+      ValueError: as `gemm_stage`; ``ops`` below 1.
     """
     _counts("elementwise_stage", n=n, width=width)
     _bits("elementwise_stage", bits=bits)
+    if isinstance(ops, (int, float)) and ops < 1:
+        raise ValueError(f"elementwise_stage(ops): must be >= 1, got {ops!r}")
     n, width = _f32(n), _f32(width)
     zero = jnp.zeros((), jnp.float32)
-    return Stage("elementwise", n * width, _f32(bits), 2.0 * n * width * bits / 8.0, zero, zero)
+    return Stage("elementwise", _f32(ops) * n * width, _f32(bits), 2.0 * n * width * bits / 8.0, zero, zero,
+                 passes=_f32(ops))
 
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,

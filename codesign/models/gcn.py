@@ -78,7 +78,7 @@ class GCNConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None, elementwise_ops=1) -> tuple[hwmodel.LayerWorkload, ...]:
         """One `hwmodel.LayerWorkload`, both dataflow orders (`Layer.workload` for the arguments):
         aggregate-first = SpMM over ``in_dim`` columns at the input bits, then the GEMM
         N x in_dim x out_dim; combine-first = the GEMM, then SpMM over ``out_dim`` columns at
@@ -88,13 +88,15 @@ class GCNConv(Layer):
         taken as given (A_hat's normalization, `gcn_normalize`, is not costed). The GEMM and the
         bias stay hand-written (dense, outside the program). ``in_nnz``: stored nonzeros of the
         input when it is stored sparse (CSR): the GEMM is then `hwmodel.csr_gemm_stage` and the
-        layer runs combine-first in both orders (no sparse x sparse product); None = dense."""
+        layer runs combine-first in both orders (no sparse x sparse product); None = dense.
+        ``elementwise_ops``: elementwise ops per output, the bias included (the model's activation,
+        channel gate and run-time quantization add theirs; `hwmodel.elementwise_stage`)."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         k = self.in_features if in_dim is None else in_dim
         f = self.out_features if out_dim is None else out_dim
         gemm = (hwmodel.gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits) if in_nnz is None else
                 hwmodel.csr_gemm_stage(graph.n_nodes, k, f, in_nnz, x_bits, w_bits, out_bits),)
-        elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits),)
+        elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
         if graph.training:
             gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
         layer = derived_message_passing(vertex_layers.gcn, name, graph, gemm, elem,
@@ -172,6 +174,14 @@ class GCN(GNN):
         return {"x0": quant_bits(self.conv1.quant_x, hard), "w0": quant_bits(self.conv1.quant_w, hard),
                 "x1": quant_bits(self.conv2.quant_x, hard), "w1": quant_bits(self.conv2.quant_w, hard)}
 
+    def _hidden_elementwise_ops(self, hard: bool):
+        """Elementwise ops per hidden element, the first layer's bias included: bias, ReLU, the
+        channel gate (with a `ChannelMask`), and the hidden activation's run-time fake quantization
+        (`hwmodel.workload.FAKE_QUANT_OPS`) when it is quantized below 32 bits."""
+        from codesign.hwmodel.workload import FAKE_QUANT_OPS
+        quantized = jnp.asarray(self.conv2.input_bits(hard), jnp.float32) < 32.0
+        return 2.0 + (self.channel_mask is not None) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)
+
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
@@ -209,6 +219,7 @@ class GCN(GNN):
                 in_nnz = jnp.sum(keep * feature_nnz)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
-                                out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz)
+                                out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz,
+                                elementwise_ops=self._hidden_elementwise_ops(hard))
             + self.conv2.workload("layer1", graph, in_dim=width, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)
