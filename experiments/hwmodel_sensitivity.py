@@ -30,6 +30,7 @@ against each record's stored ``modeled`` and ``dense_modeled`` costs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import os
@@ -43,7 +44,8 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codesign.hwmodel import Workload, estimate, message_passing_layer, presets  # noqa: E402
+from codesign.hwmodel import Workload, elementwise_stage, estimate, message_passing_layer, presets  # noqa: E402
+from codesign.hwmodel.workload import FAKE_QUANT_OPS  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
@@ -68,16 +70,23 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
         at ``x1``, layer 1 at fp32.
       locality: the graph's `hwmodel.LocalityProfile` (None = uniform re-reference).
 
-    This is `codesign.models.GCN.workload` (the same stages: `message_passing_layer` of each layer)
-    for a model without a block-sparse edge mask and with dense-stored features.
+    This is `codesign.models.GCN.workload` (the same stages: `message_passing_layer` of each layer,
+    the hidden layer's elementwise ops as the model counts them) for a model without a block-sparse
+    edge mask, with dense-stored features, quantized at ``x1`` and with a channel mask exactly when
+    ``channel_density`` < 1.
     """
     b = dict.fromkeys(LAYER_BITS, float(bits)) if not isinstance(bits, Mapping) else {k: float(bits[k])
                                                                                         for k in LAYER_BITS}
     nnz = edge_density * N_EDGES + N_NODES
     hidden = channel_density * DIMS[1]
     kw = dict(locality=locality, edge_density=edge_density)
-    return Workload((message_passing_layer("layer0", N_NODES, nnz, feature_density * DIMS[0], hidden,
-                                           b["x0"], b["w0"], b["x1"], **kw),
+    layer0 = message_passing_layer("layer0", N_NODES, nnz, feature_density * DIMS[0], hidden,
+                                   b["x0"], b["w0"], b["x1"], **kw)
+    # the GCN's hidden elementwise ops: bias, ReLU, a channel gate (taken to exist when channels were
+    # removed), the run-time fake quantization below 32 bits (`GCN._hidden_elementwise_ops`)
+    ops = 2.0 + (channel_density < 1.0) + (FAKE_QUANT_OPS if b["x1"] < 32 else 0.0)
+    layer0 = dataclasses.replace(layer0, elementwise=(elementwise_stage(N_NODES, hidden, b["x1"], ops),))
+    return Workload((layer0,
                      message_passing_layer("layer1", N_NODES, nnz, hidden, DIMS[2], b["x1"], b["w1"], 32.0, **kw)))
 
 

@@ -72,7 +72,7 @@ def test_grouped_validation_holds_out_whole_groups():
     import jax.numpy as jnp
     f = lambda th: jnp.where(jnp.asarray(is_gemm), th[0], th[5]) * jnp.asarray(work, jnp.float32) * 1e-3
     measured = 0.8 * work * 1e-3 * np.where(is_gemm, 1.0, 0.5)
-    g = mod.grouped_validation(f, measured, points, x0=[0.5] * 10, free=(0, 5))
+    g = mod.grouped_validation(f, measured, points, x0=[0.5] * len(mod.FACTORS), free=(0, 5))
     assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "c"}
     assert g["leave_one_graph_out"]["n"] == 12 and g["leave_one_width_out"]["n"] == len(points)
     assert set(g["leave_one_width_out"]["by_group"]) == {"gemm/16", "gemm/64", "spmm/16", "spmm/64"}
@@ -82,7 +82,7 @@ def test_grouped_validation_holds_out_whole_groups():
     assert keys["leave_one_graph_out"][:4] == [None] * 4 and keys["leave_one_dtype_out"][0] == "gemm/float32"
     # an excluded point (--exclude-kinds) is neither fitted nor held out
     exclude = np.array([p.get("graph") == "c" for p in points])
-    g = mod.grouped_validation(f, measured, points, x0=[0.5] * 10, free=(0, 5), exclude=exclude)
+    g = mod.grouped_validation(f, measured, points, x0=[0.5] * len(mod.FACTORS), free=(0, 5), exclude=exclude)
     assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b"} and g["leave_one_graph_out"]["n"] == 8
     # a kind timed in one dtype only (numpy / scipy) is never a dtype group: that would hold out the kind
     one = points + [{"kind": "csr_scipy", "graph": "a", "width": 16, "edge_density": 1.0, "dtype": "float32"}]

@@ -49,8 +49,10 @@ def model_cost(hw, design, locality=None):
     from flax import nnx
     from codesign.models import GCN
     e, f, c, b = design
-    wl = GCN(1433, 16, 7, rngs=nnx.Rngs(0)).workload(2708, 10556, hard=True, bits=b, locality=locality,
-                                                       densities={"edge": e, "feature": f, "channel": c})
+    # the model the design stands for: quantized below 32 bits, a channel mask where channels were removed
+    model = GCN(1433, 16, 7, bits=int(b) if b < 32 else None, channel_mask=c < 1, rngs=nnx.Rngs(0))
+    wl = model.workload(2708, 10556, hard=True, bits=b, locality=locality,
+                        densities={"edge": e, "feature": f, "channel": c})
     r = estimate(wl, hw)
     return float(r.energy_j), float(r.latency_s)
 
