@@ -28,9 +28,18 @@ zeros; the quantized values are the same grid points).
 architecture (`dense_program`) in one process, alternating, and reports the median latency,
 peak memory of one call (tracemalloc) and the stored model bytes of each.
 
+Learned bit-widths (`LearnedBitQuant`: the "learned" and "a2q" quantizers, per tensor or per node)
+deploy on the grid the hardened model used: the model is run once on the graph (its pinned or
+capped ranges follow the data then), weights are exported with their learned step
+(`codesign.quant.export_quantizer`), the static input features are quantized once by the model's
+own input quantizer, and the hidden activation is quantized at run time with the step and range
+(per tensor or per node row) of that forward pass: a transductive program sees the same hidden
+activation at every call, so these are its calibrated static scales.
+
 Supported: `codesign.models.GCN` with any edge sparsifier whose deterministic gates are per
 edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`, and the
-"fixed" quantizer (`FakeQuant`) or none. Other models and quantizers raise NotImplementedError.
+"fixed" quantizer (`FakeQuant`), learned bit-widths (`LearnedBitQuant`) or none. Other models and
+quantizers raise NotImplementedError.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import scipy.sparse as sp
 from codesign.bench import MALLOC_ENV
 from codesign.graph import Graph
 from codesign.models import GCN
-from codesign.quant import FakeQuant, qrange
+from codesign.quant import FakeQuant, LearnedBitQuant, qrange
 
 COMPUTE_BITS = 32
 """Width the compact program computes and stores activations in: float32 (weights are stored as
@@ -103,6 +112,33 @@ def _quantize_weight(w: np.ndarray, bits: Optional[int]) -> tuple[np.ndarray, fl
     return codes, float(scale), int(bits)
 
 
+def _weight_codes(q, w: np.ndarray) -> tuple[np.ndarray, float, int]:
+    """Integer codes, scale and bits of the weight ``w`` on quantizer ``q``'s grid (`FakeQuant`: max
+    scale; `LearnedBitQuant`: its learned step, `codesign.quant.export_quantizer`)."""
+    if isinstance(q, FakeQuant):
+        return _quantize_weight(w, q.bits)
+    import jax.numpy as jnp
+
+    from codesign.quant import export_quantizer
+    t = export_quantizer(q, jnp.asarray(w, jnp.float32))
+    return np.asarray(t.values).astype(np.int8), float(np.asarray(t.scale)), int(t.bits)
+
+
+def _grid(q) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """``(step, range)`` float32 ([] per tensor, [N, 1] per node) of a `LearnedBitQuant` as its last
+    call left them (`LearnedBitQuant.step_size`, `range_max`); None for a `FakeQuant`."""
+    if not isinstance(q, LearnedBitQuant):
+        return None
+    row = (lambda v: v[:, None]) if q.per_node is not None else (lambda v: v)
+    return (row(np.asarray(q.step_size(), np.float32)), row(np.asarray(q.range_max(), np.float32)))
+
+
+def _quantize_on_grid(x: np.ndarray, grid: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """`codesign.quant.learned_bit_quant` (unsigned) in numpy: ``d * round(clip(x, 0, q_max) / d)``."""
+    d, qmax = grid
+    return (d * np.round(np.clip(x, 0, qmax) * (np.float32(1.0) / d))).astype(np.float32)
+
+
 def _quantize_activation(x: np.ndarray, bits: Optional[int]) -> np.ndarray:
     """`fake_quant` of an unsigned activation (per-tensor max scale), float32."""
     if bits is None or bits >= 32:
@@ -125,8 +161,10 @@ class CompactGCN:
       w0, w1: `QuantizedMatrix` [F_kept, H_kept] and [H_kept, C].
       b0: float32 [H_kept]; b1: float32 [C].
       channel_gate: float32 [H_kept] the kept hidden channels' deterministic gates.
-      bits: activation bit-width (None = fp32).
+      bits: activation bit-width (None = fp32) of a fixed quantizer (per-tensor max scale per call).
       kept: dict of kept counts and fractions (``features``, ``channels``, ``edges``).
+      hidden_grid: ``(step, range)`` float32 ([] or [N, 1]) of a learned bit-width quantizer of the
+        hidden activation (`_grid`), used instead of ``bits``; None otherwise.
     """
 
     adj: sp.csr_matrix
@@ -138,6 +176,7 @@ class CompactGCN:
     channel_gate: np.ndarray
     bits: Optional[int]
     kept: dict
+    hidden_grid: Optional[tuple] = None
 
     def __post_init__(self):
         # the run-time matrices: dequantized, the hidden width padded with zero channels to a multiple
@@ -156,7 +195,9 @@ class CompactGCN:
         np.maximum(h, 0, out=h)  # in place: numpy does not fuse, so each op is a pass over h
         if self._gate is not None:
             h *= self._gate
-        return _layer(self.adj, _quantize_activation(h, self.bits), self._w1, self.b1)
+        grid = self.hidden_grid
+        h = _quantize_activation(h, self.bits) if grid is None else _quantize_on_grid(h, grid)
+        return _layer(self.adj, h, self._w1, self.b1)
 
     @property
     def run_channels(self) -> int:
@@ -248,21 +289,25 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
       feature_store: "dense", "csr" or "auto" (`pick_feature_store`).
 
     Raises:
-      NotImplementedError: a model other than GCN, or a quantizer other than `FakeQuant`.
+      NotImplementedError: a model other than GCN, or a quantizer other than `FakeQuant` and
+        `LearnedBitQuant`.
       ValueError: ``graph.n_features`` differs from the model's input width; an unknown
         ``feature_store``.
     """
     if not isinstance(model, GCN):
         raise NotImplementedError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
     convs = (model.conv1, model.conv2)
-    for conv in convs:
-        for q in (conv.quant_x, conv.quant_w):
-            if not isinstance(q, FakeQuant):
-                raise NotImplementedError(f"deploy: only the fixed quantizer (FakeQuant) is supported, got "
-                                          f"{type(q).__name__}")
+    quantizers = [q for conv in convs for q in (conv.quant_x, conv.quant_w)]
+    for q in quantizers:
+        if not isinstance(q, (FakeQuant, LearnedBitQuant)):
+            raise NotImplementedError(f"deploy: only the fixed (FakeQuant) and learned bit-width (LearnedBitQuant) "
+                                      f"quantizers are supported, got {type(q).__name__}")
     if graph.n_features != model.in_features:
         raise ValueError(f"graph.x: the model expects {model.in_features} input features, got {graph.n_features}")
     model.eval()
+    if any(isinstance(q, LearnedBitQuant) for q in quantizers):  # ranges that follow the data: set them on it
+        from codesign.train import adjacency
+        model(graph.x, adjacency(graph))
     n = graph.n_nodes
     senders, receivers = np.asarray(graph.senders), np.asarray(graph.receivers)
     weight = np.ones(len(senders), np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
@@ -281,15 +326,22 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
         np.asarray(model.channel_mask.gate(True), np.float32)
     keep_c = z_c > 0
 
-    w0, s0, b0bits = _quantize_weight(np.asarray(model.conv1.kernel[...]), model.conv1.quant_w.bits)
-    w1, s1, b1bits = _quantize_weight(np.asarray(model.conv2.kernel[...]), model.conv2.quant_w.bits)
+    hidden_grid = _grid(model.conv2.quant_x)  # before any other call of the quantizers
+    w0, s0, b0bits = _weight_codes(model.conv1.quant_w, np.asarray(model.conv1.kernel[...]))
+    w1, s1, b1bits = _weight_codes(model.conv2.quant_w, np.asarray(model.conv2.kernel[...]))
     w0 = QuantizedMatrix(np.ascontiguousarray(w0[keep_f][:, keep_c]), s0, b0bits)
-    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), model.conv1.quant_x.bits)
+    qx = model.conv1.quant_x
+    if isinstance(qx, FakeQuant):
+        x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), qx.bits)
+    else:  # the static features through the model's own input quantizer, once (per node rows: all columns)
+        import jax.numpy as jnp
+        x = np.ascontiguousarray(np.asarray(qx(jnp.asarray(x * z_f)), np.float32)[:, keep_f])
     return CompactGCN(
         adj=adj, x=pick_feature_store(x, w0.dequantized(), feature_store), w0=w0,
         w1=QuantizedMatrix(np.ascontiguousarray(w1[keep_c]), s1, b1bits),
         b0=np.asarray(model.conv1.bias[...], np.float32)[keep_c], b1=np.asarray(model.conv2.bias[...], np.float32),
-        channel_gate=z_c[keep_c], bits=model.conv1.quant_x.bits,
+        channel_gate=z_c[keep_c], bits=model.conv2.quant_x.bits if hidden_grid is None else None,
+        hidden_grid=hidden_grid,
         kept={"features": int(keep_f.sum()), "feature_fraction": float(keep_f.mean()),
               "channels": int(keep_c.sum()), "channel_fraction": float(keep_c.mean()),
               "edges": int(keep_e.sum()), "edge_fraction": float(keep_e.mean()) if len(keep_e) else 1.0})

@@ -23,10 +23,12 @@ import datetime
 import re
 from typing import Optional
 
+from codesign.models import MODELS
 from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
-__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "RANDOM", "METHODS", "get_method", "run_key", "make_record"]
+__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "RENAMED", "RANDOM",
+           "METHODS", "get_method", "record_method", "run_key", "make_record"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +37,10 @@ class Method:
     `TrainConfig` overrides (flat names), what its levels are ("cost" = cost weights or budgets,
     "keep", "round", or None for a single point), the models it applies to (None = all), and its
     plot style in every figure (``label``, matplotlib ``color`` and ``marker``; co-design filled,
-    baselines hollow)."""
+    baselines hollow), and its ``revision``: 0 for a method whose name never meant anything else;
+    a name reused for new overrides gets the next revision, which goes into its records' identity
+    (``config["revision"]``, only when nonzero, so older keys stay valid) and `RENAMED` names the
+    records of the earlier revisions."""
 
     family: str
     overrides: dict
@@ -44,6 +49,7 @@ class Method:
     label: Optional[str] = None
     color: str = "0.4"
     marker: str = "."
+    revision: int = 0
 
     def style(self, name: str) -> dict:
         """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
@@ -59,11 +65,44 @@ DISTILL = dict(distill_weight=1.0, distill_temperature=2.0)
 """The self-distillation settings of the ``*_distill`` methods (`TrainConfig` fields)."""
 
 
+FLAGSHIP_SELECTION = dict(edge_l0_weight=2.4, distill_weight=3.0, bits_weight=0.1, gate_optimizer="tensor_adam")
+"""The flagship's settings, chosen on validation accuracy only by ``experiments/select_flagship.py``
+(Cora GCN, `h100` energy, cost weight 1, seeds 0 and 1; the rule: of the candidates whose mean
+validation accuracy is within 1 point of the best candidate's, the one with the largest mean modeled
+energy reduction). Candidates (L0 weight / distillation weight, bits_weight, gate optimizer: mean
+validation accuracy, energy reduction), all in ``results/flagship_selection.json``: with per-element
+gate Adam the gates close far (edges 0.15-0.40, features 0.45-0.67 kept) and validation accuracy
+drops to 74.4-75.5 % (24.9-27.4x); with per-tensor Adam 0.8/1, 0.1: 77.7 % (17.2x); 0.8/1, 0.3:
+77.9 % (16.8x); 2.4/3, 0.3: 79.8 % (17.1x, the best validation); 2.4/3, 0.1: 79.5 % (17.4x, chosen)."""
+
+FLAGSHIP = dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned", bits=8, pin_ranges=True,
+                select="best_val", distill_temperature=2.0, **FLAGSHIP_SELECTION)
+"""The flagship co-design method's `TrainConfig` overrides (``codesign``): learned edge gates under
+an L0 pressure with self-distillation from the dense FP32 model of the same architecture
+(`ABLATIONS` ``edge_mask_distill_l0.8``), input-feature and hidden-channel gates, learned per-tensor
+bit-widths from 8 bits with pinned ranges and a bit penalty (``learned_bits_pinned_bw0.1``), the
+epoch selected by the validation objective; the target's modeled cost in the loss at the grid's
+cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
+
+LEARNED_QUANT_MODELS = tuple(name for name, m in MODELS.items() if m.accepts("quantizer"))
+"""The models whose layers take a quantizer kind: the methods with learned bit-widths apply to these."""
+
+_NO_EDGES = dict(edge_mask=False, edge_l0_weight=0.0)
+_NO_FEATURES = dict(feature_mask=False, channel_mask=False)
+_NO_BITS = dict(quantizer="fixed", bits=None, pin_ranges=False, bits_weight=0.0)
+_NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
+
 PAPER_METHODS = {
     "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
-    "codesign": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
-                                        bits=8, gate_optimizer="tensor_adam"), "cost",
-                       label="co-design (edges+features+channels+bits)", color="#b2182b", marker="o"),
+    "codesign": Method("codesign", FLAGSHIP, "cost", LEARNED_QUANT_MODELS, revision=1,
+                       label="co-design (distilled edges+features+channels+learned bits)", color="#b2182b", marker="o"),
+    "codesign_a2q": Method("codesign", dict(FLAGSHIP, quantizer="a2q"), "cost", LEARNED_QUANT_MODELS,
+                           label="co-design, A2Q per-node bits", color="#d6604d", marker="8"),
+    # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
+    # before the flagship took the name are written "codesign" without a revision (`RENAMED`)
+    "codesign_v1": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
+                                           bits=8, gate_optimizer="tensor_adam"), "cost",
+                          label="co-design v1 (edges+features+channels+bits)", color="#f4a582", marker="o"),
     "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost",
                             label="co-design: features+channels, INT8", color="#ef8a62", marker="h"),
     "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, bits=None,
@@ -75,16 +114,39 @@ PAPER_METHODS = {
                         label="co-design: edges only", color="C1", marker="s"),
     "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost",
                          label="co-design: bits only", color="C6", marker="D"),
+    # the flagship with one ingredient dropped (the "what each ingredient buys" ablation)
+    "codesign_no_edges": Method("ablation", dict(FLAGSHIP, **_NO_EDGES), "cost", LEARNED_QUANT_MODELS,
+                                label="codesign − edge gates",
+                                color="#8c510a", marker="s"),
+    "codesign_no_features": Method("ablation", dict(FLAGSHIP, **_NO_FEATURES), "cost", LEARNED_QUANT_MODELS,
+                                   label="codesign − feature/channel gates", color="#bf812d", marker="D"),
+    "codesign_no_bits": Method("ablation", dict(FLAGSHIP, **_NO_BITS), "cost", LEARNED_QUANT_MODELS,
+                               label="codesign − learned bits (FP32)",
+                               color="#35978f", marker="^"),
+    "codesign_no_distill": Method("ablation", dict(FLAGSHIP, **_NO_DISTILL), "cost", LEARNED_QUANT_MODELS,
+                                  label="codesign − distillation", color="#01665e", marker="v"),
     "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",), label="UGS + INT8", color="C0",
                        marker="P"),
     "degree_quant": Method("baseline", dict(bits=4, quantizer="degree"), label="Degree-Quant", color="C2",
                            marker="X"),
+    # A^2Q (Zhu et al., ICLR 2023) as our quantizer supports it: per-node learned widths on node
+    # features (initialised by in-degree), per-tensor on weights, pinned ranges, and a bit penalty
+    # in place of the paper's memory penalty; no hardware cost in the loss
+    "a2q": Method("baseline", dict(bits=8, quantizer="a2q", pin_ranges=True, bits_weight=0.1, select="best_val"),
+                  models=LEARNED_QUANT_MODELS, label="A2Q (per-node learned bits)", color="C4", marker="d"),
     "int8": Method("baseline", dict(bits=8), label="INT8 (PTQ/QAT)", color="C7", marker="v"),
     "int4": Method("baseline", dict(bits=4), label="INT4", color="C5", marker="^"),
     "random_edges": Method("baseline", {}, "keep", label="random edge removal", color="C8", marker="<"),
+    "random_edges_distill": Method("baseline", dict(DISTILL), "keep", label="random edge removal, distilled",
+                                   color="C8", marker=">"),
     "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
                                         dropedge_rate=0.5), label="DropEdge", color="C9", marker=">"),
 }
+
+
+RENAMED = {("codesign", 0): "codesign_v1"}
+"""``(name written in a record, its revision) -> the method it is now``: records of a method whose
+name was later reused (`Method.revision`); `record_method` applies it. No record is rewritten."""
 
 
 RANDOM = re.compile(r"random_(edges|tiles)_([0-9.]+)(_distill\w*)?")
@@ -178,6 +240,19 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; choose from {', '.join(METHODS)}")
     return METHODS[name]
+
+
+def record_method(config: dict) -> str:
+    """The method a record's ``config`` (``{"method", ["revision"]}``) belongs to now: its
+    ``method``, or the `RENAMED` name of an earlier revision of that name.
+
+    Raises:
+      ValueError: ``config["method"]`` missing or not a string.
+    """
+    name = config.get("method")
+    if not isinstance(name, str):
+        raise ValueError(f"config.method: must be a method name, got {name!r}")
+    return RENAMED.get((name, int(config.get("revision") or 0)), name)
 
 
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:

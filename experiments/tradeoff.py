@@ -1,41 +1,59 @@
-"""The accuracy-vs-cost tradeoff of issue 7: methods x models x hardware x cost levels x seeds.
+"""The accuracy-vs-cost tradeoff of issues 7 and 22: methods x models x hardware x cost levels x seeds.
 
-    python experiments/tradeoff.py                              # Cora; GCN, GAT, GraphSAGE; 3 seeds
-    python experiments/tradeoff.py --models gcn --seeds 5
+    python experiments/tradeoff.py                              # Cora; GCN, GAT, GraphSAGE; 3 seeds; GRID_METHODS
+    python experiments/tradeoff.py --dataset wordnet --epochs 100 --measure
+    python experiments/tradeoff.py --models gcn --measure --part 1/3   # seed 0 of the Cora GCN grid, measured
     python experiments/tradeoff.py --budgets 0.1,0.2            # budget mode instead of cost weights
-    python experiments/tradeoff.py --quick                      # CI smoke run (GCN, 1 seed, 3 epochs)
+    python experiments/tradeoff.py --quick                      # CI smoke run (GCN, 1 seed, 3 epochs, measured)
 
-Methods (``METHODS``; family "codesign" or "baseline"):
+Methods (`codesign.experiment.PAPER_METHODS`; the default ``--methods`` is `GRID_METHODS`):
 
   dense         FP32, no masks: the reference every cost is divided by.
-  codesign      joint co-design: learned edge gates (`EdgeMask`), input-feature and hidden-channel
-                gates (`FeatureMask`, `ChannelMask`) and learned bit-widths (`LearnedBitQuant`,
-                from 8 bits), trained with the modeled cost of the target hardware in the loss.
-                Gate logits use the per-tensor Adam (``gate_optimizer="tensor_adam"``): with
-                per-element Adam every edge gate the loss does not see (beyond two hops of the
-                training nodes) closes at full speed under any cost gradient (Cora GCN, cost
-                weight 0.3, seed 0: 28 % of edges kept, 69.5 % test accuracy; 92 %, 78.9 % with it).
-  codesign_int8 feature and channel gates with INT8 weights and features, no edge gates: on Cora
-                the edges are a small share of the cost (half of them removed at random saves
-                0.5-1 % of the energy) and removing them costs accuracy.
-  edge_only     learned edge gates only (per-tensor Adam as above), FP32, cost in the loss.
-  quant_only    learned bit-widths only, cost in the loss.
+  codesign      the flagship (`codesign.experiment.FLAGSHIP`): learned edge gates under an L0 pressure,
+                self-distilled from the dense model of the same architecture; input-feature and hidden-channel
+                gates; learned per-tensor bit-widths from 8 bits with ranges pinned to the data max and a
+                bit penalty; the epoch chosen on the validation objective; the target's modeled cost in the
+                loss. Settings chosen on validation accuracy by experiments/select_flagship.py.
+  codesign_a2q  the same with A2Q-style per-node bit-widths on node features.
+  codesign_no_* the flagship with one ingredient dropped (edges, features, bits, distill): the ablation.
+  codesign_v1   the joint method of issue 7 (no distillation, learned ranges, no bit penalty; per-tensor
+                gate Adam); its records before the flagship took the name read ``"method": "codesign"``
+                without ``revision`` (`codesign.experiment.RENAMED`).
+  codesign_int8, edge_only, quant_only, codesign_cpu: earlier co-design variants (run when named).
   ugs_int8      UGS-style iterative magnitude pruning of edges and weights with rewinding
                 (`codesign.baselines.ugs.ugs_prune`, Chen et al. ICML 2021), trained with INT8 fake
                 quantization; one point per pruning round. GCN only (UGS's trainer is a GCN).
   degree_quant  Degree-Quant INT4 (Tailor et al., ICLR 2021).
+  a2q           A2Q (Zhu et al., ICLR 2023) as our quantizer supports it: per-node learned widths, pinned
+                ranges, a bit penalty, no hardware cost.
   int8, int4    uniform quantization-aware training.
-  random_edges  FP32 on a random ``keep`` fraction of the edges (one point per ``--keeps`` level).
+  random_edges  FP32 on a random ``keep`` fraction of the edges (one point per ``--keeps`` level);
+  random_edges_distill  the same, distilled from the dense model of the full graph.
   dropedge      DropEdge 0.5 (Rong et al., ICLR 2020): all edges at inference, so dense cost.
 
-The codesign family is trained once per hardware target (the cost in its loss is that target's);
-baselines do not see the hardware, so each is trained once and its hardened model costed on every
-target. Every (model, method, level, seed) gives one record per target in
-``results/<dataset>_tradeoff.jsonl``, appended atomically with the full config and the code
-version as soon as the run finishes (resumable: finished runs are skipped, an interrupted run
-restarts from scratch). Each record holds test / validation accuracy, the modeled cost of the
-hardened model and of the dense FP32 model on that target, and both per-stage breakdowns
-(`codesign.hwmodel.CostReport.breakdown`). ``paper_figures/`` draws the fronts from it.
+The codesign and ablation families are trained once per hardware target (the cost in their loss is
+that target's); baselines do not see the hardware, so each is trained once and its hardened model
+costed on every target. Every (model, method, level, seed) gives one record per target in
+``results/<dataset>_tradeoff.jsonl``, appended atomically with the full config and the code version
+as soon as the run finishes (resumable: finished runs are skipped, an interrupted run restarts from
+scratch). Each record holds test / validation accuracy, the modeled cost of the hardened model and of
+the dense FP32 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
+With ``--measure`` every GCN trained on the full graph is also deployed (`codesign.deploy.measure_model`,
+as ``codesign sweep --measure`` of experiments/realized_savings.py) and timed next to the dense FP32
+program on this CPU: ``measured``, ``dense_measured``, ``modeled_local``, ... (`MEASURED_METHODS_SKIP`
+are not). ``python -m paper_figures`` draws the fronts and writes results/summary.{md,json} from it.
+
+Datasets: Planetoid (cora, citeseer, pubmed) or ``wordnet`` (`codesign.data.load_wordnet`, 117,659 nodes).
+
+Parts (``--part K/N``): the plan is seed-major, so ``--part K/3`` of a 3-seed grid is seed K-1 of every
+(model, method, level): a finished part is a whole grid at one seed, and parts 1..K at K seeds.
+What a part costs on 2 cores (niced; Cora measured 2026-11-25 as train_time_s of single runs, the rest
+ESTIMATES scaled from the per-run means of results/cora_tradeoff.jsonl and WordNet's 0.7 s GCN epoch):
+  Cora GCN, one seed, GRID_METHODS: the flagship ~30 s a run (12 runs: 4 cost weights x 3 targets),
+    codesign_a2q and the 4 ablations about the same, baselines ~5 min together: ~45 min (estimate).
+  Cora GAT / GraphSAGE, one seed: ~1.5x / ~1x GCN (estimate), so all of Cora ~2.5 h a seed, ~7.5 h for 3.
+  WordNet GCN, one seed, --epochs 100: ~2-3 min a co-design run, ~5 h a seed (estimate); GAT on WordNet
+    does not fit this machine's budget (one GAT epoch: see experiments/wordnet_baselines.py).
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
@@ -46,19 +64,35 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
+# numpy / scipy's OpenBLAS on one thread before numpy loads, as experiments/realized_savings.py: the
+# measured programs (--measure) then run as there; each measured record says so (``blas_threads``)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from codesign.experiment import PAPER_METHODS as METHODS
+import numpy as np  # noqa: E402
+
+from codesign.experiment import PAPER_METHODS as METHODS, record_method  # noqa: E402
 
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
+DATASETS = ("cora", "citeseer", "pubmed", "wordnet")
 COST_WEIGHTS = (0.3, 1.0, 3.0, 10.0)
 KEEPS = (0.3, 0.5, 0.7)
 UGS_ROUNDS = 8
+GRID_METHODS = ("dense", "codesign", "codesign_a2q", "int8", "int4", "degree_quant", "a2q", "ugs_int8", "random_edges",
+                "random_edges_distill", "dropedge", "codesign_no_edges", "codesign_no_features", "codesign_no_bits",
+                "codesign_no_distill")
+"""The methods of the paper's grid (the default ``--methods``): the flagship, its A2Q variant, every
+baseline of issue 22 and the flagship's one-ingredient ablations. The other `PAPER_METHODS`
+(``codesign_v1``, ``codesign_int8``, ``edge_only``, ``quant_only``, ``codesign_cpu``) run when named."""
+MEASURED_METHODS_SKIP = ("random_edges", "random_edges_distill", "ugs_int8")
+"""Methods whose records ``--measure`` leaves unmeasured: their models are not trained on the full
+graph by `codesign.train.train` (a random subgraph; UGS's own trainer), so `codesign.deploy.measure_model`
+has no hardened model of the full graph to deploy."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +120,8 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
     cfg = {"experiment": "tradeoff", "dataset": dataset, "model": job.model, "method": job.method, "hw": hw,
            "cost_weight": 0.0, "budget": None, "keep": None, "round": None, "seed": job.seed, "epochs": epochs,
            "trained_for_hw": job.train_hw}
+    if METHODS[job.method].revision:  # a reused name: the revision is part of the identity (Method.revision)
+        cfg["revision"] = METHODS[job.method].revision
     name = level_name(job.method, budget_mode)
     if name is not None:
         cfg[name] = job.level
@@ -93,15 +129,17 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
 
 
 def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
-    """Every job of the grid. ``levels``: ``{"cost": [...], "keep": [...], "round": [...]}``;
-    ugs_int8 is one job per seed whose rounds 0..max are its points (``level`` = last round)."""
+    """Every job of the grid, seed-major (every job of seed 0, then of seed 1, ...; within a seed in
+    ``models`` then ``methods`` order), so that a leading part of it (`part`) is a whole grid at fewer
+    seeds. ``levels``: ``{"cost": [...], "keep": [...], "round": [...]}``; ugs_int8 is one job per
+    seed whose rounds 0..max are its points (``level`` = last round)."""
     jobs = []
-    for model in models:
-        for method in methods:
-            m = METHODS[method]
-            if m.models is not None and model not in m.models:
-                continue
-            for seed in range(seeds):
+    for seed in range(seeds):
+        for model in models:
+            for method in methods:
+                m = METHODS[method]
+                if m.models is not None and model not in m.models:
+                    continue
                 if m.levels == "cost":
                     jobs += [Job(model, method, lv, seed, (hw,), hw) for hw in hws for lv in levels["cost"]]
                 elif m.levels == "keep":
@@ -111,6 +149,19 @@ def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
                 else:
                     jobs.append(Job(model, method, None, seed, tuple(hws)))
     return jobs
+
+
+def part(jobs: list, k: int, n: int) -> list:
+    """The ``k``-th of ``n`` contiguous, nearly equal slices of ``jobs`` (1-based ``k``). With the
+    seed-major `plan` and ``n`` = the number of seeds, part ``k`` is seed ``k - 1`` of the whole grid.
+
+    Raises:
+      ValueError: not ``1 <= k <= n``.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"--part: need 1 <= K <= N, got {k}/{n}")
+    bounds = np.linspace(0, len(jobs), n + 1).round().astype(int)
+    return jobs[bounds[k - 1]:bounds[k]]
 
 
 def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
@@ -144,8 +195,13 @@ def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
             "dense_breakdown": ref.breakdown(hw)}
 
 
-def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, dict]]:
-    """Trains ``job`` and returns ``[(job of the point, hw name, result fields)]``."""
+def run_job(job: Job, graph, epochs, budget_mode: bool, measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
+    """Trains ``job`` and returns ``[(job of the point, hw name, result fields)]``.
+
+    ``measure``: ``{"reps", "locality"}`` to deploy a GCN trained on the full graph and time it next to the
+    dense FP32 program on this machine (`codesign.deploy.measure_model` with the ``cpu`` preset: the
+    fields ``measured``, ``dense_measured``, ``modeled_local``, ... of every record of the job); None, other
+    models and `MEASURED_METHODS_SKIP` are not measured."""
     from flax import nnx
 
     from codesign import hwmodel
@@ -153,11 +209,14 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
     from codesign.train import build_model, train
     cfg = train_config(job, epochs, budget_mode)
     targets = [presets.get(h) for h in job.hws]
-    if job.method == "random_edges":
+    if METHODS[job.method].levels == "keep":  # random edge removal at the kept fraction, with the method's loss
         from codesign.sparsify import random_edge_removal
         import jax
+        from codesign.train import dense_teacher
         keep = np.asarray(random_edge_removal(jax.random.key(job.seed), graph.n_edges, job.level))
-        r = train(graph.keep_edges(keep), cfg, targets[0])
+        # distilled: from the dense teacher of the full graph, as the learned masks are (experiments/sparsify_quant.py)
+        teacher = dense_teacher(graph, cfg, targets[0])[0] if cfg.distill.weight > 0 else None
+        r = train(graph.keep_edges(keep), cfg, targets[0], teacher_logits=teacher)
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         shell = build_model(cfg, graph, nnx.Rngs(0))  # fp32, no masks: the cost depends on shapes only
         dens = {"edge": float(keep.sum()) / graph.n_edges}
@@ -181,9 +240,14 @@ def run_job(job: Job, graph, epochs, budget_mode: bool) -> list[tuple[Job, str, 
             point = dataclasses.replace(job, level=rec["round"])
             out += [(point, hw.name, {**fields, **_costs(shell, graph, hw, cfg, locality, dens)}) for hw in targets]
         return out
-    r = train(graph, cfg, targets[0], also_cost=targets[1:])
+    measuring = measure is not None and job.model == "gcn" and job.method not in MEASURED_METHODS_SKIP
+    r = train(graph, cfg, targets[0], also_cost=targets[1:], return_model=measuring)
     common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"], "tiles": r["tiles"],
               "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
+    if measuring:
+        from codesign.deploy import measure_model
+        common.update(measure_model(r.pop("model"), graph, presets.get("cpu_numpy"), reps=measure["reps"],
+                                    locality=measure["locality"]), measured_on="cpu")
     return [(job, hw.name, {**common, **r["by_hw"][hw.name]}) for hw in targets]
 
 
@@ -197,17 +261,21 @@ def summarize(records: list[dict]) -> list[dict]:
     groups: dict = {}
     for r in records:
         c = r["config"]
-        kind = METHODS[c["method"]].levels
+        method = record_method(c)
+        kind = METHODS[method].levels
         field = ("budget" if c.get("budget") is not None else "cost_weight") if kind == "cost" else kind
         level = None if field is None else c[field]
-        groups.setdefault((c["model"], c["hw"], c["method"], level), []).append(r)
+        groups.setdefault((c["model"], c["hw"], method, level), []).append(r)
     rows = []
     for (model, hw, method, level), rs in groups.items():
         acc = np.array([r["test_accuracy"] for r in rs])
         ratio = lambda f: float(np.mean([r["modeled"][f] / r["dense_modeled"][f] for r in rs]))
+        meas = [r for r in rs if "measured" in r]
         rows.append(dict(model=model, hw=hw, method=method, level=level, seeds=len(rs),
                          test_accuracy=float(acc.mean()), test_accuracy_std=float(acc.std()),
-                         energy_ratio=ratio("energy_j"), latency_ratio=ratio("latency_s")))
+                         energy_ratio=ratio("energy_j"), latency_ratio=ratio("latency_s"),
+                         measured_speedup=float(np.mean([r["dense_measured"]["latency_s"] / r["measured"]["latency_s"]
+                                                         for r in meas])) if meas else None))
     order = {m: i for i, m in enumerate(METHODS)}
     rows.sort(key=lambda r: (r["model"], r["hw"], order[r["method"]], -1 if r["level"] is None else r["level"]))
     return rows
@@ -231,17 +299,40 @@ def _names(text: str, allowed, name: str) -> list[str]:
     return vals
 
 
+def load_graph(dataset: str):
+    """The `Graph` of ``dataset``: WordNet 3.0 (`codesign.data.load_wordnet`) or a Planetoid graph.
+
+    Raises:
+      SystemExit: ``dataset`` not in `DATASETS`.
+    """
+    if dataset not in DATASETS:
+        raise SystemExit(f"--dataset: unknown {dataset!r}; choose from {list(DATASETS)}")
+    from codesign.data import load_planetoid, load_wordnet
+    return load_wordnet() if dataset == "wordnet" else load_planetoid(dataset)
+
+
+def _part(text: Optional[str]) -> Optional[tuple[int, int]]:
+    if text is None:
+        return None
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError as err:
+        raise SystemExit(f"--part: expected K/N (e.g. 1/3), got {text!r}") from err
+    if not 1 <= k <= n:
+        raise SystemExit(f"--part: need 1 <= K <= N, got {text!r}")
+    return k, n
+
+
 def main(argv=None) -> list[dict]:
     from tqdm import tqdm
 
-    from codesign.data import load_planetoid
     from codesign.hwmodel import presets
     from codesign.experiment import make_record
     from codesign.results import ResultsStore, config_key
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cora", help="a Planetoid dataset: cora, citeseer, pubmed")
+    p.add_argument("--dataset", default="cora", help=f"one of {', '.join(DATASETS)}")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=",".join(GRID_METHODS), help="default: GRID_METHODS")
     p.add_argument("--hws", default=",".join(HWS))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--cost-weights", default=",".join(map(str, COST_WEIGHTS)))
@@ -250,16 +341,23 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--ugs-rounds", type=int, default=UGS_ROUNDS)
     p.add_argument("--epochs", type=int, default=None, help="override every model's epochs")
     p.add_argument("--out", default="results")
-    p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), random_edges; 2 targets, 1 seed, 3 epochs")
+    p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
+    p.add_argument("--measure", action="store_true", help="deploy every GCN trained on the full graph and time it "
+                   "next to the dense FP32 program on this CPU (codesign.deploy.measure_model)")
+    p.add_argument("--reps", type=int, default=20, help="with --measure: timed inferences of each program")
+    p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), "
+                   "random_edges_distill; 2 targets, 1 seed, 3 epochs, measured (2 reps)")
     args = p.parse_args(argv)
     if args.quick:
-        args.models, args.methods, args.hws = "gcn", "dense,codesign,ugs_int8,random_edges", "h100,gnnear"
+        args.models, args.methods, args.hws = "gcn", "dense,codesign,ugs_int8,random_edges_distill", "h100,gnnear"
         args.seeds, args.epochs, args.cost_weights, args.keeps, args.ugs_rounds = 1, 3, "1", "0.5", 0
+        args.measure, args.reps = True, 2
     models = _names(args.models, MODELS, "models")
     methods = _names(args.methods, METHODS, "methods")
     hws = _names(args.hws, presets.names(), "hws")
-    if args.seeds < 1 or args.ugs_rounds < 0:
-        raise SystemExit("--seeds must be >= 1 and --ugs-rounds >= 0")
+    if args.seeds < 1 or args.ugs_rounds < 0 or args.reps < 1:
+        raise SystemExit("--seeds and --reps must be >= 1 and --ugs-rounds >= 0")
+    which = _part(args.part)
     budget_mode = args.budgets is not None
     levels = {"cost": _floats(args.budgets if budget_mode else args.cost_weights, "budgets" if budget_mode
                               else "cost-weights"),
@@ -268,15 +366,21 @@ def main(argv=None) -> list[dict]:
         raise SystemExit(f"--budgets: each must be a fraction in (0, 1], got {levels['cost']}")
     if not all(0 < k <= 1 for k in levels["keep"]):
         raise SystemExit(f"--keeps: each must be in (0, 1], got {levels['keep']}")
-    graph = load_planetoid(args.dataset)
+    graph = load_graph(args.dataset)
     name = f"{args.dataset}_tradeoff{'_budget' if budget_mode else ''}{'_quick' if args.quick else ''}"
     store = ResultsStore(Path(args.out) / f"{name}.jsonl")
     done = store.done_keys()
     jobs = plan(models, methods, hws, args.seeds, levels)
+    if which is not None:
+        jobs = part(jobs, *which)
     todo = [j for j in jobs if not all(k in done for k in job_keys(j, args.dataset, args.epochs, budget_mode))]
     print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
+    measure = None
+    if args.measure:  # the graph's locality once for every measured run
+        from codesign.hwmodel import measure_locality
+        measure = {"reps": args.reps, "locality": measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
     for job in tqdm(todo, desc="tradeoff", unit="run"):
-        for point, hw, fields in run_job(job, graph, args.epochs, budget_mode):
+        for point, hw, fields in run_job(job, graph, args.epochs, budget_mode, measure):
             config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
             key = config_key(config)
             if key in done:
@@ -286,13 +390,14 @@ def main(argv=None) -> list[dict]:
             done.add(key)
     wanted = {k for j in jobs for k in job_keys(j, args.dataset, args.epochs, budget_mode)}
     rows = summarize([r for r in store.records() if r["key"] in wanted])
-    print(f"\n{'model':6s}{'hw':8s}{'method':14s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
-          f"{'latency':>9s}")
+    print(f"\n{'model':6s}{'hw':8s}{'method':22s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
+          f"{'latency':>9s}{'measured x':>11s}")
     for r in rows:
         lv = "" if r["level"] is None else f"{r['level']:g}"
-        print(f"{r['model']:6s}{r['hw']:8s}{r['method']:14s}{lv:>7s}{r['seeds']:6d}"
+        ms = "" if r["measured_speedup"] is None else f"{r['measured_speedup']:.2f}"
+        print(f"{r['model']:6s}{r['hw']:8s}{r['method']:22s}{lv:>7s}{r['seeds']:6d}"
               f"{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
-              f"{r['energy_ratio']:9.4f}{r['latency_ratio']:9.4f}")
+              f"{r['energy_ratio']:9.4f}{r['latency_ratio']:9.4f}{ms:>11s}")
     return rows
 
 

@@ -9,8 +9,8 @@ Inputs under ``--results`` (default ``results/``) and what is drawn from them (i
 default ``paper_figures/out/``; PNG + PDF each):
 
 - ``<dataset>_tradeoff[_budget].jsonl`` (experiments/tradeoff.py): `tradeoff` (accuracy vs modeled energy and
-  latency, a panel per hardware), `breakdown` (stacked energy), `roofline`, and `summary`
-  (``<results>/summary.md``);
+  latency, a panel per hardware), `breakdown` (stacked energy), `roofline`, `ablation` (what each
+  ingredient of the flagship buys), and `summary` (``<results>/summary.md`` and ``<results>/summary.json``);
 - ``<dataset>_<model>_<hw>[_*].jsonl`` (``codesign sweep``): `pareto`;
 - ``hwmodel_validation_*.json`` and ``gpu/hwmodel_validation*.json``: `validation`;
 - ``kernel_bench_*.json`` and ``gpu/kernel_bench*.json``: `kernels`.
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from paper_figures import breakdown, fronts, kernels, measured, summary, tradeoff, validation  # noqa: E402
+from paper_figures import ablation, breakdown, fronts, kernels, measured, summary, tradeoff, validation  # noqa: E402
 from paper_figures.common import DEFAULT_OUT, DEFAULT_RESULTS, DPI, QUICK_DPI, prefer_quick_or_full  # noqa: E402
 
 __all__ = ["run_all", "sweep_inputs", "main"]
@@ -97,8 +97,10 @@ def run_all(results: Path, out: Path, quick: bool = False, dpi: int = DPI,
             continue
         loaded.append((f, pts))
         stem = f.stem
-        for cost in ("energy", "latency"):
+        for cost in ("energy", "latency") + (("measured",) if any(p["n_measured"] for p in pts) else ()):
             rep.run(f"tradeoff {f.name} ({cost})", lambda c=cost: tradeoff.draw(pts, c, out, stem, dpi))
+        if any(p["family"] == "ablation" for p in pts):
+            rep.run(f"ablation {f.name}", lambda: ablation.draw(pts, out, stem, dpi))
         rep.run(f"breakdown {f.name}", lambda: breakdown.draw(pts, out, stem, dpi=dpi))
         rep.run(f"roofline {f.name}", lambda: roofline_draw(pts, out, stem, dpi))
     if loaded:
@@ -144,10 +146,8 @@ def roofline_draw(points, out: Path, stem: str, dpi: int):
 
 
 def _write_summary(md: Path, loaded) -> list[Path]:
-    from codesign.results import write_text_atomic
-
-    write_text_atomic(md, summary.render(loaded))
-    return [md]
+    """``summary.md`` and, beside it, ``summary.json`` (`paper_figures.summary.write`)."""
+    return summary.write(loaded, md, md.with_suffix(".json"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,7 +10,11 @@ run per line::
      "dense_modeled": {"latency_s": .., "energy_j": .., "dram_bytes": ..},  # dense FP32, same hw
      "breakdown": {"layer0/gemm": {...}, ...},        # CostReport.breakdown(hw) (optional)
      "dense_breakdown": {...},                         # same for the dense FP32 model (optional)
-     "densities": {...}, "layer_bits": {...}, ...}
+     "densities": {...}, "layer_bits": {...}, ...,
+     "measured": {"latency_s": ..}, "dense_measured": {"latency_s": ..}}   # optional (--measure): this CPU
+
+A record's method is `codesign.experiment.record_method` of its config: records of a method name that
+was later reused (``codesign`` before the flagship took it) load under their new name (``codesign_v1``).
 
 Runs that differ only in ``seed`` (also in nested config objects) are one point (mean ± std over seeds). Accuracies of points
 are in percent; costs are modeled (J, s, bytes) and ``*_ratio`` is cost / dense FP32 cost on the
@@ -27,23 +31,26 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from codesign.experiment import PAPER_METHODS, record_method
 from codesign.results import ResultsStore, config_key
 from paper_figures.pareto import pareto_front
 
-__all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "COSTS", "family", "read_records", "load_tradeoff",
-           "load_or_exit", "panels", "dense_point", "front", "front_dominates", "best_reduction_within",
-           "representatives", "min_bits"]
+__all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "FLAGSHIP", "COSTS", "family", "read_records", "load_tradeoff",
+           "load_or_exit", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
+           "best_reduction_within", "representatives", "min_bits"]
 
-CODESIGN_METHODS = ("codesign", "codesign_int8", "edge_only", "quant_only")
+CODESIGN_METHODS = tuple(n for n, m in PAPER_METHODS.items() if m.family == "codesign")
 DENSE_METHOD = "dense"
-# Display order of the known methods; methods not listed follow in alphabetical order.
-METHOD_ORDER = ("codesign", "codesign_int8", "edge_only", "quant_only", "dense", "int8", "int4", "ugs_int8",
-                "degree_quant", "random_edges", "dropedge")
+FLAGSHIP = "codesign"
+# Display order: the registry's (`codesign.experiment.PAPER_METHODS`); methods not in it follow alphabetically.
+METHOD_ORDER = tuple(PAPER_METHODS)
 # Display order of hardware targets (GPU, then accelerators); others follow alphabetically.
 HW_ORDER = ("h100", "a100", "cpu", "hygcn", "gnnear", "upmem", "hbm_pim")
-# --cost name: (point field, dense field, ratio field, words)
-COSTS = {"energy": ("energy_j", "dense_energy_j", "energy_ratio", "energy"),
-         "latency": ("latency_s", "dense_latency_s", "latency_ratio", "latency")}
+# --cost name: (point field, dense field, ratio field, words); "measured": only points with measured runs
+COSTS = {"energy": ("energy_j", "dense_energy_j", "energy_ratio", "modeled energy"),
+         "latency": ("latency_s", "dense_latency_s", "latency_ratio", "modeled latency"),
+         "measured": ("measured_latency_s", "dense_measured_latency_s", "measured_latency_ratio",
+                      "measured CPU latency")}
 _MODELED = ("latency_s", "energy_j", "dram_bytes")
 _STAGE_NUMBERS = ("latency_s", "energy_j", "compute_j", "dram_j", "onchip_j", "nmp_j", "link_j",
                   "macs", "dram_bytes", "nmp_bytes")
@@ -51,9 +58,12 @@ _STAGE_NUMBERS = ("latency_s", "energy_j", "compute_j", "dram_j", "onchip_j", "n
 
 def family(method: str) -> str:
     """``"codesign"`` for the co-design family (`CODESIGN_METHODS`), ``"dense"`` for the dense
-    reference, ``"baseline"`` for every other method."""
+    reference, ``"ablation"`` for the flagship's ablations (registry family "ablation"),
+    ``"baseline"`` for every other method."""
     if method in CODESIGN_METHODS:
         return "codesign"
+    if method in PAPER_METHODS and PAPER_METHODS[method].family == "ablation":
+        return "ablation"
     return "dense" if method == DENSE_METHOD else "baseline"
 
 
@@ -157,7 +167,18 @@ def _parse(rec: dict, where: str) -> dict:
         raise ValueError(f"{where}: field 'test_accuracy' must be a fraction in [0, 1], got {acc!r}")
     val = rec.get("val_accuracy")
     val = math.nan if val is None else _number(val, "val_accuracy", where, allow_nan=True)
-    return {"config": config, "acc": acc, "val_acc": val, "modeled": _costs(rec, "modeled", where),
+    try:
+        method = record_method(config)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from err
+    if method != config["method"]:
+        config = {**config, "method": method, "method_as_written": config["method"]}
+    measured = None
+    if rec.get("measured") is not None:
+        measured = {name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where, positive=True)
+                    for name in ("measured", "dense_measured")}
+    return {"config": config, "acc": acc, "val_acc": val, "measured": measured,
+            "modeled": _costs(rec, "modeled", where),
             "dense_modeled": _costs(rec, "dense_modeled", where),
             "breakdown": _breakdown(rec, "breakdown", where),
             "dense_breakdown": _breakdown(rec, "dense_breakdown", where),
@@ -206,7 +227,10 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         ``energy_j``/``latency_s``/``dram_bytes`` (modeled) and of ``dense_energy_j``/
         ``dense_latency_s``/``dense_dram_bytes``, ``energy_ratio``/``latency_ratio`` (mean cost /
         mean dense cost), ``breakdown``/``dense_breakdown`` (per-stage means over seeds, or None),
-        ``densities`` and ``layer_bits`` (means). ``[]`` for an empty file.
+        ``densities`` and ``layer_bits`` (means), ``n_measured`` (runs with measured CPU latency),
+        ``measured_latency_s`` / ``dense_measured_latency_s`` (their means, s) and
+        ``measured_latency_ratio`` (mean measured / mean dense measured; all three None without a
+        measured run). ``[]`` for an empty file.
 
     Raises:
         FileNotFoundError: if the file does not exist.
@@ -254,6 +278,11 @@ def load_tradeoff(path: str | Path) -> list[dict]:
             p[f"dense_{f}"] = mean("dense_modeled", f)
         p["energy_ratio"] = p["energy_j"] / p["dense_energy_j"]
         p["latency_ratio"] = p["latency_s"] / p["dense_latency_s"]
+        meas = [r["measured"] for r in runs if r["measured"] is not None]
+        p["n_measured"] = len(meas)
+        p["measured_latency_s"] = float(np.mean([m["measured"] for m in meas])) if meas else None
+        p["dense_measured_latency_s"] = float(np.mean([m["dense_measured"] for m in meas])) if meas else None
+        p["measured_latency_ratio"] = p["measured_latency_s"] / p["dense_measured_latency_s"] if meas else None
         points.append(p)
     return points
 
@@ -349,6 +378,44 @@ def front_dominates(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) 
         margin = (ok[:, 1].max() - acc_b) if len(ok) else -math.inf
         worst = min(worst, float(margin))
     return worst >= 0.0, worst
+
+
+def cost_dominates(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
+                   min_acc: float) -> tuple[bool, float | None, float | None]:
+    """Whether ``a`` costs no more than ``b`` at every accuracy level ``>= min_acc`` that ``b`` reaches.
+
+    The cost of a method at accuracy level ``L`` is the cost of its cheapest point with accuracy
+    ``>= L``; both are step functions of ``L`` and ``b``'s changes only at its own accuracies, so
+    the levels checked are the accuracies of ``b``'s points with accuracy ``>= min_acc``. The
+    margin at a level is ``cost_b(L) / cost_a(L)`` (``>= 1``: ``a`` is no costlier; 0 when no point
+    of ``a`` reaches ``L``).
+
+    Args:
+        a, b: sequences of ``(cost, accuracy)`` pairs (cost > 0 in any unit, the same for both;
+            accuracy in percent).
+        min_acc: the lowest accuracy level compared (e.g. dense accuracy − 2 points).
+
+    Returns:
+        ``(dominates, worst_margin, at_accuracy)``: whether every margin is >= 1, the smallest
+        margin, and the level where it occurs; ``(True, None, None)`` when no point of ``b``
+        reaches ``min_acc`` (nothing to compare).
+
+    Raises:
+        ValueError: a value is NaN, a cost is not > 0, or ``min_acc`` is NaN.
+    """
+    a_arr, b_arr = _pairs(a, "a"), _pairs(b, "b")
+    if math.isnan(min_acc):
+        raise ValueError("cost_dominates: min_acc is NaN")
+    if (a_arr[:, 0] <= 0).any() or (b_arr[:, 0] <= 0).any():
+        raise ValueError("cost_dominates: costs must be > 0")
+    worst, at = None, None
+    for level in sorted({float(acc) for acc in b_arr[:, 1] if acc >= min_acc - 1e-9}):
+        cost_b = b_arr[b_arr[:, 1] >= level - 1e-9, 0].min()
+        reach = a_arr[a_arr[:, 1] >= level - 1e-9, 0]
+        margin = float(cost_b / reach.min()) if len(reach) else 0.0
+        if worst is None or margin < worst:
+            worst, at = margin, level
+    return (worst is None or worst >= 1.0 - 1e-12), worst, at
 
 
 def best_reduction_within(points: Sequence[Sequence[float]], dense_acc: float,

@@ -16,11 +16,18 @@ Reads tradeoff JSONL files (format: `paper_figures.fronts`; without FILE argumen
   with the worst accuracy margin (`paper_figures.fronts.front_dominates`);
 - each method's Pareto front (modeled energy): accuracy mean ± std over seeds, energy and
   latency reduction vs dense.
+
+It opens with the tables of `build` (also written as ``<results>/summary.json`` by `main` and by
+``python -m paper_figures``): per (dataset, model, target), the dense accuracy and per method the
+largest modeled energy and measured CPU latency reductions within ``--loss-pts`` of dense, and
+whether the flagship's front dominates each baseline's (`paper_figures.fronts.cost_dominates`, at
+every accuracy level within ``DOMINANCE_PTS`` of dense).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -35,9 +42,12 @@ from paper_figures.common import DEFAULT_RESULTS, REPO_ROOT, prefer_quick_or_ful
 
 from codesign.results import write_text_atomic  # noqa: E402
 
-__all__ = ["find_inputs", "render", "main"]
+__all__ = ["find_inputs", "build", "render", "render_build", "write", "main"]
 
 UGS_METHOD = "ugs_int8"
+DOMINANCE_PTS = 2.0
+"""The accuracy levels at which the flagship's front must cost no more than a baseline's: those
+within this many points of dense accuracy (issue 22)."""
 # <dataset>_tradeoff[_budget][_quick].jsonl, as experiments/tradeoff.py names its outputs
 TRADEOFF_NAME = re.compile(r"^[A-Za-z0-9-]+_tradeoff(_budget)?(_quick)?\.jsonl$")
 
@@ -47,6 +57,115 @@ def find_inputs(results: Path, quick: bool = False) -> list[Path]:
     when ``quick`` or when it has no full partner)."""
     found = [p for p in results.glob("*_tradeoff*.jsonl") if TRADEOFF_NAME.match(p.name)]
     return prefer_quick_or_full(found, quick)
+
+
+def _best(points: list[dict], dense_acc: float, ratio_field: str, loss_pts: float) -> dict | None:
+    """The point of ``points`` with the largest reduction ``1 / p[ratio_field]`` among those whose mean
+    accuracy is within ``loss_pts`` of ``dense_acc`` (points without that field left out)."""
+    have = [p for p in points if p.get(ratio_field) is not None and not math.isnan(p["acc_pct"])]
+    hit = fronts.best_reduction_within([(1.0 / p[ratio_field], p["acc_pct"]) for p in have], dense_acc, loss_pts)
+    return None if hit is None else have[hit[0]]
+
+
+def _dominance(flag: list[dict], base: list[dict], ratio_field: str, min_acc: float) -> dict | None:
+    a = [(p[ratio_field], p["acc_pct"]) for p in flag if p.get(ratio_field) is not None]
+    b = [(p[ratio_field], p["acc_pct"]) for p in base if p.get(ratio_field) is not None]
+    if not a or not b:
+        return None
+    dom, worst, at = fronts.cost_dominates(a, b, min_acc)
+    return {"dominates": dom, "worst_margin": worst, "at_accuracy": at}
+
+
+def build(points: Sequence[dict], loss_pts: float = 1.0, dominance_pts: float = DOMINANCE_PTS) -> dict:
+    """The machine-readable summary (``results/summary.json``) of tradeoff points.
+
+    Args:
+        points: from `paper_figures.fronts.load_tradeoff` (any datasets, models, targets).
+        loss_pts: accuracy loss allowed for a method's best point (percentage points, >= 0).
+        dominance_pts: the flagship's front is compared with each baseline's at every accuracy level
+            within this many points of dense.
+
+    Returns:
+        ``summary[dataset][model][target]`` for every panel with a dense run, holding
+        ``"dense_accuracy"`` (mean test accuracy of dense FP32, %), per other method ``{
+        "modeled_energy_reduction", "measured_latency_reduction", "accuracy"}``: the largest dense / point
+        modeled energy on that target among the method's points whose mean test accuracy is within
+        ``loss_pts`` of dense, the largest dense / point measured CPU latency (`codesign.deploy.measure`;
+        ratio of the seeds' mean latencies) among its measured points within ``loss_pts`` (None without
+        one), and the mean test accuracy (%) of the energy point (all None when no point qualifies); and
+        ``"dominance"``: per baseline method (registry family "baseline") present with the flagship
+        (`fronts.FLAGSHIP`), ``{"modeled_energy": {"dominates", "worst_margin", "at_accuracy"},
+        "measured_latency": ... or None}`` (`fronts.cost_dominates` with ``min_acc`` = dense −
+        ``dominance_pts``; margin = baseline cost / flagship cost at the worst level).
+
+    Raises:
+        ValueError: ``loss_pts`` or ``dominance_pts`` negative or NaN.
+    """
+    if not (loss_pts >= 0 and dominance_pts >= 0):
+        raise ValueError(f"build: loss_pts and dominance_pts must be >= 0, got {loss_pts!r}, {dominance_pts!r}")
+    out: dict = {}
+    for (dataset, model, hw), pts in fronts.panels(points).items():
+        dense = fronts.dense_point(pts)
+        if dense is None:
+            continue
+        entry = {"dense_accuracy": dense["acc_pct"]}
+        methods = sorted({p["method"] for p in pts} - {fronts.DENSE_METHOD}, key=fronts.method_sort_key)
+        by = {m: [p for p in pts if p["method"] == m and not math.isnan(p["acc_pct"])] for m in methods}
+        for m in methods:
+            e = _best(by[m], dense["acc_pct"], "energy_ratio", loss_pts)
+            t = _best(by[m], dense["acc_pct"], "measured_latency_ratio", loss_pts)
+            entry[m] = {"modeled_energy_reduction": None if e is None else 1.0 / e["energy_ratio"],
+                        "measured_latency_reduction": None if t is None else 1.0 / t["measured_latency_ratio"],
+                        "accuracy": None if e is None else e["acc_pct"]}
+        if by.get(fronts.FLAGSHIP):
+            min_acc = dense["acc_pct"] - dominance_pts
+            entry["dominance"] = {
+                b: {"modeled_energy": _dominance(by[fronts.FLAGSHIP], by[b], "energy_ratio", min_acc),
+                    "measured_latency": _dominance(by[fronts.FLAGSHIP], by[b], "measured_latency_ratio", min_acc)}
+                for b in methods if fronts.family(b) == "baseline" and by[b]}
+        out.setdefault(dataset, {}).setdefault(model, {})[hw] = entry
+    return out
+
+
+def _x(v) -> str:
+    return "–" if v is None else f"{v:.2f}x"
+
+
+def _dom(d) -> str:
+    if d is None:
+        return "–"
+    if d["worst_margin"] is None:
+        return "yes (no baseline point within range)"
+    return f"{'yes' if d['dominates'] else 'NO'} (worst {d['worst_margin']:.2f}x at {d['at_accuracy']:.2f} %)"
+
+
+def render_build(summary: dict, loss_pts: float = 1.0, dominance_pts: float = DOMINANCE_PTS) -> list[str]:
+    """The markdown tables of a `build` summary (lines)."""
+    lines = ["## Summary (`results/summary.json`)", "",
+             f"Per method the largest modeled energy reduction and the largest measured CPU latency reduction "
+             f"(seeds' mean latencies, `codesign.deploy`) among its points within {loss_pts:g} pt of dense "
+             f"accuracy, and the accuracy of the energy point. Dominance: at every accuracy level within "
+             f"{dominance_pts:g} pt of dense that the baseline reaches, the flagship `{fronts.FLAGSHIP}` costs no "
+             "more (worst margin = baseline cost / flagship cost; < 1x: the baseline is cheaper there).", ""]
+    for dataset, models in summary.items():
+        for model, hws in models.items():
+            for hw, entry in hws.items():
+                lines += [f"### Summary of {dataset} / {model} / {hw}: dense {entry['dense_accuracy']:.2f} %", "",
+                          "| method | modeled energy reduction | measured latency reduction | accuracy (%) |",
+                          "|---|---:|---:|---:|"]
+                for m, v in entry.items():
+                    if m in ("dense_accuracy", "dominance"):
+                        continue
+                    acc = "–" if v["accuracy"] is None else f"{v['accuracy']:.2f}"
+                    lines.append(f"| {m} | {_x(v['modeled_energy_reduction'])} | "
+                                 f"{_x(v['measured_latency_reduction'])} | {acc} |")
+                lines.append("")
+                if entry.get("dominance"):
+                    lines += [f"| `{fronts.FLAGSHIP}` front vs | modeled energy | measured latency |", "|---|---|---|"]
+                    lines += [f"| {b} | {_dom(d['modeled_energy'])} | {_dom(d['measured_latency'])} |"
+                              for b, d in entry["dominance"].items()]
+                    lines.append("")
+    return lines
 
 
 def _acc(p: dict) -> str:
@@ -176,9 +295,18 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
              f"{loss_pts:g} pt\": mean accuracy >= dense mean − {loss_pts:g} percentage point(s). "
              "Co-design family: " + ", ".join(f"`{m}`" for m in fronts.CODESIGN_METHODS) + ".", ""]
     all_points = [p for _, pts in inputs for p in pts]
+    lines += render_build(build(all_points, loss_pts), loss_pts)
     for key, pts in fronts.panels(all_points).items():
         _panel(lines, key, pts, loss_pts)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write(inputs: Sequence[tuple[Path, list[dict]]], md: Path, js: Path, loss_pts: float = 1.0) -> list[Path]:
+    """Writes `render` to ``md`` and `build` (JSON, sorted keys) to ``js``, each atomically; returns both paths."""
+    write_text_atomic(md, render(inputs, loss_pts))
+    summary = build([p for _, pts in inputs for p in pts], loss_pts)
+    write_text_atomic(js, json.dumps(summary, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    return [md, js]
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
@@ -195,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("files", nargs="*", type=Path, help="tradeoff JSONL files")
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                         help=f"folder searched when no FILE is given (default {DEFAULT_RESULTS})")
-    parser.add_argument("--md", type=Path, default=None, help="output markdown (default <results>/summary.md)")
+    parser.add_argument("--md", type=Path, default=None, help="output markdown (default <results>/summary.md; "
+                        "the JSON beside it, same name .json)")
     parser.add_argument("--quick", action="store_true", help="prefer the _quick result files")
     parser.add_argument("--loss-pts", type=float, default=1.0,
                         help="accuracy loss allowed, percentage points (default 1)")
@@ -205,8 +334,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
         raise SystemExit(f"summary.py: no *_tradeoff.jsonl in {args.results}")
     inputs = [(f, fronts.load_or_exit(f, "summary.py")) for f in files]
     md = args.md or args.results / "summary.md"
-    write_text_atomic(md, render(inputs, args.loss_pts))
-    print(f"wrote {md}")
+    for path in write(inputs, md, md.with_suffix(".json"), args.loss_pts):
+        print(f"wrote {path}")
     return md
 
 

@@ -5,7 +5,8 @@ Usage (from the repository root)::
     python paper_figures/tradeoff.py results/cora_tradeoff.jsonl [--out DIR] [--cost energy,latency]
 
 Reads the tradeoff JSONL (format: `paper_figures.fronts`). Per model, and per cost (modeled
-energy, modeled latency), one figure with a panel per hardware: test accuracy (%, mean ± std
+energy, modeled latency, and measured CPU latency where records were measured: ``--cost measured``),
+one figure with a panel per hardware: test accuracy (%, mean ± std
 over seeds) against cost relative to the dense FP32 model on that hardware (log axis; left is
 cheaper), each method a series, the Pareto fronts of the co-design family (codesign, edge_only,
 quant_only) and of the baselines (all other methods but dense) as step lines, the dense point
@@ -79,7 +80,8 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
 
     Args:
         points: from `paper_figures.fronts.load_tradeoff`.
-        cost: ``"energy"`` or ``"latency"``.
+        cost: ``"energy"``, ``"latency"`` (modeled) or ``"measured"`` (measured CPU latency: only
+            the points with measured runs; nothing is drawn without any).
         out: output folder (created).
         stem: file name prefix.
         dpi: PNG resolution.
@@ -93,7 +95,8 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
     Raises:
         KeyError: for an unknown ``cost``.
     """
-    words = fronts.COSTS[cost][3]
+    words, ratio = fronts.COSTS[cost][3], fronts.COSTS[cost][2]
+    points = [p for p in points if p[ratio] is not None]  # "measured": the measured points only
     by_dm: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (dataset, model, hw), pts in fronts.panels(points).items():
         by_dm.setdefault((dataset, model), {})[hw] = pts
@@ -109,7 +112,7 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
         for ax, (hw, pts) in zip(axes[0], per_hw.items()):
             _panel(ax, pts, cost, floor)
             ax.set_title(hw)
-            ax.set_xlabel(f"modeled {words} / dense FP32 (log; left = cheaper)", fontsize=8)
+            ax.set_xlabel(f"{words} / dense FP32 (log; left = cheaper)", fontsize=8)
         axes[0, 0].set_ylabel("test accuracy (%)")
         if floor is not None:
             axes[0, 0].set_ylim(floor, max(accs) + 2.0)
@@ -121,7 +124,7 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
         handles, labels = dedupe_legend(handles, labels)
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7,
                    frameon=False)
-        fig.suptitle(f"{dataset} / {model}: test accuracy vs modeled {words} (mean ± std over seeds)",
+        fig.suptitle(f"{dataset} / {model}: test accuracy vs {words} (mean ± std over seeds)",
                      fontsize=10)
         fig.tight_layout()
         name = f"{stem}_{dataset}_{model}_{cost}" if several else f"{stem}_{model}_{cost}"
@@ -140,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     """
     parser = argparse.ArgumentParser(prog="tradeoff.py", description=__doc__.split("\n")[0])
     parser.add_argument("results", type=Path, help="results/<dataset>_tradeoff.jsonl")
-    parser.add_argument("--cost", default="energy,latency", help="comma-separated: energy,latency")
+    parser.add_argument("--cost", default="energy,latency", help="comma-separated: energy,latency,measured")
     parser.add_argument("--span-pts", type=float, default=DEFAULT_SPAN_PTS,
                         help="accuracy axis reaches this far below dense (points); lower ones are arrows "
                              f"on the floor (default {DEFAULT_SPAN_PTS:g}; inf = all)")

@@ -170,10 +170,52 @@ def test_unsupported_models_and_widths_are_refused():
     g = _graph()
     with pytest.raises(NotImplementedError, match="only codesign.models.GCN"):
         deploy(GAT(g.n_features, 4, 3, heads=2, rngs=nnx.Rngs(0)), g)
-    with pytest.raises(NotImplementedError, match="only the fixed quantizer"):
+    with pytest.raises(NotImplementedError, match=r"only the fixed \(FakeQuant\) and learned bit-width"):
         deploy(GCN(g.n_features, 8, 3, bits=8, quantizer="lsq", rngs=nnx.Rngs(0)), g)
     with pytest.raises(ValueError, match=r"graph\.x: the model expects 5 input features, got 12"):
         deploy(GCN(5, 8, 3, rngs=nnx.Rngs(0)), g)
+
+
+def _learned_gcn(g, quantizer, seed=0, hidden=8):
+    """`_hardened_gcn`'s gates with learned bit-widths as the flagship trains them: ranges pinned
+    except the input's (`codesign.quant.pin_ranges`), weights and hidden features moved to 3-5 bits."""
+    from codesign.quant import LearnedBitQuant, pin_ranges
+    from codesign.quant.learned_bits import levels
+
+    deg = np.bincount(np.asarray(g.receivers), minlength=g.n_nodes) + 1
+    m = GCN(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
+            channel_mask=True, bits=8, quantizer=quantizer, in_degree=deg, rngs=nnx.Rngs(seed))
+    pin_ranges(m, skip=[m.conv1.quant_x])
+    ref = _hardened_gcn(g, None, seed, hidden)  # the same gates
+    for mask in ("feature_mask", "channel_mask", "edge_mask"):
+        getattr(m, mask).gate.log_alpha[...] = getattr(ref, mask).gate.log_alpha[...]
+    m.eval()
+    m(g.x, adjacency(g))  # initialises every quantizer from its data
+    for q, b in ((m.conv1.quant_w, 5), (m.conv2.quant_w, 4), (m.conv1.quant_x, 2), (m.conv2.quant_x, 3)):
+        assert isinstance(q, LearnedBitQuant)
+        q.step[...] = q.qmax[...] / levels(np.float32(b), q.signed)
+    return m
+
+
+@pytest.mark.parametrize("quantizer", ["learned", "a2q"])
+def test_learned_bit_widths_deploy_on_the_hardened_grid(quantizer):
+    g = _graph()
+    m = _learned_gcn(g, quantizer)
+    ref = np.asarray(m(g.x, adjacency(g)))
+    c = deploy(m, g)
+    np.testing.assert_allclose(c(), ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+    # the weights as integer codes of their learned widths (5 and 4 bits: |code| <= 2^(b-1) - 1)
+    assert (c.w0.bits, c.w1.bits) == (5, 4)
+    assert np.abs(c.w0.codes).max() <= 15 and np.abs(c.w1.codes).max() <= 7
+    # the hidden activation on the frozen grid: per tensor, or one step per node row (A2Q)
+    step, rng = c.hidden_grid
+    assert step.shape == (() if quantizer == "learned" else (g.n_nodes, 1)) and rng.shape == step.shape
+    h = np.maximum(np.asarray(c.adj @ (c.x @ c._w0)) + c._b0, 0) * c._gate
+    from codesign.deploy import _quantize_on_grid
+    codes = _quantize_on_grid(h, c.hidden_grid) / step
+    np.testing.assert_allclose(codes, np.round(codes), atol=1e-3)
+    # a quantized program is no wider than the fixed one: same kept counts as the FP32 gates
+    assert c.kept == deploy(_hardened_gcn(g, None), g).kept
 
 
 def test_quantized_matrix_round_trip():

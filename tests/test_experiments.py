@@ -157,7 +157,7 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
     rows = mod.main(["--quick", "--out", str(tmp_path)])
     path = tmp_path / "cora_tradeoff_quick.jsonl"
     recs = [json.loads(line) for line in path.read_text().splitlines()]
-    # points: dense, codesign (1 cost weight, trained per target), ugs round 0, random_edges 0.5; 2 targets each
+    # points: dense, codesign (1 cost weight, trained per target), ugs round 0, random_edges_distill 0.5; 2 targets
     by = {}
     for r in recs:
         c = r["config"]
@@ -171,8 +171,17 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
         assert r["dense_modeled"]["energy_j"] >= r["modeled"]["energy_j"] * 0.999
     codesign = [r for r in recs if r["config"]["method"] == "codesign"]
     assert {r["config"]["trained_for_hw"] for r in codesign} == {"h100", "gnnear"}
-    rnd = [r for r in recs if r["config"]["method"] == "random_edges"]
+    assert all(r["config"]["revision"] == 1 for r in codesign)  # the flagship, not the joint method of issue 7
+    rnd = [r for r in recs if r["config"]["method"] == "random_edges_distill"]
     assert all(abs(r["densities"]["edge"] - 0.5) < 1e-3 for r in rnd)
+    assert all(r["train"]["distill_weight"] > 0 for r in (x["config"] for x in rnd))
+    # --measure (on in --quick): the GCNs trained on the full graph are deployed and timed, the others not
+    for r in recs:
+        measured = r["config"]["method"] in ("dense", "codesign")
+        assert ("measured" in r) == measured, r["config"]["method"]
+        if measured:
+            assert r["measured"]["latency_s"] > 0 and r["dense_measured"]["latency_s"] > 0
+            assert r["modeled_local"]["latency_s"] > 0 and r["max_logit_gap"] < 1e-3
     # the dense model's cost differs across targets, the same trained baseline is costed on both
     dense = {r["config"]["hw"]: r for r in recs if r["config"]["method"] == "dense"}
     assert dense["h100"]["test_accuracy"] == dense["gnnear"]["test_accuracy"]
@@ -199,6 +208,29 @@ def test_tradeoff_rejects_bad_grids():
                       (["--hws", "tpu"], "--hws"), (["--keeps", "1.5"], "--keeps")):
         with pytest.raises(SystemExit, match=msg):
             mod.main(argv)
+
+
+def test_tradeoff_plan_is_seed_major_and_parts_split_it():
+    mod = load("tradeoff")
+    levels = {"cost": [0.3, 1.0], "keep": [0.5], "round": 2}
+    jobs = mod.plan(["gcn", "gat"], ["dense", "codesign", "random_edges", "ugs_int8"], ["h100", "gnnear"], 3, levels)
+    # per seed: gcn 1 + 4 + 1 + 1 = 7 jobs, gat 1 + 4 + 1 = 6 (ugs_int8 is GCN-only)
+    assert len(jobs) == 3 * 13 and [j.seed for j in jobs] == [0] * 13 + [1] * 13 + [2] * 13
+    assert [j for k in (1, 2, 3) for j in mod.part(jobs, k, 3)] == jobs
+    assert {j.seed for j in mod.part(jobs, 2, 3)} == {1}  # with N = seeds, part K is seed K - 1
+    with pytest.raises(ValueError, match="--part"):
+        mod.part(jobs, 4, 3)
+    for bad in ("0/3", "2", "a/b"):
+        with pytest.raises(SystemExit, match="--part"):
+            mod.main(["--part", bad])
+    with pytest.raises(SystemExit, match="--dataset: unknown 'imagenet'"):
+        mod.load_graph("imagenet")
+    # the flagship's records carry its revision; old "codesign" records (none) are codesign_v1
+    flag = mod.record_config(mod.Job("gcn", "codesign", 1.0, 0, ("h100",), "h100"), "h100", "cora", None, False)
+    old = mod.record_config(mod.Job("gcn", "codesign_v1", 1.0, 0, ("h100",), "h100"), "h100", "cora", None, False)
+    assert flag["revision"] == 1 and "revision" not in old
+    from codesign.experiment import record_method
+    assert record_method(flag) == "codesign" and record_method({**flag, "revision": None}) == "codesign_v1"
 
 
 def test_ugs_baseline_quick(tmp_path):

@@ -19,6 +19,7 @@ if str(ROOT) not in sys.path:  # make `paper_figures` importable however pytest 
 
 from paper_figures import fronts  # noqa: E402
 
+from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
 from codesign.results import ResultsStore, config_key  # noqa: E402
 
 # --------------------------------------------------------------------------- synthetic inputs
@@ -75,6 +76,8 @@ def synthetic_records(hws=HWS, runs=RUNS, dataset="cora", model="gcn") -> list[d
                 config = {"experiment": "tradeoff", "dataset": dataset, "model": model, "method": method,
                           "hw": hw, "cost_weight": cw, "budget": None, "seed": seed, "epochs": 10,
                           "edge_target": dens["edge"]}
+                if METHODS[method].revision:  # as experiments/tradeoff.py writes a reused name
+                    config["revision"] = METHODS[method].revision
                 records.append({
                     "key": config_key(config), "config": config, "test_accuracy": acc,
                     "val_accuracy": acc - 0.01, "train_accuracy": 0.99,

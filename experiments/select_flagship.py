@@ -1,0 +1,121 @@
+"""Chooses the flagship co-design method's settings on validation accuracy only.
+
+The flagship (``codesign`` in `codesign.experiment.PAPER_METHODS`) combines distilled edge gates, feature
+and channel gates and learned bit-widths with pinned ranges; three of its settings come from the isolated
+experiments and are chosen here again in combination: the edge L0 weight with the distillation weight
+(the two pairs validated in isolation, `ABLATIONS` ``edge_mask_distill_l0.8`` and
+``edge_mask_distill_w3_l2.4``), the bit penalty ``bits_weight`` (0.1, the isolated choice, or 0.3),
+and the gate optimizer (per-element or per-tensor Adam). Every candidate is trained on Cora GCN with
+the `h100` modeled energy in the loss at cost weight 1 (the middle of the grid), for ``--seeds``
+seeds. The rule, on the validation split only (test accuracy is recorded, never used):
+
+    of the candidates whose mean validation accuracy is within ``--slack`` (1) point of the best
+    candidate's, the one with the largest mean modeled energy reduction (dense energy / energy).
+
+Writes ``results/flagship_selection.json``: the candidates, each with its per-seed validation and test
+accuracy, energy reduction and densities, the rule and the choice (copy the choice into
+`codesign.experiment.FLAGSHIP_SELECTION`). Each finished run is appended to
+``results/flagship_selection_runs.jsonl`` first (resumable).
+
+    python experiments/select_flagship.py                 # 8 candidates x 2 seeds: about 12 min on 2 cores
+    python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PAIRS = ((0.8, 1.0), (2.4, 3.0))  # (edge_l0_weight, distill_weight), each validated in isolation
+BITS_WEIGHTS = (0.1, 0.3)
+GATE_OPTIMIZERS = ("adam", "tensor_adam")
+COST_WEIGHT = 1.0
+
+
+def candidates() -> list[dict]:
+    """Every candidate's settings (`codesign.experiment.FLAGSHIP_SELECTION` fields)."""
+    return [dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt)
+            for (l0, w), bw, opt in itertools.product(PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS)]
+
+
+def choose(rows: list[dict], slack_pts: float) -> dict:
+    """The chosen row: of ``rows`` (each with ``val_pct`` and ``energy_reduction`` means) those within
+    ``slack_pts`` of the best ``val_pct``, the one with the largest ``energy_reduction``.
+
+    Raises:
+      ValueError: ``rows`` empty or ``slack_pts`` negative.
+    """
+    if not rows or not slack_pts >= 0:
+        raise ValueError(f"choose: need rows and slack_pts >= 0, got {len(rows)} rows, slack_pts={slack_pts!r}")
+    best_val = max(r["val_pct"] for r in rows)
+    near = [r for r in rows if r["val_pct"] >= best_val - slack_pts - 1e-9]
+    return max(near, key=lambda r: (r["energy_reduction"], r["val_pct"]))
+
+
+def main(argv=None) -> dict:
+    from codesign.data import load_planetoid
+    from codesign.experiment import FLAGSHIP, make_record, run_key
+    from codesign.hwmodel import presets
+    from codesign.results import ResultsStore, write_text_atomic
+    from codesign.train import TrainConfig, train
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--slack", type=float, default=1.0, help="validation points below the best that still qualify")
+    p.add_argument("--out", default="results")
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 candidates, 1 seed, 3 epochs, *_quick files")
+    args = p.parse_args(argv)
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds: must be >= 1, got {args.seeds}")
+    cands = candidates()[:2] if args.quick else candidates()
+    seeds = 1 if args.quick else args.seeds
+    extra = {"epochs": 3} if args.quick else {}
+    suffix = "_quick" if args.quick else ""
+    out = Path(args.out)
+    store = ResultsStore(out / f"flagship_selection_runs{suffix}.jsonl")
+    done = {r["key"]: r for r in store.records()}
+    graph, hw = load_planetoid("cora"), presets.get("h100")
+    rows = []
+    for cand in cands:
+        runs = []
+        for seed in range(seeds):
+            cfg = TrainConfig.for_model("gcn", seed=seed, cost_weight=COST_WEIGHT, **{**FLAGSHIP, **cand, **extra})
+            key = run_key("cora", hw.name, cfg, experiment="select_flagship")
+            if key not in done:
+                r = train(graph, cfg, hw)
+                fields = {k: r[k] for k in ("test_accuracy", "val_accuracy", "train_time_s", "densities",
+                                            "layer_bits", "selected_epoch")}
+                costs = r["by_hw"][hw.name]
+                fields.update(modeled=costs["modeled"], dense_modeled=costs["dense_modeled"])
+                done[key] = make_record(key, {"candidate": cand, **cfg.flat()}, fields)
+                store.append(done[key])
+            runs.append(done[key])
+        red = [r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"] for r in runs]
+        rows.append({"settings": cand, "seeds": seeds,
+                     "val_pct": float(np.mean([100 * r["val_accuracy"] for r in runs])),
+                     "val_pct_per_seed": [100 * r["val_accuracy"] for r in runs],
+                     "test_pct": float(np.mean([100 * r["test_accuracy"] for r in runs])),
+                     "energy_reduction": float(np.mean(red)),
+                     "densities": {k: float(np.mean([r["densities"][k] for r in runs])) for k in runs[0]["densities"]},
+                     "train_time_s": float(np.mean([r["train_time_s"] for r in runs]))})
+        print(f"{json.dumps(cand)}: val {rows[-1]['val_pct']:.2f} %, test {rows[-1]['test_pct']:.2f} %, "
+              f"energy reduction {rows[-1]['energy_reduction']:.1f}x", file=sys.stderr)
+    chosen = choose(rows, args.slack)
+    result = {"dataset": "cora", "model": "gcn", "hw": hw.name, "cost_weight": COST_WEIGHT,
+              "rule": f"of the candidates whose mean validation accuracy is within {args.slack:g} point(s) of the "
+                      "best candidate's, the largest mean modeled energy reduction (test accuracy not used)",
+              "candidates": rows, "chosen": chosen["settings"]}
+    write_text_atomic(out / f"flagship_selection{suffix}.json", json.dumps(result, indent=1) + "\n")
+    print(f"chosen: {json.dumps(chosen['settings'])}", file=sys.stderr)
+    return result
+
+
+if __name__ == "__main__":
+    main()
