@@ -48,7 +48,20 @@ def sweep_inputs(results: Path, quick: bool = False) -> list[Path]:
     pat = re.compile(rf"^[A-Za-z0-9-]+_[A-Za-z0-9-]+_({hw})(_[A-Za-z0-9_-]+)?\.jsonl$")
     return prefer_quick_or_full([p for p in results.glob("*.jsonl") if pat.match(p.name)
                                  and not summary.TRADEOFF_NAME.match(p.name)
-                                 and not p.stem.removesuffix("_quick").endswith("_measured")], quick)
+                                 and not p.stem.removesuffix("_quick").endswith("_measured")
+                                 and _has_modeled_costs(p)], quick)
+
+
+def _has_modeled_costs(path: Path) -> bool:
+    """Whether the first record of a JSONL file carries ``modeled`` costs (a sweep's records do;
+    ``experiments/deploy_measure.py``'s measured-only records, which share the name pattern, do not)."""
+    import json
+    with open(path) as fh:
+        first = fh.readline()
+    try:
+        return "modeled" in json.loads(first)
+    except ValueError:
+        return True  # let the figure report the malformed line
 
 
 class _Report:

@@ -40,9 +40,11 @@ _TIMES = (("forward_ms", "forward"), ("forward_backward_ms", "forward + backward
 
 
 def find_inputs(results: Path, quick: bool = False) -> list[Path]:
-    """``results/kernel_bench_*.json`` and ``results/gpu/kernel_bench*.json``, one per result
-    (the ``_quick`` one only when ``quick`` or when it has no full partner)."""
-    return find_results(results, "kernel_bench", quick)
+    """``results/kernel_bench_*.json`` and ``results/gpu/kernel_bench*.json`` that hold timed rows
+    (``"rows"``; a file of modeled predictions only, ``kernel_bench_predictions_*``, has none), one
+    per result (the ``_quick`` one only when ``quick`` or when it has no full partner)."""
+    import json
+    return [p for p in find_results(results, "kernel_bench", quick) if "rows" in json.loads(p.read_text())]
 
 
 def speedups(path: Path) -> tuple[dict, list[str]]:
