@@ -31,8 +31,8 @@ hs = _load()
 
 # (edge, feature, channel, bits of every tensor)
 DENSE = (1.0, 1.0, 1.0, 32.0)
-A0, A1 = (0.3, 0.25, 0.5, 4.0), (0.32, 0.25, 0.5, 4.0)  # "codesign 0.3", two seeds: few edges, more features
-B = (1.0, 0.1, 0.5, 4.0)  # "codesign 1": every edge, fewer features (its aggregation is the larger share)
+A0, A1 = (0.3, 0.25, 0.5, 4.0), (0.32, 0.25, 0.5, 4.0)  # "codesign_int8 0.3", two seeds: few edges, more features
+B = (1.0, 0.1, 0.5, 4.0)  # "codesign_int8 1": every edge, fewer features (its aggregation is the larger share)
 C = (0.3, 0.1, 0.5, 4.0)  # "int4": cheapest of all, but 1.75 points below dense
 ACC = {"dense": (0.81, 0.815), "A": (0.80, 0.81), "B": (0.795, 0.825), "C": (0.79, 0.80)}  # B: one seed > 1 pt below
 LOW = 0.3  # DDR4_RANK_INTERNAL_FRACTION's low end: rank-internal accesses cheaper, B's aggregation cheaper
@@ -77,8 +77,8 @@ def record(method, seed, acc, design, hw="gnnear", model="gcn", scale=1.0, bits_
 @pytest.fixture(scope="module")
 def records_file(tmp_path_factory):
     recs = [record("dense", s, a, DENSE) for s, a in enumerate(ACC["dense"])]
-    recs += [record("codesign", s, a, d, cost_weight=0.3) for s, (a, d) in enumerate(zip(ACC["A"], (A0, A1)))]
-    recs += [record("codesign", s, a, B, cost_weight=1.0) for s, a in enumerate(ACC["B"])]
+    recs += [record("codesign_int8", s, a, d, cost_weight=0.3) for s, (a, d) in enumerate(zip(ACC["A"], (A0, A1)))]
+    recs += [record("codesign_int8", s, a, B, cost_weight=1.0) for s, a in enumerate(ACC["B"])]
     recs += [record("int4", 0, ACC["C"][0], C), record("int4", 1, ACC["C"][1], C, scale=1.02)]  # one stored 2 % off
     recs.append(record("dense", 0, 0.7, DENSE, model="gat"))  # not a GCN: not rebuilt
     recs.append(record("random_edges", 0, 0.8, (0.5, 1.0, 1.0, 32.0), bits_field=False, keep=0.5))  # no bits
@@ -101,7 +101,7 @@ def _front(acc, ratio):
                                       and (ratio[q], acc[q]) != (ratio[p], acc[p]) for q in acc if q != p)}
 
 
-LABEL = {"dense": "dense", "A": "codesign 0.3", "B": "codesign 1", "C": "int4"}
+LABEL = {"dense": "dense", "A": "codesign_int8 0.3", "B": "codesign_int8 1", "C": "int4"}
 
 
 def test_front_chosen_point_and_flip_by_hand(records_file):
@@ -127,7 +127,7 @@ def test_front_chosen_point_and_flip_by_hand(records_file):
     rows = {r["end"]: r for r in out["rows"]}
     assert set(rows) == {"low", "high"} and rows["low"]["value"] == LOW
     low = rows["low"]
-    assert low["chosen_nominal"]["label"] == "codesign 0.3" and low["chosen"]["label"] == "codesign 1"
+    assert low["chosen_nominal"]["label"] == "codesign_int8 0.3" and low["chosen"]["label"] == "codesign_int8 1"
     assert low["choice_changed"] is True
     assert low["chosen_nominal"]["reduction"] == pytest.approx(e0["dense"] / e0["A"], rel=1e-5)
     assert low["chosen"]["reduction"] == pytest.approx(e1["dense"] / e1["B"], rel=1e-5)
@@ -139,7 +139,7 @@ def test_front_chosen_point_and_flip_by_hand(records_file):
     f0, f1 = _front(acc, ratio0), _front(acc, ratio1)
     assert f0 == {"dense", "A", "B", "C"} and f1 == {"dense", "B", "C"}  # A, costlier than B and less accurate, leaves
     assert low["front_nominal"] == 4 and low["front"] == 3 and low["front_changes"] == 1
-    assert low["front_left"] == ["codesign 0.3"] and low["front_entered"] == []
+    assert low["front_left"] == ["codesign_int8 0.3"] and low["front_entered"] == []
     ratios = sorted(e1[k] / e0[k] for k in e0)
     assert low["energy_ratio"]["min"] == pytest.approx(ratios[0], rel=1e-5)
     assert low["energy_ratio"]["median"] == pytest.approx((ratios[1] + ratios[2]) / 2, rel=1e-5)
@@ -165,7 +165,7 @@ def test_record_design_fields():
     assert why is None and d == {"edge": 0.5, "feature": 1.0, "channel": 1.0, "bits": dict.fromkeys(BITS, 32.0)}
     rec["tiles"] = 12.0
     assert hs.record_design(rec)[1] == "kept BSR tiles (block-sparse kernel)"
-    rec = record("codesign", 0, 0.8, A0, cost_weight=0.3)
+    rec = record("codesign_int8", 0, 0.8, A0, cost_weight=0.3)
     rec["layer_bits"] = {"x0": 2.0, "w0": 8.0, "x1": 8.0, "w1": 6.0}
     assert hs.record_design(rec)[0]["bits"] == rec["layer_bits"]
 
