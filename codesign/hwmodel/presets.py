@@ -260,7 +260,7 @@ CPU_OUTPUT_ACCUMULATE_PASSES = 3.0
 """`HardwareSpec.output_accumulate_passes` of the CPU presets: a write-allocate cache (Intel SDM
 vol. 3A, 12.3) makes the zero fill of a CSR product's result a read and a write of every line, and
 the row-by-row accumulation another read and write, against the one write `Stage.compulsory_bytes`
-counts. A count, not fitted (docs/hwmodel.md: measured 4.3 passes over WordNet's 120 MB result)."""
+counts. A count, not fitted (docs/hwmodel.md: measured 4.4 passes over WordNet's 120 MB result)."""
 
 
 def load_fit(name: str = "cpu", path=None) -> dict:
@@ -314,6 +314,9 @@ def cpu() -> HardwareSpec:
     factors prices every kernel: what differs between kernels is in their stages (XLA's
     message buffer, scipy's per-output-row loop: `hwmodel.segment_spmm_stages`,
     `hwmodel.spmm_stage`).
+    ``cores`` is the fit record's host core count (XLA's GEMMs use them all; `Stage.serial` kernels
+    one); ``output_accumulate_passes`` is `CPU_OUTPUT_ACCUMULATE_PASSES`; the deployed programs are
+    priced on `cpu_numpy`, this fit on one core.
     ASSUMPTION: static power not modeled (0; a share of a cloud VM, RAPL not exposed).
     The "cpu" of this VM is not one machine (an AVX2 host on 2026-11-22, AVX-512 EPYC on
     2026-11-23, a Xeon with AMX on 2026-11-25): re-fit on your host with
