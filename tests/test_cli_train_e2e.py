@@ -84,7 +84,9 @@ def test_train_file_is_not_a_sweep_input(tmp_path):
     from paper_figures.all import sweep_inputs
     args = cli.build_parser().parse_args(["train", "--out", str(tmp_path)])
     cli._train_store(args).append({"key": "k"})
-    (tmp_path / "cora_gcn_h100.jsonl").write_text('{"key": "k"}\n', encoding="utf-8")  # a sweep's file
+    sweep_record = '{"key": "k", "modeled": {"energy_j": 1.0}}\n'  # a sweep's records carry modeled costs
+    (tmp_path / "cora_gcn_h100.jsonl").write_text(sweep_record, encoding="utf-8")
+    (tmp_path / "cora_deploy_cpu.jsonl").write_text('{"key": "k"}\n', encoding="utf-8")  # measured only: no
     assert [p.name for p in sweep_inputs(tmp_path)] == ["cora_gcn_h100.jsonl"]
 
 
