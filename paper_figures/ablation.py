@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import (DPI, add_common_args, method_style, new_figure, print_written,  # noqa: E402
-                                  save_figure)
+from paper_figures.common import (DPI, add_common_args, legend_right, method_style, new_figure,  # noqa: E402
+                                  print_written, save_figure)
 
 __all__ = ["rows", "draw", "main"]
 
@@ -110,7 +110,7 @@ def draw(points: Sequence[dict], out: Path, stem: str, dpi: int = DPI) -> list[P
         axes[0, 0].set_ylabel("test accuracy (%)")
         axes[1, 0].set_ylabel("modeled energy reduction (x)")
         handles, labels = axes[0, 0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+        legend_right(fig, handles, labels)
         fig.suptitle(f"{dataset} / {model}: what each ingredient of the flagship buys (same cost weights)",
                      fontsize=10)
         fig.tight_layout()

@@ -177,6 +177,12 @@ def print_written(written: list[Path], notes: Sequence[str] = ()) -> list[Path]:
     return written
 
 
+def legend_right(fig, handles: Sequence, labels: Sequence[str]) -> None:
+    """One legend for the whole figure, outside it on the right (centred vertically, small, no
+    frame): the layout every multi-panel figure here uses."""
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+
+
 def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[str]]:
     """Handles and labels with repeated labels dropped (first kept), order preserved."""
     seen: dict[str, object] = {}

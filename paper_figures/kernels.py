@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures.common import (DPI, dedupe_legend, find_results, is_quick, json_results_main,  # noqa: E402
-                                  load_json_object, new_figure, save_figure)
+                                  legend_right, load_json_object, new_figure, save_figure)
 
 __all__ = ["BASELINE_IMPL", "find_inputs", "speedups", "draw", "main"]
 
@@ -150,7 +150,7 @@ def draw(files: Sequence[Path], out: Path, dpi: int = DPI) -> tuple[list[Path], 
     for ax in axes.flat:
         h2, l2 = ax.get_legend_handles_labels()
         h, lab = dedupe_legend(h + h2, lab + l2)
-    fig.legend(h, lab, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    legend_right(fig, h, lab)
     fig.suptitle("aggregation kernels: speedup over XLA gather + segment_sum (higher is faster)", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out, "kernel_speedups", dpi), notes

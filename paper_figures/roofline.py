@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, dedupe_legend, new_figure, save_figure  # noqa: E402
+from paper_figures.common import DPI, dedupe_legend, legend_right, new_figure, save_figure  # noqa: E402
 
 __all__ = ["stage_points", "roofs", "draw", "main"]
 
@@ -193,7 +193,7 @@ def draw(points: Sequence[dict], out: Path, stem: str, loss_pts: float = 1.0,
         for ax in axes[0]:
             h2, l2 = ax.get_legend_handles_labels()
             h, lab = dedupe_legend(h + h2, lab + l2)
-        fig.legend(h, lab, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+        legend_right(fig, h, lab)
         fig.suptitle(f"{dataset} / {model}: roofline, stages of dense FP32 (o) and co-design (^) "
                      "models", fontsize=9)
         fig.tight_layout()

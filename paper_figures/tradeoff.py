@@ -28,7 +28,8 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, add_common_args, dedupe_legend, method_style, new_figure, print_written, save_figure  # noqa: E402
+from paper_figures.common import (DPI, add_common_args, dedupe_legend, legend_right, method_style,  # noqa: E402
+                                  new_figure, print_written, save_figure)
 
 __all__ = ["draw", "main"]
 
@@ -122,8 +123,7 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
             handles += h
             labels += lab
         handles, labels = dedupe_legend(handles, labels)
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7,
-                   frameon=False)
+        legend_right(fig, handles, labels)
         fig.suptitle(f"{dataset} / {model}: test accuracy vs {words} (mean ± std over seeds)",
                      fontsize=10)
         fig.tight_layout()

@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures.common import (DPI, dedupe_legend, find_results, is_quick, json_results_main,  # noqa: E402
-                                  load_json_object, new_figure, save_figure)
+                                  legend_right, load_json_object, new_figure, save_figure)
 
 __all__ = ["find_inputs", "load_points", "metrics", "draw", "main"]
 
@@ -143,7 +143,7 @@ def draw(files: Sequence[Path], out: Path, dpi: int = DPI) -> list[Path]:
     for ax in axes[0]:
         h2, l2 = ax.get_legend_handles_labels()
         h, lab = dedupe_legend(h + h2, lab + l2)
-    fig.legend(h, lab, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    legend_right(fig, h, lab)
     fig.suptitle("cost model validation: modeled vs measured stage latency", fontsize=9)
     fig.tight_layout()
     return save_figure(fig, out, "hwmodel_validation", dpi)
