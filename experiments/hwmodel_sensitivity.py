@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codesign.hwmodel import Workload, elementwise_stage, estimate, message_passing_layer, presets  # noqa: E402
-from codesign.hwmodel.workload import FAKE_QUANT_OPS  # noqa: E402
+from codesign.models.gcn import hidden_elementwise_ops  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
@@ -82,9 +82,8 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
     kw = dict(locality=locality, edge_density=edge_density)
     layer0 = message_passing_layer("layer0", N_NODES, nnz, feature_density * DIMS[0], hidden,
                                    b["x0"], b["w0"], b["x1"], **kw)
-    # the GCN's hidden elementwise ops: bias, ReLU, a channel gate (taken to exist when channels were
-    # removed), the run-time fake quantization below 32 bits (`GCN._hidden_elementwise_ops`)
-    ops = 2.0 + (channel_density < 1.0) + (FAKE_QUANT_OPS if b["x1"] < 32 else 0.0)
+    # the GCN's hidden elementwise ops, a channel gate taken to exist when channels were removed
+    ops = hidden_elementwise_ops(channel_density < 1.0, b["x1"])
     layer0 = dataclasses.replace(layer0, elementwise=(elementwise_stage(N_NODES, hidden, b["x1"], ops),))
     return Workload((layer0,
                      message_passing_layer("layer1", N_NODES, nnz, hidden, DIMS[2], b["x1"], b["w1"], 32.0, **kw)))

@@ -10,7 +10,6 @@ The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`,
 from __future__ import annotations
 
 import dataclasses
-
 from typing import Callable, Optional
 
 import jax
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from codesign import hwmodel
+from codesign.hwmodel.workload import FAKE_QUANT_OPS
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
@@ -107,6 +107,15 @@ class GCNConv(Layer):
         return (layer,)
 
 
+def hidden_elementwise_ops(channel_gate: bool, hidden_bits) -> jax.Array:
+    """float32 scalar: elementwise ops per element of a two-layer GCN's hidden layer, its bias
+    included (`hwmodel.elementwise_stage`'s ``ops``): bias and ReLU, the channel gate when there is
+    one, and the hidden activation's run-time fake quantization (`FAKE_QUANT_OPS`) when
+    ``hidden_bits`` (float, may be traced) is below 32."""
+    quantized = jnp.asarray(hidden_bits, jnp.float32) < 32.0
+    return 2.0 + float(channel_gate) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)
+
+
 class GCN(GNN):
     """Two-layer GCN for node classification with optional edge sparsifier, feature mask, channel
     mask and quantizers.
@@ -174,14 +183,6 @@ class GCN(GNN):
         return {"x0": quant_bits(self.conv1.quant_x, hard), "w0": quant_bits(self.conv1.quant_w, hard),
                 "x1": quant_bits(self.conv2.quant_x, hard), "w1": quant_bits(self.conv2.quant_w, hard)}
 
-    def _hidden_elementwise_ops(self, hard: bool):
-        """Elementwise ops per hidden element, the first layer's bias included: bias, ReLU, the
-        channel gate (with a `ChannelMask`), and the hidden activation's run-time fake quantization
-        (`hwmodel.workload.FAKE_QUANT_OPS`) when it is quantized below 32 bits."""
-        from codesign.hwmodel.workload import FAKE_QUANT_OPS
-        quantized = jnp.asarray(self.conv2.input_bits(hard), jnp.float32) < 32.0
-        return 2.0 + (self.channel_mask is not None) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)
-
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
                  locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
@@ -220,6 +221,7 @@ class GCN(GNN):
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
                                 out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz,
-                                elementwise_ops=self._hidden_elementwise_ops(hard))
+                                elementwise_ops=hidden_elementwise_ops(self.channel_mask is not None,
+                                                                       self.conv2.input_bits(hard)))
             + self.conv2.workload("layer1", graph, in_dim=width, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)
