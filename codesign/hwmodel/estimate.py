@@ -229,13 +229,12 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
             rate = rate * hw.gather_efficiency
     if stage.serial:
         rate = rate / hw.cores
-    compute_s = (stage.macs / rate + stage.gathered_rows * hw.row_gather_overhead_s
-                 + stage.output_rows * hw.row_overhead_s)
     floor = _floor_factor(stage, hw.gather_granularity_bytes, hardened)
     miss = 1.0 - _hit(stage, hw.onchip_buffer_bytes, floor)
+    compute_s = (stage.macs / rate + stage.gathered_rows * (hw.row_gather_overhead_s + miss * hw.row_miss_overhead_s)
+                 + stage.output_rows * hw.row_overhead_s)
     compulsory = stage.compulsory_bytes if hw.fuses_elementwise else stage.compulsory_bytes * stage.passes
     dram = compulsory + stage.reuse_bytes * floor * miss + _output_passes_bytes(stage, hw)
-    compute_s = compute_s + stage.gathered_rows * miss * hw.row_miss_overhead_s
     onchip = compulsory + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)
