@@ -24,7 +24,7 @@ per group and the worst group. The random split is secondary. The machine is sha
 timed in passes (the median kept), and the load average before each pass and each pass's MAPE from
 the median are recorded, as is whether RAPL energy counters are readable (``"rapl"``).
 
-    python experiments/hwmodel_validation.py            # full grid, 3 passes, ~1.5 min on 2 cores
+    python experiments/hwmodel_validation.py            # full grid, 3 passes, ~3 min on 2 cores
     python experiments/hwmodel_validation.py --quick    # small grid, CI smoke run
     python experiments/hwmodel_validation.py --refit results/hwmodel_validation_cpu.json  # fit again, no timing
     python experiments/hwmodel_validation.py --save-preset   # and write codesign/hwmodel/fits/cpu.json
@@ -56,16 +56,21 @@ import platform
 import sys
 from typing import Optional
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import scipy.optimize
-import scipy.stats
+# numpy / scipy's OpenBLAS on one thread before numpy loads: the `cpu_numpy` preset prices the deployed
+# programs, which run so (experiments/realized_savings.py); recorded as ``machine.blas_threads``. Without it
+# numpy's GEMMs here ran 1.9x faster than the deployed ones (2026-11-25: six runs at 0.53x the 1-thread median).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from codesign import hwmodel
-from codesign.bench import MALLOC_ENV, median_time_s, reexec_with_malloc_env
-from codesign.data.synthetic import rmat_edges
-from codesign.results import write_json_atomic
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.optimize  # noqa: E402
+import scipy.stats  # noqa: E402
+
+from codesign import hwmodel  # noqa: E402
+from codesign.bench import MALLOC_ENV, median_time_s, reexec_with_malloc_env  # noqa: E402
+from codesign.data.synthetic import rmat_edges  # noqa: E402
+from codesign.results import write_json_atomic  # noqa: E402
 
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
@@ -512,7 +517,8 @@ def machine() -> dict:
     `SIMD_FLAGS` and MHz (/proc/cpuinfo): cloud hosts of one name differ in these from day to day."""
     d = jax.devices()[0]
     out = {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-           "jax": jax.__version__, "backend": jax.default_backend(), "device": getattr(d, "device_kind", str(d))}
+           "jax": jax.__version__, "backend": jax.default_backend(), "device": getattr(d, "device_kind", str(d)),
+           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
     try:
         with open("/proc/cpuinfo") as fh:
             info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
@@ -536,7 +542,8 @@ FIT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codes
 
 def merge_runs(first: dict, paths) -> dict:
     """``first`` (a result of this script) with the timed passes of the results in ``paths`` appended:
-    same points in the same order (else ValueError naming the file), ``per_pass_s`` concatenated,
+    same points in the same order and the same numpy BLAS thread count (``machine.blas_threads``: numpy's
+    GEMMs run ~2x faster on two threads than on one; else ValueError naming the file), ``per_pass_s`` concatenated,
     ``load_average_per_pass`` concatenated, ``peaks`` the median over the files' roofs,
     ``date`` the first file's with ``merged_dates`` listing all."""
     import json
@@ -548,6 +555,10 @@ def merge_runs(first: dict, paths) -> dict:
             r = json.load(fh)
         if keys(r) != keys(first) or not r.get("per_pass_s"):
             raise ValueError(f"--merge {path}: not the same grid of points (or no per-pass timings) as the --refit file")
+        threads = [(x.get("machine") or {}).get("blas_threads") for x in (first, r)]
+        if threads[0] != threads[1]:
+            raise ValueError(f"--merge {path}: timed with OPENBLAS_NUM_THREADS={threads[1]}, the --refit file with "
+                             f"{threads[0]}: numpy GEMM timings of the two cannot be pooled")
         runs.append(r)
     out = dict(first)
     out["per_pass_s"] = [row for r in runs for row in r["per_pass_s"]]

@@ -89,6 +89,22 @@ def test_grouped_validation_holds_out_whole_groups():
     assert mod._group_keys(one)["leave_one_dtype_out"][-1] is None
 
 
+def test_merge_runs_pools_passes_and_refuses_other_blas_threads(tmp_path):
+    """Runs of one grid pool their passes; a run timed with another numpy BLAS thread count (its
+    numpy GEMMs ~2x apart) is refused with the file named."""
+    mod = load("hwmodel_validation")
+    pts = [{"kind": "gemm_numpy", "m": 8, "k": 8, "n": 8, "dtype": "float32", "measured_s": 1.0}]
+    run = lambda t, threads: {"points": pts, "per_pass_s": [[t]], "peaks": {"dram_bw_bytes_per_s": 1.0},
+                              "date": "d", "machine": {"blas_threads": threads}}
+    other = tmp_path / "b.json"
+    other.write_text(json.dumps(run(3.0, "1")))
+    merged = mod.merge_runs(run(1.0, "1"), [str(other)])
+    assert merged["per_pass_s"] == [[1.0], [3.0]] and merged["passes"] == 2
+    other.write_text(json.dumps(run(0.5, None)))
+    with pytest.raises(ValueError, match="b.json.*OPENBLAS_NUM_THREADS"):
+        mod.merge_runs(run(1.0, "1"), [str(other)])
+
+
 def test_kernel_bench_quick(tmp_path):
     out = tmp_path / "kb.json"
     result = load("kernel_bench").main(["--quick", "--reps", "1", "--out", str(out)])
