@@ -87,19 +87,25 @@ def test_build_numbers_by_hand(points):
     # the flagship: the largest energy reduction within 1 pt is cw 0.3 (79.5 %, 100 / 5); the largest
     # measured one within 1 pt is the same point (10 ms / 2 ms); cw 1 (50x, 10x) is 2 pt below dense
     assert e["codesign"] == pytest.approx({"modeled_energy_reduction": 20.0, "measured_latency_reduction": 5.0,
-                                           "accuracy": 79.5})
+                                           "accuracy": 79.5, "energy_point_measured_latency_reduction": 5.0})
     assert e["int4"] == pytest.approx({"modeled_energy_reduction": 10.0, "accuracy": 80.0,
-                                       "measured_latency_reduction": None})
+                                       "measured_latency_reduction": None,
+                                       "energy_point_measured_latency_reduction": None})
     assert e["int4"]["measured_latency_reduction"] is None
     assert e["a2q"] == pytest.approx({"modeled_energy_reduction": 25.0, "measured_latency_reduction": 2.0,
-                                      "accuracy": 79.5})
+                                      "accuracy": 79.5, "energy_point_measured_latency_reduction": 2.0})
     assert e["random_edges"] == {"modeled_energy_reduction": None, "measured_latency_reduction": None,
-                                 "accuracy": None}
+                                 "accuracy": None, "energy_point_measured_latency_reduction": None}
     # the record written "codesign" without a revision is the earlier joint method, under its new name
     assert e["codesign_v1"] == pytest.approx({"modeled_energy_reduction": 2.0, "measured_latency_reduction": None,
-                                              "accuracy": 81.0})
+                                              "accuracy": 81.0, "energy_point_measured_latency_reduction": None})
     for m in ("codesign", "codesign_v1", "int4", "a2q", "random_edges"):
-        assert set(e[m]) == {"modeled_energy_reduction", "measured_latency_reduction", "accuracy"}
+        assert set(e[m]) == {"modeled_energy_reduction", "measured_latency_reduction", "accuracy",
+                             "energy_point_measured_latency_reduction"}
+    # the measured latency reduction of the energy point itself (the flagship's and A2Q's were timed)
+    assert e["codesign"]["energy_point_measured_latency_reduction"] == pytest.approx(5.0)
+    assert e["a2q"]["energy_point_measured_latency_reduction"] == pytest.approx(2.0)
+    assert e["int4"]["energy_point_measured_latency_reduction"] is None
     dom = e["dominance"]
     assert set(dom) == {"int4", "a2q", "random_edges"}  # the baselines; not codesign_v1 (co-design family)
     assert dom["int4"]["modeled_energy"] == pytest.approx({"dominates": True, "worst_margin": 1.25,
@@ -117,7 +123,7 @@ def test_within_one_point_is_a_parameter(points):
     # allowing 2 points, the flagship's cw 1 (78.0 %: 50x energy, 10x measured) qualifies
     e = summary.build(points, loss_pts=2.0)["cora"]["gcn"]["h100"]
     assert e["codesign"] == pytest.approx({"modeled_energy_reduction": 50.0, "measured_latency_reduction": 10.0,
-                                           "accuracy": 78.0})
+                                           "accuracy": 78.0, "energy_point_measured_latency_reduction": 10.0})
     with pytest.raises(ValueError, match="loss_pts"):
         summary.build(points, loss_pts=-1.0)
 
@@ -134,8 +140,8 @@ def test_paper_figures_writes_summary_json_and_tables(tmp_path):
     assert s["cora"]["gcn"]["h100"]["int4"]["measured_latency_reduction"] is None
     md = (res / "summary.md").read_text()
     assert "### Summary of cora / gcn / h100: dense 80.00 %" in md
-    assert "| codesign | 20.00x | 5.00x | 79.50 |" in md
-    assert "| int4 | 10.00x | – | 80.00 |" in md
+    assert "| codesign | 20.00x | 79.50 | 5.00x | 5.00x |" in md
+    assert "| int4 | 10.00x | 80.00 | – | – |" in md
     assert "| a2q | NO (worst 0.80x at 79.50 %) | yes (worst 2.50x at 79.50 %) |" in md
 
 
