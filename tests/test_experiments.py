@@ -218,6 +218,26 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
     assert "gcn" in text and "dense" in text and "h100" in text and "gnnear" in text
 
 
+def test_tradeoff_measures_only_methods_deploy_can_compile(cora):
+    """Every GCN method of the grid that ``--measure`` times builds a model `codesign.deploy.deploy`
+    compiles (an unsupported quantizer would stop the grid mid-run); the skipped ones are named."""
+    import flax.nnx as nnx
+
+    from codesign.deploy import deploy
+    from codesign.train import TrainConfig
+    from codesign.train.build import build_model
+    tradeoff = load("tradeoff")
+    for method in tradeoff.GRID_METHODS:
+        m = tradeoff.METHODS[method]
+        if method in tradeoff.MEASURED_METHODS_SKIP or (m.models is not None and "gcn" not in m.models):
+            continue
+        model = build_model(TrainConfig.for_model("gcn", **m.overrides), cora, nnx.Rngs(0))
+        assert deploy(model, cora) is not None, method
+    model = build_model(TrainConfig.for_model("gcn", **tradeoff.METHODS["degree_quant"].overrides), cora, nnx.Rngs(0))
+    with pytest.raises(NotImplementedError, match="DegreeQuant"):
+        deploy(model, cora)
+
+
 def test_tradeoff_rejects_bad_grids():
     mod = load("tradeoff")
     for argv, msg in ((["--models", "gcn,mlp"], "--models"), (["--budgets", "0,0.1"], "--budgets"),
