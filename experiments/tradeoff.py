@@ -51,9 +51,13 @@ What a part costs on 2 cores (niced; Cora measured 2026-11-25 as train_time_s of
 ESTIMATES scaled from the per-run means of results/cora_tradeoff.jsonl and WordNet's 0.7 s GCN epoch):
   Cora GCN, one seed, GRID_METHODS: the flagship ~30 s a run (12 runs: 4 cost weights x 3 targets),
     codesign_a2q and the 4 ablations about the same, baselines ~5 min together: ~45 min (estimate).
-  Cora GAT / GraphSAGE, one seed: ~1.5x / ~1x GCN (estimate), so all of Cora ~2.5 h a seed, ~7.5 h for 3.
-  WordNet GCN, one seed, --epochs 100: ~2-3 min a co-design run, ~5 h a seed (estimate); GAT on WordNet
-    does not fit this machine's budget (one GAT epoch: see experiments/wordnet_baselines.py).
+  Cora GAT / GraphSAGE, one seed: ~1x GCN (GAT's flagship runs measured 25-29 s, 2026-11-25, niced beside
+    the WordNet grid; GraphSAGE an estimate), so all of Cora ~2.5 h a seed, ~7.5 h for 3 (estimate).
+  WordNet GCN, one seed, --epochs 100 (measured 2026-11-25 as train_time_s, beside a niced Cora run):
+    dense 49 s, INT8 61 s, Degree-Quant 77 s, A2Q 443 s, the flagship and its ablations 285-294 s
+    (without learned bits 145 s) a run (--measure not included); the 24 runs of the co-design family
+    ~2 h, the 48 ablation runs ~4 h, the baselines ~20 min: ~6.5 h a seed (estimate from those). GAT on
+    WordNet does not fit this machine's budget (one GAT epoch: see experiments/wordnet_baselines.py).
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
