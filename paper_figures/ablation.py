@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
 
 from paper_figures import fronts  # noqa: E402
 from paper_figures.common import (DPI, add_common_args, legend_right, method_style, new_figure,  # noqa: E402
-                                  print_written, save_figure)
+                                  print_written, save_panel_figure)
 
 __all__ = ["rows", "draw", "main"]
 
@@ -113,9 +113,7 @@ def draw(points: Sequence[dict], out: Path, stem: str, dpi: int = DPI) -> list[P
         legend_right(fig, handles, labels)
         fig.suptitle(f"{dataset} / {model}: what each ingredient of the flagship buys (same cost weights)",
                      fontsize=10)
-        fig.tight_layout()
-        name = f"{stem}_{dataset}_{model}_ablation" if several else f"{stem}_{model}_ablation"
-        written += save_figure(fig, out, name, dpi)
+        written += save_panel_figure(fig, out, stem, dataset, model, "ablation", several, dpi)
     return written
 
 

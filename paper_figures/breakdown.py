@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, dedupe_legend, new_figure, save_figure  # noqa: E402
+from paper_figures.common import DPI, dedupe_legend, new_figure, save_panel_figure  # noqa: E402
 
 __all__ = ["UNIT_PARTS", "bars", "draw", "main"]
 
@@ -143,9 +143,7 @@ def draw(points: Sequence[dict], out: Path, stem: str, loss_pts: float = 1.0,
                        bbox_to_anchor=(1.0, 0.75 if row == 0 else 0.28))
         fig.suptitle(f"{dataset} / {model}: modeled energy breakdown (co-design: largest reduction "
                      f"within {loss_pts:g} pt of dense accuracy)", fontsize=9)
-        fig.tight_layout()
-        name = f"{stem}_{dataset}_{model}_breakdown" if several else f"{stem}_{model}_breakdown"
-        written += save_figure(fig, out, name, dpi)
+        written += save_panel_figure(fig, out, stem, dataset, model, "breakdown", several, dpi)
     return written, notes
 
 

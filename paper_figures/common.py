@@ -177,6 +177,21 @@ def print_written(written: list[Path], notes: Sequence[str] = ()) -> list[Path]:
     return written
 
 
+def save_panel_figure(fig, out_dir: str | os.PathLike, stem: str, dataset: str, model: str, what: str,
+                      several: bool, dpi: int = DPI) -> list[Path]:
+    """Lay out and save one (dataset, model) figure of a tradeoff file as
+    ``<stem>_<dataset>_<model>_<what>`` when the file holds several datasets (``several``), else
+    ``<stem>_<model>_<what>`` (`save_figure`: PNG and PDF, atomically): the naming every
+    per-panel figure here (tradeoff, ablation, breakdown, roofline) uses.
+
+    Raises:
+        OSError: as `save_figure`.
+    """
+    fig.tight_layout()
+    name = f"{stem}_{dataset}_{model}_{what}" if several else f"{stem}_{model}_{what}"
+    return save_figure(fig, out_dir, name, dpi)
+
+
 def legend_right(fig, handles: Sequence, labels: Sequence[str]) -> None:
     """One legend for the whole figure, outside it on the right (centred vertically, small, no
     frame): the layout every multi-panel figure here uses."""

@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paper_figures import fronts  # noqa: E402
-from paper_figures.common import DPI, dedupe_legend, legend_right, new_figure, save_figure  # noqa: E402
+from paper_figures.common import DPI, dedupe_legend, legend_right, new_figure, save_panel_figure  # noqa: E402
 
 __all__ = ["stage_points", "roofs", "draw", "main"]
 
@@ -196,9 +196,7 @@ def draw(points: Sequence[dict], out: Path, stem: str, loss_pts: float = 1.0,
         legend_right(fig, h, lab)
         fig.suptitle(f"{dataset} / {model}: roofline, stages of dense FP32 (o) and co-design (^) "
                      "models", fontsize=9)
-        fig.tight_layout()
-        name = f"{stem}_{dataset}_{model}_roofline" if several else f"{stem}_{model}_roofline"
-        written += save_figure(fig, out, name, dpi)
+        written += save_panel_figure(fig, out, stem, dataset, model, "roofline", several, dpi)
     return written, notes
 
 

@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
 
 from paper_figures import fronts  # noqa: E402
 from paper_figures.common import (DPI, add_common_args, dedupe_legend, legend_right, method_style,  # noqa: E402
-                                  new_figure, print_written, save_figure)
+                                  new_figure, print_written, save_panel_figure)
 
 __all__ = ["draw", "main"]
 
@@ -126,9 +126,7 @@ def draw(points: Sequence[dict], cost: str, out: Path, stem: str, dpi: int = DPI
         legend_right(fig, handles, labels)
         fig.suptitle(f"{dataset} / {model}: test accuracy vs {words} (mean ± std over seeds)",
                      fontsize=10)
-        fig.tight_layout()
-        name = f"{stem}_{dataset}_{model}_{cost}" if several else f"{stem}_{model}_{cost}"
-        written += save_figure(fig, out, name, dpi)
+        written += save_panel_figure(fig, out, stem, dataset, model, cost, several, dpi)
     return written
 
 
