@@ -69,11 +69,13 @@ FLAGSHIP_SELECTION = dict(edge_l0_weight=2.4, distill_weight=3.0, bits_weight=0.
 """The flagship's settings, chosen on validation accuracy only by ``experiments/select_flagship.py``
 (Cora GCN, `h100` energy, cost weight 1, seeds 0 and 1; the rule: of the candidates whose mean
 validation accuracy is within 1 point of the best candidate's, the one with the largest mean modeled
-energy reduction). Candidates (L0 weight / distillation weight, bits_weight, gate optimizer: mean
-validation accuracy, energy reduction), all in ``results/flagship_selection.json``: with per-element
-gate Adam the gates close far (edges 0.15-0.40, features 0.45-0.67 kept) and validation accuracy
-drops to 74.4-75.5 % (24.9-27.4x); with per-tensor Adam 0.8/1, 0.1: 77.7 % (17.2x); 0.8/1, 0.3:
-77.9 % (16.8x); 2.4/3, 0.3: 79.8 % (17.1x, the best validation); 2.4/3, 0.1: 79.5 % (17.4x, chosen)."""
+energy reduction). Candidates (L0 weight / distillation weight, bits_weight, gate optimizer, bit-width
+granularity: mean validation accuracy, energy reduction), all in ``results/flagship_selection.json``:
+with per-element gate Adam the gates close far (edges 0.15-0.40, features 0.45-0.67 kept) and
+validation accuracy drops to 74.3-75.5 % (24.9-28.3x) at either granularity; with per-tensor Adam and
+per-tensor widths 0.8/1, 0.1: 77.7 % (17.2x); 0.8/1, 0.3: 77.9 % (16.8x); 2.4/3, 0.3: 79.8 % (17.1x,
+the best validation); 2.4/3, 0.1: 79.5 % (17.4x, chosen); with A²Q per-node widths (``quantizer="a2q"``,
+the `codesign_a2q` variant) 77.6-79.6 % (16.5-17.6x), none both within the point and cheaper."""
 
 FLAGSHIP = dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned", bits=8, pin_ranges=True,
                 select="best_val", distill_temperature=2.0, **FLAGSHIP_SELECTION)

@@ -5,7 +5,9 @@ and channel gates and learned bit-widths with pinned ranges; three of its settin
 experiments and are chosen here again in combination: the edge L0 weight with the distillation weight
 (the two pairs validated in isolation, `ABLATIONS` ``edge_mask_distill_l0.8`` and
 ``edge_mask_distill_w3_l2.4``), the bit penalty ``bits_weight`` (0.1, the isolated choice, or 0.3),
-and the gate optimizer (per-element or per-tensor Adam). Every candidate is trained on Cora GCN with
+the gate optimizer (per-element or per-tensor Adam) and the granularity of the learned bit-widths
+(``quantizer``: "learned", one width per tensor, or "a2q", A²Q-style per-node widths on node
+features, Zhu et al., ICLR 2023). Every candidate is trained on Cora GCN with
 the `h100` modeled energy in the loss at cost weight 1 (the middle of the grid), for ``--seeds``
 seeds. The rule, on the validation split only (test accuracy is recorded, never used):
 
@@ -17,7 +19,7 @@ accuracy, energy reduction and densities, the rule and the choice (copy the choi
 `codesign.experiment.FLAGSHIP_SELECTION`). Each finished run is appended to
 ``results/flagship_selection_runs.jsonl`` first (resumable).
 
-    python experiments/select_flagship.py                 # 8 candidates x 2 seeds: about 12 min on 2 cores
+    python experiments/select_flagship.py                 # 16 candidates x 2 seeds: about 25 min on 2 cores
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
 """
 
@@ -36,13 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PAIRS = ((0.8, 1.0), (2.4, 3.0))  # (edge_l0_weight, distill_weight), each validated in isolation
 BITS_WEIGHTS = (0.1, 0.3)
 GATE_OPTIMIZERS = ("adam", "tensor_adam")
+QUANTIZERS = ("learned", "a2q")
 COST_WEIGHT = 1.0
 
 
 def candidates() -> list[dict]:
     """Every candidate's settings (`codesign.experiment.FLAGSHIP_SELECTION` fields)."""
-    return [dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt)
-            for (l0, w), bw, opt in itertools.product(PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS)]
+    return [dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
+            for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS)]
 
 
 def choose(rows: list[dict], slack_pts: float) -> dict:
