@@ -28,7 +28,7 @@ from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
 __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "RENAMED", "RANDOM",
-           "METHODS", "get_method", "record_method", "run_key", "make_record"]
+           "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +255,53 @@ def record_method(config: dict) -> str:
     if not isinstance(name, str):
         raise ValueError(f"config.method: must be a method name, got {name!r}")
     return RENAMED.get((name, int(config.get("revision") or 0)), name)
+
+
+STALE_REL = 0.01
+"""Relative difference of a record's dense FP32 energy from the newest record's (same dataset, model
+and target) above which `stale_keys` calls it costed by another cost model. An assumption: changes of
+the model below 1 % of the dense reference do not move a reduction enough to matter (the last
+session's small revisions moved Cora GCN's dense `h100` energy by 0.014 %)."""
+
+
+def stale_keys(records, rel: float = STALE_REL) -> set[str]:
+    """The keys of the tradeoff records costed by another version of the cost model than the newest.
+
+    A record's ``dense_modeled.energy_j`` (the dense FP32 model of its dataset, model and target) is
+    the cost model's fingerprint: the records of one (``config.dataset``, ``config.model``,
+    ``config.hw``) share it exactly while the model is unchanged. The reference is the newest record's
+    (largest ``time``; the later one in ``records`` order on a tie) - an assumption: the newest record
+    was written by today's code. A record whose dense energy differs from it by more than ``rel``
+    (relative) is stale: its reductions came from another model and are not comparable with today's
+    (``experiments/tradeoff.py --rerun-stale`` retrains it; `paper_figures.fronts.load_tradeoff`
+    leaves it out).
+
+    Args:
+      records: record dicts (``key``, ``config``, ``dense_modeled``, ``time``) in file order; a later
+        record with the same ``key`` replaces an earlier one (as `paper_figures.fronts.read_records`);
+        records without a ``config.hw`` or ``dense_modeled`` are ignored.
+      rel: the tolerance (>= 0).
+
+    Raises:
+      ValueError: ``rel`` negative or not a number.
+    """
+    if not isinstance(rel, (int, float)) or not rel >= 0:
+        raise ValueError(f"stale_keys: rel must be a number >= 0, got {rel!r}")
+    latest = {}
+    for rec in records:
+        latest[rec.get("key")] = rec
+    groups: dict = {}
+    for i, rec in enumerate(latest.values()):
+        cfg, dense = rec.get("config") or {}, (rec.get("dense_modeled") or {}).get("energy_j")
+        if not cfg.get("hw") or not isinstance(dense, (int, float)):
+            continue
+        groups.setdefault((cfg.get("dataset"), cfg.get("model"), cfg["hw"]), []).append(
+            (str(rec.get("time", "")), i, float(dense), rec.get("key")))
+    stale = set()
+    for rows in groups.values():
+        ref = max(rows)[2]
+        stale |= {key for _, _, dense, key in rows if abs(dense - ref) > rel * abs(ref)}
+    return stale
 
 
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:

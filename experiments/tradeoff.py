@@ -36,8 +36,9 @@ that target's); baselines do not see the hardware, so each is trained once and i
 costed on every target. Every (model, method, level, seed) gives one record per target in
 ``results/<dataset>_tradeoff.jsonl``, appended atomically with the full config and the code version
 as soon as the run finishes (resumable: finished runs are skipped, an interrupted run restarts from
-scratch). Each record holds test / validation accuracy, the modeled cost of the hardened model and of
-the dense FP32 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
+scratch; with ``--rerun-stale`` the runs whose records were costed by an older cost model,
+`codesign.experiment.stale_keys`, are retrained and their new records replace the old ones). Each
+record holds test / validation accuracy, the modeled cost of the hardened model and of the dense FP32 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
 With ``--measure`` every GCN trained on the full graph is also deployed (`codesign.deploy.measure_model`,
 as ``codesign sweep --measure`` of experiments/realized_savings.py) and timed next to the dense FP32
 program on this CPU: ``measured``, ``dense_measured``, ``modeled_local``, ... (`MEASURED_METHODS_SKIP`
@@ -79,7 +80,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from codesign.experiment import PAPER_METHODS as METHODS, record_method  # noqa: E402
+from codesign.experiment import PAPER_METHODS as METHODS, record_method, stale_keys  # noqa: E402
 
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
@@ -349,6 +350,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
     p.add_argument("--measure", action="store_true", help="deploy every GCN trained on the full graph and time it "
                    "next to the dense FP32 program on this CPU (codesign.deploy.measure_model)")
+    p.add_argument("--rerun-stale", action="store_true", help="retrain the runs whose records were costed by "
+                   "another version of the cost model (codesign.experiment.stale_keys); the new record replaces it")
     p.add_argument("--reps", type=int, default=20, help="with --measure: timed inferences of each program")
     p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), "
                    "random_edges_distill; 2 targets, 1 seed, 3 epochs, measured (2 reps)")
@@ -378,6 +381,11 @@ def main(argv=None) -> list[dict]:
     jobs = plan(models, methods, hws, args.seeds, levels)
     if which is not None:
         jobs = part(jobs, *which)
+    if args.rerun_stale:  # a job with a stale record is rerun whole: all its targets' records from one model
+        stale = stale_keys(store.records())
+        for keys in (job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs):
+            if stale.intersection(keys):
+                done.difference_update(keys)
     todo = [j for j in jobs if not all(k in done for k in job_keys(j, args.dataset, args.epochs, budget_mode))]
     print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
     measure = None
@@ -394,7 +402,9 @@ def main(argv=None) -> list[dict]:
             store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
             done.add(key)
     wanted = {k for j in jobs for k in job_keys(j, args.dataset, args.epochs, budget_mode)}
-    rows = summarize([r for r in store.records() if r["key"] in wanted])
+    latest = {r["key"]: r for r in store.records()}  # a rerun record replaces the stale one of its key
+    stale = stale_keys(latest.values())
+    rows = summarize([r for k, r in latest.items() if k in wanted and k not in stale])
     print(f"\n{'model':6s}{'hw':8s}{'method':22s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
           f"{'latency':>9s}{'measured x':>11s}")
     for r in rows:

@@ -31,12 +31,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from codesign.experiment import PAPER_METHODS, record_method
+from codesign.experiment import PAPER_METHODS, record_method, stale_keys
 from codesign.results import ResultsStore, config_key
 from paper_figures.pareto import pareto_front
 
 __all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "FLAGSHIP", "COSTS", "family", "read_records", "load_tradeoff",
-           "load_or_exit", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
+           "load_or_exit", "stale_runs", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
            "best_reduction_within", "representatives", "min_bits"]
 
 CODESIGN_METHODS = tuple(n for n, m in PAPER_METHODS.items() if m.family == "codesign")
@@ -211,11 +211,16 @@ def _mean_dict(items: list[dict]) -> dict[str, float]:
     return {k: float(np.mean([d[k] for d in items if k in d])) for k in keys}
 
 
-def load_tradeoff(path: str | Path) -> list[dict]:
+def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
     """Read a tradeoff JSONL and group its runs into points (one per config without ``seed``).
+
+    Records costed by an older version of the cost model (`codesign.experiment.stale_keys`: their
+    dense FP32 energy differs from the newest record's of the same dataset, model and target) are
+    left out unless ``keep_stale``: their reductions are not comparable with today's.
 
     Args:
         path: a JSONL file in the format of the module docstring.
+        keep_stale: also load the stale records.
 
     Returns:
         One dict per point, in file order of first appearance: ``dataset``, ``model``, ``hw``,
@@ -241,7 +246,11 @@ def load_tradeoff(path: str | Path) -> list[dict]:
     """
     path = Path(path)
     groups: dict[str, dict] = {}
-    for lineno, rec in read_records(path):
+    records = read_records(path)
+    stale = set() if keep_stale else stale_keys([rec for _, rec in records])
+    for lineno, rec in records:
+        if rec.get("key") in stale:
+            continue
         run = _parse(rec, f"{path}:{lineno}")
         base = _without_seed(run["config"])
         g = groups.setdefault(config_key(base), {"config": base, "runs": [], "lines": [], "seeds": []})
@@ -285,6 +294,25 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         p["measured_latency_ratio"] = p["measured_latency_s"] / p["dense_measured_latency_s"] if meas else None
         points.append(p)
     return points
+
+
+def stale_runs(path: str | Path) -> list[dict]:
+    """The configs of the records of ``path`` that `load_tradeoff` leaves out as costed by an older
+    cost model (`codesign.experiment.stale_keys`), in file order, ``method`` under its current name.
+
+    Raises:
+        FileNotFoundError / ValueError: as `read_records`.
+    """
+    records = [rec for _, rec in read_records(path)]
+    stale = stale_keys(records)
+    out = []
+    for rec in records:
+        if rec.get("key") in stale:
+            config = rec.get("config") or {}
+            if isinstance(config.get("method"), str):  # under its current name (`record_method`)
+                config = {**config, "method": record_method(config)}
+            out.append(config)
+    return out
 
 
 def load_or_exit(path: Path, prog: str) -> list[dict]:

@@ -279,6 +279,15 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _count_by(configs: list[dict]) -> list[tuple[str, int]]:
+    """``("<model>/<method>", count)`` of ``configs``, in first-seen order."""
+    counts: dict[str, int] = {}
+    for c in configs:
+        name = f"{c.get('model')}/{c.get('method')}"
+        counts[name] = counts.get(name, 0) + 1
+    return list(counts.items())
+
+
 def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> str:
     """The summary markdown of the points of each input file.
 
@@ -300,6 +309,13 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
              "FP32 model's cost on the same hardware / the model's cost (higher is cheaper). \"Within "
              f"{loss_pts:g} pt\": mean accuracy >= dense mean − {loss_pts:g} percentage point(s). "
              "Co-design family: " + ", ".join(f"`{m}`" for m in fronts.CODESIGN_METHODS) + ".", ""]
+    for path, _ in inputs:
+        stale = fronts.stale_runs(path)
+        if stale:
+            lines += [f"Left out of `{_rel(path)}`: {len(stale)} records costed by an older version of the cost "
+                      "model (their dense FP32 energy differs from the newest record's; `codesign.experiment."
+                      "stale_keys`): " + ", ".join(f"{m} {n}" for m, n in _count_by(stale)) + ". "
+                      "`python experiments/tradeoff.py --rerun-stale ...` retrains them.", ""]
     all_points = [p for _, pts in inputs for p in pts]
     lines += render_build(build(all_points, loss_pts), loss_pts)
     for key, pts in fronts.panels(all_points).items():

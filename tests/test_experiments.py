@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from codesign.experiment import stale_keys
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -205,6 +207,20 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
     assert {(r["method"], r["hw"]) for r in rows} >= {("dense", "h100"), ("ugs_int8", "gnnear")}
     mod.main(["--quick", "--out", str(tmp_path)])  # all done: nothing appended
     assert len(path.read_text().splitlines()) == len(recs)
+    # a record costed by another cost model (its dense energy 1.5x today's): --rerun-stale retrains its
+    # job (dense: both targets' records), the new records replace it, and then nothing is stale
+    first = recs[0]
+    assert first["config"]["method"] == "dense"
+    old = dict(first, dense_modeled=dict(first["dense_modeled"], energy_j=1.5 * first["dense_modeled"]["energy_j"]))
+    path.write_text("".join(json.dumps(r) + "\n" for r in [old] + recs[1:]))
+    assert stale_keys([old] + recs[1:]) == {first["key"]}
+    mod.main(["--quick", "--out", str(tmp_path)])  # without the flag the stale record stays
+    assert len(path.read_text().splitlines()) == len(recs)
+    mod.main(["--quick", "--rerun-stale", "--out", str(tmp_path)])
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(after) == len(recs) + 2
+    assert {r["config"]["method"] for r in after[len(recs):]} == {"dense"}
+    assert stale_keys(after) == set()
     # CI's figure smoke run on what the experiment wrote: every tradeoff figure and the summary
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))

@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
 
 from paper_figures import fronts, summary  # noqa: E402
 
+from codesign.experiment import stale_keys  # noqa: E402
 from codesign.results import config_key  # noqa: E402
 
 DENSE_J, DENSE_MS = 100.0, 10.0
@@ -203,3 +204,33 @@ def test_measured_fronts_figure_only_where_records_were_measured(tmp_path):
     assert sorted(p["method"] for p in pts if p["measured_latency_ratio"] is not None) == [
         "a2q", "codesign", "codesign", "codesign", "dense"]
     assert tradeoff.draw([p for p in pts if p["method"] == "int4"], "measured", out, "none") == []
+
+
+def _timed(recs, time, dense_j=DENSE_J):
+    return [dict(r, time=time, dense_modeled=dict(r["dense_modeled"], energy_j=dense_j)) for r in recs]
+
+
+def test_stale_records_are_those_of_another_cost_model(tmp_path):
+    """`stale_keys`: the newest record's dense energy is the reference of its (dataset, model, target);
+    records more than 1 % off are stale, left out of the points and counted in summary.md."""
+    old = _timed(_record("int4", (0.80, 0.80), 10.0), "2026-11-22T10:00:00+00:00", dense_j=80.0)
+    near = _timed(_record("int8", (0.80,), 20.0), "2026-11-22T11:00:00+00:00", dense_j=DENSE_J * 1.005)
+    other_hw = _timed(_record("int4", (0.80,), 10.0, hw="gnnear"), "2026-11-22T10:00:00+00:00", dense_j=80.0)
+    new = _timed(_record("dense", (0.80,), DENSE_J) + _record("codesign", (0.80,), 5.0, revision=1),
+                 "2026-11-25T10:00:00+00:00")
+    records = old + near + other_hw + new
+    assert stale_keys(records) == {r["key"] for r in old}  # gnnear: its own reference; int8 within 1 %
+    assert stale_keys(records, rel=0.001) == {r["key"] for r in old + near}
+    # a later record of the same key replaces the stale one
+    fresh = _timed(old[:1], "2026-11-25T11:00:00+00:00")
+    assert stale_keys(records + fresh) == {old[1]["key"]}
+    with pytest.raises(ValueError, match="rel"):
+        stale_keys(records, rel=-1)
+    path = tmp_path / "cora_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    methods = {(p["method"], p["hw"]) for p in fronts.load_tradeoff(path)}
+    assert ("int4", "h100") not in methods and {("int8", "h100"), ("int4", "gnnear")} <= methods
+    assert ("int4", "h100") in {(p["method"], p["hw"]) for p in fronts.load_tradeoff(path, keep_stale=True)}
+    assert [c["method"] for c in fronts.stale_runs(path)] == ["int4", "int4"]
+    md = summary.render([(path, fronts.load_tradeoff(path))])
+    assert "2 records costed by an older version of the cost model" in md and "gcn/int4 2" in md
