@@ -307,3 +307,31 @@ def test_trainconfig_sections_flat_view_and_replace():
         ModelConfig(heads=2)
     with pytest.raises(ValueError, match=r"TrainConfig\.quant\.bits: must be an integer in \[1, 32\]"):
         QuantConfig(bits=0)
+
+
+def test_distillation_teacher_is_a_step_argument_not_a_program_constant(cora):
+    """The teacher's [N, C] logits reach the jitted step as `Problem.targets`, an argument: in the
+    lowered program they are a parameter, never a constant (XLA would constant-fold log_softmax of
+    a constant at every compile); without targets the distillation term refuses to trace."""
+    import re
+
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from codesign.train import Problem, adjacency, build_model, graph_forward, make_step, objective
+
+    cfg = TrainConfig.from_flat(seed=0, epochs=1, distill_weight=1.0)
+    n, c = cora.n_nodes, int(cora.y.max()) + 1
+    model = build_model(cfg, cora, nnx.Rngs(params=0, dropout=1, gates=2, quant=3))
+    model.train()
+    unit = lambda m, hard: jnp.ones((), jnp.float32)
+    problem = Problem((cora, adjacency(cora)), graph_forward, unit, targets=jnp.zeros((n, c), jnp.float32))
+    ts = make_step(model, problem, cfg, objective(cfg))
+    text = ts.step.lower(ts.state, problem.data, ts.controller.init(), problem.targets).as_text()
+    shape = f"tensor<{n}x{c}xf32>"
+    assert shape in text  # the teacher is in the program ...
+    assert not [ln for ln in text.splitlines() if re.search(r"constant", ln) and shape in ln]  # ... not as a constant
+    bare = Problem(problem.data, graph_forward, unit)
+    ts = make_step(model, bare, cfg, objective(cfg))
+    with pytest.raises(ValueError, match="Problem.targets"):
+        ts.step.lower(ts.state, bare.data, ts.controller.init())

@@ -48,18 +48,23 @@ class Problem:
         expected (``hard=False``, differentiable) or the hardened densities and bit-widths.
       evaluate: ``(model, data) -> (val accuracy, val loss)`` of the eval-mode model, for
         ``select="best_val"``; None if the problem does not support it.
+      targets: pytree of arrays the loss terms read besides the model's output, passed to the
+        step as an argument like ``data`` (`codesign.train.objective.LossContext`): the
+        distillation teacher's float32 [N, C] logits; None without distillation.
     """
 
     data: Any
     forward: Callable
     cost_ratio: Callable
     evaluate: Optional[Callable] = None
+    targets: Any = None
 
 
 class TrainStep(NamedTuple):
     """What `make_step` returns: ``graphdef`` and ``state`` of the split ``(model, optimizer)``,
-    ``step(state, data, ctrl) -> (state, loss, cost_ratio, ctrl, hard_cost_ratio)`` (jitted, ``state``
-    donated) and the budget ``controller`` (``ctrl = controller.init()``)."""
+    ``step(state, data, ctrl, targets=None) -> (state, loss, cost_ratio, ctrl, hard_cost_ratio)``
+    (jitted, ``state`` donated; ``targets`` = `Problem.targets`) and the budget ``controller``
+    (``ctrl = controller.init()``)."""
 
     graphdef: Any
     state: Any
@@ -106,17 +111,18 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
     graphdef, state = nnx.split((model, opt))
     state = jax.tree.map(jnp.copy, state)  # donated below: never the caller's arrays (the model may share them)
 
-    def loss_fn(m, data, ctrl):
+    def loss_fn(m, data, ctrl, targets):
         logits, task = forward(m, data)
-        ctx = LossContext(m, logits, task, cost_ratio(m, False), ctrl[1])
+        ctx = LossContext(m, logits, task, cost_ratio(m, False), ctrl[1], targets)
         loss = terms[0](ctx)
         for term in terms[1:]:
             loss = loss + term(ctx)
         return loss, ctx.cost_ratio
 
-    def step(state, data, ctrl):
+    def step(state, data, ctrl, targets=None):
         m, o = nnx.merge(graphdef, state)
-        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)(m, data, ctrl)
+        (loss, ratio), grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt), has_aux=True)(
+            m, data, ctrl, targets)
         o.update(m, grads)
         hard = cost_ratio(m, True) if cfg.costed else jnp.ones((), jnp.float32)
         return nnx.state((m, o)), loss, ratio, controller.update(ctrl, hard), hard
@@ -137,7 +143,7 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
       model: an `nnx.Module` in train mode; updated in place.
       problem: the `Problem`.
       cfg: `TrainConfig` (optim: epochs, optimizer settings, select; cost: budget).
-      terms: the loss terms, e.g. ``objective(cfg, teacher_logits)``.
+      terms: the loss terms, e.g. ``objective(cfg)``.
       first_layer: attribute name of the model's first layer (weight decay scope "first").
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``.
       tx, wrt: a baseline's own optimizer and trained-parameter filter (`make_step`).
@@ -156,7 +162,7 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
     best = BestVal.start(model) if cfg.optim.select == "best_val" else None
     first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
     for epoch in range(cfg.optim.epochs):
-        state, loss, ratio, ctrl, hard = step(state, problem.data, ctrl)
+        state, loss, ratio, ctrl, hard = step(state, problem.data, ctrl, problem.targets)
         first_bad = _first_nonfinite(first_bad, epoch, loss)
         if best is not None:  # validation forward of the eval-mode model (no dropout, deterministic gates)
             best = track_best(graphdef, state, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
@@ -259,8 +265,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         return getattr(report, cfg.cost.objective) / dense_c
 
     model.train()
-    fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate), cfg,
-                 objective(cfg, teacher), first_layer=model.FIRST_LAYER, on_epoch=on_epoch)
+    fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher), cfg,
+                 objective(cfg), first_layer=model.FIRST_LAYER, on_epoch=on_epoch)
 
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
