@@ -260,8 +260,8 @@ def record_method(config: dict) -> str:
 STALE_REL = 0.01
 """Relative difference of a record's dense FP32 energy from the newest record's (same dataset, model
 and target) above which `stale_keys` calls it costed by another cost model. An assumption: changes of
-the model below 1 % of the dense reference do not move a reduction enough to matter (the last
-session's small revisions moved Cora GCN's dense `h100` energy by 0.014 %)."""
+the model below 1 % of the dense reference do not move a reduction enough to matter (docs/results.md,
+"Stale records", has the changes seen)."""
 
 
 def stale_keys(records, rel: float = STALE_REL) -> set[str]:
