@@ -48,17 +48,20 @@ Datasets: Planetoid (cora, citeseer, pubmed) or ``wordnet`` (`codesign.data.load
 
 Parts (``--part K/N``): the plan is seed-major, so ``--part K/3`` of a 3-seed grid is seed K-1 of every
 (model, method, level): a finished part is a whole grid at one seed, and parts 1..K at K seeds.
-What a part costs on 2 cores (niced; Cora measured 2026-11-25 as train_time_s of single runs, the rest
-ESTIMATES scaled from the per-run means of results/cora_tradeoff.jsonl and WordNet's 0.7 s GCN epoch):
-  Cora GCN, one seed, GRID_METHODS: the flagship ~30 s a run (12 runs: 4 cost weights x 3 targets),
-    codesign_a2q and the 4 ablations about the same, baselines ~5 min together: ~45 min (estimate).
-  Cora GAT / GraphSAGE, one seed: ~1x GCN (GAT's flagship runs measured 25-29 s, 2026-11-25, niced beside
-    the WordNet grid; GraphSAGE an estimate), so all of Cora ~2.5 h a seed, ~7.5 h for 3 (estimate).
+What a part costs on 2 cores, alone (Cora: wall time of whole grid commands, 2026-11-25 evening;
+the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of single runs):
+  Cora GCN, one seed, GRID_METHODS: the flagship and codesign_a2q ~16 s a run with --measure (36 runs
+    at 2 cost weights x 3 targets x 3 seeds took 9.5 min), 21 runs each (7 cost weights x 3 targets);
+    the 4 ablations 84 runs; the baselines with UGS's 8 rounds ~2.5 min: ~40 min a seed (estimate).
+  Cora GAT / GraphSAGE, one seed: the flagship ~26 s a run (48 runs took 21 min), codesign_a2q 93-125 s
+    a run (train_time_s), the baselines ~1.2 min: ~1.5 h each with the ablations (estimate), so all of
+    Cora ~3.7 h a seed, ~11 h for 3 (estimate).
   WordNet GCN, one seed, --epochs 100 (measured 2026-11-25 as train_time_s, beside a niced Cora run):
     dense 49 s, INT8 61 s, Degree-Quant 77 s, A2Q 443 s, the flagship and its ablations 285-294 s
-    (without learned bits 145 s) a run (--measure not included); the 24 runs of the co-design family
-    ~2 h, the 48 ablation runs ~4 h, the baselines ~20 min: ~6.5 h a seed (estimate from those). GAT on
-    WordNet does not fit this machine's budget (one GAT epoch: see experiments/wordnet_baselines.py).
+    (without learned bits 145 s) a run (--measure not included); at 7 cost weights the 42 runs of the
+    co-design family ~3.4 h, the 84 ablation runs ~6.8 h, the baselines ~20 min: ~10.5 h a seed
+    (estimate from those). GAT on WordNet does not fit this machine's budget (one GAT epoch: see
+    experiments/wordnet_baselines.py).
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
@@ -85,7 +88,7 @@ from codesign.experiment import PAPER_METHODS as METHODS, record_method, stale_k
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
 DATASETS = ("cora", "citeseer", "pubmed", "wordnet")
-COST_WEIGHTS = (0.3, 1.0, 3.0, 10.0)
+COST_WEIGHTS = (0.1, 0.3, 1.0, 2.0, 3.0, 5.0, 10.0)
 KEEPS = (0.3, 0.5, 0.7)
 UGS_ROUNDS = 8
 GRID_METHODS = ("dense", "codesign", "codesign_a2q", "int8", "int4", "degree_quant", "a2q", "ugs_int8", "random_edges",
