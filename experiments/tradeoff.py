@@ -38,7 +38,8 @@ costed on every target. Every (model, method, level, seed) gives one record per 
 as soon as the run finishes (resumable: finished runs are skipped, an interrupted run restarts from
 scratch; with ``--rerun-stale`` the runs whose records were costed by an older cost model,
 `codesign.experiment.stale_keys`, are retrained and their new records replace the old ones). Each
-record holds test / validation accuracy, the modeled cost of the hardened model and of the dense FP32 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
+record holds test / validation accuracy, the modeled cost of the hardened model and of the dense FP32
+model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
 With ``--measure`` every GCN trained on the full graph is also deployed (`codesign.deploy.measure_model`,
 as ``codesign sweep --measure`` of experiments/realized_savings.py) and timed next to the dense FP32
 program on this CPU: ``measured``, ``dense_measured``, ``modeled_local``, ... (`MEASURED_METHODS_SKIP`

@@ -31,6 +31,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -281,11 +282,7 @@ def _rel(path: Path) -> str:
 
 def _count_by(configs: list[dict]) -> list[tuple[str, int]]:
     """``("<model>/<method>", count)`` of ``configs``, in first-seen order."""
-    counts: dict[str, int] = {}
-    for c in configs:
-        name = f"{c.get('model')}/{c.get('method')}"
-        counts[name] = counts.get(name, 0) + 1
-    return list(counts.items())
+    return list(Counter(f"{c.get('model')}/{c.get('method')}" for c in configs).items())
 
 
 def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> str:
