@@ -1,7 +1,7 @@
 """Chooses the flagship co-design method's settings on validation accuracy only.
 
 The flagship (``codesign`` in `codesign.experiment.PAPER_METHODS`) combines distilled edge gates, feature
-and channel gates and learned bit-widths with pinned ranges; three of its settings come from the isolated
+and channel gates and learned bit-widths with pinned ranges; four of its settings come from the isolated
 experiments and are chosen here again in combination: the edge L0 weight with the distillation weight
 (the two pairs validated in isolation, `ABLATIONS` ``edge_mask_distill_l0.8`` and
 ``edge_mask_distill_w3_l2.4``), the bit penalty ``bits_weight`` (0.1, the isolated choice, or 0.3),
@@ -19,7 +19,7 @@ accuracy, energy reduction and densities, the rule and the choice (copy the choi
 `codesign.experiment.FLAGSHIP_SELECTION`). Each finished run is appended to
 ``results/flagship_selection_runs.jsonl`` first (resumable).
 
-    python experiments/select_flagship.py                 # 16 candidates x 2 seeds: about 25 min on 2 cores
+    python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores (16 runs took 4.5 min)
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
 """
 
@@ -43,7 +43,7 @@ COST_WEIGHT = 1.0
 
 
 def candidates() -> list[dict]:
-    """Every candidate's settings (`codesign.experiment.FLAGSHIP_SELECTION` fields)."""
+    """Every candidate's settings (`codesign.experiment.FLAGSHIP` fields)."""
     return [dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
             for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS)]
 

@@ -297,3 +297,20 @@ def test_realized_savings_quick(tmp_path, cora):
     assert len(recs) == 2 and all(r["measured"]["latency_s"] > 0 for r in recs)
     assert [r["dataset"] for r in rows] == ["cora"] and rows[0]["n"] == 3  # two compact programs + the dense one
     assert rows[0]["best_speedup"] > 0 and 0 <= rows[0]["best_accuracy"] <= 1
+
+
+def test_select_flagship_quick_and_its_rule(tmp_path):
+    mod = load("select_flagship")
+    result = mod.main(["--quick", "--out", str(tmp_path)])
+    saved = json.loads((tmp_path / "flagship_selection_quick.json").read_text())
+    assert saved["chosen"] == result["chosen"] and len(saved["candidates"]) == 2
+    assert all({"quantizer", "gate_optimizer", "bits_weight"} <= set(c["settings"]) for c in saved["candidates"])
+    assert len((tmp_path / "flagship_selection_runs_quick.jsonl").read_text().splitlines()) == 2
+    # the rule: of the candidates within the slack of the best validation accuracy, the cheapest
+    rows = [{"val_pct": 80.0, "energy_reduction": 10.0, "settings": "a"},
+            {"val_pct": 79.5, "energy_reduction": 20.0, "settings": "b"},
+            {"val_pct": 70.0, "energy_reduction": 50.0, "settings": "c"}]
+    assert mod.choose(rows, 1.0)["settings"] == "b" and mod.choose(rows, 0.0)["settings"] == "a"
+    with pytest.raises(ValueError, match="slack"):
+        mod.choose(rows, -1.0)
+    assert {c["quantizer"] for c in mod.candidates()} == {"learned", "a2q"} and len(mod.candidates()) == 16
