@@ -19,7 +19,8 @@ accuracy, energy reduction and densities, the rule and the choice (copy the choi
 `codesign.experiment.FLAGSHIP_SELECTION`). Each finished run is appended to
 ``results/flagship_selection_runs.jsonl`` first (resumable).
 
-    python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores (16 runs took 4.5 min)
+    python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores
+                                                          # (measured: 16 of those runs took 4.5 min)
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
 """
 

@@ -385,12 +385,13 @@ def main(argv=None) -> list[dict]:
     jobs = plan(models, methods, hws, args.seeds, levels)
     if which is not None:
         jobs = part(jobs, *which)
+    keys_of = {j: job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs}
     if args.rerun_stale:  # a job with a stale record is rerun whole: all its targets' records from one model
         stale = stale_keys(store.records())
-        for keys in (job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs):
+        for keys in keys_of.values():
             if stale.intersection(keys):
                 done.difference_update(keys)
-    todo = [j for j in jobs if not all(k in done for k in job_keys(j, args.dataset, args.epochs, budget_mode))]
+    todo = [j for j in jobs if not all(k in done for k in keys_of[j])]
     print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
     measure = None
     if args.measure:  # the graph's locality once for every measured run
@@ -405,7 +406,7 @@ def main(argv=None) -> list[dict]:
             cfg = train_config(point, args.epochs, budget_mode)
             store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
             done.add(key)
-    wanted = {k for j in jobs for k in job_keys(j, args.dataset, args.epochs, budget_mode)}
+    wanted = {k for keys in keys_of.values() for k in keys}
     latest = {r["key"]: r for r in store.records()}  # a rerun record replaces the stale one of its key
     stale = stale_keys(latest.values())
     rows = summarize([r for k, r in latest.items() if k in wanted and k not in stale])
