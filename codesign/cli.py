@@ -332,8 +332,9 @@ def sweep_configs(args) -> list:
         raise ValueError(f"--method: {args.method!r} (levels {method.levels!r}, models {method.models}) cannot be "
                          f"swept for --model {args.model}; run python experiments/tradeoff.py --methods {args.method}")
     dense = [_config(args, 0.0, None, seed) for seed in range(args.seeds)]
-    weights = args.cost_weights if method.levels == "cost" else [method.overrides.get("cost_weight", 0.0)]
-    runs = [_config(args, cw, args.bits, seed).replace(**{**method.overrides, "cost_weight": cw})
+    overrides = method.overrides_for(args.dataset)
+    weights = args.cost_weights if method.levels == "cost" else [overrides.get("cost_weight", 0.0)]
+    runs = [_config(args, cw, args.bits, seed).replace(**{**overrides, "cost_weight": cw})
             for cw in dict.fromkeys(weights) for seed in range(args.seeds)]
     return list(dict.fromkeys(dense + runs))
 

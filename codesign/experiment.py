@@ -1,8 +1,9 @@
 """The experiment layer: the methods of the paper as data, one record schema, one key scheme.
 
 * `PAPER_METHODS`: the methods of the accuracy-vs-cost tradeoff (`experiments/tradeoff.py`), each a
-  `Method`: its family ("reference" | "codesign" | "baseline"), its `TrainConfig` overrides, what
-  its levels are, the models it applies to.
+  `Method`: its family ("reference" | "codesign" | "baseline"), its `TrainConfig` overrides (and
+  the overrides re-chosen for a dataset, `Method.overrides_for`), what its levels are, the models it
+  applies to.
 * `ABLATIONS`: the sparsifier / quantizer ablations of `experiments/sparsify_quant.py`, as
   `TrainConfig` overrides (the ``random_*`` names are random-subgraph references that script builds).
 * `METHODS` / `get_method(name)`: both, by name; `codesign sweep --method NAME` runs any of them
@@ -27,7 +28,8 @@ from codesign.models import MODELS
 from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
-__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "RENAMED", "RANDOM",
+__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
+           "RENAMED", "RANDOM",
            "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys"]
 
 
@@ -40,7 +42,9 @@ class Method:
     baselines hollow), and its ``revision``: 0 for a method whose name never meant anything else;
     a name reused for new overrides gets the next revision, which goes into its records' identity
     (``config["revision"]``, only when nonzero, so older keys stay valid) and `RENAMED` names the
-    records of the earlier revisions."""
+    records of the earlier revisions. ``by_dataset``: ``{dataset: overrides}`` that replace
+    ``overrides`` on that dataset (settings re-chosen on its validation split, `FLAGSHIP_BY_DATASET`);
+    `overrides_for` resolves them and `settings_id` names them in a record's identity."""
 
     family: str
     overrides: dict
@@ -50,6 +54,16 @@ class Method:
     color: str = "0.4"
     marker: str = "."
     revision: int = 0
+    by_dataset: dict = dataclasses.field(default_factory=dict)
+
+    def overrides_for(self, dataset: Optional[str]) -> dict:
+        """The `TrainConfig` overrides on ``dataset``: its ``by_dataset`` entry, else ``overrides``."""
+        return dict(self.by_dataset.get(dataset, self.overrides))
+
+    def settings_id(self, dataset: Optional[str]) -> Optional[str]:
+        """`codesign.results.config_key` of the overrides re-chosen for ``dataset``, or None where the
+        method uses its ``overrides`` (so the keys of records made before the re-choice stay valid)."""
+        return config_key(self.by_dataset[dataset]) if dataset in self.by_dataset else None
 
     def style(self, name: str) -> dict:
         """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
@@ -86,6 +100,19 @@ bit-widths from 8 bits with pinned ranges and a bit penalty (``learned_bits_pinn
 epoch selected by the validation objective; the target's modeled cost in the loss at the grid's
 cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
 
+FLAGSHIP_BY_DATASET: dict = {}
+"""Per dataset, the `FLAGSHIP_SELECTION` fields re-chosen on that dataset's validation split by
+``experiments/select_flagship.py --dataset NAME`` (its plan and rule: that script's docstring); the
+flagship, its A²Q variant and its ablations use them there (`Method.by_dataset`)."""
+
+
+def _flagship(**change) -> dict:
+    """`Method` keyword arguments of a method derived from the flagship: ``overrides`` = `FLAGSHIP`
+    with ``change``, and ``by_dataset`` the same on top of each dataset's `FLAGSHIP_BY_DATASET`."""
+    return {"overrides": dict(FLAGSHIP, **change),
+            "by_dataset": {ds: {**FLAGSHIP, **sel, **change} for ds, sel in FLAGSHIP_BY_DATASET.items()}}
+
+
 LEARNED_QUANT_MODELS = tuple(name for name, m in MODELS.items() if m.accepts("quantizer"))
 """The models whose layers take a quantizer kind: the methods with learned bit-widths apply to these."""
 
@@ -96,9 +123,9 @@ _NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
 
 PAPER_METHODS = {
     "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
-    "codesign": Method("codesign", FLAGSHIP, "cost", LEARNED_QUANT_MODELS, revision=1,
+    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship(),
                        label="co-design (distilled edges+features+channels+learned bits)", color="#b2182b", marker="o"),
-    "codesign_a2q": Method("codesign", dict(FLAGSHIP, quantizer="a2q"), "cost", LEARNED_QUANT_MODELS,
+    "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q"),
                            label="co-design, A2Q per-node bits", color="#d6604d", marker="8"),
     # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
     # before the flagship took the name are written "codesign" without a revision (`RENAMED`)
@@ -117,15 +144,15 @@ PAPER_METHODS = {
     "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost",
                          label="co-design: bits only", color="C6", marker="D"),
     # the flagship with one ingredient dropped (the "what each ingredient buys" ablation)
-    "codesign_no_edges": Method("ablation", dict(FLAGSHIP, **_NO_EDGES), "cost", LEARNED_QUANT_MODELS,
+    "codesign_no_edges": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_EDGES),
                                 label="codesign − edge gates",
                                 color="#8c510a", marker="s"),
-    "codesign_no_features": Method("ablation", dict(FLAGSHIP, **_NO_FEATURES), "cost", LEARNED_QUANT_MODELS,
+    "codesign_no_features": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_FEATURES),
                                    label="codesign − feature/channel gates", color="#bf812d", marker="D"),
-    "codesign_no_bits": Method("ablation", dict(FLAGSHIP, **_NO_BITS), "cost", LEARNED_QUANT_MODELS,
+    "codesign_no_bits": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_BITS),
                                label="codesign − learned bits (FP32)",
                                color="#35978f", marker="^"),
-    "codesign_no_distill": Method("ablation", dict(FLAGSHIP, **_NO_DISTILL), "cost", LEARNED_QUANT_MODELS,
+    "codesign_no_distill": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_DISTILL),
                                   label="codesign − distillation", color="#01665e", marker="v"),
     "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",), label="UGS + INT8", color="C0",
                        marker="P"),

@@ -13,7 +13,9 @@ Methods (`codesign.experiment.PAPER_METHODS`; the default ``--methods`` is `GRID
                 self-distilled from the dense model of the same architecture; input-feature and hidden-channel
                 gates; learned per-tensor bit-widths from 8 bits with ranges pinned to the data max and a
                 bit penalty; the epoch chosen on the validation objective; the target's modeled cost in the
-                loss. Settings chosen on validation accuracy by experiments/select_flagship.py.
+                loss. Settings chosen on validation accuracy by experiments/select_flagship.py (Cora's
+                choice everywhere, except where `FLAGSHIP_BY_DATASET` holds a dataset's own: then
+                its records carry ``"settings"``, `Method.settings_id`, in their identity).
   codesign_a2q  the same with A2Q-style per-node bit-widths on node features.
   codesign_no_* the flagship with one ingredient dropped (edges, features, bits, distill): the ablation.
   codesign_v1   the joint method of issue 7 (no distillation, learned ranges, no bit penalty; per-tensor
@@ -132,6 +134,9 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
            "trained_for_hw": job.train_hw}
     if METHODS[job.method].revision:  # a reused name: the revision is part of the identity (Method.revision)
         cfg["revision"] = METHODS[job.method].revision
+    settings = METHODS[job.method].settings_id(dataset)
+    if settings is not None:  # settings re-chosen for this dataset (Method.by_dataset) are part of the identity
+        cfg["settings"] = settings
     name = level_name(job.method, budget_mode)
     if name is not None:
         cfg[name] = job.level
@@ -183,9 +188,10 @@ def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
     return [config_key(record_config(job, hw, dataset, epochs, budget_mode)) for hw in job.hws]
 
 
-def train_config(job: Job, epochs, budget_mode: bool):
+def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
+    """The `TrainConfig` of ``job`` on ``dataset`` (the method's `Method.overrides_for` it)."""
     from codesign.train import TrainConfig
-    over = dict(METHODS[job.method].overrides)
+    over = METHODS[job.method].overrides_for(dataset)
     name = level_name(job.method, budget_mode)
     if name in ("cost_weight", "budget"):
         over[name] = job.level
@@ -205,8 +211,9 @@ def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
             "dense_breakdown": ref.breakdown(hw)}
 
 
-def run_job(job: Job, graph, epochs, budget_mode: bool, measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
-    """Trains ``job`` and returns ``[(job of the point, hw name, result fields)]``.
+def run_job(job: Job, graph, dataset: str, epochs, budget_mode: bool,
+            measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
+    """Trains ``job`` on ``graph`` (the graph of ``dataset``) and returns ``[(job of the point, hw name, result fields)]``.
 
     ``measure``: ``{"reps", "locality"}`` to deploy a GCN trained on the full graph and time it next to the
     dense FP32 program on this machine (`codesign.deploy.measure_model` with the ``cpu`` preset: the
@@ -217,7 +224,7 @@ def run_job(job: Job, graph, epochs, budget_mode: bool, measure: Optional[dict] 
     from codesign import hwmodel
     from codesign.hwmodel import presets
     from codesign.train import build_model, train
-    cfg = train_config(job, epochs, budget_mode)
+    cfg = train_config(job, dataset, epochs, budget_mode)
     targets = [presets.get(h) for h in job.hws]
     if METHODS[job.method].levels == "keep":  # random edge removal at the kept fraction, with the method's loss
         from codesign.sparsify import random_edge_removal
@@ -398,12 +405,12 @@ def main(argv=None) -> list[dict]:
         from codesign.hwmodel import measure_locality
         measure = {"reps": args.reps, "locality": measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
     for job in tqdm(todo, desc="tradeoff", unit="run"):
-        for point, hw, fields in run_job(job, graph, args.epochs, budget_mode, measure):
+        for point, hw, fields in run_job(job, graph, args.dataset, args.epochs, budget_mode, measure):
             config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
             key = config_key(config)
             if key in done:
                 continue
-            cfg = train_config(point, args.epochs, budget_mode)
+            cfg = train_config(point, args.dataset, args.epochs, budget_mode)
             store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
             done.add(key)
     wanted = {k for keys in keys_of.values() for k in keys}

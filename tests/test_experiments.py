@@ -285,6 +285,28 @@ def test_tradeoff_plan_is_seed_major_and_parts_split_it():
     assert record_method(flag) == "codesign" and record_method({**flag, "revision": None}) == "codesign_v1"
 
 
+def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity(monkeypatch):
+    import dataclasses
+    from codesign.experiment import _NO_BITS, FLAGSHIP, _flagship
+    mod = load("tradeoff")
+    assert mod.METHODS["codesign"].overrides == FLAGSHIP  # the Cora choice (FLAGSHIP_SELECTION) elsewhere
+    monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET", {"wordnet": {"distill_weight": 0.0}})
+    for name, change in (("codesign", {}), ("codesign_no_bits", _NO_BITS)):
+        monkeypatch.setitem(mod.METHODS, name, dataclasses.replace(mod.METHODS[name], **_flagship(**change)))
+    job = mod.Job("gcn", "codesign", 1.0, 0, ("h100",), "h100")
+    wn, cora = (mod.train_config(job, ds, None, False) for ds in ("wordnet", "cora"))
+    assert wn.distill.weight == 0.0 and cora.distill.weight == FLAGSHIP["distill_weight"] > 0
+    assert wn.masks.edge_l0_weight == cora.masks.edge_l0_weight  # the rest stays the Cora choice
+    ablation = mod.train_config(mod.Job("gcn", "codesign_no_bits", 1.0, 0, ("h100",), "h100"), "wordnet", None, False)
+    assert ablation.distill.weight == 0.0 and ablation.quant.quantizer == "fixed"  # the ablation's own drop wins
+    rec_wn = mod.record_config(job, "h100", "wordnet", 300, False)
+    rec_cora = mod.record_config(job, "h100", "cora", None, False)
+    assert "settings" not in rec_cora and rec_wn["settings"] == mod.METHODS["codesign"].settings_id("wordnet")
+    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"],
+                                                                     **_flagship(distill_weight=1.0)))
+    assert mod.record_config(job, "h100", "wordnet", 300, False)["settings"] != rec_wn["settings"]
+
+
 def test_ugs_baseline_quick(tmp_path):
     rows = load("ugs_baseline").main(["--quick", "--out", str(tmp_path)])
     assert [r["round"] for r in rows] == [0, 1] and rows[1]["weight_sparsity"] > 0
