@@ -307,6 +307,28 @@ def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity
     assert mod.record_config(job, "h100", "wordnet", 300, False)["settings"] != rec_wn["settings"]
 
 
+def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
+    mod = load("reduction_bound")
+    result = mod.main(["--datasets", "cora", "--models", "gcn", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "reduction_bound.json").read_text()) == result
+    bounds = result["bounds"]["cora"]
+    for model, per_hw in bounds.items():
+        for hw, b in per_hw.items():
+            assert 1 < b["ceiling"] < 1e4 and b["floor_energy_j"] < b["dense_energy_j"]
+            assert sum(s["share"] for s in b["floor_stages"].values()) <= 1 + 1e-6
+    records = [json.loads(line) for line in (ROOT / "results" / "cora_tradeoff.jsonl").read_text().splitlines()]
+    stale = stale_keys(records)
+    checked = 0
+    for r in records:
+        c = r["config"]
+        if r["key"] in stale or c["model"] not in bounds or c["hw"] not in bounds[c["model"]]:
+            continue
+        reduction = r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"]
+        assert reduction <= bounds[c["model"]][c["hw"]]["ceiling"] * (1 + 1e-6), (c["method"], c["hw"], reduction)
+        checked += 1
+    assert checked > 500
+
+
 def test_ugs_baseline_quick(tmp_path):
     rows = load("ugs_baseline").main(["--quick", "--out", str(tmp_path)])
     assert [r["round"] for r in rows] == [0, 1] and rows[1]["weight_sparsity"] > 0
