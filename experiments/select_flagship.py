@@ -28,6 +28,8 @@ the rule and the choice (copy the choice into `codesign.experiment.FLAGSHIP_SELE
     python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores
                                                           # (measured: 16 of those runs took 4.5 min)
     python experiments/select_flagship.py --dataset wordnet   # 4 candidates x 1 seed x 300 epochs
+    python experiments/select_flagship.py --dataset wordnet --part 1/2 &  # the same on 2 processes
+    python experiments/select_flagship.py --dataset wordnet --part 2/2
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
 """
 
@@ -95,7 +97,15 @@ def main(argv=None) -> dict:
     p.add_argument("--slack", type=float, default=1.0, help="validation points below the best that still qualify")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: 2 candidates, 1 seed, 3 epochs, *_quick files")
+    p.add_argument("--part", default=None, help="K/N: train only the K-th of N slices of the candidate runs (run "
+                   "the N parts side by side); the part that finds every run finished writes the choice")
     args = p.parse_args(argv)
+    if args.part is not None:
+        try:
+            args.part = tuple(int(v) for v in args.part.split("/"))
+            assert len(args.part) == 2 and 1 <= args.part[0] <= args.part[1]
+        except (ValueError, AssertionError):
+            raise SystemExit(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}") from None
     plan = PLANS[args.dataset]
     seeds = plan["seeds"] if args.seeds is None else args.seeds
     if seeds < 1:
@@ -109,21 +119,34 @@ def main(argv=None) -> dict:
     done = {r["key"]: r for r in store.records()}
     graph = load_wordnet() if args.dataset == "wordnet" else load_planetoid(args.dataset)
     hw = presets.get("h100")
-    rows = []
+    runs_of = {json.dumps(cand): [] for cand in cands}
+    todo = []
     for cand in cands:
-        runs = []
         for seed in range(seeds):
             cfg = TrainConfig.for_model("gcn", seed=seed, cost_weight=COST_WEIGHT, **{**FLAGSHIP, **cand, **extra})
             key = run_key(args.dataset, hw.name, cfg, experiment="select_flagship")
-            if key not in done:
-                r = train(graph, cfg, hw)
-                fields = {k: r[k] for k in ("test_accuracy", "val_accuracy", "train_time_s", "densities",
-                                            "layer_bits", "selected_epoch")}
-                costs = r["by_hw"][hw.name]
-                fields.update(modeled=costs["modeled"], dense_modeled=costs["dense_modeled"])
-                done[key] = make_record(key, {"candidate": cand, **cfg.flat()}, fields)
-                store.append(done[key])
-            runs.append(done[key])
+            runs_of[json.dumps(cand)].append(key)
+            todo.append((cand, cfg, key))
+    if args.part is not None:
+        k, n = args.part
+        todo = todo[(k - 1) * len(todo) // n:k * len(todo) // n]
+    for cand, cfg, key in todo:
+        if key not in done:
+            r = train(graph, cfg, hw)
+            fields = {k: r[k] for k in ("test_accuracy", "val_accuracy", "train_time_s", "densities",
+                                        "layer_bits", "selected_epoch")}
+            costs = r["by_hw"][hw.name]
+            fields.update(modeled=costs["modeled"], dense_modeled=costs["dense_modeled"])
+            done[key] = make_record(key, {"candidate": cand, **cfg.flat()}, fields)
+            store.append(done[key])
+    done = {r["key"]: r for r in store.records()}  # with the other parts' runs
+    missing = [key for keys in runs_of.values() for key in keys if key not in done]
+    if missing:
+        print(f"{len(missing)} candidate runs not finished yet (other --part); no choice written", file=sys.stderr)
+        return None
+    rows = []
+    for cand in cands:
+        runs = [done[key] for key in runs_of[json.dumps(cand)]]
         red = [r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"] for r in runs]
         rows.append({"settings": cand, "seeds": seeds,
                      "val_pct": float(np.mean([100 * r["val_accuracy"] for r in runs])),

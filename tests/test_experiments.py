@@ -345,7 +345,9 @@ def test_realized_savings_quick(tmp_path, cora):
 
 def test_select_flagship_quick_and_its_rule(tmp_path):
     mod = load("select_flagship")
-    result = mod.main(["--quick", "--out", str(tmp_path)])
+    assert mod.main(["--quick", "--out", str(tmp_path), "--part", "1/2"]) is None  # the other part not run yet
+    assert not (tmp_path / "flagship_selection_quick.json").exists()
+    result = mod.main(["--quick", "--out", str(tmp_path), "--part", "2/2"])
     saved = json.loads((tmp_path / "flagship_selection_quick.json").read_text())
     assert saved["chosen"] == result["chosen"] and len(saved["candidates"]) == 2
     assert all({"quantizer", "gate_optimizer", "bits_weight"} <= set(c["settings"]) for c in saved["candidates"])
