@@ -30,7 +30,8 @@ from codesign.train import TrainConfig
 
 __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
            "RENAMED", "RANDOM",
-           "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys"]
+           "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys",
+           "superseded_keys"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +62,15 @@ class Method:
         return dict(self.by_dataset.get(dataset, self.overrides))
 
     def settings_id(self, dataset: Optional[str]) -> Optional[str]:
-        """`codesign.results.config_key` of the overrides re-chosen for ``dataset``, or None where the
-        method uses its ``overrides`` (so the keys of records made before the re-choice stay valid)."""
-        return config_key(self.by_dataset[dataset]) if dataset in self.by_dataset else None
+        """`codesign.results.config_key` of the overrides re-chosen for ``dataset`` (the fields that
+        differ from `TrainConfig`'s defaults), or None where they configure the same training as
+        ``overrides`` (so the keys of records made before the re-choice stay valid)."""
+        if dataset not in self.by_dataset:
+            return None
+        default = TrainConfig().flat()
+        own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
+        chosen = own(self.by_dataset[dataset])
+        return None if chosen == own(self.overrides) else config_key(chosen)
 
     def style(self, name: str) -> dict:
         """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
@@ -101,7 +108,7 @@ epoch selected by the validation objective; the target's modeled cost in the los
 cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
 
 FLAGSHIP_BY_DATASET: dict = {}
-"""Per dataset, the `FLAGSHIP_SELECTION` fields re-chosen on that dataset's validation split by
+"""Per dataset, `TrainConfig` flat fields of the flagship re-chosen on that dataset's validation split by
 ``experiments/select_flagship.py --dataset NAME`` (its plan and rule: that script's docstring); the
 flagship, its A²Q variant and its ablations use them there (`Method.by_dataset`)."""
 
@@ -292,7 +299,8 @@ the model below 1 % of the dense reference do not move a reduction enough to mat
 
 
 def stale_keys(records, rel: float = STALE_REL) -> set[str]:
-    """The keys of the tradeoff records costed by another version of the cost model than the newest.
+    """The keys of the tradeoff records costed by another version of the cost model than the newest,
+    and of those trained with superseded settings (`superseded_keys`).
 
     A record's ``dense_modeled.energy_j`` (the dense FP32 model of its dataset, model and target) is
     the cost model's fingerprint: the records of one (``config.dataset``, ``config.model``,
@@ -328,7 +336,23 @@ def stale_keys(records, rel: float = STALE_REL) -> set[str]:
     for rows in groups.values():
         ref = max(rows)[2]
         stale |= {key for _, _, dense, key in rows if abs(dense - ref) > rel * abs(ref)}
-    return stale
+    return stale | superseded_keys(latest.values())
+
+
+def superseded_keys(records) -> set[str]:
+    """The keys of the tradeoff records trained with settings their method no longer uses on their
+    dataset: ``config.settings`` (`Method.settings_id`, absent = the method's ``overrides``) differs
+    from the method's today (e.g. made before `FLAGSHIP_BY_DATASET` re-chose the flagship's settings
+    there). Records of unknown methods or without ``config.dataset`` / ``config.method`` are ignored."""
+    out = set()
+    for rec in records:
+        cfg = rec.get("config") or {}
+        if not isinstance(cfg.get("method"), str) or not cfg.get("dataset"):
+            continue
+        method = PAPER_METHODS.get(record_method(cfg))
+        if method is not None and cfg.get("settings") != method.settings_id(cfg["dataset"]):
+            out.add(rec.get("key"))
+    return out
 
 
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:

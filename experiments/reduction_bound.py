@@ -6,9 +6,9 @@ no edge kept (the self-loops stay: the models add them), no input feature and no
 the FP32 output logits the last layer writes (``out_bits=FP32`` in each model's ``workload``), the
 bias / activation / gate stages that read and write them, and the static power over the remaining
 latency. The ceiling is the dense FP32 model's modeled energy over that model's; a method's point
-can approach it, never pass it, under today's cost model. It is loose on purpose (1-bit signed
-weights are below `codesign.quant` 's 2-bit minimum; no accuracy survives closed gates): it says
-what the cost model leaves to win, not what is reachable.
+can approach it, never pass it, under today's cost model. It says what the cost model leaves to
+win, not what is reachable within an accuracy: collapsed models (every gate closed) come near it,
+and 1-bit signed weights are below `codesign.quant`'s 2-bit minimum.
 
 Writes ``results/reduction_bound.json``: per dataset, model and target the dense and the floor
 energy (J), the ceiling (x), and the floor's largest stages (J) with their share.

@@ -40,6 +40,7 @@ import itertools
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -57,7 +58,7 @@ PLANS = {"cora": {"seeds": 2, "epochs": None}, "wordnet": {"seeds": 1, "epochs":
 
 
 def candidates(dataset: str = "cora") -> list[dict]:
-    """Every candidate's settings (`codesign.experiment.FLAGSHIP` fields) on ``dataset``.
+    """Every candidate's settings (`TrainConfig` flat fields over `codesign.experiment.FLAGSHIP`) on ``dataset``.
 
     Raises:
       ValueError: ``dataset`` not in `PLANS`.
@@ -84,7 +85,7 @@ def choose(rows: list[dict], slack_pts: float) -> dict:
     return max(near, key=lambda r: (r["energy_reduction"], r["val_pct"]))
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> Optional[dict]:
     from codesign.data import load_planetoid, load_wordnet
     from codesign.experiment import FLAGSHIP, make_record, run_key
     from codesign.hwmodel import presets
@@ -158,7 +159,8 @@ def main(argv=None) -> dict:
         print(f"{json.dumps(cand)}: val {rows[-1]['val_pct']:.2f} %, test {rows[-1]['test_pct']:.2f} %, "
               f"energy reduction {rows[-1]['energy_reduction']:.1f}x", file=sys.stderr)
     chosen = choose(rows, args.slack)
-    result = {"dataset": args.dataset, "model": "gcn", "epochs": cfg.optim.epochs, "hw": hw.name, "cost_weight": COST_WEIGHT,
+    epochs = TrainConfig.for_model("gcn", **{**FLAGSHIP, **extra}).optim.epochs
+    result = {"dataset": args.dataset, "model": "gcn", "epochs": epochs, "hw": hw.name, "cost_weight": COST_WEIGHT,
               "rule": f"of the candidates whose mean validation accuracy is within {args.slack:g} point(s) of the "
                       "best candidate's, the largest mean modeled energy reduction (test accuracy not used)",
               "candidates": rows, "chosen": chosen["settings"]}

@@ -215,7 +215,8 @@ def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
     """Read a tradeoff JSONL and group its runs into points (one per config without ``seed``).
 
     Records costed by an older version of the cost model (`codesign.experiment.stale_keys`: their
-    dense FP32 energy differs from the newest record's of the same dataset, model and target) are
+    dense FP32 energy differs from the newest record's of the same dataset, model and target), or
+    trained with settings their method no longer uses on their dataset (`codesign.experiment.superseded_keys`), are
     left out unless ``keep_stale``: their reductions are not comparable with today's.
 
     Args:
@@ -298,7 +299,8 @@ def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
 
 def stale_runs(path: str | Path) -> list[dict]:
     """The configs of the records of ``path`` that `load_tradeoff` leaves out as costed by an older
-    cost model (`codesign.experiment.stale_keys`), in file order, ``method`` under its current name.
+    cost model or trained with superseded settings (`codesign.experiment.stale_keys`), in file
+    order, ``method`` under its current name.
 
     Raises:
         FileNotFoundError / ValueError: as `read_records`.

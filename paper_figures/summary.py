@@ -310,8 +310,9 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
         stale = fronts.stale_runs(path)
         if stale:
             lines += [f"Left out of `{_rel(path)}`: {len(stale)} records costed by an older version of the cost "
-                      "model (their dense FP32 energy differs from the newest record's; `codesign.experiment."
-                      "stale_keys`): " + ", ".join(f"{m} {n}" for m, n in _count_by(stale)) + ". "
+                      "model (their dense FP32 energy differs from the newest record's) or trained with settings "
+                      "their method no longer uses there (`codesign.experiment.stale_keys`): "
+                      + ", ".join(f"{m} {n}" for m, n in _count_by(stale)) + ". "
                       "`python experiments/tradeoff.py --rerun-stale ...` retrains them.", ""]
     all_points = [p for _, pts in inputs for p in pts]
     lines += render_build(build(all_points, loss_pts), loss_pts)

@@ -302,9 +302,22 @@ def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity
     rec_wn = mod.record_config(job, "h100", "wordnet", 300, False)
     rec_cora = mod.record_config(job, "h100", "cora", None, False)
     assert "settings" not in rec_cora and rec_wn["settings"] == mod.METHODS["codesign"].settings_id("wordnet")
-    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"],
-                                                                     **_flagship(distill_weight=1.0)))
+    # records made with other settings than today's choice are left out as stale (superseded_keys)
+    from codesign.experiment import superseded_keys
+    old = {"key": "old", "config": rec_cora | {"dataset": "wordnet"}}  # no "settings": Cora's choice
+    new = {"key": "new", "config": rec_wn}
+    assert superseded_keys([old, new, {"key": "x", "config": {}}]) == {"old"}
+    assert "old" in stale_keys([old, new])
+    monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET", {"wordnet": {"distill_weight": 1.0}})
+    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"], **_flagship()))
     assert mod.record_config(job, "h100", "wordnet", 300, False)["settings"] != rec_wn["settings"]
+    assert superseded_keys([old, new]) == {"old", "new"}
+    # a re-choice that configures the same training as the Cora choice keeps the old keys
+    from codesign.experiment import FLAGSHIP_SELECTION
+    same = {**FLAGSHIP_SELECTION, "quant_lr": 0.02}  # quant_lr 0.02 is TrainConfig's default
+    monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET", {"wordnet": same})
+    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"], **_flagship()))
+    assert mod.METHODS["codesign"].settings_id("wordnet") is None and not superseded_keys([old])
 
 
 def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
@@ -316,7 +329,8 @@ def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
         for hw, b in per_hw.items():
             assert 1 < b["ceiling"] < 1e4 and b["floor_energy_j"] < b["dense_energy_j"]
             assert sum(s["share"] for s in b["floor_stages"].values()) <= 1 + 1e-6
-    records = [json.loads(line) for line in (ROOT / "results" / "cora_tradeoff.jsonl").read_text().splitlines()]
+    lines = (ROOT / "results" / "cora_tradeoff.jsonl").read_text().splitlines()
+    records = list({r["key"]: r for r in map(json.loads, lines)}.values())  # a rerun replaces its key's record
     stale = stale_keys(records)
     checked = 0
     for r in records:
@@ -326,7 +340,7 @@ def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
         reduction = r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"]
         assert reduction <= bounds[c["model"]][c["hw"]]["ceiling"] * (1 + 1e-6), (c["method"], c["hw"], reduction)
         checked += 1
-    assert checked > 500
+    assert checked > 400
 
 
 def test_ugs_baseline_quick(tmp_path):
