@@ -9,10 +9,10 @@ isolated choice, or 0.3), the gate optimizer (per-element or per-tensor Adam) an
 learned bit-widths (``quantizer``: "learned", one width per tensor, or "a2q", A²Q-style per-node widths
 on node features, Zhu et al., ICLR 2023): 16 candidates, 2 seeds. On WordNet (``--dataset wordnet``,
 300 epochs, 1 seed: a run there took 25-37 min on 2 cores shared by 3-4 such runs) the Cora choice
-is the starting point and two settings are re-chosen, the ones the first WordNet runs put in doubt: the distillation weight
-(Cora's 3, or 0: no teacher) and the bit-widths' learning rate ``quant_lr`` (0.02, or 0.05: the bits
-of the 0/1 bag-of-words input fell only from 8 to 4 in 300 epochs at 0.02): 3 candidates
-(`WORDNET_CANDIDATES`).
+is the starting point and two settings are re-chosen, the ones the first WordNet runs put in doubt:
+the distillation weight (Cora's 3, or 0: no teacher) and the bit-widths' learning rate ``quant_lr``
+(0.02, or 0.05: the bits of the 0/1 bag-of-words input fell only from 8 to 4 in 300 epochs at 0.02):
+3 candidates (`WORDNET_CANDIDATES`).
 Every candidate is trained on the dataset's GCN with the `h100` modeled energy in the loss at cost
 weight 1 (the middle of the grid). The rule, on the validation split only (test accuracy is
 recorded, never used):
