@@ -1,7 +1,7 @@
 """The accuracy-vs-cost tradeoff of issues 7 and 22: methods x models x hardware x cost levels x seeds.
 
     python experiments/tradeoff.py                              # Cora; GCN, GAT, GraphSAGE; 3 seeds; GRID_METHODS
-    python experiments/tradeoff.py --dataset wordnet --epochs 100 --measure
+    python experiments/tradeoff.py --dataset wordnet --epochs 300 --measure
     python experiments/tradeoff.py --models gcn --measure --part 1/3   # seed 0 of the Cora GCN grid, measured
     python experiments/tradeoff.py --budgets 0.1,0.2            # budget mode instead of cost weights
     python experiments/tradeoff.py --quick                      # CI smoke run (GCN, 1 seed, 3 epochs, measured)
@@ -65,6 +65,11 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
     co-design family ~3.4 h, the 84 ablation runs ~6.8 h, the baselines ~20 min: ~10.5 h a seed
     (estimate from those). GAT on WordNet does not fit this machine's budget (one GAT epoch: see
     experiments/wordnet_baselines.py).
+  WordNet GCN, one seed, --epochs 300 (the grid's setting since 2026-11-26: dense reaches 70.6 %
+    there, 65.8 % at 100; train_time_s, 2 cores shared by 3-4 such runs): dense 164 s (alone), INT8
+    337 s, INT4 345 s, Degree-Quant 409 s, DropEdge 335 s, random edges 267 s, A2Q 2,433 s, the
+    flagship 1,520-2,207 s a run: the 42-run co-design family alone is ~15 h (estimate), so split it
+    by --hws / --cost-weights / --part.
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at

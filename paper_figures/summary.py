@@ -144,8 +144,10 @@ def _dom(d) -> str:
     return f"{'yes' if d['dominates'] else 'NO'} (worst {d['worst_margin']:.2f}x at {d['at_accuracy']:.2f} %)"
 
 
-def render_build(summary: dict, loss_pts: float = 1.0, dominance_pts: float = DOMINANCE_PTS) -> list[str]:
-    """The markdown tables of a `build` summary (lines)."""
+def render_build(summary: dict, loss_pts: float = 1.0, dominance_pts: float = DOMINANCE_PTS,
+                 ceilings: dict | None = None) -> list[str]:
+    """The markdown tables of a `build` summary (lines); ``ceilings``: ``{dataset: {model: {hw: {"ceiling"}}}}``
+    (``results/reduction_bound.json``'s ``bounds``), each stated under its table's title."""
     lines = ["## Summary (`results/summary.json`)", "",
              f"Per method the largest modeled energy reduction among its points within {loss_pts:g} pt of dense "
              f"accuracy, that point's accuracy and measured CPU latency reduction (seeds' mean latencies, "
@@ -156,8 +158,13 @@ def render_build(summary: dict, loss_pts: float = 1.0, dominance_pts: float = DO
     for dataset, models in summary.items():
         for model, hws in models.items():
             for hw, entry in hws.items():
-                lines += [f"### Summary of {dataset} / {model} / {hw}: dense {entry['dense_accuracy']:.2f} %", "",
-                          "| method | modeled energy reduction | accuracy (%) | measured latency reduction, same point "
+                lines += [f"### Summary of {dataset} / {model} / {hw}: dense {entry['dense_accuracy']:.2f} %", ""]
+                ceiling = ((ceilings or {}).get(dataset, {}).get(model, {}).get(hw) or {}).get("ceiling")
+                if ceiling is not None:
+                    lines += [f"No method can pass {ceiling:.1f}x modeled energy reduction here under this cost model "
+                              "(every gate closed, every tensor at 1 bit, FP32 logits: `experiments/reduction_bound.py`).",
+                              ""]
+                lines += ["| method | modeled energy reduction | accuracy (%) | measured latency reduction, same point "
                           "| largest measured latency reduction |", "|---|---:|---:|---:|---:|"]
                 for m, v in entry.items():
                     if m in ("dense_accuracy", "dominance"):
@@ -294,7 +301,8 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
 
     Returns:
         The markdown text (ends with a newline). Deterministic: no dates, so the committed file
-        changes only when the results do.
+        changes only when the results do. A ``reduction_bound.json`` beside an input file
+        (`experiments/reduction_bound.py`) puts each (dataset, model, target)'s ceiling under its title.
     """
     n_runs = sum(len(p["lines"]) for _, pts in inputs for p in pts)
     srcs = ", ".join(f"`{_rel(path)}`" for path, _ in inputs)
@@ -315,7 +323,12 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
                       + ", ".join(f"{m} {n}" for m, n in _count_by(stale)) + ". "
                       "`python experiments/tradeoff.py --rerun-stale ...` retrains them.", ""]
     all_points = [p for _, pts in inputs for p in pts]
-    lines += render_build(build(all_points, loss_pts), loss_pts)
+    ceilings: dict = {}
+    for bound in dict.fromkeys(Path(path).parent / "reduction_bound.json" for path, _ in inputs):
+        if bound.exists():
+            for dataset, models in json.loads(bound.read_text())["bounds"].items():
+                ceilings.setdefault(dataset, {}).update(models)
+    lines += render_build(build(all_points, loss_pts), loss_pts, ceilings=ceilings)
     for key, pts in fronts.panels(all_points).items():
         _panel(lines, key, pts, loss_pts)
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -234,3 +234,16 @@ def test_stale_records_are_those_of_another_cost_model(tmp_path):
     assert [c["method"] for c in fronts.stale_runs(path)] == ["int4", "int4"]
     md = summary.render([(path, fronts.load_tradeoff(path))])
     assert "2 records costed by an older version of the cost model" in md and "gcn/int4 2" in md
+
+
+def test_the_ceiling_beside_the_results_is_stated_under_each_title(tmp_path):
+    path = tmp_path / "cora_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    md = summary.render([(path, fronts.load_tradeoff(path))])
+    assert "No method can pass" not in md  # no reduction_bound.json beside the input
+    bound = {"bounds": {"cora": {"gcn": {"h100": {"ceiling": 74.6}}, "gat": {"h100": {"ceiling": 33.7}}}}}
+    (tmp_path / "reduction_bound.json").write_text(json.dumps(bound))
+    md = summary.render([(path, fronts.load_tradeoff(path))])
+    title = md.index("### Summary of cora / gcn / h100")
+    assert md.index("No method can pass 74.6x modeled energy reduction here", title) < md.index("| method", title)
+    assert "33.7x" not in md  # only panels that have results
