@@ -135,7 +135,7 @@ _NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
 PAPER_METHODS = {
     "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
     "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship(),
-                       label="co-design (distilled edges+features+channels+learned bits)", color="#b2182b", marker="o"),
+                       label="co-design (edge+feature+channel gates, learned bits)", color="#b2182b", marker="o"),
     "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q"),
                            label="co-design, A2Q per-node bits", color="#d6604d", marker="8"),
     # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
