@@ -68,7 +68,7 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
   WordNet GCN, one seed, --epochs 300 (the grid's setting since 2026-11-26: dense reaches 70.6 %
     there, 65.8 % at 100; train_time_s, 2 cores shared by 3-4 such runs): dense 164 s (alone), INT8
     337 s, INT4 345 s, Degree-Quant 409 s, DropEdge 335 s, random edges 267 s, A2Q 2,433 s, the
-    flagship 1,520-2,207 s a run: the 42-run co-design family alone is ~15 h (estimate), so split it
+    flagship 1,471-2,207 s a run: the 42-run co-design family alone is ~15 h (estimate), so split it
     by --hws / --cost-weights / --part.
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
