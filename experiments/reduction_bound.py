@@ -63,7 +63,7 @@ def bound(graph, model_name: str, hws, locality) -> dict:
 
 
 def main(argv=None) -> dict:
-    from codesign.data import load_planetoid, load_wordnet
+    from codesign.data import load_dataset
     from codesign.hwmodel import measure_locality
     from codesign.results import write_text_atomic
 
@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     result = {"floor": "no edges (self-loops stay), features or hidden channels, every quantized tensor at "
                        f"{FLOOR_BITS} bit; FP32 logits", "bounds": {}}
     for dataset in args.datasets.split(","):
-        graph = load_wordnet() if dataset == "wordnet" else load_planetoid(dataset)
+        graph = load_dataset(dataset)
         locality = measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         result["bounds"][dataset] = {m: bound(graph, m, args.hws.split(","), locality) for m in args.models.split(",")}
         for m, per_hw in result["bounds"][dataset].items():

@@ -91,7 +91,7 @@ def choose(rows: list[dict], slack_pts: float) -> dict:
 
 
 def main(argv=None) -> Optional[dict]:
-    from codesign.data import load_planetoid, load_wordnet
+    from codesign.data import load_dataset
     from codesign.experiment import FLAGSHIP, make_record, run_key
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, write_text_atomic
@@ -123,7 +123,7 @@ def main(argv=None) -> Optional[dict]:
     out = Path(args.out)
     store = ResultsStore(out / f"flagship_selection_runs{suffix}.jsonl")
     done = {r["key"]: r for r in store.records()}
-    graph = load_wordnet() if args.dataset == "wordnet" else load_planetoid(args.dataset)
+    graph = load_dataset(args.dataset)
     hw = presets.get("h100")
     runs_of = {json.dumps(cand): [] for cand in cands}
     todo = []

@@ -329,8 +329,8 @@ def load_graph(dataset: str):
     """
     if dataset not in DATASETS:
         raise SystemExit(f"--dataset: unknown {dataset!r}; choose from {list(DATASETS)}")
-    from codesign.data import load_planetoid, load_wordnet
-    return load_wordnet() if dataset == "wordnet" else load_planetoid(dataset)
+    from codesign.data import load_dataset
+    return load_dataset(dataset)
 
 
 def _part(text: Optional[str]) -> Optional[tuple[int, int]]:
