@@ -31,7 +31,7 @@ from codesign.train import TrainConfig
 __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
            "RENAMED", "RANDOM",
            "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys",
-           "superseded_keys"]
+           "superseded_keys", "parse_part", "take_part"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,3 +373,33 @@ def make_record(key: str, config: dict, result: dict) -> dict:
     """One results-file record (the schema in the module docstring)."""
     return {"key": key, "config": config, **result, "code_version": code_version(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def parse_part(text: Optional[str]) -> Optional[tuple[int, int]]:
+    """An experiment's ``--part K/N`` option as ``(K, N)`` (None for None): run only the K-th of N
+    slices of its runs (`take_part`), so that N processes or machines share one resumable grid.
+
+    Raises:
+      ValueError: ``text`` not of the form K/N with integers ``1 <= K <= N`` (the message names ``--part``).
+    """
+    if text is None:
+        return None
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--part: expected K/N (e.g. 1/3), got {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--part: need 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def take_part(items: list, k: int, n: int) -> list:
+    """The ``k``-th of ``n`` contiguous, nearly equal slices of ``items`` (1-based ``k``; the slices
+    of ``k = 1..n`` concatenate to ``items``).
+
+    Raises:
+      ValueError: not ``1 <= k <= n``.
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"--part: need 1 <= K <= N, got {k}/{n}")
+    return items[(k - 1) * len(items) // n:k * len(items) // n]

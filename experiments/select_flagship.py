@@ -94,7 +94,7 @@ def choose(rows: list[dict], slack_pts: float) -> dict:
 
 def main(argv=None) -> Optional[dict]:
     from codesign.data import load_dataset
-    from codesign.experiment import FLAGSHIP, make_record, run_key
+    from codesign.experiment import FLAGSHIP, make_record, parse_part, run_key, take_part
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, write_text_atomic
     from codesign.train import TrainConfig, train
@@ -108,12 +108,10 @@ def main(argv=None) -> Optional[dict]:
     p.add_argument("--part", default=None, help="K/N: train only the K-th of N slices of the candidate runs (run "
                    "the N parts side by side); the part that finds every run finished writes the choice")
     args = p.parse_args(argv)
-    if args.part is not None:
-        try:
-            args.part = tuple(int(v) for v in args.part.split("/"))
-            assert len(args.part) == 2 and 1 <= args.part[0] <= args.part[1]
-        except (ValueError, AssertionError):
-            raise SystemExit(f"--part: expected K/N with 1 <= K <= N, got {args.part!r}") from None
+    try:
+        which = parse_part(args.part)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     plan = PLANS[args.dataset]
     seeds = plan["seeds"] if args.seeds is None else args.seeds
     if seeds < 1:
@@ -135,9 +133,8 @@ def main(argv=None) -> Optional[dict]:
             key = run_key(args.dataset, hw.name, cfg, experiment="select_flagship")
             runs_of[json.dumps(cand)].append(key)
             todo.append((cand, cfg, key))
-    if args.part is not None:
-        k, n = args.part
-        todo = todo[(k - 1) * len(todo) // n:k * len(todo) // n]
+    if which is not None:
+        todo = take_part(todo, *which)
     for cand, cfg, key in todo:
         if key not in done:
             r = train(graph, cfg, hw)

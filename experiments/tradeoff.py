@@ -172,16 +172,14 @@ def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
 
 
 def part(jobs: list, k: int, n: int) -> list:
-    """The ``k``-th of ``n`` contiguous, nearly equal slices of ``jobs`` (1-based ``k``). With the
-    seed-major `plan` and ``n`` = the number of seeds, part ``k`` is seed ``k - 1`` of the whole grid.
+    """The ``k``-th of ``n`` slices of ``jobs`` (`codesign.experiment.take_part`). With the seed-major
+    `plan` and ``n`` = the number of seeds, part ``k`` is seed ``k - 1`` of the whole grid.
 
     Raises:
       ValueError: not ``1 <= k <= n``.
     """
-    if not 1 <= k <= n:
-        raise ValueError(f"--part: need 1 <= K <= N, got {k}/{n}")
-    bounds = np.linspace(0, len(jobs), n + 1).round().astype(int)
-    return jobs[bounds[k - 1]:bounds[k]]
+    from codesign.experiment import take_part
+    return take_part(jobs, k, n)
 
 
 def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
@@ -333,23 +331,11 @@ def load_graph(dataset: str):
     return load_dataset(dataset)
 
 
-def _part(text: Optional[str]) -> Optional[tuple[int, int]]:
-    if text is None:
-        return None
-    try:
-        k, n = (int(v) for v in text.split("/"))
-    except ValueError as err:
-        raise SystemExit(f"--part: expected K/N (e.g. 1/3), got {text!r}") from err
-    if not 1 <= k <= n:
-        raise SystemExit(f"--part: need 1 <= K <= N, got {text!r}")
-    return k, n
-
-
 def main(argv=None) -> list[dict]:
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
-    from codesign.experiment import make_record
+    from codesign.experiment import make_record, parse_part
     from codesign.results import ResultsStore, config_key
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora", help=f"one of {', '.join(DATASETS)}")
@@ -381,7 +367,10 @@ def main(argv=None) -> list[dict]:
     hws = _names(args.hws, presets.names(), "hws")
     if args.seeds < 1 or args.ugs_rounds < 0 or args.reps < 1:
         raise SystemExit("--seeds and --reps must be >= 1 and --ugs-rounds >= 0")
-    which = _part(args.part)
+    try:
+        which = parse_part(args.part)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     budget_mode = args.budgets is not None
     levels = {"cost": _floats(args.budgets if budget_mode else args.cost_weights, "budgets" if budget_mode
                               else "cost-weights"),

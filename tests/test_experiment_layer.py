@@ -8,7 +8,8 @@ import json
 import pytest
 
 from codesign import cli
-from codesign.experiment import ABLATIONS, METHODS, PAPER_METHODS, get_method, make_record, run_key
+from codesign.experiment import (ABLATIONS, METHODS, PAPER_METHODS, get_method, make_record, parse_part, run_key,
+                                 take_part)
 from codesign.models import MODELS
 from codesign.results import ResultsStore
 from codesign.train import FLAT_FIELDS, TrainConfig
@@ -42,6 +43,20 @@ def test_the_key_scheme_finds_every_stored_sweep_record():
             dataset, hw = c.pop("dataset"), c.pop("hw")
             fields = {k: v for k, v in c.items() if k in FLAT_FIELDS}
             assert run_key(dataset, hw, TrainConfig.from_flat(**fields)) == r["key"], (path, r["key"])
+
+
+def test_parts_split_a_run_list_into_contiguous_slices_that_cover_it():
+    items = list(range(10))
+    for n in (1, 3, 4, 10, 12):
+        slices = [take_part(items, k, n) for k in range(1, n + 1)]
+        assert [i for sl in slices for i in sl] == items
+        assert max(map(len, slices)) - min(map(len, slices)) <= 1
+    assert parse_part(None) is None and parse_part("2/3") == (2, 3)
+    for bad in ("0/3", "4/3", "2", "a/b", "1/2/3"):
+        with pytest.raises(ValueError, match="--part"):
+            parse_part(bad)
+    with pytest.raises(ValueError, match="--part"):
+        take_part(items, 0, 3)
 
 
 def test_record_schema():
