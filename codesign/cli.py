@@ -332,7 +332,7 @@ def sweep_configs(args) -> list:
         raise ValueError(f"--method: {args.method!r} (levels {method.levels!r}, models {method.models}) cannot be "
                          f"swept for --model {args.model}; run python experiments/tradeoff.py --methods {args.method}")
     dense = [_config(args, 0.0, None, seed) for seed in range(args.seeds)]
-    overrides = method.overrides_for(args.dataset)
+    overrides = method.overrides_for(args.dataset, args.model)
     weights = args.cost_weights if method.levels == "cost" else [overrides.get("cost_weight", 0.0)]
     runs = [_config(args, cw, args.bits, seed).replace(**{**overrides, "cost_weight": cw})
             for cw in dict.fromkeys(weights) for seed in range(args.seeds)]

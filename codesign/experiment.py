@@ -43,9 +43,11 @@ class Method:
     baselines hollow), and its ``revision``: 0 for a method whose name never meant anything else;
     a name reused for new overrides gets the next revision, which goes into its records' identity
     (``config["revision"]``, only when nonzero, so older keys stay valid) and `RENAMED` names the
-    records of the earlier revisions. ``by_dataset``: ``{dataset: overrides}`` that replace
-    ``overrides`` on that dataset (settings re-chosen on its validation split, `FLAGSHIP_BY_DATASET`);
-    `overrides_for` resolves them and `settings_id` names them in a record's identity."""
+    records of the earlier revisions. ``by_dataset``: ``{scope: overrides}`` that replace
+    ``overrides`` in that scope, a dataset (``"wordnet"``) or one model on a dataset (``"cora/gat"``,
+    which wins over its dataset's entry): settings re-chosen on that scope's validation split,
+    `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them and `settings_id` names them in a record's
+    identity."""
 
     family: str
     overrides: dict
@@ -57,19 +59,30 @@ class Method:
     revision: int = 0
     by_dataset: dict = dataclasses.field(default_factory=dict)
 
-    def overrides_for(self, dataset: Optional[str]) -> dict:
-        """The `TrainConfig` overrides on ``dataset``: its ``by_dataset`` entry, else ``overrides``."""
-        return dict(self.by_dataset.get(dataset, self.overrides))
+    def scope(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
+        """The ``by_dataset`` key that applies to ``model`` on ``dataset`` (``"dataset/model"``
+        before ``"dataset"``), or None where ``overrides`` apply."""
+        for key in ((f"{dataset}/{model}",) if model is not None else ()) + (dataset,):
+            if key in self.by_dataset:
+                return key
+        return None
 
-    def settings_id(self, dataset: Optional[str]) -> Optional[str]:
-        """`codesign.results.config_key` of the overrides re-chosen for ``dataset`` (the fields that
-        differ from `TrainConfig`'s defaults), or None where they configure the same training as
-        ``overrides`` (so the keys of records made before the re-choice stay valid)."""
-        if dataset not in self.by_dataset:
+    def overrides_for(self, dataset: Optional[str], model: Optional[str] = None) -> dict:
+        """The `TrainConfig` overrides for ``model`` on ``dataset``: its `scope`'s ``by_dataset``
+        entry, else ``overrides``."""
+        key = self.scope(dataset, model)
+        return dict(self.overrides if key is None else self.by_dataset[key])
+
+    def settings_id(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
+        """`codesign.results.config_key` of the overrides re-chosen for ``model`` on ``dataset`` (the
+        fields that differ from `TrainConfig`'s defaults), or None where they configure the same
+        training as ``overrides`` (so the keys of records made before the re-choice stay valid)."""
+        key = self.scope(dataset, model)
+        if key is None:
             return None
         default = TrainConfig().flat()
         own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
-        chosen = own(self.by_dataset[dataset])
+        chosen = own(self.by_dataset[key])
         return None if chosen == own(self.overrides) else config_key(chosen)
 
     def style(self, name: str) -> dict:
@@ -354,7 +367,7 @@ def superseded_keys(records) -> set[str]:
         if not isinstance(cfg.get("method"), str) or not cfg.get("dataset"):
             continue
         method = PAPER_METHODS.get(record_method(cfg))
-        if method is not None and cfg.get("settings") != method.settings_id(cfg["dataset"]):
+        if method is not None and cfg.get("settings") != method.settings_id(cfg["dataset"], cfg.get("model")):
             out.add(rec.get("key"))
     return out
 

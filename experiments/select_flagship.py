@@ -13,22 +13,27 @@ is the starting point and three settings are re-chosen, the ones the first WordN
 the distillation weight (Cora's 3, or 0: no teacher), the bit-widths' learning rate ``quant_lr``
 (0.02, or 0.05: the bits of the 0/1 bag-of-words input fell only from 8 to 4 in 300 epochs at 0.02)
 and the granularity of the learned widths (``quantizer``, as on Cora): 4 candidates (`WORDNET_CANDIDATES`).
-Every candidate is trained on the dataset's GCN with the `h100` modeled energy in the loss at cost
+For GAT on Cora (``--model gat``, 2 seeds) the question is whether the edge gates pay there: 3
+candidates (`GAT_CANDIDATES`). Each (dataset, model) plan is a `PLANS` scope, the key of
+`codesign.experiment.FLAGSHIP_BY_DATASET` that its choice goes into.
+Every candidate is trained on that model with the `h100` modeled energy in the loss at cost
 weight 1 (the middle of the grid). The rule, on the validation split only (test accuracy is
 recorded, never used):
 
     of the candidates whose mean validation accuracy is within ``--slack`` (1) point of the best
     candidate's, the one with the largest mean modeled energy reduction.
 
-Writes ``results/flagship_selection.json`` (Cora; ``flagship_selection_<dataset>.json`` otherwise):
+Writes ``results/flagship_selection.json`` (Cora GCN; ``flagship_selection_<dataset>[_<model>].json``
+otherwise):
 the candidates, each with its per-seed validation and test accuracy, energy reduction and densities,
 the rule and the choice (copy the choice into `codesign.experiment.FLAGSHIP_SELECTION` for Cora,
-`codesign.experiment.FLAGSHIP_BY_DATASET` for another dataset). Each finished run is appended to
-``results/flagship_selection_runs[_<dataset>].jsonl`` first (resumable).
+`codesign.experiment.FLAGSHIP_BY_DATASET` for another scope). Each finished run is appended to
+``results/flagship_selection_runs[_<dataset>[_<model>]].jsonl`` first (resumable).
 
     python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores
                                                           # (measured: 16 of those runs took 4.5 min)
     python experiments/select_flagship.py --dataset wordnet   # 4 candidates x 1 seed x 300 epochs
+    python experiments/select_flagship.py --model gat     # Cora GAT: 3 candidates x 2 seeds
     python experiments/select_flagship.py --dataset wordnet --part 1/2 &  # the same on 2 processes
     python experiments/select_flagship.py --dataset wordnet --part 2/2
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
@@ -60,22 +65,38 @@ learning rate without distillation, then the bit-width granularity (Cora's per-t
 A²Q-style per-node widths) at the best of those. The corner (3.0, 0.05) was started on 2026-11-26 and
 stopped to save time once (3.0, 0.02) had come 4.45 validation points below (0.0, 0.02) (a
 successive-halving step, on validation accuracy only)."""
-PLANS = {"cora": {"seeds": 2, "epochs": None}, "wordnet": {"seeds": 1, "epochs": 300}}
-"""Per dataset: the default ``--seeds`` and the epochs (None: the model's default)."""
+GAT_CANDIDATES = (dict(), dict(edge_l0_weight=0.0), dict(edge_mask=False, edge_l0_weight=0.0))
+"""Cora GAT's candidates: the Cora GCN choice, its edge gates under the cost alone (no L0 pressure), and
+no edge gates (the grid's ``codesign_no_edges`` was 4.3 points more accurate than the flagship on GAT
+at the same cost weight: attention already weighs the neighbours the gates would cut)."""
+CANDIDATES = {"cora": tuple(dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
+                            for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS,
+                                                                         GATE_OPTIMIZERS)),
+              "wordnet": WORDNET_CANDIDATES, "cora/gat": GAT_CANDIDATES}
+"""Per scope (see `PLANS`), the candidates' settings."""
+PLANS = {"cora": {"seeds": 2, "epochs": None}, "wordnet": {"seeds": 1, "epochs": 300},
+         "cora/gat": {"seeds": 2, "epochs": None}}
+"""Per scope (a dataset, where the model is GCN, or ``"dataset/model"``, the keys of
+`codesign.experiment.FLAGSHIP_BY_DATASET`): the default ``--seeds`` and the epochs (None: the
+model's default)."""
 
 
-def candidates(dataset: str = "cora") -> list[dict]:
-    """Every candidate's settings (`TrainConfig` flat fields over `codesign.experiment.FLAGSHIP`) on ``dataset``.
+def scope(dataset: str, model: str = "gcn") -> str:
+    """The `PLANS` key of ``model`` on ``dataset``: the dataset for GCN, else ``"dataset/model"``."""
+    return dataset if model == "gcn" else f"{dataset}/{model}"
+
+
+def candidates(dataset: str = "cora", model: str = "gcn") -> list[dict]:
+    """Every candidate's settings (`TrainConfig` flat fields over `codesign.experiment.FLAGSHIP`) for
+    ``model`` on ``dataset``.
 
     Raises:
-      ValueError: ``dataset`` not in `PLANS`.
+      ValueError: no plan for that `scope` in `PLANS`.
     """
-    if dataset == "cora":
-        return [dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
-                for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS)]
-    if dataset == "wordnet":
-        return [dict(c) for c in WORDNET_CANDIDATES]
-    raise ValueError(f"dataset: no selection plan for {dataset!r}; choose from {', '.join(PLANS)}")
+    where = scope(dataset, model)
+    if where not in CANDIDATES:
+        raise ValueError(f"--dataset/--model: no selection plan for {where!r}; choose from {', '.join(PLANS)}")
+    return [dict(c) for c in CANDIDATES[where]]
 
 
 def choose(rows: list[dict], slack_pts: float) -> dict:
@@ -100,7 +121,8 @@ def main(argv=None) -> Optional[dict]:
     from codesign.train import TrainConfig, train
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="cora", choices=sorted(PLANS))
+    p.add_argument("--dataset", default="cora", choices=sorted({key.split("/")[0] for key in PLANS}))
+    p.add_argument("--model", default="gcn", help="the model whose flagship settings are chosen (PLANS)")
     p.add_argument("--seeds", type=int, default=None, help="default: 2 on Cora, 1 on WordNet (PLANS)")
     p.add_argument("--slack", type=float, default=1.0, help="validation points below the best that still qualify")
     p.add_argument("--out", default="results")
@@ -112,14 +134,18 @@ def main(argv=None) -> Optional[dict]:
         which = parse_part(args.part)
     except ValueError as err:
         raise SystemExit(str(err)) from None
-    plan = PLANS[args.dataset]
+    where = scope(args.dataset, args.model)
+    try:
+        cands = candidates(args.dataset, args.model)[:2 if args.quick else None]
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    plan = PLANS[where]
     seeds = plan["seeds"] if args.seeds is None else args.seeds
     if seeds < 1:
         raise SystemExit(f"--seeds: must be >= 1, got {seeds}")
-    cands = candidates(args.dataset)[:2] if args.quick else candidates(args.dataset)
     seeds = 1 if args.quick else seeds
     extra = {"epochs": 3} if args.quick else ({} if plan["epochs"] is None else {"epochs": plan["epochs"]})
-    suffix = ("" if args.dataset == "cora" else f"_{args.dataset}") + ("_quick" if args.quick else "")
+    suffix = ("" if where == "cora" else "_" + where.replace("/", "_")) + ("_quick" if args.quick else "")
     out = Path(args.out)
     store = ResultsStore(out / f"flagship_selection_runs{suffix}.jsonl")
     done = {r["key"]: r for r in store.records()}
@@ -129,7 +155,7 @@ def main(argv=None) -> Optional[dict]:
     todo = []
     for cand in cands:
         for seed in range(seeds):
-            cfg = TrainConfig.for_model("gcn", seed=seed, cost_weight=COST_WEIGHT, **{**FLAGSHIP, **cand, **extra})
+            cfg = TrainConfig.for_model(args.model, seed=seed, cost_weight=COST_WEIGHT, **{**FLAGSHIP, **cand, **extra})
             key = run_key(args.dataset, hw.name, cfg, experiment="select_flagship")
             runs_of[json.dumps(cand)].append(key)
             todo.append((cand, cfg, key))
@@ -163,8 +189,8 @@ def main(argv=None) -> Optional[dict]:
         print(f"{json.dumps(cand)}: val {rows[-1]['val_pct']:.2f} %, test {rows[-1]['test_pct']:.2f} %, "
               f"energy reduction {rows[-1]['energy_reduction']:.1f}x", file=sys.stderr)
     chosen = choose(rows, args.slack)
-    epochs = TrainConfig.for_model("gcn", **{**FLAGSHIP, **extra}).optim.epochs
-    result = {"dataset": args.dataset, "model": "gcn", "epochs": epochs, "hw": hw.name, "cost_weight": COST_WEIGHT,
+    epochs = TrainConfig.for_model(args.model, **{**FLAGSHIP, **extra}).optim.epochs
+    result = {"dataset": args.dataset, "model": args.model, "epochs": epochs, "hw": hw.name, "cost_weight": COST_WEIGHT,
               "rule": f"of the candidates whose mean validation accuracy is within {args.slack:g} point(s) of the "
                       "best candidate's, the largest mean modeled energy reduction (test accuracy not used)",
               "candidates": rows, "chosen": chosen["settings"]}

@@ -139,7 +139,7 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
            "trained_for_hw": job.train_hw}
     if METHODS[job.method].revision:  # a reused name: the revision is part of the identity (Method.revision)
         cfg["revision"] = METHODS[job.method].revision
-    settings = METHODS[job.method].settings_id(dataset)
+    settings = METHODS[job.method].settings_id(dataset, job.model)
     if settings is not None:  # settings re-chosen for this dataset (Method.by_dataset) are part of the identity
         cfg["settings"] = settings
     name = level_name(job.method, budget_mode)
@@ -194,7 +194,7 @@ def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
 def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
     """The `TrainConfig` of ``job`` on ``dataset`` (the method's `Method.overrides_for` it)."""
     from codesign.train import TrainConfig
-    over = METHODS[job.method].overrides_for(dataset)
+    over = METHODS[job.method].overrides_for(dataset, job.model)
     name = level_name(job.method, budget_mode)
     if name in ("cost_weight", "budget"):
         over[name] = job.level

@@ -318,6 +318,20 @@ def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity
     monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET", {"wordnet": same})
     monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"], **_flagship()))
     assert mod.METHODS["codesign"].settings_id("wordnet") is None and not superseded_keys([old])
+    # a model's own entry ("dataset/model") wins over its dataset's, for that model only
+    monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET",
+                        {"wordnet": {"distill_weight": 0.0}, "cora/gat": {"edge_mask": False, "edge_l0_weight": 0.0}})
+    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"], **_flagship()))
+    cfg = lambda model, ds: mod.train_config(mod.Job(model, "codesign", 1.0, 0, ("h100",), "h100"), ds, None, False)
+    assert cfg("gat", "cora").masks.edge is False and cfg("gcn", "cora").masks.edge is True
+    assert cfg("gat", "wordnet").masks.edge is True and cfg("gat", "wordnet").distill.weight == 0.0
+    method = mod.METHODS["codesign"]
+    assert method.settings_id("cora", "gcn") is None and method.settings_id("cora", "gat") is not None
+    gat_old = {"key": "gat_old", "config": mod.record_config(mod.Job("gat", "codesign", 1.0, 0, ("h100",), "h100"),
+                                                             "h100", "cora", None, False) | {"settings": None}}
+    assert "settings" in mod.record_config(mod.Job("gat", "codesign", 1.0, 0, ("h100",), "h100"), "h100", "cora",
+                                           None, False)
+    assert superseded_keys([gat_old, {"key": "gcn", "config": rec_cora}]) == {"gat_old"}
 
 
 def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
@@ -374,3 +388,8 @@ def test_select_flagship_quick_and_its_rule(tmp_path):
     with pytest.raises(ValueError, match="slack"):
         mod.choose(rows, -1.0)
     assert {c["quantizer"] for c in mod.candidates()} == {"learned", "a2q"} and len(mod.candidates()) == 16
+    assert {c.get("edge_mask", True) for c in mod.candidates("cora", "gat")} == {True, False}
+    with pytest.raises(ValueError, match="no selection plan for 'cora/sage'"):
+        mod.candidates("cora", "sage")
+    with pytest.raises(SystemExit, match="cora/sage"):
+        mod.main(["--model", "sage", "--out", str(tmp_path)])
