@@ -14,7 +14,7 @@ Methods (`codesign.experiment.PAPER_METHODS`; the default ``--methods`` is `GRID
                 gates; learned per-tensor bit-widths from 8 bits with ranges pinned to the data max and a
                 bit penalty; the epoch chosen on the validation objective; the target's modeled cost in the
                 loss. Settings chosen on validation accuracy by experiments/select_flagship.py (Cora's
-                choice everywhere, except where `FLAGSHIP_BY_DATASET` holds a dataset's own: then
+                choice everywhere, except where `FLAGSHIP_BY_DATASET` holds a dataset's or a model's own: then
                 its records carry ``"settings"``, `Method.settings_id`, in their identity).
   codesign_a2q  the same with A2Q-style per-node bit-widths on node features.
   codesign_no_* the flagship with one ingredient dropped (edges, features, bits, distill): the ablation.
