@@ -137,7 +137,7 @@ below the best, out of the 1-point slack)."""
 
 def _flagship(**change) -> dict:
     """`Method` keyword arguments of a method derived from the flagship: ``overrides`` = `FLAGSHIP`
-    with ``change``, and ``by_dataset`` the same on top of each dataset's `FLAGSHIP_BY_DATASET`."""
+    with ``change``, and ``by_dataset`` the same on top of each scope's `FLAGSHIP_BY_DATASET` entry."""
     return {"overrides": dict(FLAGSHIP, **change),
             "by_dataset": {ds: {**FLAGSHIP, **sel, **change} for ds, sel in FLAGSHIP_BY_DATASET.items()}}
 
