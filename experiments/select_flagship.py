@@ -69,16 +69,14 @@ GAT_CANDIDATES = (dict(), dict(edge_l0_weight=0.0), dict(edge_mask=False, edge_l
 """Cora GAT's candidates: the Cora GCN choice, its edge gates under the cost alone (no L0 pressure), and
 no edge gates (the grid's ``codesign_no_edges`` was 4.3 points more accurate than the flagship on GAT
 at the same cost weight: attention already weighs the neighbours the gates would cut)."""
-CANDIDATES = {"cora": tuple(dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
-                            for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS,
-                                                                         GATE_OPTIMIZERS)),
-              "wordnet": WORDNET_CANDIDATES, "cora/gat": GAT_CANDIDATES}
-"""Per scope (see `PLANS`), the candidates' settings."""
-PLANS = {"cora": {"seeds": 2, "epochs": None}, "wordnet": {"seeds": 1, "epochs": 300},
-         "cora/gat": {"seeds": 2, "epochs": None}}
+_CORA_GCN = tuple(dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
+                  for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS))
+PLANS = {"cora": {"seeds": 2, "epochs": None, "candidates": _CORA_GCN},
+         "wordnet": {"seeds": 1, "epochs": 300, "candidates": WORDNET_CANDIDATES},
+         "cora/gat": {"seeds": 2, "epochs": None, "candidates": GAT_CANDIDATES}}
 """Per scope (a dataset, where the model is GCN, or ``"dataset/model"``, the keys of
-`codesign.experiment.FLAGSHIP_BY_DATASET`): the default ``--seeds`` and the epochs (None: the
-model's default)."""
+`codesign.experiment.FLAGSHIP_BY_DATASET`): the default ``--seeds``, the epochs (None: the model's
+default) and the candidates' settings."""
 
 
 def scope(dataset: str, model: str = "gcn") -> str:
@@ -94,9 +92,9 @@ def candidates(dataset: str = "cora", model: str = "gcn") -> list[dict]:
       ValueError: no plan for that `scope` in `PLANS`.
     """
     where = scope(dataset, model)
-    if where not in CANDIDATES:
+    if where not in PLANS:
         raise ValueError(f"--dataset/--model: no selection plan for {where!r}; choose from {', '.join(PLANS)}")
-    return [dict(c) for c in CANDIDATES[where]]
+    return [dict(c) for c in PLANS[where]["candidates"]]
 
 
 def choose(rows: list[dict], slack_pts: float) -> dict:
