@@ -31,7 +31,7 @@ from codesign.train import TrainConfig
 __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
            "RENAMED", "RANDOM",
            "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys",
-           "superseded_keys", "parse_part", "take_part"]
+           "superseded_keys", "scope_base", "parse_part", "take_part"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,11 +136,19 @@ distillation at 0.02: 67.50 %, 6.6x; no distillation at 0.05: 64.81 %, 9.2x; no 
 are one method)."""
 
 
+def scope_base(scope: str) -> dict:
+    """The flagship settings a scope's `FLAGSHIP_BY_DATASET` entry refines: `FLAGSHIP` for a dataset
+    scope (``"wordnet"``), `FLAGSHIP` under its dataset's entry for a model scope (``"cora/gat"``)."""
+    dataset, _, model = scope.partition("/")
+    return {**FLAGSHIP, **(FLAGSHIP_BY_DATASET.get(dataset, {}) if model else {})}
+
+
 def _flagship(**change) -> dict:
     """`Method` keyword arguments of a method derived from the flagship: ``overrides`` = `FLAGSHIP`
-    with ``change``, and ``by_dataset`` the same on top of each scope's `FLAGSHIP_BY_DATASET` entry."""
+    with ``change``, and ``by_dataset`` the same on top of each scope's `FLAGSHIP_BY_DATASET` entry
+    (over its `scope_base`)."""
     return {"overrides": dict(FLAGSHIP, **change),
-            "by_dataset": {ds: {**FLAGSHIP, **sel, **change} for ds, sel in FLAGSHIP_BY_DATASET.items()}}
+            "by_dataset": {key: {**scope_base(key), **sel, **change} for key, sel in FLAGSHIP_BY_DATASET.items()}}
 
 
 LEARNED_QUANT_MODELS = tuple(name for name, m in MODELS.items() if m.accepts("quantizer"))

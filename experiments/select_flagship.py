@@ -85,8 +85,8 @@ def scope(dataset: str, model: str = "gcn") -> str:
 
 
 def candidates(dataset: str = "cora", model: str = "gcn") -> list[dict]:
-    """Every candidate's settings (`TrainConfig` flat fields over `codesign.experiment.FLAGSHIP`) for
-    ``model`` on ``dataset``.
+    """Every candidate's settings for ``model`` on ``dataset`` (`TrainConfig` flat fields over the
+    scope's `codesign.experiment.scope_base`).
 
     Raises:
       ValueError: no plan for that `scope` in `PLANS`.
@@ -113,7 +113,7 @@ def choose(rows: list[dict], slack_pts: float) -> dict:
 
 def main(argv=None) -> Optional[dict]:
     from codesign.data import load_dataset
-    from codesign.experiment import FLAGSHIP, make_record, parse_part, run_key, take_part
+    from codesign.experiment import make_record, parse_part, run_key, scope_base, take_part
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, write_text_atomic
     from codesign.train import TrainConfig, train
@@ -153,7 +153,8 @@ def main(argv=None) -> Optional[dict]:
     todo = []
     for cand in cands:
         for seed in range(seeds):
-            cfg = TrainConfig.for_model(args.model, seed=seed, cost_weight=COST_WEIGHT, **{**FLAGSHIP, **cand, **extra})
+            cfg = TrainConfig.for_model(args.model, seed=seed, cost_weight=COST_WEIGHT,
+                                        **{**scope_base(where), **cand, **extra})
             key = run_key(args.dataset, hw.name, cfg, experiment="select_flagship")
             runs_of[json.dumps(cand)].append(key)
             todo.append((cand, cfg, key))
@@ -187,7 +188,7 @@ def main(argv=None) -> Optional[dict]:
         print(f"{json.dumps(cand)}: val {rows[-1]['val_pct']:.2f} %, test {rows[-1]['test_pct']:.2f} %, "
               f"energy reduction {rows[-1]['energy_reduction']:.1f}x", file=sys.stderr)
     chosen = choose(rows, args.slack)
-    epochs = TrainConfig.for_model(args.model, **{**FLAGSHIP, **extra}).optim.epochs
+    epochs = TrainConfig.for_model(args.model, **{**scope_base(where), **extra}).optim.epochs
     result = {"dataset": args.dataset, "model": args.model, "epochs": epochs, "hw": hw.name, "cost_weight": COST_WEIGHT,
               "rule": f"of the candidates whose mean validation accuracy is within {args.slack:g} point(s) of the "
                       "best candidate's, the largest mean modeled energy reduction (test accuracy not used)",

@@ -332,6 +332,14 @@ def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity
     assert "settings" in mod.record_config(mod.Job("gat", "codesign", 1.0, 0, ("h100",), "h100"), "h100", "cora",
                                            None, False)
     assert superseded_keys([gat_old, {"key": "gcn", "config": rec_cora}]) == {"gat_old"}
+    # a model scope refines its dataset's entry: WordNet GAT keeps WordNet's settings under its own
+    from codesign.experiment import scope_base
+    monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET",
+                        {"wordnet": {"distill_weight": 0.0}, "wordnet/gat": {"edge_l0_weight": 0.0}})
+    monkeypatch.setitem(mod.METHODS, "codesign", dataclasses.replace(mod.METHODS["codesign"], **_flagship()))
+    assert scope_base("wordnet") == FLAGSHIP and scope_base("wordnet/gat")["distill_weight"] == 0.0
+    assert cfg("gat", "wordnet").distill.weight == 0.0 and cfg("gat", "wordnet").masks.edge_l0_weight == 0.0
+    assert cfg("gcn", "wordnet").masks.edge_l0_weight == FLAGSHIP["edge_l0_weight"] > 0
 
 
 def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
