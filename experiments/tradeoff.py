@@ -54,11 +54,11 @@ Parts (``--part K/N``): the plan is seed-major, so ``--part K/3`` of a 3-seed gr
 What a part costs on 2 cores, alone (Cora: wall time of whole grid commands, 2026-11-25 evening;
 the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of single runs):
   Cora GCN, one seed, GRID_METHODS: the flagship and codesign_a2q ~16 s a run with --measure (36 runs
-    at 2 cost weights x 3 targets x 3 seeds took 9.5 min), 21 runs each (7 cost weights x 3 targets);
-    the 4 ablations 84 runs; the baselines with UGS's 8 rounds ~2.5 min: ~40 min a seed (estimate).
+    at 2 cost weights x 3 targets x 3 seeds took 9.5 min), 24 runs each (8 cost weights x 3 targets);
+    the 4 ablations 96 runs; the baselines with UGS's 8 rounds ~2.5 min: ~45 min a seed (estimate).
   Cora GAT / GraphSAGE, one seed: the flagship ~26 s a run (48 runs took 21 min), codesign_a2q 93-125 s
-    a run (train_time_s), the baselines ~1.2 min: ~1.5 h each with the ablations (estimate), so all of
-    Cora ~3.7 h a seed, ~11 h for 3 (estimate).
+    a run (train_time_s), the baselines ~1.2 min: ~1.7 h each with the ablations (estimate), so all of
+    Cora ~4.2 h a seed, ~12.5 h for 3 (estimate).
   WordNet GCN, one seed, --epochs 100 (measured 2026-11-25 as train_time_s, beside a niced Cora run):
     dense 49 s, INT8 61 s, Degree-Quant 77 s, A2Q 443 s, the flagship and its ablations 285-294 s
     (without learned bits 145 s) a run (--measure not included); at 7 cost weights the 42 runs of the
@@ -68,7 +68,7 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
   WordNet GCN, one seed, --epochs 300 (the grid's setting since 2026-11-26: dense reaches 70.6 %
     there, 65.8 % at 100; train_time_s, 2 cores shared by 3-4 such runs): dense 164 s (alone), INT8
     337 s, INT4 345 s, Degree-Quant 409 s, DropEdge 335 s, random edges 267 s, A2Q 2,433 s, the
-    flagship 1,471-2,207 s a run: the 42-run co-design family alone is ~15 h (estimate), so split it
+    flagship 1,471-2,207 s a run: the 48-run co-design family alone is ~17 h (estimate), so split it
     by --hws / --cost-weights / --part.
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
@@ -96,7 +96,10 @@ from codesign.experiment import PAPER_METHODS as METHODS, record_method, stale_k
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
 DATASETS = ("cora", "citeseer", "pubmed", "wordnet")
-COST_WEIGHTS = (0.1, 0.3, 1.0, 2.0, 3.0, 5.0, 10.0)
+COST_WEIGHTS = (0.1, 0.3, 1.0, 2.0, 2.5, 3.0, 5.0, 10.0)
+"""The codesign family's cost weights: 0.1, 2 and 5 were added when the front between 1 and 10 had
+two points, 2.5 where Cora GCN's flagship front falls off (cost weight 2 to 3 cost 2.5 points on
+`h100`; docs/results.md)."""
 KEEPS = (0.3, 0.5, 0.7)
 UGS_ROUNDS = 8
 GRID_METHODS = ("dense", "codesign", "codesign_a2q", "int8", "int4", "degree_quant", "a2q", "ugs_int8", "random_edges",
