@@ -103,13 +103,9 @@ FLAGSHIP_SELECTION = dict(edge_l0_weight=2.4, distill_weight=3.0, bits_weight=0.
 """The flagship's settings, chosen on validation accuracy only by ``experiments/select_flagship.py``
 (Cora GCN, `h100` energy, cost weight 1, seeds 0 and 1; the rule: of the candidates whose mean
 validation accuracy is within 1 point of the best candidate's, the one with the largest mean modeled
-energy reduction). Candidates (L0 weight / distillation weight, bits_weight, gate optimizer, bit-width
-granularity: mean validation accuracy, energy reduction), all in ``results/flagship_selection.json``:
-with per-element gate Adam the gates close far (edges 0.15-0.40, features 0.45-0.67 kept) and
-validation accuracy drops to 74.3-75.5 % (24.9-28.3x) at either granularity; with per-tensor Adam and
-per-tensor widths 0.8/1, 0.1: 77.7 % (17.2x); 0.8/1, 0.3: 77.9 % (16.8x); 2.4/3, 0.3: 79.8 % (17.1x,
-the best validation); 2.4/3, 0.1: 79.5 % (17.4x, chosen); with A²Q per-node widths (``quantizer="a2q"``,
-the `codesign_a2q` variant) 77.6-79.6 % (16.5-17.6x), none both within the point and cheaper."""
+energy reduction): the edge L0 weight with the distillation weight, ``bits_weight``, the gate optimizer
+and the bit-width granularity. Every candidate's measured validation accuracy and energy reduction:
+``results/flagship_selection.json``, discussed in docs/results.md."""
 
 FLAGSHIP = dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned", bits=8, pin_ranges=True,
                 select="best_val", distill_temperature=2.0, **FLAGSHIP_SELECTION)
@@ -125,15 +121,10 @@ FLAGSHIP_BY_DATASET: dict = {"wordnet": dict(distill_weight=0.0, quant_lr=0.02, 
 """Per scope (a dataset, or ``"dataset/model"``), `TrainConfig` flat fields of the flagship re-chosen on
 that scope's validation split by ``experiments/select_flagship.py --dataset NAME [--model MODEL]`` (its
 plans and rule: that script's docstring); the flagship, its A²Q variant and its ablations use them
-there (`Method.by_dataset`). Cora GAT (``results/flagship_selection_cora_gat.json``, seeds 0 and 1,
-`h100` at cost weight 1; mean validation accuracy, energy reduction): Cora GCN's choice 75.10 %,
-10.8x; its edge gates under the cost alone, no L0 pressure, 80.40 %, 9.0x (chosen); no edge gates
-80.40 %, 8.9x. WordNet
-(``results/flagship_selection_wordnet.json``, GCN, 300 epochs, seed 0, `h100` at cost weight 1;
-validation accuracy, energy reduction): distillation 3 at bit lr 0.02: 63.05 %, 6.4x; no
-distillation at 0.02: 67.50 %, 6.6x; no distillation at 0.05: 64.81 %, 9.2x; no distillation at
-0.02 with A²Q per-node widths: 68.40 %, 11.8x (chosen: on WordNet the flagship and its A²Q variant
-are one method)."""
+there (`Method.by_dataset`). Each scope's candidates, with their measured validation accuracy and
+energy reduction: ``results/flagship_selection_<dataset>[_<model>].json`` (``_wordnet``,
+``_cora_gat``), discussed in docs/results.md. WordNet's entry holds ``quantizer="a2q"``, so there the
+flagship and its A²Q variant are one method."""
 
 
 def scope_base(scope: str) -> dict:
