@@ -116,7 +116,7 @@ bit-widths from 8 bits with pinned ranges and a bit penalty (``learned_bits_pinn
 epoch selected by the validation objective; the target's modeled cost in the loss at the grid's
 cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
 
-FLAGSHIP_BY_DATASET: dict = {"wordnet": dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q"),
+FLAGSHIP_BY_DATASET: dict = {"wordnet": dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q", edge_l0_weight=0.0),
                               "cora/gat": dict(edge_l0_weight=0.0)}
 """Per scope (a dataset, or ``"dataset/model"``), `TrainConfig` flat fields of the flagship re-chosen on
 that scope's validation split by ``experiments/select_flagship.py --dataset NAME [--model MODEL]`` (its
