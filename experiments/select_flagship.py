@@ -34,7 +34,7 @@ the rule and the choice (copy the choice into `codesign.experiment.FLAGSHIP_SELE
     python experiments/select_flagship.py                 # 16 candidates x 2 seeds: ~9 min on 2 cores
                                                           # (measured: 16 of those runs took 4.5 min)
     python experiments/select_flagship.py --dataset wordnet   # 6 candidates x 1 seed x 300 epochs
-    python experiments/select_flagship.py --model gat     # Cora GAT: 3 candidates x 2 seeds
+    python experiments/select_flagship.py --model gat     # Cora GAT: 4 candidates x 2 seeds
     python experiments/select_flagship.py --dataset wordnet --part 1/2 &  # the same on 2 processes
     python experiments/select_flagship.py --dataset wordnet --part 2/2
     python experiments/select_flagship.py --quick         # smoke run: 2 candidates, 1 seed, 3 epochs
@@ -66,8 +66,8 @@ WORDNET_CANDIDATES = (dict(distill_weight=3.0, quant_lr=0.02), dict(distill_weig
 """WordNet's candidates: the distillation weight at Cora's bit learning rate, then the faster bit
 learning rate without distillation, then the bit-width granularity (Cora's per-tensor widths or
 A²Q-style per-node widths) at the best of those, then, as for GAT, the edge gates under the cost alone
-(no L0 pressure) and no edge gates (the A²Q choice lost to A²Q with every edge what its gates cut:
-docs/results.md). The corner (3.0, 0.05) was started on 2026-11-26 and
+(no L0 pressure) and no edge gates (the A²Q choice was less accurate than the A2Q baseline, which keeps
+every edge: docs/results.md). The corner (3.0, 0.05) was started on 2026-11-26 and
 stopped to save time once (3.0, 0.02) had come 4.45 validation points below (0.0, 0.02) (a
 successive-halving step, on validation accuracy only)."""
 GAT_CANDIDATES = (dict(), dict(edge_l0_weight=0.0), dict(edge_mask=False, edge_l0_weight=0.0),
@@ -75,8 +75,8 @@ GAT_CANDIDATES = (dict(), dict(edge_l0_weight=0.0), dict(edge_mask=False, edge_l
 """Cora GAT's candidates: the Cora GCN choice, its edge gates under the cost alone (no L0 pressure), and
 no edge gates (the grid's ``codesign_no_edges`` was 4.3 points more accurate than the flagship on GAT
 at the same cost weight: attention already weighs the neighbours the gates would cut), then the second without
-the bit penalty (``bits_weight`` does not scale with the cost weight, so it sets the widths at every cost
-weight, and INT4 was more accurate than every flagship point on GAT: docs/results.md)."""
+the bit penalty (the question: ``bits_weight`` does not scale with the cost weight, so might it set the
+widths at every cost weight? INT4 was more accurate than every flagship point on GAT: docs/results.md)."""
 _CORA_GCN = tuple(dict(edge_l0_weight=l0, distill_weight=w, bits_weight=bw, gate_optimizer=opt, quantizer=q)
                   for q, (l0, w), bw, opt in itertools.product(QUANTIZERS, PAIRS, BITS_WEIGHTS, GATE_OPTIMIZERS))
 PLANS = {"cora": {"seeds": 2, "epochs": None, "candidates": _CORA_GCN},
