@@ -58,11 +58,10 @@ BITS_WEIGHTS = (0.1, 0.3)
 GATE_OPTIMIZERS = ("adam", "tensor_adam")
 QUANTIZERS = ("learned", "a2q")
 COST_WEIGHT = 1.0
+_WORDNET_A2Q = dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q")  # the 4th candidate, refined by the 5th and 6th
 WORDNET_CANDIDATES = (dict(distill_weight=3.0, quant_lr=0.02), dict(distill_weight=0.0, quant_lr=0.02),
-                      dict(distill_weight=0.0, quant_lr=0.05),
-                      dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q"),
-                      dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q", edge_l0_weight=0.0),
-                      dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q", edge_mask=False, edge_l0_weight=0.0))
+                      dict(distill_weight=0.0, quant_lr=0.05), _WORDNET_A2Q,
+                      dict(_WORDNET_A2Q, edge_l0_weight=0.0), dict(_WORDNET_A2Q, edge_mask=False, edge_l0_weight=0.0))
 """WordNet's candidates: the distillation weight at Cora's bit learning rate, then the faster bit
 learning rate without distillation, then the bit-width granularity (Cora's per-tensor widths or
 A²Q-style per-node widths) at the best of those, then, as for GAT, the edge gates under the cost alone

@@ -98,8 +98,7 @@ MODELS = ("gcn", "gat", "sage")
 DATASETS = ("cora", "citeseer", "pubmed", "wordnet")
 COST_WEIGHTS = (0.1, 0.3, 1.0, 2.0, 2.5, 3.0, 5.0, 10.0)
 """The codesign family's cost weights: 0.1, 2 and 5 were added when the front between 1 and 10 had
-two points, 2.5 where Cora GCN's flagship front falls off (cost weight 2 to 3 cost 2.5 points on
-`h100`; docs/results.md)."""
+two points, 2.5 where Cora GCN's flagship front falls off between 2 and 3 (docs/results.md)."""
 KEEPS = (0.3, 0.5, 0.7)
 UGS_ROUNDS = 8
 GRID_METHODS = ("dense", "codesign", "codesign_a2q", "int8", "int4", "degree_quant", "a2q", "ugs_int8", "random_edges",
