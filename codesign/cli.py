@@ -416,6 +416,39 @@ def cmd_cost(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    from codesign.hwmodel import calibrate, presets
+    if args.table is None:
+        rows = [presets.evidence(n) for n in presets.names()]
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        for r in rows:
+            err = "" if r["error"] is None else "; error " + json.dumps(r["error"], separators=(",", ":"))
+            print(f"{r['preset']:10s} {r['level']}: {r['checked_against']}{err}"
+                  f"{'' if r['date'] is None else '; ' + r['date']}")
+        return 0
+    hw = presets.get(args.hw)
+    table = calibrate.screen(calibrate.read_timing_table(args.table, args.kind), hw)
+    rec = presets.gpu_fit_record() if hw.name in ("h100", "a100") else None
+    fits = None if rec is None else {k: v["factors"] for k, v in
+                                     rec["tables"].get(table.kind, {}).get("kernels", {}).items()}
+    out = calibrate.validate_table(table, hw, fits)
+    out["screened"] = table.screened
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"{args.table} ({table.kind}) on {hw.name}; screened (impossible times): {table.screened}")
+    print(f"  {'kernel':10s}{'width':>6s}{'n':>5s}{'MAPE':>8s}{'Spearman':>10s}{'median mod/meas':>17s}  factors")
+    for k, v in out["kernels"].items():
+        for w, m in v["by_width"].items():
+            if m["n"] == 0:
+                continue
+            rho = "-" if m["spearman"] is None else f"{m['spearman']:.3f}"
+            print(f"  {k:10s}{w:>6s}{m['n']:5d}{m['mape']:8.3f}{rho:>10s}{m['median_ratio']:17.3f}  {v['factors_from']}")
+    return 0
+
+
 def _bench_train(args) -> int:
     from pathlib import Path
 
@@ -463,7 +496,7 @@ def build_parser() -> argparse.ArgumentParser:
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sweep,cost,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sweep,cost,bench,validate}")
     add = lambda name, help: sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
     p = add("train", "train (several seeds), harden, evaluate and cost one configuration")
@@ -569,6 +602,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rmat-features", type=_positive_int("rmat_features"), default=64,
                    help="train: R-MAT feature width")
     p.set_defaults(func=cmd_bench)
+
+    p = add("validate", "each hardware preset's evidence (what it was checked against, the error, when); "
+                        "with --table, the cost model's error on a device timing table")
+    p.add_argument("--table", default=None, metavar="FILE",
+                   help="CSV timing table (columns matrix, n_rows, nnz, width, <kernel>_ms; "
+                        "shared/data/gpu_timings/README.md)")
+    p.add_argument("--kind", default=None, choices=["spmm", "sddmm"],
+                   help="kernel of the table (default: from the file name)")
+    p.add_argument("--hw", default="h100", type=str.lower, choices=presets.names(), help="hardware preset")
+    p.add_argument("--json", action="store_true", help="print one JSON object (with --table: per-row predictions)")
+    p.set_defaults(func=cmd_validate)
     return parser
 
 

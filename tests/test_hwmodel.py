@@ -223,8 +223,12 @@ def test_row_overhead_by_hand():
     g = jax.grad(lambda spec: stage_cost(sp, spec).compute_s)(hw)
     np.testing.assert_allclose(float(g.row_overhead_s), 1000.0, rtol=1e-6)
     assert tiny_spec().row_overhead_s == 0.0  # not modeled unless given (datasheet presets)
-    for name in ("h100", "a100", "hygcn", "gnnear", "hbm-pim"):
+    for name in ("hygcn", "gnnear"):
         assert presets.get(name).row_overhead_s == 0.0
+    for spec in (presets.h100_datasheet(), presets.a100_datasheet()):
+        assert spec.row_overhead_s == 0.0
+    for name in ("h100", "a100", "hbm-pim"):  # fitted on the public H100 table (presets.load_gpu_fit)
+        assert presets.get(name).row_overhead_s > 0.0
     with pytest.raises(ValueError, match=r"HardwareSpec\('tiny'\)\.row_overhead_s: must be finite and >= 0"):
         tiny_spec(row_overhead_s=-1e-9)
     with pytest.raises(ValueError, match=r"\.row_overhead_s: must be finite and >= 0"):
@@ -431,7 +435,9 @@ def test_workload_gradients_match_finite_differences(preset):
     # more edges, more features and more bits all cost time and energy
     assert np.all(jac > 0), jac
     for i in range(3):
-        h = 1e-3 * x0[i]
+        # 1e-2: the fitted GPU presets' fixed per-kernel cost dominates a Cora GCN's latency, and a
+        # 1e-3 step's float32 difference of it is ~2 % noise
+        h = 1e-2 * x0[i]
         xp, xm = x0.copy(), x0.copy()
         xp[i] += h
         xm[i] -= h

@@ -47,14 +47,81 @@ ASSUMPTIONS = {
     "UPMEM_LINK_IS_SYSTEM_TOTAL": (4.74e9, (4.74e9, 40 * 4.74e9), "upmem host link B/s: system total, or per rank x 40"),
     "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs (DPU energy per op unpublished)"),
     "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
+    "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
+                                                 "the fit on the public tables, experiments/fit_gpu_presets.py)"),
+    "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
+                                            "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
+                                            "cost = h100's (no A100 table here)"),
 }
 """Every constant of the presets that is an assumption rather than a sourced number:
 ``{name: (value, plausible range or None, what it is)}`` (docs/hwmodel.md lists them)."""
 GPU_STATIC_FRACTION_OF_TDP = ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"][0]
+STREAM_DRAM_EFFICIENCY = ASSUMPTIONS["STREAM_DRAM_EFFICIENCY"][0]
+GPU_FIT_FACTORS = ("stage_overhead_s", "dram_efficiency", "gather_efficiency", "onchip_bw_bytes_per_s", "row_overhead_s",
+                   "row_gather_overhead_s", "overlap_exponent")
+"""The `HardwareSpec` fields the GPU presets take from ``fits/h100.json`` (`load_gpu_fit`)."""
+H100_SM_CLOCK = 132 * 1.98e9  # SMs x boost clock, NVIDIA H100 whitepaper (SXM5)
+A100_SM_CLOCK = 108 * 1.41e9  # NVIDIA A100 whitepaper
+
+
+def gpu_fit_record(path=None) -> dict:
+    """The whole fit record of the GPU presets, ``fits/h100.json`` (per table and kernel column:
+    fitted factors and grouped cross-validation metrics).
+
+    Raises:
+      FileNotFoundError: no record."""
+    import json
+    with open(Path(path) if path is not None else FITS_DIR / "h100.json") as fh:
+        return json.load(fh)
+
+
+def load_gpu_fit(path=None) -> dict:
+    """The factors the `h100` preset takes (`GPU_FIT_FACTORS`) from its fit record
+    ``fits/h100.json`` (written by ``python experiments/fit_gpu_presets.py``): those of the kernel
+    the record names in ``preset_kernel`` (cuSPARSE SpMM), fitted on the public H100 timing table.
+
+    Raises:
+      FileNotFoundError: no record.
+      ValueError: a key missing or a factor not a finite number >= 0 (naming the file and key).
+    """
+    import math
+    p = Path(path) if path is not None else FITS_DIR / "h100.json"
+    rec = gpu_fit_record(p)
+    try:
+        kind, kernel = rec["preset_kernel"]
+        factors = rec["tables"][kind]["kernels"][kernel]["factors"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"hardware fit {p}: missing key {e} (preset_kernel / tables.<kind>.kernels.<kernel>.factors)") \
+            from None
+    out = {}
+    for k in GPU_FIT_FACTORS:
+        v = factors.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"hardware fit {p}: factors.{k} must be a finite number >= 0, got {v!r}")
+        out[k] = float(v)
+    return out
 
 
 def h100() -> HardwareSpec:
-    """NVIDIA H100 SXM5 80 GB.
+    """NVIDIA H100 SXM5 80 GB: `h100_datasheet` with the software factors (`GPU_FIT_FACTORS`: a
+    fixed per-kernel cost, the gathers' compute and L2 bandwidth, per-row costs, the compute /
+    memory overlap) FITTED on public device timings: the cuSPARSE SpMM column of the FlashSparse
+    H100 table (half of it, ``shared/data/gpu_timings``; `load_gpu_fit`, record
+    ``fits/h100.json``; ``dram_efficiency`` held at the ASSUMPTION `STREAM_DRAM_EFFICIENCY`).
+    Sources: roofs and energies as `h100_datasheet`; the factors fitted on FlashSparse's H100
+    timings (Li et al., PPoPP 2025, ``zli96/flashSparse`` ``result/ref/baseline_h100_spmm_*.csv``).
+    Evidence: `evidence("h100")` (grouped cross-validation on that table; docs/hwmodel.md).
+    Not yet checked: GEMMs, elementwise stages and energy on a device (the GPU issue).
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_gpu_fit`.
+    """
+    return h100_datasheet().replace(**load_gpu_fit())
+
+
+def h100_datasheet() -> HardwareSpec:
+    """NVIDIA H100 SXM5 80 GB, datasheet numbers only (no per-kernel cost, ideal efficiencies):
+    the base `h100` is fitted on.
 
     Sources:
       - NVIDIA H100 Tensor Core GPU datasheet (2023), dense (non-sparse) tensor-core rates:
@@ -88,7 +155,26 @@ def h100() -> HardwareSpec:
 
 
 def a100() -> HardwareSpec:
-    """NVIDIA A100 SXM4 80 GB.
+    """NVIDIA A100 SXM4 80 GB: `a100_datasheet` with the `h100` fit's software factors, scaled by
+    the datasheets (ASSUMPTION `ASSUMPTIONS["A100_SCALES_AS_SM_CLOCK"]`: per-row costs by the
+    SM x clock ratio, the L2 gather bandwidth by the DRAM bandwidth ratio, the per-call cost
+    and efficiencies unchanged). Sources: `a100_datasheet`; NVIDIA A100 / H100 whitepapers (SM
+    counts 108 / 132, boost clocks 1.41 / 1.98 GHz). Evidence: datasheet + the H100 fit; no A100
+    timing checked.
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_gpu_fit`.
+    """
+    f = load_gpu_fit()
+    base = a100_datasheet()
+    slower = H100_SM_CLOCK / A100_SM_CLOCK
+    f.update(row_overhead_s=f["row_overhead_s"] * slower, row_gather_overhead_s=f["row_gather_overhead_s"] * slower,
+             onchip_bw_bytes_per_s=f["onchip_bw_bytes_per_s"] * base.dram_bw_bytes_per_s / 3.35e12)
+    return base.replace(**f)
+
+
+def a100_datasheet() -> HardwareSpec:
+    """NVIDIA A100 SXM4 80 GB, datasheet numbers only.
 
     Sources: NVIDIA A100 Tensor Core GPU datasheet (2021), dense rates: TF32 156 TFLOP/s (fp32
     GEMM, XLA default precision), BF16 312 TFLOP/s, INT8 624 TOPS, INT4 1248 TOPS, FP32 (CUDA
@@ -364,6 +450,50 @@ def cpu_numpy() -> HardwareSpec:
 
 _PRESETS = {"h100": h100, "a100": a100, "cpu": cpu, "cpu_numpy": cpu_numpy, "hygcn": hygcn, "gnnear": gnnear,
             "upmem": upmem, "hbm-pim": hbm_pim}
+
+
+EVIDENCE_LEVELS = ("measured on this machine", "fitted on public device timings", "reproduces published ratios",
+                   "datasheet only")
+"""How far a preset's numbers are checked, strongest first (`evidence`)."""
+_DATASHEET_ONLY = {
+    "hygcn": "HyGCN (HPCA 2020) configuration; its paper's V100 comparison is not reproduced yet",
+    "gnnear": "GNNear (PACT 2022) style system with assumed size and NME rate; its paper's comparison is not "
+              "reproduced yet",
+    "upmem": "UPMEM PIM system (Gomez-Luna et al. 2022 rates) on this VM's `cpu` host; not checked against a system",
+    "hbm-pim": "Samsung HBM-PIM (ISSCC / ISCA 2021) beside the `a100` host; its application speedups are not "
+               "reproduced yet",
+}
+
+
+def evidence(name: str) -> dict:
+    """What preset ``name``'s numbers were checked against, read from its fit record where it has
+    one: ``{"preset", "level"`` (one of `EVIDENCE_LEVELS`), ``"checked_against"``, ``"error"``
+    (a dict of the headline metrics, or None), ``"date"`` (of the check, or None)``}``.
+
+    Raises:
+      ValueError: unknown preset (as `get`).
+    """
+    key = get(name).name if name.lower() not in _PRESETS else name.lower()
+    if key in ("cpu", "cpu_numpy"):
+        rec = load_fit("cpu")
+        val = rec.get("validation", {})
+        return {"preset": key, "level": EVIDENCE_LEVELS[0],
+                "checked_against": f"XLA / numpy / scipy kernels timed on {rec['host'].get('cpu_model')} "
+                                   f"({rec['command']}); grouped cross-validation",
+                "error": {"held_out": val.get("held_out"), "grouped_mape": val.get("grouped_mape")},
+                "date": rec.get("fitted_date")}
+    if key in ("h100", "a100"):
+        rec = gpu_fit_record()
+        err = {f"{kind}/{k}": v["cv"]["all"] for kind, t in rec["tables"].items()
+               for k, v in t["kernels"].items() if k in ("cusparse", "best")}
+        what = ("the public H100 SpMM / SDDMM tables (FlashSparse, PPoPP 2025; the half in shared/data/gpu_timings), "
+                "5-fold cross-validation grouped by matrix")
+        if key == "a100":
+            what = "none of its own: the h100 fit scaled by the A100 datasheet (ASSUMPTIONS['A100_SCALES_AS_SM_CLOCK'])"
+        return {"preset": key, "level": EVIDENCE_LEVELS[1] if key == "h100" else EVIDENCE_LEVELS[3],
+                "checked_against": what, "error": err if key == "h100" else None, "date": rec.get("fitted_date")}
+    return {"preset": key, "level": EVIDENCE_LEVELS[3], "checked_against": _DATASHEET_ONLY[key], "error": None,
+            "date": None}
 
 
 def names() -> list[str]:

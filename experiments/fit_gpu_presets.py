@@ -1,0 +1,62 @@
+"""Fit the `h100` preset's software factors on the public H100 timing tables (thin driver over
+`codesign.hwmodel.calibrate`) and write ``codesign/hwmodel/fits/h100.json``.
+
+    python experiments/fit_gpu_presets.py                      # tables from $CODESIGN_DATA/gpu_timings
+    python experiments/fit_gpu_presets.py --dir DIR --no-save  # report only
+
+Per table (SpMM, SDDMM) and kernel column (and `calibrate.BEST`, the fastest kernel per row): the
+factors fitted on every row, and 5-fold cross-validation grouped by matrix (MAPE, Spearman,
+median modeled / measured, per width). ``dram_efficiency`` is held at `STREAM_DRAM_EFFICIENCY`
+(an ASSUMPTION, `codesign.hwmodel.presets.ASSUMPTIONS`), so that the one factor every stage
+shares (GEMMs and elementwise stages stream DRAM too) is not bent by the gathers. The preset
+takes the cuSPARSE SpMM factors (`PRESET_KERNEL`): the library JAX lowers a BCOO SpMM to on
+GPUs (``jax_bcoo_cusparse_lowering``). Also writes ``results/hwmodel_gpu_tables.json`` (the
+metrics, no per-row predictions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+from pathlib import Path
+
+from codesign.hwmodel import calibrate, presets
+from codesign.results import write_json_atomic
+
+PRESET_KERNEL = ("spmm", "cusparse")
+TABLES = {"spmm": "h100_spmm_fp32.csv", "sddmm": "h100_sddmm_fp32.csv"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=os.path.join(os.environ.get("CODESIGN_DATA", "../shared/data"), "gpu_timings"))
+    ap.add_argument("--no-save", action="store_true", help="print only; write nothing")
+    args = ap.parse_args(argv)
+    base = presets.h100_datasheet()
+    fixed = {"dram_efficiency": presets.STREAM_DRAM_EFFICIENCY}
+    tables = {}
+    for kind, name in TABLES.items():
+        table = calibrate.screen(calibrate.read_timing_table(Path(args.dir) / name, kind), base)
+        fits = calibrate.fit_table(table, base, fixed=fixed)
+        tables[kind] = {"source": name, "screened": table.screened, "kernels": fits}
+        for k, v in fits.items():
+            cv = v["cv"]["all"]
+            print(f"{kind:5s} {k:9s} n={cv['n']:4d} grouped-CV MAPE {cv['mape']:.3f} Spearman {cv['spearman']:.3f}")
+    rec = {
+        "what": "the `h100` preset's software factors fitted on public device timings (codesign.hwmodel.presets.h100)",
+        "source": "FlashSparse (Li et al., PPoPP 2025), zli96/flashSparse result/ref/baseline_h100_*.csv, the half "
+                  "in shared/data/gpu_timings",
+        "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "fixed": fixed, "preset_kernel": list(PRESET_KERNEL), "tables": tables,
+        "command": "python experiments/fit_gpu_presets.py",
+    }
+    if not args.no_save:
+        write_json_atomic(presets.FITS_DIR / "h100.json", rec)
+        write_json_atomic(ROOT / "results" / "hwmodel_gpu_tables.json", rec)
+    return rec
+
+
+if __name__ == "__main__":
+    main()
