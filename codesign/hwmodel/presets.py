@@ -4,8 +4,9 @@
 
 The per-row software overheads (``row_gather_overhead_s``, ``row_overhead_s``) and the
 ``stage_overhead_s`` are fitted for the measured `cpu` preset (and so on `upmem`'s host, which is
-`cpu`); every datasheet preset leaves them at 0 (not modeled: a GPU or an accelerator spreads
-rows over threads / PEs, and no datasheet gives such a figure).
+`cpu`) and for `h100` on public device timings (`load_gpu_fit`; `a100` and `hbm-pim`'s host take
+them scaled by the datasheet); the accelerator presets (`hygcn`, `gnnear`) leave them at 0 (no
+timing to fit them on). `evidence(name)` says what each preset was checked against.
 """
 
 from __future__ import annotations
