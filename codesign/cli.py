@@ -210,6 +210,39 @@ def _train_store(args):
     return store
 
 
+def _save_plan(args, configs, keys, stored) -> dict:
+    """``{seed: checkpoint folder}`` of the seeds `codesign train --save DIR` must still save, checked
+    before any training: ``DIR/seed<k>`` must not exist unless it is that very run's checkpoint
+    (its meta.json's ``run_key``), which is then not saved again.
+
+    Raises:
+      ValueError: ``argument --save: ...`` naming a folder that holds something else.
+    """
+    from codesign.checkpoint import read_meta
+    if not args.save:
+        return {}
+    todo = {}
+    for cfg, key in zip(configs, keys):
+        folder = Path(args.save) / f"seed{cfg.seed}"
+        if not folder.exists():
+            todo[cfg.seed] = folder
+            continue
+        try:
+            same = read_meta(folder).get("run_key") == key
+        except FileNotFoundError:
+            raise ValueError(f"argument --save: {folder} exists and holds no codesign checkpoint; choose a new "
+                             f"folder") from None
+        except (OSError, ValueError) as err:
+            raise ValueError(f"argument --save: {folder} exists and is not a checkpoint of this run ({err}); choose "
+                             f"a new folder") from None
+        if not same:
+            raise ValueError(f"argument --save: {folder} exists and holds another run's checkpoint; choose a new "
+                             f"folder")
+        if key in stored:
+            print(f"train: seed {cfg.seed} already saved in {folder}", file=sys.stderr)
+    return todo
+
+
 def cmd_train(args) -> int:
     from tqdm import tqdm
 
@@ -219,16 +252,22 @@ def cmd_train(args) -> int:
     from codesign.train import train
     hw = presets.get(args.hw)
     store = _train_store(args)  # an unwritable --out fails here, before any training
+    args.progress = getattr(args, "progress", None) or _Progress()
+    args.progress.store = store
     graph = _load(args)
     configs = [_config(args, args.cost_weight, args.bits, seed) for seed in range(args.seeds)]
     # sweep's key scheme; a partitioned run is another run than the single-device one
     scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
     keys = [run_key(args.dataset, args.hw, cfg, **scale_out) for cfg in configs]
     stored = {r["key"]: r for r in store.records() if "key" in r}
+    to_save = _save_plan(args, configs, keys, stored)  # every --save folder checked before any training
     for cfg, key in zip(configs, keys):
         if key in stored:
-            print(f"train: seed {cfg.seed} already in {store.path} (key {key}); not trained again", file=sys.stderr)
-    todo = [(cfg, key) for cfg, key in zip(configs, keys) if key not in stored]
+            again = " but not saved: trained again for --save (the stored record is kept)" if cfg.seed in to_save \
+                else "; not trained again"
+            print(f"train: seed {cfg.seed} already in {store.path} (key {key}){again}", file=sys.stderr)
+    todo = [(cfg, key) for cfg, key in zip(configs, keys) if key not in stored or cfg.seed in to_save]
+    args.progress.todo = {key for _, key in todo if key not in stored}
     print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
     with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
         for cfg, key in todo:
@@ -237,18 +276,20 @@ def cmd_train(args) -> int:
                 result = train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
                                            on_epoch=lambda *_: bar.update())
             else:
-                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update(), return_model=bool(args.save))
+                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update(), return_model=cfg.seed in to_save)
                 result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
-                if args.save:  # orbax checkpoint of this seed's hardened model (codesign deploy DIR)
-                    from codesign.checkpoint import save_model
-                    saved = save_model(Path(args.save) / f"seed{cfg.seed}", result.pop("model"), cfg, graph,
-                                       args.dataset)
-                    print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
-            check_run_record(result, "train_distributed" if args.devices > 1 else "train")
-            record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **scale_out},
-                                 result)
-            store.append(record)  # written as it finishes: a later failure loses nothing
-            stored[key] = record
+            model = result.pop("model", None)
+            if key not in stored:
+                check_run_record(result, "train_distributed" if args.devices > 1 else "train")
+                record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **scale_out},
+                                     result)
+                store.append(record)  # written as it finishes, before the checkpoint: a later failure loses nothing
+                stored[key] = record
+            if cfg.seed in to_save:  # orbax checkpoint of this seed's hardened model (codesign deploy DIR)
+                from codesign.checkpoint import save_model
+                saved = save_model(to_save[cfg.seed], model, cfg, graph, args.dataset, run_key=key)
+                args.progress.saved += 1
+                print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
     runs = [stored[key] for key in keys]
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
@@ -287,16 +328,13 @@ def cmd_train(args) -> int:
 def cmd_deploy(args) -> int:
     """Restores a checkpoint (`codesign train --save`), deploys it and measures it on this machine."""
     from codesign import hwmodel
-    from codesign.checkpoint import load_model
+    from codesign.checkpoint import load_model, read_meta
     from codesign.data import load_dataset
-    from codesign.deploy import measure_model
-    meta = json.loads((Path(args.checkpoint) / "meta.json").read_text()) \
-        if (Path(args.checkpoint) / "meta.json").is_file() else None
-    if meta is None:
-        raise FileNotFoundError(f"{args.checkpoint}: no codesign checkpoint (meta.json); make one with "
-                                f"codesign train --save DIR")
+    from codesign.deploy import check_deployable, measure_model
+    meta = read_meta(args.checkpoint)  # a missing, edited or pre-hash checkpoint fails here, in one line
     graph = load_dataset(meta["dataset"], root=args.data_root)
     model, cfg, meta = load_model(args.checkpoint, graph)
+    check_deployable(cfg, graph)  # a model deploy cannot compile (GAT, ...): one line
     out = measure_model(model, graph, hwmodel.presets.get("cpu_numpy"), reps=args.reps)
     kept = out["kept"]
     if args.json:
@@ -351,16 +389,27 @@ def cmd_sweep(args) -> int:
     configs = sweep_configs(args)  # a method that cannot be swept fails here, before any loading
     if args.measure and args.model != "gcn":
         raise ValueError(f"--measure: codesign.deploy compiles GCN models only, got --model {args.model}")
-    graph, hw = _load(args), presets.get(args.hw)
     name = args.name or (f"{args.dataset}_{args.model}_{args.hw}" + (f"_{args.method}" if args.method else "")
                          + ("_measured" if args.measure else ""))
     path = os.path.join(args.out, f"{name}.jsonl")
     store = ResultsStore(path)
+    store.check_writable()  # before any loading or training
+    args.progress = getattr(args, "progress", None) or _Progress()
+    args.progress.store = store
+    graph, hw = _load(args), presets.get(args.hw)
     done = store.done_keys()
     method = {"method": args.method} if args.method else {}
     measured = {"measured_on": "cpu"} if args.measure else {}  # part of the run's identity
     todo = [(cfg, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **method, **measured})
             for cfg in configs if run_key(args.dataset, args.hw, cfg, **measured) not in done]
+    if args.measure:  # every run to do must deploy: refused now, not after its training
+        from codesign.deploy import NotDeployableError, check_deployable
+        for cfg in dict.fromkeys(cfg.replace(seed=0) for cfg, _ in todo):
+            try:
+                check_deployable(cfg, graph)
+            except NotDeployableError as err:
+                raise NotDeployableError(f"argument --measure: {err}") from None
+    args.progress.todo = {run_key(args.dataset, args.hw, cfg, **measured) for cfg, _ in todo}
     print(f"sweep {name}: {len(todo)} runs to do, {len(done)} already in {path}", file=sys.stderr)
     if args.measure:  # the measuring machine's spec and the graph's locality, once for every run
         from codesign.deploy import measure_model
@@ -522,7 +571,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, help="results file stem (default train_<dataset>_<model>_<hw>)")
     p.add_argument("--save", default=None, metavar="DIR",
                    help="save each seed's hardened model with orbax to DIR/seed<k> (a new folder), with its config "
-                        "and the graph's hash, for `codesign deploy DIR/seed<k>` (single device only)")
+                        "and the graph's hash, for `codesign deploy DIR/seed<k>` (single device only); a seed "
+                        "already stored in the results file but not saved is trained again to save it, one "
+                        "already saved there is skipped")
     p.set_defaults(func=cmd_train)
 
     p = add("deploy", "restore a saved model, deploy it as a compact program and measure it next to dense FP32")
@@ -630,6 +681,17 @@ def _writable_folder_error(path: str) -> Optional[str]:
     return None
 
 
+def _writable_file_error(path: str) -> Optional[str]:
+    """Why file ``path`` cannot be written (replaced atomically, its folder created if missing), or
+    None: not a folder, an existing file writable, its folder creatable and writable."""
+    import os
+    if os.path.isdir(path):
+        return f"{path!r} is a folder"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{path!r} is not writable"
+    return _writable_folder_error(os.path.dirname(os.path.abspath(path)))
+
+
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Checks between flags that argparse cannot express; exits 2 with one line naming the flags."""
     if args.command == "train":
@@ -641,34 +703,78 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
         if args.save is not None:
             if args.devices > 1:
                 parser.exit(2, "codesign train: error: argument --save: single device only (not with --devices > 1)\n")
-            if Path(args.save, "seed0").exists():
-                parser.exit(2, f"codesign train: error: argument --save: {Path(args.save, 'seed0')} exists; "
-                               f"choose a new folder\n")
+            why = _writable_folder_error(args.save)  # seed<k> folders already there are checked by cmd_train
+            if why:
+                parser.exit(2, f"codesign train: error: argument --save: {why}\n")
     if args.command == "sweep":
         why = _writable_folder_error(args.out)
         if why:
             parser.exit(2, f"codesign sweep: error: argument --out: {why}\n")
+    if args.command == "bench" and args.target == "train" and args.json not in (None, "-"):
+        why = _writable_file_error(args.json)
+        if why:
+            parser.exit(2, f"codesign bench: error: argument --json: {why}\n")
+
+
+class _Progress:
+    """What a command has stored so far, for the Ctrl-C line: ``store`` (its `ResultsStore`, once
+    known), ``todo`` (the keys of the runs it set out to store, none of them stored then) and
+    ``saved`` (checkpoints written)."""
+
+    def __init__(self):
+        self.store, self.todo, self.saved = None, set(), 0
+
+    def summary(self) -> str:
+        """``N run(s) stored in PATH[, M checkpoint(s) saved]; ...``: N counted in the file (an
+        interrupt between a write and a counter cannot miscount)."""
+        if self.store is None:
+            return "nothing stored"
+        try:
+            n = len(self.store.done_keys() & self.todo)
+        except (OSError, ValueError):
+            return f"see {self.store.path}"
+        saved = f", {self.saved} checkpoint(s) saved" if self.saved else ""
+        return f"{n} run(s) stored in {self.store.path}{saved}; a re-run resumes from there"
+
+
+def _bad_input_errors() -> tuple:
+    """The exception classes the library raises for bad input (a value, a file, a config or an
+    option it cannot honour); `main` reports them in one line with status 2."""
+    import pickle
+    return (ValueError, TypeError, OSError, NotImplementedError, ImportError, pickle.UnpicklingError)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line ``argv`` and returns its exit status. Bad input (a flag out of its
-    domain, a config the library refuses with ValueError, a missing file) is one line on stderr
-    and status 2; a training run that diverges is one line and status 1; anything else
-    propagates (a bug). ``--help`` prints the help and returns 0."""
+    domain, a config the library refuses, a missing, unreadable or corrupt file, an unwritable
+    output, an option that cannot be honoured: `_bad_input_errors`) is one line on stderr and
+    status 2; a training run that diverges is one line and status 1; Ctrl-C is one line saying
+    how many runs were stored, status 130; anything else propagates (a bug). Set
+    ``CODESIGN_TRACEBACK=1`` to get the traceback of a reported error. ``--help`` prints the help
+    and returns 0."""
+    import os
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         _check_combinations(parser, args)
     except SystemExit as e:  # argparse: --help (0) or a flag error, already printed (2)
         return e.code if isinstance(e.code, int) else 0
+    args.progress = _Progress()
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"codesign {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except FloatingPointError as e:
+    except KeyboardInterrupt:
+        print(f"codesign {args.command}: interrupted: {args.progress.summary()}", file=sys.stderr)
+        return 130
+    except FloatingPointError as e:  # an ArithmeticError: not bad input, the run diverged
+        if os.environ.get("CODESIGN_TRACEBACK"):
+            raise
         print(f"codesign {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except _bad_input_errors() as e:
+        if os.environ.get("CODESIGN_TRACEBACK"):
+            raise
+        print(f"codesign {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

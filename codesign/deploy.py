@@ -39,7 +39,8 @@ activation at every call, so these are its calibrated static scales.
 Supported: `codesign.models.GCN` with any edge sparsifier whose deterministic gates are per
 edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`, and the
 "fixed" quantizer (`FakeQuant`), learned bit-widths (`LearnedBitQuant`) or none. Other models and
-quantizers raise NotImplementedError.
+quantizers raise `NotDeployableError` (a NotImplementedError, and a ValueError so that the command
+line reports it in one line); `check_deployable` asks that of a `TrainConfig` before training.
 """
 
 from __future__ import annotations
@@ -71,8 +72,49 @@ vector). Measured on this CPU (docs/results.md): scipy's CSR products run slower
 not multiples of 4 than at the next multiple (Cora, width 15: X @ W 172 us, A @ H 57 us; width
 16: 128 us, 50 us), so a pruned width of 15 ran slower than the full 16."""
 
-__all__ = ["COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy",
+__all__ = ["NotDeployableError", "check_deployable", "COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy",
            "dense_program", "pick_feature_store", "measure", "measure_model", "int8_matmul_is_faster"]
+
+
+class NotDeployableError(NotImplementedError, ValueError):
+    """A model or quantizer `deploy` cannot compile (yet): a NotImplementedError, and a ValueError
+    so that the command line reports it as one line of bad input."""
+
+
+def _check_supported(model) -> None:
+    """Raises `NotDeployableError` unless `deploy` compiles ``model``'s kind and quantizers (the
+    structural rules of `deploy`, in one place)."""
+    if not isinstance(model, GCN):
+        raise NotDeployableError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
+    for conv in (model.conv1, model.conv2):
+        for q in (conv.quant_x, conv.quant_w):
+            if not isinstance(q, (FakeQuant, LearnedBitQuant)):
+                raise NotDeployableError(f"deploy: only the fixed (FakeQuant) and learned bit-width (LearnedBitQuant) "
+                                         f"quantizers are supported, got {type(q).__name__}")
+
+
+def check_deployable(cfg, graph: Graph) -> None:
+    """Whether `deploy` can compile the model that ``cfg`` trains on ``graph``, answered before
+    any training: builds that model (`codesign.train.build_model`, untrained: cheap) and applies
+    `deploy`'s own rules to it.
+
+    Args:
+      cfg: a `codesign.train.TrainConfig`.
+      graph: the `Graph` it would be trained on.
+
+    Raises:
+      NotDeployableError: naming the model or quantizer `deploy` does not compile, and the config
+        field that chose it.
+      ValueError: ``cfg`` cannot be built for ``graph`` (as `build_model`).
+    """
+    from flax import nnx
+
+    from codesign.train import build_model
+    try:
+        _check_supported(build_model(cfg, graph, nnx.Rngs(0)))
+    except NotDeployableError as err:
+        raise NotDeployableError(f"{err} (TrainConfig model={cfg.model.name!r}, quantizer={cfg.quant.quantizer!r}, "
+                                 f"bits={cfg.quant.bits})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,19 +331,14 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
       feature_store: "dense", "csr" or "auto" (`pick_feature_store`).
 
     Raises:
-      NotImplementedError: a model other than GCN, or a quantizer other than `FakeQuant` and
-        `LearnedBitQuant`.
+      NotDeployableError: (a NotImplementedError and a ValueError) a model other than GCN, or a
+        quantizer other than `FakeQuant` and `LearnedBitQuant`.
       ValueError: ``graph.n_features`` differs from the model's input width; an unknown
         ``feature_store``.
     """
-    if not isinstance(model, GCN):
-        raise NotImplementedError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
+    _check_supported(model)
     convs = (model.conv1, model.conv2)
     quantizers = [q for conv in convs for q in (conv.quant_x, conv.quant_w)]
-    for q in quantizers:
-        if not isinstance(q, (FakeQuant, LearnedBitQuant)):
-            raise NotImplementedError(f"deploy: only the fixed (FakeQuant) and learned bit-width (LearnedBitQuant) "
-                                      f"quantizers are supported, got {type(q).__name__}")
     if graph.n_features != model.in_features:
         raise ValueError(f"graph.x: the model expects {model.in_features} input features, got {graph.n_features}")
     model.eval()
@@ -451,7 +488,7 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
       each program got) and ``max_logit_gap`` (max |compact - hardened model| over the logits, float).
 
     Raises:
-      NotImplementedError / ValueError: as `deploy`.
+      NotDeployableError / ValueError: as `deploy`.
     """
     from flax import nnx
 

@@ -9,8 +9,15 @@ Crash safety: :meth:`ResultsStore.append` never modifies the results file in pla
 whole existing content plus the new line to a temporary file in the same directory, flushes and
 fsyncs it, then renames it onto the results file with :func:`os.replace` (atomic on POSIX and
 Windows). A crash at any point leaves either the old file or the new file, never a half-written
-one. Lines torn by other writers (e.g. ``echo >>`` or a crashed plain append) are tolerated when
-they are the final line: :meth:`ResultsStore.records` skips them with a warning.
+one. Lines torn by other writers (e.g. ``echo >>``, a crashed plain append, a hand-written note,
+two records glued on one line, bytes that are not UTF-8) are tolerated when they are the final
+line: :meth:`ResultsStore.records` skips them with a warning, and :meth:`ResultsStore.append`,
+which rewrites the file without them, first appends them to ``<file>.torn`` (never overwritten),
+so nothing that was in the file is lost.
+
+Links: a results file that is a symbolic link is read, locked and replaced at its target
+(`os.path.realpath`), so the target keeps receiving records and every writer, through the link
+or not, takes the same lock.
 
 Concurrent writers: :meth:`ResultsStore.append` holds a :class:`filelock.FileLock` on
 ``<file>.lock`` around its read-modify-write, so processes appending to one file (two sweeps, a
@@ -36,7 +43,7 @@ import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import filelock
 
@@ -196,51 +203,70 @@ class ResultsStore:
 
     Each line of the file is one JSON object (a record) with a string ``key`` field. Writers
     serialize on ``<path>.lock`` (:attr:`lock_path`, a `filelock.FileLock`; the lock file stays
-    beside the results file).
+    beside the results file, or beside its target when :attr:`path` is a symbolic link).
     """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self._lock = filelock.FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
 
     def __repr__(self) -> str:
         return f"ResultsStore({str(self.path)!r})"
 
+    @property
+    def real_path(self) -> Path:
+        """:attr:`path` with every symbolic link resolved (`os.path.realpath`): the file that is
+        read, locked and replaced (a link is never replaced by a regular file)."""
+        return Path(os.path.realpath(self.path))
+
+    @property
+    def lock_path(self) -> Path:
+        """The writers' lock, ``<real_path>.lock`` (beside the link's target, not the link)."""
+        real = self.real_path
+        return real.with_name(real.name + ".lock")
+
+    @property
+    def torn_path(self) -> Path:
+        """``<real_path>.torn``: where :meth:`append` keeps a torn last line it drops (appended)."""
+        real = self.real_path
+        return real.with_name(real.name + ".torn")
+
     # ------------------------------------------------------------------ reading
-    def _parse(self, text: str) -> tuple[list[dict], list[str]]:
-        """Parse file text into (records, good lines); a garbled final line is dropped with a
-        warning, a garbled earlier line raises ValueError."""
-        lines = text.split("\n")
-        numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip()]
+    def _parse(self, data: bytes) -> tuple[list[dict], list[str], Optional[tuple[int, bytes, str]]]:
+        """Parse file bytes into (records, good lines, torn) where ``torn`` is ``(line number,
+        raw bytes, reason)`` of a garbled or undecodable final line (else None); a garbled earlier
+        line raises ValueError naming the file and the line."""
+        lines = data.split(b"\n")
+        numbered = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip(b" \t\r")]  # JSON whitespace
         records: list[dict] = []
         good: list[str] = []
-        for idx, (lineno, line) in enumerate(numbered):
+        for idx, (lineno, raw) in enumerate(numbered):
             is_last = idx == len(numbered) - 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                why = f"not UTF-8: byte 0x{raw[err.start]:02x} at column {err.start + 1}"
+                if is_last:
+                    return records, good, (lineno, raw, why)
+                raise ValueError(f"{self.path}: line {lineno} is {why}; fix or remove that line") from None
             try:
                 rec = json.loads(line)
                 if not isinstance(rec, dict):
                     raise ValueError(f"expected a JSON object, got {type(rec).__name__}")
             except ValueError as err:  # json.JSONDecodeError is a ValueError
                 if is_last:
-                    warnings.warn(
-                        f"{self.path}: ignoring torn/garbled last line {lineno} ({err})",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-                    break
+                    return records, good, (lineno, raw, str(err))
                 raise ValueError(
                     f"{self.path}: line {lineno} is not a valid JSON object ({err})"
-                ) from err
+                ) from None
             records.append(rec)
             good.append(line)
-        return records, good
+        return records, good, None
 
-    def _read_text(self) -> str:
+    def _read_bytes(self) -> bytes:
         try:
-            return self.path.read_text(encoding="utf-8")
+            return self.real_path.read_bytes()
         except FileNotFoundError:
-            return ""
+            return b""
 
     def records(self) -> list[dict]:
         """All records in file order.
@@ -250,13 +276,19 @@ class ResultsStore:
 
         Raises:
             ValueError: naming the file and the (1-based) line number, if a line other than the
-                last non-blank one is not a JSON object.
+                last non-blank one is not UTF-8 or not a JSON object.
+            OSError: the file exists but cannot be read (the message names it).
 
         Warns:
-            RuntimeWarning: naming the file and line number, if the last non-blank line is torn
-                or garbled; that line is ignored.
+            RuntimeWarning: naming the file and line number, if the last non-blank line is torn,
+                garbled or not UTF-8; that line is ignored here (it stays in the file; the next
+                :meth:`append` moves it to :attr:`torn_path`).
         """
-        return self._parse(self._read_text())[0]
+        records, _, torn = self._parse(self._read_bytes())
+        if torn is not None:
+            warnings.warn(f"{self.path}: ignoring torn/garbled last line {torn[0]} ({torn[2]}); the next append "
+                          f"moves it to {self.torn_path}", RuntimeWarning, stacklevel=2)
+        return records
 
     def done_keys(self) -> set[str]:
         """The set of ``key`` fields of all records (records without a key are skipped).
@@ -274,19 +306,22 @@ class ResultsStore:
         """Atomically add one record as a new line, holding the writers' lock (``<path>.lock``).
 
         Under the lock, temporary files of this results file left by killed writers are removed
-        (module docstring); then the existing content (minus a torn final line, which is dropped with a warning) plus the
-        new line is written to a temporary file next to :attr:`path`, flushed and fsynced, then
+        (module docstring); a torn final line is appended to :attr:`torn_path` (with a warning
+        naming it); then the existing content without it plus the new line is written to a temporary file next to :attr:`path`, flushed and fsynced, then
         moved onto :attr:`path` with :func:`os.replace`; the directory is fsynced afterwards where
         the OS supports it. If anything fails, the original file is left untouched and the
         temporary file is removed. numpy/JAX scalars and arrays in ``record`` are converted to
         plain JSON numbers/lists (see :func:`to_jsonable`).
+
+        A results file that is a symbolic link is written at its target (:attr:`real_path`).
 
         Args:
             record: a dict with a non-empty string ``key`` field.
 
         Raises:
             ValueError: if ``record`` has no ``key`` (or it is not a non-empty string), or if the
-                existing file has a garbled line before its last line (nothing is written).
+                existing file has a garbled or non-UTF-8 line before its last line (nothing is
+                written; the message names the file and the line).
             TypeError: if ``record`` is not a dict or holds a value that cannot be serialized.
             ResultsPathError: naming the path, if its folder cannot be created or the lock cannot
                 be taken (nothing is written).
@@ -305,10 +340,26 @@ class ResultsStore:
             raise ValueError("serialized record contains a newline")
 
         with self._locked():
-            text = self._read_text()
-            _, good = self._parse(text)  # validates; drops a torn final line (with a warning)
+            _, good, torn = self._parse(self._read_bytes())  # validates before anything is written
+            if torn is not None:
+                self._keep_torn(*torn)
             content = "".join(line + "\n" for line in good) + new_line + "\n"
-            write_text_atomic(self.path, content)
+            write_text_atomic(self.real_path, content)
+
+    def _keep_torn(self, lineno: int, raw: bytes, why: str) -> None:
+        """Appends the dropped last line ``raw`` (its bytes as they were, plus a newline) to
+        :attr:`torn_path`, fsynced, and warns where it went. Call with the lock held."""
+        torn = self.torn_path
+        try:
+            with open(torn, "ab") as f:
+                f.write(raw + b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise ResultsPathError(f"results file {self.path}: cannot keep its torn last line {lineno} in {torn} "
+                                   f"({err}); nothing was written") from err
+        warnings.warn(f"{self.path}: moved torn/garbled last line {lineno} ({why}) to {torn}", RuntimeWarning,
+                      stacklevel=4)
 
     def check_writable(self) -> None:
         """Fails early, before any work whose result is to be stored, if :attr:`path` cannot be
@@ -319,19 +370,20 @@ class ResultsStore:
             ResultsPathError: naming the path and the reason (a parent is a file, no permission,
                 :attr:`path` is a folder, read-only file system, ...).
         """
-        if self.path.is_dir():
+        if self.real_path.is_dir():
             raise ResultsPathError(f"results file {self.path} is a directory")
         with self._locked():
-            if not os.access(self.path.parent, os.W_OK):
+            if not os.access(self.real_path.parent, os.W_OK):
                 raise ResultsPathError(f"results file {self.path}: its folder is not writable")
 
     @contextlib.contextmanager
     def _locked(self):
         """Holds the writers' lock (parent folders created first) and removes the temporary
         files a killed writer left behind; OS errors become `ResultsPathError` naming the path."""
+        lock = filelock.FileLock(str(self.lock_path), timeout=LOCK_TIMEOUT_S)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._lock.acquire()
+            self.real_path.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire()
         except filelock.Timeout as err:
             raise ResultsPathError(f"results file {self.path}: another writer has held {self.lock_path} "
                                    f"for over {LOCK_TIMEOUT_S:g} s") from err
@@ -341,7 +393,7 @@ class ResultsStore:
             self._remove_stale_tmp(time.time())
             yield
         finally:
-            self._lock.release()
+            lock.release()
 
     def _remove_stale_tmp(self, acquired: float) -> list[Path]:
         """Removes this file's temporary files (`_tmp_path` names) last modified before
@@ -351,10 +403,11 @@ class ResultsStore:
         Returns:
             The removed paths.
         """
-        pattern = _tmp_pattern(self.path)
+        real = self.real_path
+        pattern = _tmp_pattern(real)
         removed = []
         try:
-            entries = list(os.scandir(self.path.parent))
+            entries = list(os.scandir(real.parent))
         except OSError:
             return removed
         for entry in entries:

@@ -128,3 +128,35 @@ def test_two_concurrent_sweeps_into_one_file_lose_no_record(planetoid_root, tmp_
                                timeout=300)
         assert again.returncode == 0 and "0 runs to do" in again.stderr, again.stderr[-2000:]
     assert path.read_text().splitlines() == lines
+
+
+def test_ctrl_c_is_one_line_exit_130_counting_the_stored_runs(planetoid_root, tmp_path):
+    """SIGINT (Ctrl-C) after the first seed is stored: status 130 and one line saying how many
+    runs are in the results file, instead of a KeyboardInterrupt traceback."""
+    import re
+    import signal
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
+    store = ResultsStore(path)
+    proc = subprocess.Popen(_train_cmd("--dataset", "cora", "--seeds", "4", "--epochs", "30", "--out", str(tmp_path),
+                                       "--json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(planetoid_root),
+                            cwd=tmp_path)
+    deadline = time.monotonic() + 240
+    try:
+        while not (path.exists() and store.records()):
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no record within 240 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and out == ""
+    last = err.strip().splitlines()[-1]
+    m = re.fullmatch(rf"codesign train: interrupted: (\d) run\(s\) stored in {re.escape(str(path))}; a re-run resumes "
+                     rf"from there", last)
+    assert m, last
+    assert int(m.group(1)) == len(store.records()) >= 1

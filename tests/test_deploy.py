@@ -1,14 +1,20 @@
 """`codesign.deploy`: the compact program of a hardened GCN gives the hardened model's logits with
-the pruned features, channels and edges physically removed and the weights stored as integers."""
+the pruned features, channels and edges physically removed and the weights stored as integers;
+checkpoints (`codesign.checkpoint`) restore only what was saved, refusing corrupt, truncated or edited
+files in one line."""
 
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import scipy.sparse as sp
 
@@ -316,3 +322,184 @@ def test_hidden_width_is_padded_to_the_lanes_with_exact_logits():
     assert not np.any(c._w0[:, kept:]) and not np.any(c._w1[kept:]) and not np.any(c._gate[kept:])
     np.testing.assert_allclose(c(), np.asarray(m(g.x, adjacency(g))), rtol=1e-5, atol=1e-6)
     assert dense_program(m, g).run_channels == 8
+
+
+# ---- issue 36: a corrupted, truncated, edited or pre-hash checkpoint is refused in one line naming the file
+
+
+@pytest.fixture(scope="module")
+def saved_ck(tmp_path_factory):
+    """A real orbax checkpoint (4-bit GCN with its masks, on `_graph`), saved once; tests copy it."""
+    from codesign.checkpoint import save_model
+    from codesign.train import TrainConfig, build_model
+    g = _graph()
+    cfg = TrainConfig.from_flat(hidden=8, bits=4, feature_mask=True, channel_mask=True, edge_mask=True, epochs=1)
+    m = build_model(cfg, g, nnx.Rngs(3))
+    m.eval()
+    return save_model(tmp_path_factory.mktemp("ck") / "ck", m, cfg, g, "toy"), g
+
+
+def _copy_ck(saved_ck, tmp_path):
+    import shutil
+    src, g = saved_ck
+    return Path(shutil.copytree(src, tmp_path / "ck")), g
+
+
+def _largest_data_file(ck):
+    return max((p for p in (ck / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+               key=lambda p: p.stat().st_size)
+
+
+def _rel(ck, p):
+    return re.escape(p.relative_to(ck).as_posix())
+
+
+def _rewrite_meta(ck, edit):
+    """Edits meta.json with ``edit(meta)`` and (unless it is the edit under test) re-signs it, as
+    someone who knows the format would: the check behind it must still refuse."""
+    import json
+    from codesign.checkpoint import meta_sha256
+    meta = json.loads((ck / "meta.json").read_text())
+    edit(meta)
+    meta["meta_sha256"] = meta_sha256(meta)
+    (ck / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+@pytest.mark.parametrize("damage", ["64 bytes", "one bit", "truncated"])
+def test_corrupted_orbax_data_file_is_refused_naming_it(saved_ck, tmp_path, damage):
+    from codesign.checkpoint import CheckpointError, load_model
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    data = _largest_data_file(ck)
+    raw = bytearray(data.read_bytes())
+    if damage == "64 bytes":
+        mid = len(raw) // 2
+        raw[mid:mid + 64] = bytes(b ^ 0xFF for b in raw[mid:mid + 64])
+    elif damage == "one bit":
+        raw[len(raw) // 3] ^= 0x01
+    else:
+        raw = raw[:len(raw) // 2]
+    data.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: {_rel(ck, data)} is corrupt "
+                                              rf"\(SHA-256 .*size {len(raw)} bytes\); re-save it") as info:
+        load_model(ck, g)
+    assert "\n" not in str(info.value)
+
+
+def test_removed_manifest_is_refused_naming_it(saved_ck, tmp_path):
+    from codesign.checkpoint import CheckpointError, load_model
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    (ck / "state" / "manifest.ocdbt").unlink()
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: state/manifest\.ocdbt is missing; "):
+        load_model(ck, g)
+
+
+@pytest.mark.parametrize("old,new", [('"bits": 4', '"bits": 8'), ('"model": "gcn"', '"model": "gat"'),
+                                     ('"dataset": "toy"', '"dataset": "cora"')])
+def test_edited_meta_json_is_refused(saved_ck, tmp_path, old, new):
+    from codesign.checkpoint import CheckpointError, load_model, read_meta
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    text = (ck / "meta.json").read_text()
+    assert old in text
+    (ck / "meta.json").write_text(text.replace(old, new))
+    msg = rf"^checkpoint {re.escape(str(ck))}: meta\.json was edited or corrupted .*; re-save it"
+    with pytest.raises(CheckpointError, match=msg):
+        read_meta(ck)
+    with pytest.raises(CheckpointError, match=msg):
+        load_model(ck, g)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"config": {', r"is not valid JSON \(Expecting property name enclosed in double quotes: line 1 column 13"),
+    ("[1, 2]", r"must hold a JSON object, got list"),
+    (b'{"config": "\xff"}', r"is not UTF-8 \(byte 0xff at offset 12\)"),
+])
+def test_unparsable_meta_json_names_the_file(saved_ck, tmp_path, text, message):
+    from codesign.checkpoint import CheckpointError, read_meta
+    ck, _ = _copy_ck(saved_ck, tmp_path)
+    (ck / "meta.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: meta\.json {message}"):
+        read_meta(ck)
+
+
+def test_meta_json_missing_key_is_named(saved_ck, tmp_path):
+    from codesign.checkpoint import CheckpointError, read_meta
+    for key in ("graph_sha256", "files"):  # a field, and one of the hashes of a hashed checkpoint
+        ck, _ = _copy_ck(saved_ck, tmp_path / key)
+        _rewrite_meta(ck, lambda m: m.pop(key))
+        with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: meta\.json lacks the key\(s\) "
+                                                  rf"'{key}'$"):
+            read_meta(ck)
+
+
+def test_checkpoint_without_hashes_is_refused_as_older(saved_ck, tmp_path):
+    import json
+    from codesign.checkpoint import CheckpointError, load_model
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    meta = json.loads((ck / "meta.json").read_text())
+    for k in ("files", "arrays", "meta_sha256"):  # what codesign wrote before the hashes
+        meta.pop(k)
+    (ck / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: meta\.json was saved by an older "
+                                              r"codesign without hashes, .*; re-save it \(codesign train --save\)$"):
+        load_model(ck, g)
+
+
+def test_restored_arrays_are_checked_against_their_hashes(saved_ck, tmp_path):
+    from codesign.checkpoint import CheckpointError, load_model
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    # a meta.json whose files match but whose array hash of conv1/kernel does not
+    _rewrite_meta(ck, lambda m: m["arrays"].update({"conv1/kernel": "0" * 64}))
+    with pytest.raises(CheckpointError, match=r"restored array\(s\) conv1/kernel of state/ differ from their SHA-256 "
+                                              r"in meta\.json"):
+        load_model(ck, g)
+
+
+def test_orbax_errors_are_wrapped_in_one_line(saved_ck, tmp_path):
+    from codesign.checkpoint import CheckpointError, load_model
+    ck, g = _copy_ck(saved_ck, tmp_path)
+    _rewrite_meta(ck, lambda m: m["config"].update(hidden=16))  # the state no longer fits the model built
+    with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: orbax cannot restore state/ "
+                                              r"\(\w+: .*\); re-save it") as info:
+        load_model(ck, g)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 600
+
+
+def test_interrupted_save_leaves_nothing(tmp_path, monkeypatch):
+    import orbax.checkpoint as ocp
+    from codesign.checkpoint import save_model
+    from codesign.train import TrainConfig, build_model
+    g = _graph()
+    cfg = TrainConfig.from_flat(hidden=8, epochs=1)
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(ocp.StandardCheckpointer, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(tmp_path / "ck", build_model(cfg, g, nnx.Rngs(0)), cfg, g, "toy")
+    assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_any_single_byte_corruption_of_a_state_file_is_detected(saved_ck, data):
+    """Any file under state/, any byte, any nonzero XOR: refused, naming that file; any byte of
+    meta.json: refused, or meta.json still says the same (e.g. a space turned into a tab)."""
+    import tempfile
+    from codesign.checkpoint import CheckpointError, load_model, read_meta
+    with tempfile.TemporaryDirectory() as tmp:
+        ck, g = _copy_ck(saved_ck, Path(tmp))
+        files = sorted(p for p in ck.rglob("*") if p.is_file())
+        target = data.draw(st.sampled_from(files))
+        raw = bytearray(target.read_bytes())
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        raw[pos] ^= data.draw(st.integers(1, 255))
+        before = read_meta(ck)
+        target.write_bytes(bytes(raw))
+        if target.name == "meta.json":
+            try:
+                assert read_meta(ck) == before
+            except CheckpointError as err:
+                assert str(err).startswith(f"checkpoint {ck}: meta.json ") and "\n" not in str(err)
+            return
+        with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: {_rel(ck, target)} is corrupt"):
+            load_model(ck, g)

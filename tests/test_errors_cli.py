@@ -1,6 +1,7 @@
 """Bad input at the boundaries: the command line (one line on stderr naming the flag, exit 2, no
 traceback) and `TrainConfig` (a ValueError / TypeError naming the field); training that diverges
-names the settings used; every option has help text."""
+names the settings used; every option has help text; outputs and options are checked before any
+training, corrupt checkpoints and every bad-input error class are one line, Ctrl-C is status 130."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import pickle
 import subprocess
 import sys
 
@@ -213,3 +215,196 @@ def test_sweep_help_shows_its_own_defaults():
     text = " ".join(_subparsers(cli.build_parser())["sweep"].format_help().split())
     assert "(default: 8)" in text and "(default: off)" in text  # --bits, --edge-mask
     assert "(default: [0.0, 0.03, 0.1, 0.3, 1.0, 3.0])" in text and "(default: 3)" in text
+
+
+# ---- issue 36: outputs and options checked before any training; corrupt checkpoints; every bad-input
+# class one line; Ctrl-C one line with status 130
+
+
+def _one_error_line(err: str, command: str) -> str:
+    """The single ``codesign <command>: error:`` line of ``err`` (progress lines may precede it)."""
+    assert "Traceback" not in err, err
+    errors = [ln for ln in err.strip().splitlines() if ln.startswith(f"codesign {command}: error:")]
+    assert len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
+    return errors[0]
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """`codesign.train.train` that fails the test if called: the command had to refuse first."""
+    import codesign.train as train_mod
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained although the command could have refused before training")
+    monkeypatch.setattr(train_mod, "train", refuse)
+
+
+def test_train_save_under_a_file_fails_before_training(tmp_path, capsys, no_training):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert cli.main(["train", "--seeds", "1", "--epochs", "2", "--out", str(tmp_path / "r"),
+                     "--save", str(blocker / "ck")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert line.startswith("codesign train: error: argument --save:") and f"{str(blocker)!r} is a file" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_train_save_where_a_later_seed_exists_fails_before_training(cora, tmp_path, capsys, no_training):
+    from codesign.results import ResultsStore
+    (tmp_path / "ck" / "seed1").mkdir(parents=True)
+    assert cli.main(["train", "--seeds", "2", "--epochs", "2", "--out", str(tmp_path), "--save",
+                     str(tmp_path / "ck")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "train")
+    assert line == (f"codesign train: error: argument --save: {tmp_path / 'ck' / 'seed1'} exists and holds no codesign "
+                    f"checkpoint; choose a new folder")
+    assert ResultsStore(tmp_path / "train_cora_gcn_h100.jsonl").records() == []
+
+
+def test_record_is_stored_before_the_checkpoint_and_save_completes_a_stored_run(cora, tmp_path, capsys, monkeypatch):
+    import codesign.checkpoint as ck_mod
+    from codesign.checkpoint import read_meta
+    from codesign.results import ResultsStore
+    argv = ["train", "--seeds", "1", "--epochs", "2", "--out", str(tmp_path), "--json", "--save", str(tmp_path / "ck")]
+    store = ResultsStore(tmp_path / "train_cora_gcn_h100.jsonl")
+    real_save = ck_mod.save_model
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "ck" / "seed0"))
+    monkeypatch.setattr(ck_mod, "save_model", disk_full)
+    assert cli.main(argv) == 2
+    assert "No space left on device" in _one_error_line(capsys.readouterr().err, "train")
+    [record] = store.records()  # the run is stored although its checkpoint failed
+    assert not (tmp_path / "ck").exists()
+
+    # the stored run has no checkpoint: --save trains it again and saves it, keeping the one record
+    monkeypatch.setattr(ck_mod, "save_model", real_save)
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "trained again for --save (the stored record is kept)" in err and "1 of 1 seeds to train" in err
+    assert store.records() == [record]
+    assert read_meta(tmp_path / "ck" / "seed0")["run_key"] == record["key"]
+
+    # now stored and saved: nothing to train
+    import codesign.train as train_mod
+    monkeypatch.setattr(train_mod, "train", lambda *a, **k: pytest.fail("trained a stored and saved run"))
+    assert cli.main(argv) == 0
+    assert f"train: seed 0 already saved in {tmp_path / 'ck' / 'seed0'}" in capsys.readouterr().err
+    assert store.records() == [record]
+
+
+@pytest.mark.parametrize("quantizer,cls", [("lsq", "LSQQuant"), ("degree", "DegreeQuant")])
+def test_sweep_measure_refuses_an_undeployable_quantizer_before_training(cora, tmp_path, capsys, no_training,
+                                                                         quantizer, cls):
+    argv = ["sweep", "--measure", "--quantizer", quantizer, "--cost-weights", "1", "--seeds", "1", "--epochs", "2",
+            "--out", str(tmp_path)]
+    for _ in range(2):  # a re-run refuses again, still without training
+        assert cli.main(argv) == 2
+        line = _one_error_line(capsys.readouterr().err, "sweep")
+        assert line.startswith("codesign sweep: error: argument --measure: deploy: only the fixed (FakeQuant) and learned bit-width "
+                               f"(LearnedBitQuant) quantizers are supported, got {cls} ")
+        assert f"quantizer={quantizer!r}, bits=8)" in line
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl"] in ([], ["cora_gcn_h100_measured.jsonl"])
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+def test_bench_train_json_path_is_checked_before_the_benchmark(tmp_path, capsys, monkeypatch, where):
+    import codesign.bench_train as bt
+    monkeypatch.setattr(bt, "bench_train", lambda *a, **k: pytest.fail("benchmarked before checking --json"))
+    (tmp_path / "a_file").write_text("")
+    path = tmp_path / "a_file" / "out.json" if where == "under_a_file" else tmp_path
+    assert cli.main(["bench", "train", "--no-pyg", "--json", str(path)]) == 2
+    line = _one_error_line(capsys.readouterr().err, "bench")
+    assert line.startswith("codesign bench: error: argument --json: ")
+    assert ("is a file" if where == "under_a_file" else f"{str(path)!r} is a folder") in line
+
+
+def _cora_checkpoint(cora, folder, **flat):
+    """A real checkpoint of an untrained model for Cora (`codesign deploy` loads Cora for it)."""
+    from flax import nnx
+
+    from codesign.checkpoint import save_model
+    from codesign.train import TrainConfig, build_model
+    cfg = TrainConfig.for_model(flat.pop("model", "gcn"), **flat)
+    return save_model(folder, build_model(cfg, cora, nnx.Rngs(0)), cfg, cora, "cora")
+
+
+def test_deploy_of_a_corrupted_or_edited_checkpoint_is_one_line(cora, tmp_path, capsys):
+    ck = _cora_checkpoint(cora, tmp_path / "ck", bits=4, feature_mask=True)
+    data = max((p for p in (ck / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[100:164] = bytes(b ^ 0x5A for b in raw[100:164])
+    good = data.read_bytes()
+    data.write_bytes(bytes(raw))
+    assert cli.main(["deploy", str(ck), "--reps", "1"]) == 2
+    line = _one_error_line(capsys.readouterr().err, "deploy")
+    assert line.startswith(f"codesign deploy: error: checkpoint {ck}: {data.relative_to(ck).as_posix()} is corrupt")
+    data.write_bytes(good)
+    meta = ck / "meta.json"
+    meta.write_text(meta.read_text().replace('"bits": 4', '"bits": 8'))
+    assert cli.main(["deploy", str(ck), "--reps", "1"]) == 2
+    assert _one_error_line(capsys.readouterr().err, "deploy") == (
+        f"codesign deploy: error: checkpoint {ck}: meta.json was edited or corrupted (its SHA-256 differs from the "
+        f"meta_sha256 saved in it); re-save it (codesign train --save)")
+
+
+def test_deploy_of_a_gat_checkpoint_is_one_line(cora, tmp_path, capsys):
+    ck = _cora_checkpoint(cora, tmp_path / "gat", model="gat")
+    assert cli.main(["deploy", str(ck), "--reps", "1"]) == 2
+    assert _one_error_line(capsys.readouterr().err, "deploy").startswith(
+        "codesign deploy: error: deploy: only codesign.models.GCN is supported so far, got GAT (TrainConfig "
+        "model='gat'")
+
+
+def test_deploy_of_a_truncated_checkpoint_in_a_process_is_one_line(cora, tmp_path):
+    ck = _cora_checkpoint(cora, tmp_path / "ck")
+    data = max((p for p in (ck / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data.write_bytes(data.read_bytes()[:10])
+    r = _cli("deploy", str(ck), "--reps", "1")
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # no orbax traceback, no "Event loop is closed"
+    assert r.stderr.startswith(f"codesign deploy: error: checkpoint {ck}: {data.relative_to(ck).as_posix()} is "
+                               f"corrupt (SHA-256 ")
+
+
+@pytest.mark.parametrize("error", [
+    pickle.UnpicklingError("refusing to load global os.system"), PermissionError(13, "Permission denied", "/d/x"),
+    IsADirectoryError(21, "Is a directory", "/d/x"), ImportError("needs the optional package pymetis"),
+    NotImplementedError("deploy: only GCN"), TypeError("TrainConfig.bits: must be an int, got float"),
+    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+], ids=lambda e: type(e).__name__)
+def test_every_bad_input_class_is_one_line_exit_2(error, monkeypatch, capsys):
+    import codesign.data as data_mod
+
+    def load(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(data_mod, "load_dataset", load)
+    assert cli.main(["cost"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"codesign cost: error: {error}\n" and captured.out == ""
+
+
+def test_a_bug_still_propagates(monkeypatch):
+    import codesign.data as data_mod
+    monkeypatch.setattr(data_mod, "load_dataset", lambda *a, **k: {}["no such key"])
+    with pytest.raises(KeyError):
+        cli.main(["cost"])
+
+
+def test_ctrl_c_exits_130_saying_how_many_runs_were_stored(cora, tmp_path, capsys, monkeypatch):
+    import codesign.train as train_mod
+    from codesign.results import ResultsStore
+    real, calls = train_mod.train, []
+
+    def train_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(train_mod, "train", train_then_ctrl_c)
+    assert cli.main(["train", "--seeds", "3", "--epochs", "2", "--out", str(tmp_path), "--json"]) == 130
+    captured = capsys.readouterr()
+    path = tmp_path / "train_cora_gcn_h100.jsonl"
+    assert "Traceback" not in captured.err and captured.out == ""
+    assert captured.err.strip().splitlines()[-1] == (f"codesign train: interrupted: 1 run(s) stored in {path}; "
+                                                     f"a re-run resumes from there")
+    assert [r["config"]["seed"] for r in ResultsStore(path).records()] == [0]

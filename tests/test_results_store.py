@@ -1,16 +1,21 @@
-"""`codesign.results.ResultsStore` under several writers, killed writers and unwritable paths;
-the run-record contract (`RUN_RECORD_FIELDS`, `check_run_record`)."""
+"""`codesign.results.ResultsStore` under several writers, killed writers, unwritable paths, links,
+torn or undecodable last lines; the run-record contract (`RUN_RECORD_FIELDS`, `check_run_record`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from codesign import results as results_mod
 from codesign.results import RUN_RECORD_FIELDS, ResultsPathError, ResultsStore, check_run_record
@@ -139,3 +144,106 @@ def test_run_record_contract():
     bad = dict(good, modeled={"latency_s": 1.0})
     with pytest.raises(ValueError, match=r"'modeled\.energy_j', 'modeled\.dram_bytes'"):
         check_run_record(bad)
+
+
+# ---- issue 36: a results file must not lose records (links, torn last lines, undecodable bytes)
+
+
+def test_symlinked_results_file_stays_a_link_and_its_target_gets_the_records(tmp_path):
+    target_dir = tmp_path / "elsewhere"
+    target_dir.mkdir()
+    target = target_dir / "real.jsonl"
+    target.write_text('{"key": "a"}\n', encoding="utf-8")
+    link = tmp_path / "r.jsonl"
+    link.symlink_to(target)
+    store = ResultsStore(link)
+    store.check_writable()
+    store.append({"key": "b"})
+    assert link.is_symlink() and os.readlink(link) == str(target)  # not replaced by a regular file
+    assert [json.loads(ln)["key"] for ln in target.read_text(encoding="utf-8").splitlines()] == ["a", "b"]
+    assert store.lock_path == target_dir / "real.jsonl.lock" and store.lock_path.exists()
+    assert not (tmp_path / "r.jsonl.lock").exists()  # one lock for writers through the link and past it
+    ResultsStore(target).append({"key": "c"})
+    assert [r["key"] for r in store.records()] == ["a", "b", "c"]
+
+
+def test_dangling_link_creates_its_target(tmp_path):
+    link, target = tmp_path / "r.jsonl", tmp_path / "out" / "t.jsonl"
+    link.symlink_to(target)
+    ResultsStore(link).append({"key": "a"})
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == '{"key": "a"}\n'
+
+
+@pytest.mark.parametrize("last", ["note: rerun seed 2 on the GPU box", '{"key": "x"}{"key": "y"}',
+                                  '{"key": "z", "v": 1'])
+def test_garbled_last_line_is_kept_in_torn_file_and_the_message_says_where(tmp_path, last):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"key": "a"}\n{"key": "b"}\n' + last + "\n", encoding="utf-8")
+    store = ResultsStore(path)
+    torn = tmp_path / "r.jsonl.torn"
+    with pytest.warns(RuntimeWarning, match=rf"ignoring torn/garbled last line 3 .*moves it to {re.escape(str(torn))}"):
+        assert [r["key"] for r in store.records()] == ["a", "b"]
+    with pytest.warns(RuntimeWarning, match=rf"moved torn/garbled last line 3 .* to {re.escape(str(torn))}$"):
+        store.append({"key": "c"})
+    assert torn.read_text(encoding="utf-8") == last + "\n"
+    assert [r["key"] for r in store.records()] == ["a", "b", "c"]
+    # a second torn line is appended to the .torn file, never overwriting the first
+    with path.open("a", encoding="utf-8") as f:
+        f.write("second note")
+    with pytest.warns(RuntimeWarning, match="moved torn/garbled last line 4"):
+        store.append({"key": "d"})
+    assert torn.read_text(encoding="utf-8") == last + "\nsecond note\n"
+    assert [r["key"] for r in store.records()] == ["a", "b", "c", "d"]
+
+
+def test_non_utf8_byte_names_the_file_and_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"key": "a"}\n{"key": "b\xff"}\n{"key": "c"}\n')
+    store = ResultsStore(path)
+    msg = rf"^{re.escape(str(path))}: line 2 is not UTF-8: byte 0xff at column 11; fix or remove that line$"
+    with pytest.raises(ValueError, match=msg):
+        store.records()
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=msg):
+        store.append({"key": "d"})
+    assert path.read_bytes() == before and not (tmp_path / "r.jsonl.torn").exists()
+
+
+def test_non_utf8_last_line_is_torn_and_kept_byte_for_byte(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"key": "a"}\n{"key": "\xff\xfe')
+    store = ResultsStore(path)
+    with pytest.warns(RuntimeWarning, match=r"last line 2 \(not UTF-8: byte 0xff at column 10\)"):
+        assert store.records() == [{"key": "a"}]
+    with pytest.warns(RuntimeWarning, match=r"r\.jsonl\.torn"):
+        store.append({"key": "b"})
+    assert (tmp_path / "r.jsonl.torn").read_bytes() == b'{"key": "\xff\xfe\n'
+    assert path.read_bytes() == b'{"key": "a"}\n{"key": "b"}\n'
+
+
+_GOOD_KEYS = st.lists(st.text(alphabet="abcdefghij0123456789", min_size=1, max_size=6), max_size=4, unique=True)
+
+
+def _is_record(raw: bytes) -> bool:
+    try:
+        return isinstance(json.loads(raw.decode("utf-8")), dict)
+    except ValueError:
+        return False
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=_GOOD_KEYS, garbage=st.binary(min_size=1, max_size=40), newline=st.booleans())
+def test_any_garbage_last_line_is_kept_in_torn_and_good_records_survive(keys, garbage, newline):
+    garbage = garbage.replace(b"\n", b"")
+    assume(garbage.strip(b" \t\r") and not _is_record(garbage))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.jsonl"
+        path.write_bytes(b"".join(json.dumps({"key": k}).encode() + b"\n" for k in keys) + garbage
+                         + (b"\n" if newline else b""))
+        store = ResultsStore(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            assert [r["key"] for r in store.records()] == keys
+            store.append({"key": "new"})
+        assert [r["key"] for r in store.records()] == keys + ["new"]
+        assert store.torn_path.read_bytes() == garbage + b"\n"
