@@ -1,9 +1,11 @@
-"""Command line: ``codesign train | deploy | sweep | cost | bench``.
+"""Command line: ``codesign train | deploy | sweep | cost | bench | validate``.
 
   codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
   codesign train --bits 8 --feature-mask on --cost-weight 3 --seeds 1 --save ckpt && codesign deploy ckpt/seed0
   codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
   codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
+  codesign validate                                            # every preset's evidence
+  codesign validate --table shared/data/gpu_timings/h100_spmm_fp32.csv --hw h100 --json
 """
 
 from __future__ import annotations
@@ -545,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,sweep,cost,bench,validate}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,deploy,sweep,cost,bench,validate}")
     add = lambda name, help: sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
     p = add("train", "train (several seeds), harden, evaluate and cost one configuration")
