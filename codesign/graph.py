@@ -182,22 +182,71 @@ def to_scipy(g: Graph, weighted: bool = True) -> sp.csr_matrix:
     return sp.csr_matrix((w, (np.asarray(g.receivers), np.asarray(g.senders))), shape=(g.n_nodes, g.n_nodes))
 
 
+def real_array(v, field: str, dtype, where: str) -> np.ndarray:
+    """``v`` as a numpy array of ``dtype`` after checking it is real: complex or non-numeric values
+    raise (they would otherwise be silently made real / cast). With an integer ``dtype`` the
+    values must also be whole numbers (a float label 1.5 is not truncated to 1).
+
+    Raises:
+      ValueError: one line, ``"{where}: {field} ..."`` naming the dtype (or the first non-whole value).
+    """
+    a = np.asarray(v)
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_) or np.issubdtype(a.dtype, np.complexfloating):
+        raise ValueError(f"{where}: {field} must be real numbers, got dtype {a.dtype}")
+    if np.issubdtype(np.dtype(dtype), np.integer) and np.issubdtype(a.dtype, np.floating):
+        bad = ~(np.isfinite(a) & (a == np.round(a)))
+        if bad.any():
+            raise ValueError(f"{where}: {field} must be whole numbers, got {a[bad].flat[0].item()!r}")
+    return a.astype(dtype)
+
+
 def from_scipy(adj: sp.spmatrix, x, y, train_mask, val_mask, test_mask, weighted: bool = False) -> Graph:
-    """A `Graph` from an adjacency ``adj[N, N]`` (rows = receivers, columns = senders). Diagonal
-    entries (self-loops) are dropped with a warning: the models add their own (see `Graph`)."""
-    coo = sp.coo_matrix(adj)
+    """A `Graph` from an adjacency ``adj[N, N]`` (rows = receivers, columns = senders).
+
+    Every input format (COO, CSR, CSC, ..., or a dense 2-D array) gives the same edges: the
+    matrix's entries as scipy defines them on conversion, i.e. duplicate entries of one
+    (row, column) are summed into one edge, and entries that are (or sum to) zero are not edges
+    (explicitly stored zeros are eliminated). Edges come sorted by (receiver, sender). Diagonal
+    entries (self-loops) are dropped with a warning: the models add their own (see `Graph`).
+
+    Args:
+      adj: scipy sparse matrix or array, or dense array, [N, N], real (float, int or bool) values.
+      x: real [N, F] node features (cast to float32); y: [N] integer labels (whole-number floats
+        are accepted); train_mask, val_mask, test_mask: bool [N].
+      weighted: keep the (summed) values as ``edge_weight`` float32 [E]; else ``edge_weight=None``.
+
+    Raises:
+      ValueError: one line naming the field: ``adj`` not 2-D and square (with its shape),
+        complex / non-numeric or non-finite ``adj`` values, complex ``x``, non-whole ``y``; any
+        field the `Graph` validation rejects.
+    """
+    shape = tuple(getattr(adj, "shape", np.shape(adj)))
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"from_scipy: adj must be a square [N, N] matrix, got shape {shape}")
+    dt = np.dtype(adj.dtype if sp.issparse(adj) else np.asarray(adj).dtype)
+    if not (np.issubdtype(dt, np.number) or dt == np.bool_) or np.issubdtype(dt, np.complexfloating):
+        raise ValueError(f"from_scipy: adj must have real values, got dtype {dt}")
+    # float64 before any summing (int8 / bool duplicates would wrap or saturate), then CSR with
+    # duplicates summed whatever the input format (COO keeps them, CSR / CSC may hold them too)
+    csr = sp.csr_matrix(sp.coo_matrix(adj).astype(np.float64))
+    csr.sum_duplicates()
+    if not np.isfinite(csr.data).all():
+        raise ValueError(f"from_scipy: adj has {int((~np.isfinite(csr.data)).sum())} non-finite stored value(s)")
+    csr.eliminate_zeros()
+    coo = csr.tocoo()
     loops = coo.row == coo.col
     if loops.any():
         warnings.warn(f"from_scipy: dropped {int(loops.sum())} self-loop(s) (diagonal entries); "
                       "the models add their own", stacklevel=2)
-        coo = sp.coo_matrix((coo.data[~loops], (coo.row[~loops], coo.col[~loops])), shape=coo.shape)
+    keep = ~loops
     return Graph(
-        senders=jnp.asarray(coo.col, jnp.int32), receivers=jnp.asarray(coo.row, jnp.int32),
-        x=jnp.asarray(x, jnp.float32), y=jnp.asarray(y, jnp.int32),
+        senders=jnp.asarray(coo.col[keep], jnp.int32), receivers=jnp.asarray(coo.row[keep], jnp.int32),
+        x=jnp.asarray(real_array(x, "x", np.float32, "from_scipy")),
+        y=jnp.asarray(real_array(y, "y", np.int32, "from_scipy")),
         train_mask=jnp.asarray(train_mask, bool), val_mask=jnp.asarray(val_mask, bool),
         test_mask=jnp.asarray(test_mask, bool),
-        edge_weight=jnp.asarray(coo.data, jnp.float32) if weighted else None,
-        n_nodes=int(adj.shape[0]))
+        edge_weight=jnp.asarray(coo.data[keep], jnp.float32) if weighted else None,
+        n_nodes=int(shape[0]))
 
 
 def add_self_loops(senders: Array, receivers: Array, n_nodes: int) -> tuple[Array, Array]:

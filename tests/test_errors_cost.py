@@ -4,6 +4,7 @@ names the field. One case per bad-input class; property tests for the domain's i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -282,3 +283,101 @@ def test_cost_non_increasing_as_edges_are_removed(lo, hi, bits):
     np.testing.assert_array_less(a[:, 0], b[:, 0] * (1 + 1e-5) + 1e-30)  # latency, every preset
     same = (ma == mb).all(axis=1)
     np.testing.assert_array_less(a[same, 1], b[same, 1] * (1 + 1e-5) + 1e-30)  # energy, same mapping
+
+
+# ---------------------------------------------------------------------------------------------
+# the public Stage and HardwareSpec at the boundary (issue 36): hand-built stages, JAX scalars
+# ---------------------------------------------------------------------------------------------
+
+_STAGE = dict(kind="spmm", macs=1e6, bits=8.0, compulsory_bytes=1e6, reuse_bytes=1e5, working_set_bytes=1e4)
+STAGE_COUNTS = ("macs", "compulsory_bytes", "reuse_bytes", "working_set_bytes", "working_set_rows", "link_bytes",
+                "launches", "gathered_rows", "in_degree_cv", "max_in_degree", "output_rows", "output_bytes", "passes")
+SCALAR_KINDS = {"float": float, "numpy": np.float32, "jnp": jnp.float32}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("macs", -1.0, r"Stage\.macs: must be finite and >= 0, got -1\.0"),          # was: priced, latency inf
+    ("compulsory_bytes", -1e9, r"Stage\.compulsory_bytes: must be finite and >= 0, got -1000000000\.0"),  # DRAM -1e9 B
+    ("reuse_bytes", math.nan, r"Stage\.reuse_bytes: must be finite and >= 0, got nan"),
+    ("bits", 0.5, r"Stage\.bits: must be finite and in \[1, 32\], got 0\.5"),
+    ("bits", 64.0, r"Stage\.bits: must be finite and in \[1, 32\], got 64\.0"),
+    ("kind", "fft", r"Stage\.kind: unknown kind 'fft'; known kinds: gemm, elementwise, spmm, bsr, sddmm, softmax"),
+    ("reuse_distance_rows", jnp.array([1.0, -3.0]), r"Stage\.reuse_distance_rows\[1\]: must be finite and >= 0, "
+                                                    r"got -3\.0"),
+])
+def test_hand_built_stage_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=rf"^{message}$"):
+        hwmodel.Stage(**{**_STAGE, field: value})
+
+
+def test_hand_built_stage_with_fractional_bits_is_priced():
+    """Expected bits of a learned bit-width are fractional (6.3): in [1, 32] they are priced, between
+    the charged costs of the neighbouring tiers."""
+    hw = presets.get("h100")
+    lat = {b: float(hwmodel.stage_cost(hwmodel.Stage(**{**_STAGE, "bits": b}), hw).compute_s) for b in (4.0, 6.3, 8.0)}
+    assert lat[4.0] <= lat[6.3] <= lat[8.0] and np.isfinite(lat[6.3])
+
+
+def test_stage_and_spec_tracers_and_gradient_trees_are_not_checked():
+    """Traced fields (jit, grad) have no value; JAX's gradient trees of a Stage / HardwareSpec hold
+    negative derivatives and are rebuilt without the check."""
+    hw = presets.get("h100")
+    cost = lambda st, spec: hwmodel.stage_cost(st, spec).latency_s
+    stage = hwmodel.Stage(**{**_STAGE, "macs": jnp.float32(1e6), "compulsory_bytes": jnp.float32(1e6)})
+    g_stage, g_hw = jax.grad(cost, argnums=(0, 1))(stage, hw)
+    assert isinstance(g_stage, hwmodel.Stage) and float(g_stage.compulsory_bytes) > 0
+    assert not 1 <= float(g_stage.bits) <= 32  # a derivative, not a bit-width: rebuilt unchecked
+    assert isinstance(g_hw, hwmodel.HardwareSpec) and float(g_hw.dram_bw_bytes_per_s) < 0  # more bandwidth, less time
+    jax.jit(lambda m: hwmodel.Stage(**{**_STAGE, "macs": m}).macs)(-1.0)  # traced: no value to check
+    jax.jit(lambda b: hw.replace(dram_bw_bytes_per_s=b).dram_bw_bytes_per_s)(0.0)
+
+
+@pytest.mark.parametrize("field, value, need", [
+    ("dram_bw_bytes_per_s", jnp.float32(0), "> 0"),               # was: passed (only Python / NumPy checked)
+    ("dram_energy_pj_per_byte", jnp.float32(-1), ">= 0"),
+    ("dram_efficiency", jnp.array([0.5, 1.5]), r"in \(0, 1\]"),   # a batch of specs: every element
+])
+def test_spec_checks_concrete_jax_values(field, value, need):
+    with pytest.raises(ValueError, match=rf"^HardwareSpec\('h100'\)\.{field}: must be finite and {need}, got "):
+        presets.get("h100").replace(**{field: value})
+    with pytest.raises(TypeError, match=r"^HardwareSpec\('h100'\)\.dram_bw_bytes_per_s: must be a real number, got "
+                                        r"dtype bool$"):
+        presets.get("h100").replace(dram_bw_bytes_per_s=jnp.array(True))
+
+
+_bad_values = st.one_of(st.floats(-3e38, -1e-30), st.just(-math.inf), st.just(math.nan))  # float32-representable
+
+
+@PROPERTY
+@given(field=st.sampled_from(STAGE_COUNTS + ("bits",)), value=_bad_values, kind=st.sampled_from(sorted(SCALAR_KINDS)))
+def test_stage_refuses_any_negative_or_nan_field(field, value, kind):
+    """Any numeric Stage field, negative or NaN, as a float, NumPy or jnp scalar: one line naming it."""
+    v = SCALAR_KINDS[kind](value)
+    if np.isfinite(float(v)) and float(v) >= 0:  # a tiny negative float32 rounds to -0.0: still valid
+        return
+    with pytest.raises(ValueError, match=rf"^Stage\.{field}: must be finite and (>= 0|in \[1, 32\]), got "):
+        hwmodel.Stage(**{**_STAGE, field: v})
+
+
+_HW = presets.get("gnnear")
+_HW_FIELDS = tuple(f.name for f in dataclasses.fields(hwmodel.HardwareSpec)
+                   if not f.metadata.get("static") and f.name != "nmp")
+_NMP_FIELDS = tuple(f.name for f in dataclasses.fields(NearMemorySpec)
+                    if not f.metadata.get("static") and getattr(_HW.nmp, f.name) is not None)
+
+
+@PROPERTY
+@given(field=st.sampled_from(_HW_FIELDS + tuple(f"nmp.{f}" for f in _NMP_FIELDS)), value=_bad_values,
+       kind=st.sampled_from(sorted(SCALAR_KINDS)))
+def test_spec_refuses_any_negative_or_nan_field(field, value, kind):
+    """Any numeric HardwareSpec / NearMemorySpec field, negative or NaN, as a float, NumPy or jnp
+    scalar: one line naming the owner and field."""
+    v = SCALAR_KINDS[kind](value)
+    if np.isfinite(float(v)) and float(v) >= 0:
+        return
+    with pytest.raises(ValueError, match=r"^(HardwareSpec\('gnnear'\)|NearMemorySpec)\.(\w+): must be finite and ") as e:
+        if field.startswith("nmp."):
+            _HW.nmp.replace(**{field[4:]: v})
+        else:
+            _HW.replace(**{field: v})
+    assert e.value.args[0].split(":")[0].endswith("." + field.split(".")[-1])

@@ -18,7 +18,7 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.graph import Graph, from_scipy, to_scipy
+from codesign.graph import Graph, from_scipy, real_array, to_scipy
 
 __all__ = ["to_scipy", "from_scipy", "to_edge_index", "from_edge_index", "to_networkx", "from_networkx"]
 
@@ -44,18 +44,30 @@ def from_edge_index(edge_index, x, y, train_mask=None, val_mask=None, test_mask=
       edge_weight: float [E] or None; edge_type: int [E] or None.
       n_nodes: N (default ``x.shape[0]``).
 
-    Self-loops are dropped with a warning (`Graph` holds none: the models add their own).
+    Self-loops are dropped with a warning (`Graph` holds none: the models add their own). Every
+    column is an edge, as given: repeated pairs stay separate edges (a multigraph, unlike
+    `from_scipy`, which sums them) and an ``edge_weight`` of 0 is kept as an edge of weight 0.
 
     Raises:
-      ValueError: ``edge_index`` not [2, E] or not integer (naming ``edge_index``); any field the
-        `Graph` validation rejects (naming it).
+      ValueError: ``edge_index`` not [2, E] or not integer (naming ``edge_index``); ``edge_weight``
+        / ``edge_type`` not [E], complex ``x`` / ``edge_weight``, non-whole ``y`` / ``edge_type``
+        (naming the field); any field the `Graph` validation rejects (naming it).
     """
     ei = np.asarray(edge_index)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"from_edge_index: edge_index must be [2, E], got shape {ei.shape}")
     if ei.size and not np.issubdtype(ei.dtype, np.integer):
         raise ValueError(f"from_edge_index: edge_index must be integer, got {ei.dtype}")
-    x = np.asarray(x)
+    x = real_array(x, "x", np.float32, "from_edge_index")
+    y = real_array(y, "y", np.int32, "from_edge_index")
+    fields = {}
+    for name, v, dt in (("edge_weight", edge_weight, np.float32), ("edge_type", edge_type, np.int32)):
+        if v is not None:
+            v = real_array(v, name, dt, "from_edge_index")
+            if v.shape != (ei.shape[1],):
+                raise ValueError(f"from_edge_index: {name} must be [E={ei.shape[1]}], got shape {v.shape}")
+        fields[name] = v
+    edge_weight, edge_type = fields["edge_weight"], fields["edge_type"]
     n = int(x.shape[0]) if n_nodes is None else int(n_nodes)
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise ValueError(f"from_edge_index: edge_index out of range [0, {n}): min {ei.min()}, max {ei.max()}")

@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from codesign.hwmodel.validate import register_checked_dataclass
+
 PJ = 1e-12  # joules per picojoule
 BITS_PER_BYTE = 8.0
 
@@ -35,40 +37,62 @@ HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
 PRECISION_TIERS = (4.0, 8.0, 16.0, 32.0)
 
 
-def validate_numbers(obj, owner: str, nonnegative=(), fractions=()) -> dict:
-    """Checks the numeric fields of a frozen spec dataclass; returns the concrete ones as floats.
+def validate_numbers(obj, owner: str, nonnegative=(), fractions=(), check_arrays: bool = False) -> dict:
+    """Checks the numeric fields of a frozen spec dataclass; returns the concrete scalar ones as floats.
 
     Python and NumPy numbers are user input and are checked (ints become floats, so that jax.grad
-    can differentiate every field). JAX arrays are left alone: they are tracers or spec-shaped
-    trees of gradients, whose values need not be valid hardware numbers. None marks an absent
-    optional part.
+    can differentiate every field). JAX arrays: with ``check_arrays`` (`HardwareSpec`,
+    `NearMemorySpec`, whose pytree rebuilding skips this check: `register_checked_dataclass`), a
+    concrete one is checked like a number, every element, and kept as given (any shape, e.g. a
+    batch of specs for ``vmap``); a tracer (under ``jit``/``grad``/``vmap``) has no value and is
+    skipped. Without ``check_arrays`` JAX arrays are left alone (specs whose pytree rebuilding runs
+    this check, where a leaf may be a gradient). None marks an absent optional part.
 
     Fields in ``nonnegative`` must be finite and >= 0, those in ``fractions`` finite and in
     (0, 1], every other one finite and > 0.
 
     Raises:
-      TypeError: a bool, str or non-scalar array (naming ``<owner>.<field>``).
-      ValueError: a number outside its range or not finite (naming ``<owner>.<field>``).
+      TypeError: a bool, str or non-scalar NumPy array, or a bool / non-numeric JAX array
+        (naming ``<owner>.<field>``).
+      ValueError: a number (or an element) outside its range or not finite (naming
+        ``<owner>.<field>`` and the value).
     """
     concrete = {}
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
-        if f.metadata.get("static") or v is None or isinstance(v, jax.Array) or dataclasses.is_dataclass(v):
+        if f.metadata.get("static") or v is None or dataclasses.is_dataclass(v):
+            continue
+        if isinstance(v, jax.Array):
+            if check_arrays and not isinstance(v, jax.core.Tracer):
+                a = _check_array(v, owner, f.name, nonnegative, fractions)
+                if a.ndim == 0:
+                    concrete[f.name] = float(a)
             continue
         if not isinstance(v, (bool, str, int, float, np.number, np.ndarray)):
             continue  # placeholders JAX puts in pytree round trips (sentinels)
         if isinstance(v, (bool, str)) or np.ndim(v) != 0:
             raise TypeError(f"{owner}.{f.name}: must be a real number, got {v!r}")
         v = float(v)
-        ok = math.isfinite(v) and (v >= 0 if f.name in nonnegative else v > 0)
-        if ok and f.name in fractions:
-            ok = v <= 1.0
-        if not ok:
-            need = ">= 0" if f.name in nonnegative else "in (0, 1]" if f.name in fractions else "> 0"
-            raise ValueError(f"{owner}.{f.name}: must be finite and {need}, got {v!r}")
+        _check_array(np.float64(v), owner, f.name, nonnegative, fractions)
         object.__setattr__(obj, f.name, v)
         concrete[f.name] = v
     return concrete
+
+
+def _check_array(v, owner: str, name: str, nonnegative, fractions) -> np.ndarray:
+    """``v`` as a float64 array after the range check of `validate_numbers`."""
+    a = np.asarray(v)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise TypeError(f"{owner}.{name}: must be a real number, got dtype {a.dtype}")
+    a = a.astype(np.float64)
+    ok = np.isfinite(a) & ((a >= 0) if name in nonnegative else (a > 0))
+    if name in fractions:
+        ok &= a <= 1.0
+    if not ok.all():
+        need = ">= 0" if name in nonnegative else "in (0, 1]" if name in fractions else "> 0"
+        bad = a[~ok].flat[0].item()
+        raise ValueError(f"{owner}.{name}: must be finite and {need}, got {bad!r}")
+    return a
 
 
 HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "output_accumulate_passes",
@@ -83,7 +107,7 @@ NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "
 """`NearMemorySpec` fields that may be 0; the others (units, bandwidths, rates) must be > 0."""
 
 
-@jax.tree_util.register_dataclass
+@register_checked_dataclass
 @dataclasses.dataclass(frozen=True)
 class NearMemorySpec:
     """Near-memory processing (NMP) units beside the DRAM arrays (per-rank, per-bank or per-DPU).
@@ -116,10 +140,13 @@ class NearMemorySpec:
         of a sender-partitioned SpMM are reduced on the host (`estimate.nmp_stage_cost`
         prices the cheaper of the two).
 
+    Numbers are checked as Python / NumPy numbers and as concrete JAX arrays (every element);
+    tracers and JAX's rebuilt trees (gradients) are not (`validate_numbers`).
+
     Raises:
-      ValueError: naming the field, for a value that is not finite and positive (energies and
-        ``buffer_bytes``: finite and >= 0).
-      TypeError: naming the field, for a bool, str or non-scalar array.
+      ValueError: naming the field and value, for a value that is not finite and positive
+        (energies and ``buffer_bytes``: finite and >= 0).
+      TypeError: naming the field, for a bool, str or non-scalar NumPy array.
     """
 
     units: float
@@ -139,14 +166,14 @@ class NearMemorySpec:
     replicate_features: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
-        validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE)
+        validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE, check_arrays=True)
 
     def replace(self, **changes) -> "NearMemorySpec":
         """A copy with some fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)
 
 
-@jax.tree_util.register_dataclass
+@register_checked_dataclass
 @dataclasses.dataclass(frozen=True)
 class HardwareSpec:
     """A compute device with one DRAM level, one on-chip buffer and optional near-memory units.
@@ -234,8 +261,11 @@ class HardwareSpec:
     Raises:
       ValueError: naming the field, if a number is not finite and positive (efficiencies in
         (0, 1]; overheads, energies and onchip_buffer_bytes >= 0: `HOST_NONNEGATIVE`), if
-        overlap_exponent < 1, or if int8 MACs are costlier than fp32 ones.
-      TypeError: naming the field, for a bool, str or non-scalar array.
+        overlap_exponent < 1, or if int8 MACs are costlier than fp32 ones. Python / NumPy
+        numbers and concrete JAX arrays (every element) are checked alike; tracers under ``jit``
+        / ``grad`` / ``vmap`` and JAX's rebuilt trees (``jax.grad`` with respect to a spec) are
+        not (`validate_numbers`).
+      TypeError: naming the field, for a bool, str or non-scalar NumPy array.
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -275,7 +305,8 @@ class HardwareSpec:
     def __post_init__(self):
         concrete = validate_numbers(
             self, f"HardwareSpec({self.name!r})", nonnegative=HOST_NONNEGATIVE,
-            fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"))
+            fractions=("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency"),
+            check_arrays=True)
         if "cores" in concrete and concrete["cores"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).cores: must be >= 1, got {concrete['cores']!r}")
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:

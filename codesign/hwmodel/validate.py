@@ -24,11 +24,46 @@ or array), with a one-line message that starts with the field, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+def register_checked_dataclass(cls):
+    """Registers the frozen dataclass ``cls`` as a JAX pytree (as ``jax.tree_util.register_dataclass``
+    does: fields with ``metadata=dict(static=True)`` are static, the others leaves, with
+    ``GetAttrKey`` paths) whose REBUILDING from leaves skips ``__init__`` / ``__post_init__``.
+
+    So the checks in ``__post_init__`` run where a user builds the object (or calls
+    ``dataclasses.replace``), and never on trees JAX builds from it: tracers under ``jit``/``vmap``
+    and concrete trees of gradients (``jax.grad`` with respect to a spec gives a spec-shaped tree
+    of derivatives, which are negative where more of a field lowers the cost), or
+    ``jax.tree.map`` results.
+    """
+    fields = dataclasses.fields(cls)
+    data = tuple(f.name for f in fields if not f.metadata.get("static"))
+    meta = tuple(f.name for f in fields if f.metadata.get("static"))
+    keys = tuple(jax.tree_util.GetAttrKey(n) for n in data)
+
+    def flatten_with_keys(obj):
+        return tuple(zip(keys, (getattr(obj, n) for n in data))), tuple(getattr(obj, n) for n in meta)
+
+    def flatten(obj):
+        return tuple(getattr(obj, n) for n in data), tuple(getattr(obj, n) for n in meta)
+
+    def unflatten(meta_values, leaves):
+        obj = object.__new__(cls)
+        for n, v in zip(meta, meta_values):
+            object.__setattr__(obj, n, v)
+        for n, v in zip(data, leaves):
+            object.__setattr__(obj, n, v)
+        return obj
+
+    jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+    return cls
+
 
 MIN_BITS = 1
 MAX_BITS = 32

@@ -21,13 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.hwmodel.locality import LocalityProfile, stack_distance_rows
-from codesign.hwmodel.validate import check_bits, check_count, check_density
+from codesign.hwmodel.validate import check_bits, check_count, check_density, register_checked_dataclass
 
 INDEX_BYTES = 4  # int32 column index per stored nonzero (CSR)
 VALUE_BYTES = 4  # float32 value per stored nonzero
 BACKWARD_GEMM_FACTOR = 2.0  # dX = dY W^T and dW = X^T dY: two GEMMs of the forward's size
 BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, nnz x F MACs)
 AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
+STAGE_KINDS = ("gemm", "elementwise", *AGGREGATION_KINDS)
+"""Every `Stage.kind` the estimator prices."""
 SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
 CONVERTS_PER_UPCAST_MESSAGE = 2.0  # round trips through the narrow type: one in the gather, one per scatter-add
 MESSAGE_OPS_PER_ELEMENT = 2.0  # XLA's message buffer: the gather writes each element, the scatter-add reads it back
@@ -35,7 +37,7 @@ FAKE_QUANT_OPS = 7.0  # run-time fake quantization of an activation, per element
 # per-tensor scale, divide, round, clip, multiply back, cast (`codesign.deploy._quantize_activation`)
 
 
-@jax.tree_util.register_dataclass
+@register_checked_dataclass
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One kernel's counts.
@@ -73,6 +75,20 @@ class Stage:
       serial (static): the kernel is one serial loop on one core (XLA:CPU's gather and
         scatter-add, scipy's CSR loops), so it gets ``1 / HardwareSpec.cores`` of the compute
         rates; False for kernels that use every core (XLA's and BLAS's GEMM).
+
+    Checked at construction (the stage builders' stages and hand-built ones alike), for concrete
+    values -- Python / NumPy numbers and concrete JAX arrays; tracers under ``jit`` / ``grad`` /
+    ``vmap`` pass unchecked, and pytree rebuilding (gradient trees) is not checked
+    (`register_checked_dataclass`): ``kind`` one of `STAGE_KINDS`; ``bits`` finite and in
+    [1, 32] (`check_bits`: fractional values are allowed, as learned bit-widths give expected,
+    fractional bits during training); every other numeric field finite and >= 0 (`check_count`),
+    every element of an array field.
+
+    Raises:
+      ValueError: one line naming the field and the value, e.g.
+        ``"Stage.macs: must be finite and >= 0, got -1.0"``, or an unknown ``kind``.
+      TypeError: a field that is not a real number or numeric array (bool, str), or a non-bool
+        ``serial``.
     """
 
     kind: str = dataclasses.field(metadata=dict(static=True))
@@ -92,6 +108,16 @@ class Stage:
     output_bytes: jax.Array = 0.0
     passes: jax.Array = 1.0
     serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
+
+    def __post_init__(self):
+        if self.kind not in STAGE_KINDS:
+            raise ValueError(f"Stage.kind: unknown kind {self.kind!r}; known kinds: {', '.join(STAGE_KINDS)}")
+        if not isinstance(self.serial, (bool, np.bool_)):
+            raise TypeError(f"Stage.serial: must be a bool, got {self.serial!r}")
+        check_bits(self.bits, "Stage.bits")
+        for f in dataclasses.fields(self):
+            if f.name not in ("kind", "serial", "bits") and (v := getattr(self, f.name)) is not None:
+                check_count(v, f"Stage.{f.name}")
 
     def scaled(self, factor: float) -> "Stage":
         """The same kernel run ``factor`` times (counts and launches scale; bit-width and working

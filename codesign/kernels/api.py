@@ -21,6 +21,7 @@ from typing import Callable, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency
 from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
@@ -31,7 +32,7 @@ from codesign.kernels.pallas_csr import CsrChunks, csr_chunk_aggregate
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
-__all__ = ["aggregate", "auto_impl", "IMPLS", "CSR_AUTO_MIN_WORK"]
+__all__ = ["aggregate", "auto_impl", "feature_dtype", "IMPLS", "CSR_AUTO_MIN_WORK"]
 
 Adjacency = Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows]
 
@@ -88,24 +89,55 @@ def _impls_of(fmt: type) -> list[str]:
     return ["auto", *(impl for f, impl in IMPLS if f is fmt)]
 
 
+def feature_dtype(x, name: str = "aggregate: x") -> jnp.dtype:
+    """The dtype in which the aggregation kernels compute on ``x``: ``x``'s own dtype if it is a
+    float, float32 for integer and bool ``x`` (see `aggregate`; `gat_aggregate` uses it too).
+
+    Raises:
+      ValueError: ``x`` is complex or not numeric (one line: ``name`` and the dtype).
+    """
+    dt = jnp.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+    if jnp.issubdtype(dt, jnp.floating):
+        return dt
+    if jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_:
+        return jnp.dtype(jnp.float32)
+    raise ValueError(f"{name} must have a real (float, integer or bool) dtype, got {dt}")
+
+
 def aggregate(adj: Adjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
     """Sum-aggregation ``A @ x`` over the adjacency ``adj`` (rows = receivers).
 
+    Feature dtypes: float features run as given (each backend accepts its own set: all take
+    float32; bf16 / f16 / f64 as the dispatch table's backends document). Integer and bool
+    features (int8, uint8, int16, int32, ...) are converted to float32 here, before dispatch, so
+    every backend behaves the same: edge weights stay float, sums accumulate in float32 (never in
+    the integer dtype, which would wrap: int8 100 + 100 is not -56) and the result is float32.
+    This is exact while the weighted values and partial sums are integers below 2^24 in magnitude
+    (e.g. int8 features with weights 1 on rows of fewer than 2^16 edges); otherwise it is rounded
+    as float32 arithmetic is (int32 values above 2^24 lose low bits). Quantized int8 features with per-row scales have their own forward
+    kernels, which load one byte per feature: `bsr_spmm_int8`, `csr_chunk_spmm_int8`.
+
     Args:
       adj: `CooAdjacency` over N nodes, `BlockSparseAdjacency` or `CondensedRowWindows`.
-      x: float [N, F] for a `CooAdjacency`; float [n_pad, F] in the block format's reordered, padded
-        node order (``adj.permute_features(x)``) for the block formats.
+      x: float, integer or bool [N, F] for a `CooAdjacency`; [n_pad, F] in the block format's
+        reordered, padded node order (``adj.permute_features(x)``) for the block formats.
       impl: "auto" (`auto_impl`) or a name of the dispatch table (module docstring) for ``adj``'s
         format; "bsr_xla" / "pallas" on a `CooAdjacency` need an attached `BlockPattern`
         (`codesign.kernels.with_block_pattern`), "csr_scipy" a `CsrPattern` (`with_csr_pattern`).
 
     Returns:
-      float [N, F] (COO) or [n_pad, F] (block formats, same order as ``x``).
+      [N, F] (COO) or [n_pad, F] (block formats, same order as ``x``): ``x``'s dtype for float
+      ``x``, float32 for integer / bool ``x``.
 
     Raises:
       ValueError: an unknown ``impl`` or one that does not fit the adjacency (the message lists
-        the valid ones, or says what to attach), or ``x`` whose first dimension does not match.
+        the valid ones, or says what to attach), ``x`` whose first dimension does not match, or a
+        float dtype the chosen backend does not support (the backend's message), or complex /
+        non-numeric ``x`` (one line naming the dtype).
     """
+    acc = feature_dtype(x)
+    if x.dtype != acc:
+        x = x.astype(acc)
     fmt = type(adj)
     if fmt not in (CooAdjacency, BlockSparseAdjacency, CondensedRowWindows):
         raise ValueError(f"aggregate: adj must be a CooAdjacency, BlockSparseAdjacency or CondensedRowWindows, "

@@ -25,6 +25,7 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 
+from codesign.kernels.api import feature_dtype
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.pallas_gat import GatKernelConfig, gat_pallas
 
@@ -139,10 +140,14 @@ def gat_aggregate(graph: GraphLike, h: jax.Array, s_src: jax.Array, s_dst: jax.A
                   config: Optional[GatKernelConfig] = None) -> jax.Array:
     """GAT attention aggregation ``out[i] = sum_{j in N(i)} softmax_j(LeakyReLU(s_dst[i] + s_src[j])) h[j]``.
 
+    Integer and bool ``h`` / ``s_src`` / ``s_dst`` are converted to float32 first (as `aggregate`
+    does), so both impls compute in float32; complex ones are refused.
+
     Args:
       graph: `CsrByReceiver` (build it once with `csr_by_receiver`) or `CooAdjacency` (converted on
         every call for the Pallas path).
-      h: float [N, H, F]; s_src, s_dst: float [N, H] (see `gat_aggregate_reference`).
+      h: float, integer or bool [N, H, F]; s_src, s_dst: float, integer or bool [N, H] (see
+        `gat_aggregate_reference`).
       negative_slope: LeakyReLU slope (0.2 in the paper).
       impl: "auto" ("pallas" on GPU, else "reference"), "reference" (XLA gather + segment ops) or
         "pallas" (fused kernel + recomputing custom_vjp).
@@ -153,10 +158,13 @@ def gat_aggregate(graph: GraphLike, h: jax.Array, s_src: jax.Array, s_dst: jax.A
       float32 [N, H, F]; zero for rows without edges.
 
     Raises:
-      ValueError: unknown ``impl`` or mis-shaped ``h``/``s_src``/``s_dst``.
+      ValueError: unknown ``impl``, mis-shaped ``h``/``s_src``/``s_dst``, or a complex /
+        non-numeric one (one line naming it and its dtype).
     """
     if impl not in _IMPLS:
         raise ValueError(f"gat_aggregate: unknown impl {impl!r}; choose from {list(_IMPLS)}")
+    h, s_src, s_dst = (v.astype(feature_dtype(v, f"gat_aggregate: {name}"))
+                       for name, v in (("h", h), ("s_src", s_src), ("s_dst", s_dst)))
     _validate(graph, h, s_src, s_dst, "gat_aggregate")
     on_gpu = jax.default_backend() == "gpu"
     name = ("pallas" if on_gpu else "reference") if impl == "auto" else impl

@@ -43,8 +43,21 @@ def _specs(arrays: Mapping, rows: int, field: str, what: str) -> dict:
             raise TypeError(f"{field}[{name!r}]: must be an array, got {type(x).__name__}")
         if len(shape) < 1 or shape[0] != rows:
             raise ValueError(f"{field}[{name!r}]: must be [{what}={rows}, ...], got shape {tuple(shape)}")
+        _check_real(x.dtype, f"{field}[{name!r}]")
         out[name] = jax.ShapeDtypeStruct(tuple(shape[1:]), x.dtype)
     return out
+
+
+def _check_real(dtype, field: str) -> None:
+    """Inputs are real: complex ones would be made real (their imaginary part dropped) by the
+    kernels' float casts, silently.
+
+    Raises:
+      ValueError: one line naming ``field`` and the dtype.
+    """
+    dt = jnp.dtype(dtype)
+    if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer) or dt == jnp.bool_):
+        raise ValueError(f"{field}: must have a real dtype (float, integer or bool), got {dt}")
 
 
 def _width_specs(widths: Optional[Mapping], names: tuple) -> dict:
@@ -53,6 +66,7 @@ def _width_specs(widths: Optional[Mapping], names: tuple) -> dict:
     for name in names:
         w = widths.pop(name, ())
         if isinstance(w, jax.ShapeDtypeStruct):
+            _check_real(w.dtype, f"widths[{name!r}]")
             out[name] = w
         elif isinstance(w, (int, np.integer)) and not isinstance(w, bool):
             out[name] = jax.ShapeDtypeStruct((int(w),), jnp.float32)
@@ -142,8 +156,8 @@ class Program:
 
         Raises:
           TypeError: ``nodes`` / ``edges`` not dicts of arrays, ``adj`` of another type.
-          ValueError: an input whose first axis is not N (nodes) / E (edges), naming it; gates of
-            the wrong length; an unknown ``attention_impl``.
+          ValueError: an input whose first axis is not N (nodes) / E (edges), or whose dtype is
+            not real (complex), naming it; gates of the wrong length; an unknown ``attention_impl``.
           VertexProgramError: the program cannot be traced (naming the user's line).
         """
         adj = _adjacency(adj)

@@ -9,6 +9,13 @@ nested or zipped loops over two neighbour sets, neighbour sets of a neighbour (`
 unknown input names, an aggregation of anything but one edge value per neighbour, and an edge value
 returned without aggregation. (A traced value handed to a ``jnp`` function fails inside JAX with a
 TypeError: use the ``vx`` functions and operators.)
+
+NumPy on traced values: a NumPy ufunc called plainly (``np.exp(u.h)``, ``np.maximum(x, 0)``,
+``arr * u.h``) is recorded as its ``jnp`` namesake, per item, as the operators and ``vx.exp`` are;
+any other NumPy call -- a function such as ``np.where`` / ``np.sum`` / ``np.dot``, a ufunc method
+(``np.add.reduce``) or keyword (``out=``), a ufunc without a ``jnp`` namesake -- raises a one-line
+``TypeError`` that starts with the user's ``file:line: source``, names the NumPy function and
+points to the ``vx`` operations.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = ["VertexProgramError", "Value", "trace", "sum", "mean", "max", "softma
            "relu", "where", "RESERVED"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__)) + os.sep  # np.sum & co. dispatch from Python frames
 _MACHINERY = frozenset(os.path.join(_PACKAGE_DIR, f) for f in ("__init__.py", "ir.py", "trace.py", "fusion.py",
                                                                  "lower.py", "cost.py", "program.py"))
 RESERVED = frozenset({"in_nbrs", "in_edges"})
@@ -43,7 +51,8 @@ def user_line() -> str:
     """``"file:line: source"`` of the innermost stack frame outside the tracing machinery (the
     user's program; the programs of `codesign.vertex.layers` count as user code)."""
     f = sys._getframe(1)
-    while f is not None and os.path.abspath(f.f_code.co_filename) in _MACHINERY:
+    while f is not None and ((path := os.path.abspath(f.f_code.co_filename)) in _MACHINERY
+                             or path.startswith(_NUMPY_DIR)):
         f = f.f_back
     if f is None:
         return "<unknown>"
@@ -208,7 +217,32 @@ class Value:
     def __iter__(self):
         _fail("iterating a traced value: loop over v.in_nbrs or v.in_edges")
 
-    __array_ufunc__ = None  # numpy operands defer to the reflected operators
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy ufuncs (``np.exp(x)``, ``arr * x``): their ``jnp`` namesake, recorded like the
+        operators; other forms raise `_numpy_refused`."""
+        fn = getattr(jnp, ufunc.__name__, None)
+        if method != "__call__" or kwargs or not callable(fn):
+            what = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+            _numpy_refused(what + (f" with {', '.join(f'{k}=' for k in kwargs)}" if kwargs else ""))
+        return _map(_UFUNC_OPS.get(ufunc.__name__, ufunc.__name__), fn, *inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        _numpy_refused(f"numpy.{func.__name__}")
+
+    def __array__(self, *_, **__):
+        _numpy_refused("numpy.asarray")
+
+
+_UFUNC_OPS = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "true_divide": "div",
+              "power": "pow", "matmul": "matmul", "negative": "neg", "less": "lt", "less_equal": "le",
+              "greater": "gt", "greater_equal": "ge"}
+"""NumPy ufuncs that are Value operators: recorded under the operator's name (fusion reads it)."""
+
+
+def _numpy_refused(what: str):
+    raise TypeError(f"{user_line()}: {what} is not supported on a traced vertex-program value: use the vx "
+                    f"operations (vx.sum / vx.mean / vx.max over v.in_nbrs, vx.where, vx.exp, vx.relu), operators "
+                    f"(+ - * / ** @ < > [] .astype .T) or plain numpy ufuncs (np.exp(x), np.maximum(x, 0))")
 
 
 class _Loop:
@@ -244,6 +278,15 @@ class _Proxy:
 
     def __init__(self, tracer: _Tracer):
         object.__setattr__(self, "_tracer", tracer)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _numpy_refused(f"numpy.{ufunc.__name__} of a vertex / neighbour / edge proxy (read an input first: u.h)")
+
+    def __array_function__(self, func, types, args, kwargs):
+        _numpy_refused(f"numpy.{func.__name__} of a vertex / neighbour / edge proxy (read an input first: u.h)")
+
+    def __array__(self, *_, **__):
+        _numpy_refused("numpy.asarray of a vertex / neighbour / edge proxy (read an input first: u.h)")
 
     def __setattr__(self, name, value):
         _fail(f"cannot assign {name!r} on a proxy: inputs come from nodes= / edges=")
