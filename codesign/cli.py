@@ -481,7 +481,7 @@ def cmd_validate(args) -> int:
         return 0
     hw = presets.get(args.hw)
     table = calibrate.screen(calibrate.read_timing_table(args.table, args.kind), hw)
-    rec = presets.gpu_fit_record() if hw.name in ("h100", "a100") else None
+    rec = presets.gpu_fit_record() if hw.name in ("h100", "a100", "h100-fitted", "a100-fitted") else None
     fits = None if rec is None else {k: v["factors"] for k, v in
                                      rec["tables"].get(table.kind, {}).get("kernels", {}).items()}
     out = calibrate.validate_table(table, hw, fits)

@@ -193,7 +193,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_every_option_of_every_subcommand_has_help():
     subs = _subparsers(cli.build_parser())
-    assert set(subs) == {"train", "deploy", "sweep", "cost", "bench"}
+    assert set(subs) == {"train", "deploy", "sweep", "cost", "bench", "validate"}
     for name, p in subs.items():
         for action in p._actions:
             assert action.help and action.help.strip(), f"codesign {name} {action.option_strings or action.dest}"
