@@ -468,7 +468,7 @@ def cmd_cost(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from codesign.hwmodel import calibrate, presets
+    from codesign.hwmodel import presets, tables
     if args.table is None:
         rows = [presets.evidence(n) for n in presets.names()]
         if args.json:
@@ -480,11 +480,11 @@ def cmd_validate(args) -> int:
                   f"{'' if r['date'] is None else '; ' + r['date']}")
         return 0
     hw = presets.get(args.hw)
-    table = calibrate.screen(calibrate.read_timing_table(args.table, args.kind), hw)
+    table = tables.screen(tables.read_timing_table(args.table, args.kind), hw)
     rec = presets.gpu_fit_record() if hw.name in ("h100", "a100", "h100-fitted", "a100-fitted") else None
     fits = None if rec is None else {k: v["factors"] for k, v in
                                      rec["tables"].get(table.kind, {}).get("kernels", {}).items()}
-    out = calibrate.validate_table(table, hw, fits)
+    out = tables.validate_table(table, hw, fits)
     out["screened"] = table.screened
     if args.json:
         print(json.dumps(out))

@@ -1,10 +1,10 @@
 """Fit the `h100` preset's software factors on the public H100 timing tables (thin driver over
-`codesign.hwmodel.calibrate`) and write ``codesign/hwmodel/fits/h100.json``.
+`codesign.hwmodel.tables`) and write ``codesign/hwmodel/fits/h100.json``.
 
     python experiments/fit_gpu_presets.py                      # tables from $CODESIGN_DATA/gpu_timings
     python experiments/fit_gpu_presets.py --dir DIR --no-save  # report only
 
-Per table (SpMM, SDDMM) and kernel column (and `calibrate.BEST`, the fastest kernel per row): the
+Per table (SpMM, SDDMM) and kernel column (and `tables.BEST`, the fastest kernel per row): the
 factors fitted on every row, and 5-fold cross-validation grouped by matrix (MAPE, Spearman,
 median modeled / measured, per width). ``dram_efficiency`` is held at `STREAM_DRAM_EFFICIENCY`
 (an ASSUMPTION, `codesign.hwmodel.presets.ASSUMPTIONS`), so that the one factor every stage
@@ -21,7 +21,7 @@ import datetime
 import os
 from pathlib import Path
 
-from codesign.hwmodel import calibrate, presets
+from codesign.hwmodel import presets
 from codesign.results import write_json_atomic
 
 PRESET_KERNEL = ("spmm", "cusparse")
@@ -38,8 +38,8 @@ def main(argv=None) -> dict:
     fixed = {"dram_efficiency": presets.STREAM_DRAM_EFFICIENCY}
     tables = {}
     for kind, name in TABLES.items():
-        table = calibrate.screen(calibrate.read_timing_table(Path(args.dir) / name, kind), base)
-        fits = calibrate.fit_table(table, base, fixed=fixed)
+        table = tables.screen(tables.read_timing_table(Path(args.dir) / name, kind), base)
+        fits = tables.fit_table(table, base, fixed=fixed)
         tables[kind] = {"source": name, "screened": table.screened, "kernels": fits}
         for k, v in fits.items():
             cv = v["cv"]["all"]

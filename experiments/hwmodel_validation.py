@@ -49,10 +49,8 @@ changes to the cost model; the measured times are kept).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import os
-import platform
 import sys
 from typing import Optional
 
@@ -64,24 +62,21 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import scipy.optimize  # noqa: E402
-import scipy.stats  # noqa: E402
 
 from codesign import hwmodel  # noqa: E402
-from codesign.bench import MALLOC_ENV, median_time_s, reexec_with_malloc_env  # noqa: E402
+from codesign.bench import MALLOC_ENV, reexec_with_malloc_env  # noqa: E402
 from codesign.data.synthetic import rmat_edges  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 
+from codesign.hwmodel.calibrate import (FACTORS, fit, grouped_validation, latency_model,  # noqa: E402
+                                        machine, measure_roofs, metrics, rapl_status, save_cpu_fit, timed, with_roofs)
+
 DTYPES = {"float32": (jnp.float32, 32.0), "bfloat16": (jnp.bfloat16, 16.0)}
-FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
-           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
-           "host_stage_overhead_s", "row_miss_overhead_s")
 # host_stage_overhead_s: the fixed cost of one numpy / scipy call in the deployed program (HOST_KINDS, priced on
 # the `cpu_numpy` preset: one core, `HardwareSpec.single_core`), where stage_overhead_s is XLA's dispatch
 # onchip_buffer_bytes is fitted on the CPU: the cache a kernel effectively has on a shared VM is not
 # the L3 that lscpu reports (2026-11-25: 480 MiB "L3" of a whole socket shared with other tenants,
 # 2 MiB L2 per core); the large graphs (WordNet, R-MAT 2^18) spill where the small ones do not.
-FIT_LOSS, FIT_SCALE = "soft_l1", 0.1  # robust least squares on log latency: residuals beyond ~10 % count ~linearly
 
 
 def gemm_points(quick: bool, gpu: bool = False):
@@ -265,20 +260,9 @@ def _bsr_for(p, graph_data, _cache={}):
     return _cache[key]
 
 
-def _timed(fn, *args, reps: int) -> float:
-    """Median seconds of ``reps`` back-to-back calls after ``reps`` untimed ones (the first call
-    compiles). One warm-up call is not enough on the CPU: the first calls after a pause run up
-    to 1.5x slower while XLA's worker threads wake (measured: a 2708 x 64 x 64 f32 GEMM, median
-    of 7 right after compiling 0.51 ms, of the next 7 0.36 ms), and a training loop calls its
-    kernels back to back."""
-    for _ in range(reps):
-        jax.block_until_ready(fn(*args))
-    return median_time_s(fn, *args, reps=reps, warmup=False)
-
-
 def _timed_host(fn, *args, reps: int) -> float:
     """Median seconds of ``reps`` back-to-back calls of a numpy / scipy ``fn`` after ``reps``
-    untimed ones (as `_timed`: the first calls after a pause run slower)."""
+    untimed ones (as `timed`: the first calls after a pause run slower)."""
     import time
     for _ in range(reps):
         fn(*args)
@@ -318,7 +302,7 @@ def measure_point(p, graph_data, reps: int, max_work: float, features=None):
     if p["kind"] == "gemm":
         a = jax.random.normal(key, (p["m"], p["k"]), dtype)
         b = jax.random.normal(key, (p["k"], p["n"]), dtype)
-        return _timed(jax.jit(jnp.dot), a, b, reps=reps)
+        return timed(jax.jit(jnp.dot), a, b, reps=reps)
     s, r, n = _edges(p, graph_data)
     if s.size * p["width"] > max_work:
         return None
@@ -329,212 +313,11 @@ def measure_point(p, graph_data, reps: int, max_work: float, features=None):
     if p["kind"] == "spmm":
         x = jax.random.normal(key, (n, p["width"]), dtype)
         fn = jax.jit(lambda x, s, r: jax.ops.segment_sum(x[s], r, num_segments=n))
-        return _timed(fn, x, jnp.asarray(s), jnp.asarray(r), reps=reps)
+        return timed(fn, x, jnp.asarray(s), jnp.asarray(r), reps=reps)
     from codesign.kernels import bsr_spmm  # "pallas": the Pallas BSR kernel (GPU)
     bsr = _bsr_for(p, graph_data)
     x = jax.random.normal(key, (bsr.n_pad, p["width"]), dtype)
-    return _timed(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
-
-
-PEAK_GEMM = 2048  # M = K = N of the GEMM that sets the matrix roof
-PEAK_FMA_ELEMENTS, PEAK_FMA_CHAIN = 1 << 18, 64  # 1 MiB of f32 (cache resident), 64 dependent FMAs each
-PEAK_STREAM_ELEMENTS = 1 << 26  # 256 MiB of f32 read and 256 MiB written
-
-
-def measure_peaks(reps: int) -> dict:
-    """The roofs of this CPU as XLA reaches them, measured before the grid so that the fitted
-    efficiencies are fractions of what this machine does (a preset's nominal rates belong to the
-    machine it was made on: numpy ran a 2048^3 f32 dot at 182 GFLOP/s on the 2026-11-22 AVX2
-    host and at 244 on the 2026-11-23 AVX-512 one, where XLA reached 433-439):
-
-      matrix_macs_per_s: a ``PEAK_GEMM``^3 f32 ``jnp.dot`` (MACs / median seconds);
-      vector_macs_per_s: ``PEAK_FMA_CHAIN`` chained ``x * a + b`` per element over
-        ``PEAK_FMA_ELEMENTS`` f32 (XLA fuses the chain into one loop; a and b are runtime scalars,
-        so nothing folds);
-      dram_bw_bytes_per_s: ``x * 2`` over ``PEAK_STREAM_ELEMENTS`` f32 (bytes read + written).
-
-    Returns:
-      ``{"matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s"}`` (floats).
-    """
-    key = jax.random.key(1)
-    a = jax.random.normal(key, (PEAK_GEMM, PEAK_GEMM), jnp.float32)
-    gemm_s = _timed(jax.jit(jnp.dot), a, a, reps=reps)
-
-    @jax.jit
-    def fma_chain(x, m, c):
-        for _ in range(PEAK_FMA_CHAIN):
-            x = x * m + c
-        return x
-
-    x = jax.random.normal(key, (PEAK_FMA_ELEMENTS,), jnp.float32)
-    fma_s = _timed(fma_chain, x, jnp.float32(0.999), jnp.float32(1e-3), reps=reps)
-    big = jnp.ones((PEAK_STREAM_ELEMENTS,), jnp.float32)
-    stream_s = _timed(jax.jit(lambda v: v * 2.0), big, reps=reps)
-    return {"matrix_macs_per_s": PEAK_GEMM**3 / gemm_s,
-            "vector_macs_per_s": PEAK_FMA_ELEMENTS * PEAK_FMA_CHAIN / fma_s,
-            "dram_bw_bytes_per_s": 2 * 4 * PEAK_STREAM_ELEMENTS / stream_s}
-
-
-def with_peaks(hw: hwmodel.HardwareSpec, peaks: Optional[dict]) -> hwmodel.HardwareSpec:
-    """``hw`` with its nominal roofs replaced by measured ``peaks`` (`measure_peaks`; None: ``hw``
-    as it is). XLA:CPU has no faster bf16 / int8 path than f32 (a bf16 dot is converts around
-    an f32 dot, `hwmodel.upcast_gemm_stages`), so every precision gets the f32 rate."""
-    if not peaks:
-        return hw
-    mm, vec = peaks["matrix_macs_per_s"], peaks["vector_macs_per_s"]
-    return hw.replace(matrix_fp32_macs_per_s=mm, matrix_bf16_macs_per_s=mm, matrix_int8_macs_per_s=mm,
-                      matrix_int4_macs_per_s=mm, vector_fp32_macs_per_s=vec, vector_bf16_macs_per_s=vec,
-                      vector_int8_macs_per_s=vec, dram_bw_bytes_per_s=peaks["dram_bw_bytes_per_s"])
-
-
-def modeled(stages, base: hwmodel.HardwareSpec, host=None):
-    """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`; the
-    bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate). ``host``: per kernel, whether it
-    is a deployed program's numpy / scipy kernel (`HOST_KINDS`), priced as the `cpu_numpy` preset
-    prices it (``base`` on one core, `HardwareSpec.single_core`, with ``theta[10]`` per call);
-    the others as XLA runs them on every core (the `cpu` preset)."""
-    host = [False] * len(stages) if host is None else list(host)
-
-    @jax.jit
-    def f(theta):
-        hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
-                                 dram_efficiency=theta[2], stage_overhead_s=theta[3],
-                                 matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
-                                 gather_efficiency=theta[5], overlap_exponent=theta[6],
-                                 row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
-                                 row_overhead_s=theta[9], row_miss_overhead_s=theta[11])
-        one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10])
-        return jnp.stack([sum(hwmodel.stage_cost(s, one if h else hw).latency_s for s in kernel)
-                          for kernel, h in zip(stages, host)])
-    return f
-
-
-def metrics(pred, meas) -> dict:
-    pred, meas = np.asarray(pred), np.asarray(meas)
-    return {"mape": float(np.mean(np.abs(pred - meas) / meas)),
-            "spearman": float(scipy.stats.spearmanr(pred, meas).statistic), "n": int(meas.size)}
-
-
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)):
-    """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
-    ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
-    kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
-    fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
-    in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
-    in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
-    per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms]; the
-    order of `FACTORS`) from ``x0``;
-    only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
-    evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
-    y = np.log(measured[train_idx])
-    free = list(free)
-    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6])
-    u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
-
-    def full(u):
-        v = u0.copy()
-        v[free] = u
-        return v
-
-    def resid(u):
-        return np.log(np.asarray(f(jnp.asarray(np.exp(full(u)), jnp.float32)))[train_idx]) - y
-
-    res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3,
-                                       loss=FIT_LOSS, f_scale=FIT_SCALE)
-    return np.exp(full(res.x))
-
-
-def _group_keys(points) -> dict:
-    """Per grouping, the group of every point (None: the point is never held out in it):
-    ``leave_one_graph_out``: the SpMM points' graph (GEMMs have none and always train);
-    ``leave_one_width_out``: ``<kind>/<width>`` (SpMM: feature columns; GEMM: output columns n);
-    ``leave_one_dtype_out``: ``<kind>/<dtype>``, for kinds timed in more than one dtype (the
-    numpy / scipy kinds, float32 only, always train: holding one out would leave out the kind).
-    A graph's group holds every kind timed on it (its SpMMs and its feature products)."""
-    dtypes = {}
-    for p in points:
-        dtypes.setdefault(p["kind"], set()).add(p["dtype"])
-    return {
-        "leave_one_graph_out": [p.get("graph") for p in points],
-        "leave_one_width_out": [f'{p["kind"]}/{p["width"] if "width" in p else p["n"]}' for p in points],
-        "leave_one_dtype_out": [f'{p["kind"]}/{p["dtype"]}' if len(dtypes[p["kind"]]) > 1 else None for p in points],
-    }
-
-
-def grouped_validation(f, measured, points, x0, free, exclude=None) -> dict:
-    """Grouped cross-validation: for each grouping (`_group_keys`) and each of its groups, fit on
-    every point outside the group and predict the group's points (``exclude``: a boolean mask of
-    points that are neither fitted nor held out, `--exclude-kinds`). Returns, per grouping,
-    ``{"mape", "spearman", "n"}`` over all held-out predictions pooled, ``"by_kind"`` (the same
-    per kernel kind), ``"by_group"`` (``{group: {"mape", "spearman", "n"}}``) and
-    ``"worst_group"`` (name and MAPE)."""
-    kinds = np.array([p["kind"] for p in points])
-    use = np.ones(len(points), bool) if exclude is None else ~np.asarray(exclude, bool)
-    out = {}
-    for grouping, keys in _group_keys(points).items():
-        keys = np.array([k if k is not None else "" for k in keys])
-        pred = np.full(len(points), np.nan)
-        by_group = {}
-        for g in sorted(set(keys[use].tolist()) - {""}):
-            test = np.flatnonzero((keys == g) & use)
-            train = np.flatnonzero((keys != g) & use)
-            th = fit(f, measured, train, x0=x0, free=free)
-            pred[test] = np.asarray(f(jnp.asarray(th, jnp.float32)))[test]
-            by_group[g] = metrics(pred[test], measured[test]) if test.size >= 2 else {
-                "mape": float(np.mean(np.abs(pred[test] - measured[test]) / measured[test])), "spearman": None,
-                "n": int(test.size)}
-        held = np.flatnonzero(~np.isnan(pred))
-        worst = max(by_group, key=lambda g: by_group[g]["mape"])
-        out[grouping] = {**metrics(pred[held], measured[held]),
-                         "by_kind": {k: metrics(pred[held][kinds[held] == k], measured[held][kinds[held] == k])
-                                     for k in dict.fromkeys(kinds[held].tolist())},
-                         "by_group": by_group, "worst_group": {"group": worst, "mape": by_group[worst]["mape"]}}
-    return out
-
-
-def rapl_status() -> dict:
-    """Whether Intel RAPL energy counters (``/sys/class/powercap/intel-rapl*/energy_uj``) can be read
-    here: ``{"readable": bool, "detail": str}``."""
-    root = "/sys/class/powercap"
-    if not os.path.isdir(root):
-        return {"readable": False, "detail": f"{root} does not exist (no powercap driver in this VM)"}
-    zones = [z for z in sorted(os.listdir(root)) if z.startswith("intel-rapl")]
-    for z in zones:
-        try:
-            with open(os.path.join(root, z, "energy_uj")) as fh:
-                return {"readable": True, "detail": f"{z}/energy_uj = {fh.read().strip()}"}
-        except OSError as e:
-            last = f"{z}/energy_uj: {e}"
-    return {"readable": False, "detail": last if zones else f"no intel-rapl zone under {root}"}
-
-
-SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # the vector ISA levels XLA:CPU can use
-
-
-def machine() -> dict:
-    """Where the timings come from: platform, JAX, device, and on Linux the CPU model, its
-    `SIMD_FLAGS` and MHz (/proc/cpuinfo): cloud hosts of one name differ in these from day to day."""
-    d = jax.devices()[0]
-    out = {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-           "jax": jax.__version__, "backend": jax.default_backend(), "device": getattr(d, "device_kind", str(d)),
-           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
-    try:
-        with open("/proc/cpuinfo") as fh:
-            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
-        info = {k.strip(): v.strip() for k, v in info.items()}
-        flags = set(info.get("flags", "").split())
-        out.update(cpu_model=info.get("model name"), cpu_mhz=info.get("cpu MHz"),
-                   simd=[f for f in SIMD_FLAGS if f in flags])
-    except OSError:
-        pass
-    try:  # the last-level cache (the preset's on-chip buffer)
-        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as fh:
-            size = fh.read().strip()
-        out["l3_bytes"] = int(size[:-1]) * {"K": 1024, "M": 1024**2}[size[-1]] if size[-1] in "KM" else int(size)
-    except (OSError, ValueError, KeyError):
-        pass
-    return out
+    return timed(jax.jit(lambda a, x: bsr_spmm(a, x)), bsr, x, reps=reps)
 
 
 FIT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "codesign", "hwmodel", "fits", "cpu.json")
@@ -570,40 +353,14 @@ def merge_runs(first: dict, paths) -> dict:
     return out
 
 
-def save_preset(result: dict, path: str = FIT_PATH, old: Optional[dict] = None) -> dict:
-    """Writes the `cpu` preset's fit record (`codesign.hwmodel.presets.load_fit`) from a result of
-    this script: the host, the dates, the measured roofs, the fitted factors and the validation
-    summary. ``old``: a previous record whose factors are kept (``--peaks-only``)."""
-    m = result["machine"]
-    fitted = dict(old["fitted"]) if old else {k: result["fitted"][k] for k in hwmodel.presets.FIT_FACTORS
-                                              + hwmodel.presets.HOST_FIT_FACTORS if k in result["fitted"]}
-    buffer = old["onchip_buffer_bytes"] if old else result["fitted"]["onchip_buffer_bytes"]
-    rec = {
-        "what": "the fitted `cpu` preset (codesign.hwmodel.presets.cpu): measured roofs and calibration factors",
-        "host": {k: m.get(k) for k in ("cpu_model", "simd", "cpu_mhz", "cpu_count", "l3_bytes", "platform", "jax")},
-        "date": result["date"], "fitted_date": result["fitted_date"],
-        "roofs": dict(result["peaks"]), "fitted": fitted,
-        "onchip_buffer_bytes": float(buffer),  # fitted: the cache a kernel effectively has (host.l3_bytes: lscpu)
-        "clock_hz": float(m["cpu_mhz"]) * 1e6 if m.get("cpu_mhz") else (old or {}).get("clock_hz", 2.6e9),
-        "command": "python experiments/hwmodel_validation.py --save-preset",
-        "validation": ({"factors_from": f"{old['host'].get('cpu_model')} fit of {old['fitted_date']} (--peaks-only)"}
-                       if old else {"held_out": result.get("held_out"), "grouped_mape": {
-                           k: v["mape"] for k, v in (result.get("grouped") or {}).items()},
-                           "excluded_kinds": result.get("excluded_kinds") or [],
-                           "results_file": result.get("out")}),
-    }
-    write_json_atomic(path, rec)
-    return rec
-
-
 def peaks_only(args) -> dict:
     """Measures this host's roofs (`measure_peaks`, median of ``args.passes`` passes; seconds) and
     writes them into the `cpu` fit record with its fitted factors kept."""
-    roofs = [measure_peaks(args.reps) for _ in range(args.passes)]
+    roofs = [measure_roofs(args.reps) for _ in range(args.passes)]
     peaks = {k: float(np.median([r[k] for r in roofs])) for k in roofs[0]}
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     old = hwmodel.presets.load_fit("cpu")
-    rec = save_preset({"machine": machine(), "date": now, "fitted_date": now, "peaks": peaks}, old=old)
+    rec = save_cpu_fit({"machine": machine(), "date": now, "fitted_date": now, "peaks": peaks}, FIT_PATH, old=old)
     print("measured roofs: " + ", ".join(f"{k} {v:.3g}" for k, v in peaks.items()))
     print(f"wrote {os.path.relpath(FIT_PATH)} (factors kept from the {old['fitted_date']} fit)")
     return rec
@@ -631,7 +388,7 @@ def measure(args, gpu: bool, graph_data, features=None) -> tuple[list, np.ndarra
     for i in range(args.passes):
         LOAD_PER_PASS.append(list(os.getloadavg()) if hasattr(os, "getloadavg") else None)
         if not gpu:
-            roofs.append(measure_peaks(args.reps))
+            roofs.append(measure_roofs(args.reps))
         runs.append([measure_point(p, graph_data, args.reps, args.max_work, features)
                      for p in tqdm(grid, desc=f"measure pass {i + 1}/{args.passes}", unit="kernel")])
     keep = [j for j in range(len(grid)) if runs[0][j] is not None]
@@ -705,11 +462,11 @@ def main(argv=None) -> dict:
         points, measured, per_pass, peaks = measure(args, gpu, graph_data, features)
     stages = [point_stages(p, graph_data, gpu) for p in points]
     cores = float((prev["machine"] if prev else machine()).get("cpu_count") or 1) if not gpu else 1.0
-    base = with_peaks(hwmodel.presets.get(hw_name), peaks).replace(
+    base = with_roofs(hwmodel.presets.get(hw_name), peaks).replace(
         matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0, gather_efficiency=1.0,
         overlap_exponent=16.0, stage_overhead_s=0.0, cores=cores)
     host = [p["kind"] in HOST_KINDS for p in points]
-    f = modeled(stages, base, host)
+    f = latency_model(stages, base, host)
     rng = np.random.default_rng(0)
     # --exclude-kinds: timed and reported, never fitted (each predicted by fits that never saw its kind)
     excluded = np.array([p["kind"] in args.exclude_kinds for p in points])
@@ -726,10 +483,10 @@ def main(argv=None) -> dict:
         return jnp.asarray([bf16_ratio if k == "bf16_gemm_rate_ratio" else host_call if k == "host_stage_overhead_s"
                             else getattr(shipped, k) for k in FACTORS], jnp.float32)
 
-    as_shipped = np.asarray(modeled(stages, shipped, host)(shipped_factors(
+    as_shipped = np.asarray(latency_model(stages, shipped, host)(shipped_factors(
         shipped.matrix_bf16_macs_per_s / shipped.matrix_fp32_macs_per_s)))
     # the --peaks-only workflow: the preset's fitted factors with this run's measured roofs
-    as_peaks = None if not peaks else np.asarray(modeled(stages, with_peaks(shipped, peaks), host)(
+    as_peaks = None if not peaks else np.asarray(latency_model(stages, with_roofs(shipped, peaks), host)(
         shipped_factors(1.0)))
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
@@ -750,7 +507,8 @@ def main(argv=None) -> dict:
         th = fit(f, measured, tr, x0=x0, free=free)
         other_splits.append({"seed": split_seed, **metrics(np.asarray(f(jnp.asarray(th, jnp.float32)))[te],
                                                             measured[te])})
-    grouped = None if args.no_grouped else grouped_validation(f, measured, points, x0, free, excluded)
+    graph_rows = {g: n for g, (_, _, n) in graph_data.items()}
+    grouped = None if args.no_grouped else grouped_validation(f, measured, points, x0, free, excluded, graph_rows)
     kinds = np.array([p["kind"] for p in points])
     kd = np.array([f'{p["kind"]}/{p["dtype"]}' for p in points])
     train_set = set(train_idx.tolist())
@@ -803,7 +561,7 @@ def main(argv=None) -> dict:
     if args.save_preset:
         if gpu or hw_name != "cpu" or not peaks:
             raise SystemExit("--save-preset: only for the cpu preset fitted on measured roofs")
-        save_preset({**result, "out": out})
+        save_cpu_fit({**result, "out": out}, FIT_PATH)
         print(f"wrote {os.path.relpath(FIT_PATH)}")
     h = result["held_out"]
     if peaks:

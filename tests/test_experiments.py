@@ -65,8 +65,9 @@ def test_hwmodel_sensitivity_quick(tmp_path):
 def test_grouped_validation_holds_out_whole_groups():
     """A model that is exact up to one scale per kind: every grouped fit recovers it from the other
     groups (MAPE ~ 0); each point is predicted by a fit that did not see its group."""
-    mod = load("hwmodel_validation")
-    points = [{"kind": "gemm", "m": 10, "k": 10, "n": n, "dtype": dt} for n in (16, 64) for dt in ("float32", "bfloat16")]
+    from codesign.hwmodel import calibrate as mod
+    points = [{"kind": "gemm", "m": m, "k": 10, "n": n, "dtype": dt} for m, n in ((10, 16), (20, 64))
+              for dt in ("float32", "bfloat16")]
     points += [{"kind": "spmm", "graph": g, "width": w, "edge_density": 1.0, "dtype": dt}
                for g in ("a", "b", "c") for w in (16, 64) for dt in ("float32", "bfloat16")]
     work = np.arange(1, len(points) + 1, dtype=np.float64)
@@ -75,20 +76,25 @@ def test_grouped_validation_holds_out_whole_groups():
     f = lambda th: jnp.where(jnp.asarray(is_gemm), th[0], th[5]) * jnp.asarray(work, jnp.float32) * 1e-3
     measured = 0.8 * work * 1e-3 * np.where(is_gemm, 1.0, 0.5)
     g = mod.grouped_validation(f, measured, points, x0=[0.5] * len(mod.FACTORS), free=(0, 5))
-    assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "c"}
-    assert g["leave_one_graph_out"]["n"] == 12 and g["leave_one_width_out"]["n"] == len(points)
+    assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "c", "rows=10", "rows=20"}  # GEMMs too
+    assert g["leave_one_graph_out"]["n"] == len(points) and g["leave_one_width_out"]["n"] == len(points)
     assert set(g["leave_one_width_out"]["by_group"]) == {"gemm/16", "gemm/64", "spmm/16", "spmm/64"}
     for v in g.values():
         assert v["mape"] < 1e-3, v
-    keys = mod._group_keys(points)
-    assert keys["leave_one_graph_out"][:4] == [None] * 4 and keys["leave_one_dtype_out"][0] == "gemm/float32"
+    keys = mod.group_keys(points)
+    assert keys["leave_one_graph_out"][:4] == ["rows=10"] * 2 + ["rows=20"] * 2
+    assert keys["leave_one_dtype_out"][0] == "gemm/float32"
+    # a GEMM joins the one graph with its row count (its combination GEMM), else its own rows group
+    assert mod.group_keys(points, {"a": 10, "b": 30})["leave_one_graph_out"][:4] == ["a"] * 2 + ["rows=20"] * 2
+    assert mod.group_keys(points, {"a": 10, "b": 10})["leave_one_graph_out"][:2] == ["rows=10"] * 2
     # an excluded point (--exclude-kinds) is neither fitted nor held out
     exclude = np.array([p.get("graph") == "c" for p in points])
     g = mod.grouped_validation(f, measured, points, x0=[0.5] * len(mod.FACTORS), free=(0, 5), exclude=exclude)
-    assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b"} and g["leave_one_graph_out"]["n"] == 8
+    assert set(g["leave_one_graph_out"]["by_group"]) == {"a", "b", "rows=10", "rows=20"}
+    assert g["leave_one_graph_out"]["n"] == 12
     # a kind timed in one dtype only (numpy / scipy) is never a dtype group: that would hold out the kind
     one = points + [{"kind": "csr_scipy", "graph": "a", "width": 16, "edge_density": 1.0, "dtype": "float32"}]
-    assert mod._group_keys(one)["leave_one_dtype_out"][-1] is None
+    assert mod.group_keys(one)["leave_one_dtype_out"][-1] is None
 
 
 def test_merge_runs_pools_passes_and_refuses_other_blas_threads(tmp_path):

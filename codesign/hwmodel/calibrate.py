@@ -1,37 +1,23 @@
-"""Calibration of a preset against device-timed kernels: timing tables, robust fitting, grouped
-cross-validation, and the per-kernel report that ``codesign validate --table`` prints.
+"""Calibration of a preset against kernels timed on a machine: the roofs measured there, the
+software factors fitted by robust least squares on log latency, and grouped cross-validation.
 
-A *timing table* is a CSV with one row per (matrix, width): columns ``matrix`` (name; the group of
-grouped cross-validation), ``n_rows``, ``nnz``, ``width`` and one ``<kernel>_ms`` column per kernel
-(milliseconds per call; blank where the kernel was not run). The public H100 table of
-``shared/data/gpu_timings/`` (FlashSparse, Li et al., PPoPP 2025) has this format. The kind of
-kernel (``"spmm"``: ``Y[n, w] = A[n, n] @ X[n, w]``; ``"sddmm"``: ``out[e] = <Q[row e], K[col e]>``
-over the ``nnz`` nonzeros of width ``w``) is read from the file name (``sddmm`` in it) unless given.
+`experiments/hwmodel_validation.py` is the driver: it times a grid of kernels (XLA GEMMs and
+segment_sum SpMMs, the deployed programs' numpy / scipy kernels), builds each point's stages, and
+calls these functions; ``--save-preset`` writes the `cpu` preset's record with `save_cpu_fit`.
+Device timing tables (public GPU timings) are fitted by `codesign.hwmodel.tables`.
 
-Each row becomes one `Stage` (`table_stage`): the CSR kernel's compulsory traffic (row pointers,
-column ids, values, X once with 32-byte sectors, Y once), the re-gathered rows that miss on chip,
-and per output row / per gathered row work. A fit adjusts the spec's software factors
-(`TABLE_FACTORS`: fixed per-call cost, DRAM and gather efficiency, the effective L2 bandwidth of
-the gathers, per-row costs, the compute / memory overlap) and one workload term the table cannot
-give, ``table_locality``: the share of a matrix's rows its re-references fall among (the tables
-give sizes only, not the matrices; SuiteSparse matrices are mostly banded meshes, far more local
-than the uniform re-reference of the capacity model). The locality term belongs to the table, not
-to the hardware: a preset keeps its datasheet L2, and a graph's own locality comes from its
-measured `LocalityProfile`.
-
-Fitting is robust least squares on log latency (scipy's ``soft_l1``, scale 0.1: residuals beyond
-~10 % count about linearly), in log-parameters within `TABLE_BOUNDS`. Cross-validation is grouped
-by matrix (scikit-learn's ``GroupKFold``): every width of a matrix is held out together, so no
-held-out row has a twin in its training set.
+Fitting (`fit`): scipy's ``soft_l1`` robust least squares (`FIT_LOSS`, scale `FIT_SCALE`: residuals
+beyond ~10 % count about linearly) on log(modeled / measured), in log-parameters within bounds.
+Grouped cross-validation (`grouped_validation`): per grouping of `group_keys` (leave one graph out,
+one width out, one dtype out) every group is predicted by a fit that never saw it.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import math
-from pathlib import Path
-from typing import Optional, Sequence
+import os
+import platform
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -39,247 +25,23 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
+from codesign.bench import median_time_s
 from codesign.hwmodel.estimate import stage_cost
 from codesign.hwmodel.spec import HardwareSpec
-from codesign.hwmodel.workload import INDEX_BYTES, VALUE_BYTES, Stage, csr_chunk_spmm_stages
 
-KEY_COLUMNS = ("matrix", "n_rows", "nnz", "width")
-KINDS = ("spmm", "sddmm")
-BEST = "best"
-"""The virtual kernel column of a table: per row, the fastest published kernel."""
-
-TABLE_FACTORS = ("stage_overhead_s", "dram_efficiency", "gather_efficiency", "onchip_bw_bytes_per_s",
-                 "row_overhead_s", "row_gather_overhead_s", "overlap_exponent", "table_locality")
-"""What a table fit adjusts, in this order: `HardwareSpec` fields, and ``table_locality`` (the table's)."""
-TABLE_BOUNDS = {
-    "stage_overhead_s": (1e-7, 1e-3),  # fixed per-call cost: launch + the kernel's setup
-    "dram_efficiency": (1e-3, 1.0),
-    "gather_efficiency": (1e-4, 1.0),
-    "onchip_bw_bytes_per_s": (1e11, 1e14),  # effective L2 bandwidth seen by the gathers
-    "row_overhead_s": (1e-15, 1e-6),  # per output row (aggregate throughput: s per row)
-    "row_gather_overhead_s": (1e-16, 1e-8),  # per gathered row / edge
-    "overlap_exponent": (1.0, 64.0),
-    "table_locality": (1e-4, 1.0),
-}
-TABLE_X0 = {"stage_overhead_s": 1e-5, "dram_efficiency": 0.7, "gather_efficiency": 0.3,
-            "onchip_bw_bytes_per_s": 5e12, "row_overhead_s": 1e-10, "row_gather_overhead_s": 1e-12,
-            "overlap_exponent": 4.0, "table_locality": 0.1}
+FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
+           "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
+           "host_stage_overhead_s", "row_miss_overhead_s")
+"""The host factors `fit` adjusts, in the order of its parameter vector. host_stage_overhead_s: the
+fixed cost of one numpy / scipy call in a deployed program (priced on `cpu_numpy`: one core), where
+stage_overhead_s is XLA's dispatch; onchip_buffer_bytes is fitted on the CPU: the cache a kernel
+effectively has on a shared VM is not the L3 that lscpu reports."""
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
-CV_FOLDS = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class TimingTable:
-    """A device timing table.
-
-    Fields:
-      path: the CSV file it was read from.
-      kind: "spmm" or "sddmm".
-      matrix: str [R] matrix names (the CV groups).
-      n_rows, nnz, width: float64 [R].
-      times_s: ``{kernel: float64 [R]}`` seconds per call, NaN where blank.
-      screened: ``{kernel: int}`` times set to NaN by `screen` (physically impossible).
-    """
-
-    path: str
-    kind: str
-    matrix: np.ndarray
-    n_rows: np.ndarray
-    nnz: np.ndarray
-    width: np.ndarray
-    times_s: dict
-    screened: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def kernels(self) -> list[str]:
-        """The kernel columns, then `BEST` (the fastest kernel per row)."""
-        return list(self.times_s) + [BEST]
-
-    def measured(self, kernel: str) -> np.ndarray:
-        """Seconds per call of ``kernel`` (`BEST`: the row-wise minimum), NaN where not timed.
-
-        Raises:
-          ValueError: unknown kernel (the message lists the table's)."""
-        if kernel == BEST:
-            stacked = np.stack(list(self.times_s.values()), axis=1)
-            ok = np.isfinite(stacked).any(axis=1)
-            return np.where(ok, np.nanmin(np.where(np.isfinite(stacked), stacked, np.inf), axis=1), np.nan)
-        if kernel not in self.times_s:
-            raise ValueError(f"{self.path}: no kernel column {kernel!r}; kernels: {', '.join(self.kernels)}")
-        return self.times_s[kernel]
-
-
-def read_timing_table(path, kind: Optional[str] = None) -> TimingTable:
-    """Reads and checks a timing table (module docstring).
-
-    Args:
-      path: CSV file.
-      kind: "spmm" or "sddmm"; default from the file name ("sddmm" in it, else "spmm").
-
-    Raises:
-      FileNotFoundError: no such file.
-      ValueError: one line naming the file, and the row (1-based, header = row 1) and column
-        where a key column is missing, a count is not a number, ``n_rows`` / ``width`` < 1,
-        ``nnz`` < 0, a time is not a number or not > 0, or the table has no kernel column or no row.
-    """
-    path = str(path)
-    if kind is None:
-        kind = "sddmm" if "sddmm" in Path(path).name.lower() else "spmm"
-    if kind not in KINDS:
-        raise ValueError(f"{path}: kind must be one of {KINDS}, got {kind!r}")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        for col in KEY_COLUMNS:
-            if col not in header:
-                raise ValueError(f"{path}: row 1: missing column {col!r} (columns: {', '.join(header)})")
-        kernels = [c[:-3] for c in header if c.endswith("_ms")]
-        if not kernels:
-            raise ValueError(f"{path}: row 1: no kernel column (<kernel>_ms)")
-        names, counts, times = [], [], []
-        for i, row in enumerate(reader, start=2):
-            names.append(row["matrix"])
-            vals = []
-            for col, lo in (("n_rows", 1.0), ("nnz", 0.0), ("width", 1.0)):
-                v = _number(row.get(col), path, i, col)
-                if v is None or v < lo:
-                    raise ValueError(f"{path}: row {i}, column {col!r}: must be a number >= {lo:g}, "
-                                     f"got {row.get(col)!r}")
-                vals.append(v)
-            counts.append(vals)
-            t = []
-            for k in kernels:
-                v = _number(row.get(f"{k}_ms"), path, i, f"{k}_ms")
-                if v is not None and not v > 0:
-                    raise ValueError(f"{path}: row {i}, column {k + '_ms'!r}: a time must be > 0, got {v!r}")
-                t.append(np.nan if v is None else v * 1e-3)
-            times.append(t)
-    if not names:
-        raise ValueError(f"{path}: no rows")
-    c, t = np.asarray(counts, np.float64), np.asarray(times, np.float64)
-    return TimingTable(path, kind, np.asarray(names), c[:, 0], c[:, 1], c[:, 2],
-                       {k: t[:, j] for j, k in enumerate(kernels)})
-
-
-SCREEN_BANDWIDTH_FACTOR = 10.0
-"""`screen` drops a time shorter than the kernel's compulsory bytes moved at this many times the
-device's DRAM peak (an L2-resident operand may beat DRAM, not by 10x over the whole compulsory set)."""
-
-
-def screen(table: TimingTable, hw: HardwareSpec) -> TimingTable:
-    """``table`` with physically impossible times set to NaN: a call faster than its compulsory
-    bytes (`table_stage`) at `SCREEN_BANDWIDTH_FACTOR` x ``hw``'s DRAM peak (the public H100 SDDMM
-    table's Sputnik column holds 0.2 us for 283M nonzeros, a failed run recorded as a time). The
-    count per kernel is in ``screened``; nothing else is changed (slow outliers are kept)."""
-    floor = np.asarray(jax.vmap(lambda n, e, w: table_stage(table.kind, n, e, w).compulsory_bytes)(
-        *(jnp.asarray(a, jnp.float32) for a in (table.n_rows, table.nnz, table.width))), np.float64)
-    floor = floor / (SCREEN_BANDWIDTH_FACTOR * hw.dram_bw_bytes_per_s)
-    times, screened = {}, {}
-    for k, t in table.times_s.items():
-        bad = np.isfinite(t) & (t < floor)
-        times[k] = np.where(bad, np.nan, t)
-        screened[k] = int(bad.sum())
-    return dataclasses.replace(table, times_s=times, screened=screened)
-
-
-def _number(text, path: str, row: int, col: str) -> Optional[float]:
-    """A cell as a finite float, None if blank."""
-    if text is None or str(text).strip() == "":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        raise ValueError(f"{path}: row {row}, column {col!r}: not a number: {text!r}") from None
-    if not math.isfinite(v):
-        raise ValueError(f"{path}: row {row}, column {col!r}: not a finite number: {text!r}")
-    return v
-
-
-def sddmm_stage(n_rows, nnz, width, x_bits=32.0) -> Stage:
-    """SDDMM ``out[e] = <Q[row(e)], K[col(e)]>`` over ``nnz`` stored nonzeros, rows of ``width``
-    (the edge-value gradient of an SpMM; attention scores): ``nnz * width`` MACs; reads the
-    structure (row pointers, column ids) and Q, K once, writes one fp32 value per nonzero
-    (compulsory); every nonzero beyond the first per row re-gathers a K row (``reuse_bytes``,
-    hit on chip by the capacity model), one gathered row per nonzero.
-
-    Shapes: counts are scalars; returns a "sddmm" `Stage`."""
-    n, e, w = (jnp.asarray(v, jnp.float32) for v in (n_rows, nnz, width))
-    row = w * x_bits / 8.0
-    structure = (n + 1.0) * INDEX_BYTES + e * INDEX_BYTES
-    compulsory = structure + 2.0 * n * row + e * VALUE_BYTES
-    reuse = jnp.maximum(e - n, 0.0) * row
-    return Stage("sddmm", e * w, jnp.asarray(x_bits, jnp.float32), compulsory, reuse, n * row, n,
-                 gathered_rows=e, output_rows=n)
-
-
-def table_stage(kind: str, n_rows, nnz, width, table_locality=1.0) -> Stage:
-    """The `Stage` of one table row (fp32): SpMM as the CSR kernel (`csr_chunk_spmm_stages`, with
-    edge values, 32-byte sectors, and the ``n_rows`` output rows each paying ``row_overhead_s``),
-    SDDMM as `sddmm_stage`. ``table_locality`` in (0, 1] scales the rows the re-references fall
-    among (working set rows and bytes; 1 = uniform re-reference over all rows)."""
-    if kind == "spmm":
-        s = csr_chunk_spmm_stages(n_rows, nnz, width, 32.0, 32.0)[0]
-        s = dataclasses.replace(s, output_rows=jnp.asarray(n_rows, jnp.float32))
-    elif kind == "sddmm":
-        s = sddmm_stage(n_rows, nnz, width)
-    else:
-        raise ValueError(f"table_stage(kind): must be one of {KINDS}, got {kind!r}")
-    return dataclasses.replace(s, working_set_bytes=s.working_set_bytes * table_locality,
-                               working_set_rows=s.working_set_rows * table_locality)
-
-
-def with_factors(hw: HardwareSpec, factors: dict) -> HardwareSpec:
-    """``hw`` with the `HardwareSpec` fields of ``factors`` replaced (``table_locality`` ignored)."""
-    return dataclasses.replace(hw, **{k: v for k, v in factors.items() if k != "table_locality"})
-
-
-def predict(table: TimingTable, hw: HardwareSpec, table_locality=1.0) -> jax.Array:
-    """Modeled seconds per call [R] of the table's rows on ``hw`` (float32)."""
-    n, e, w = (jnp.asarray(a, jnp.float32) for a in (table.n_rows, table.nnz, table.width))
-    one = lambda ni, ei, wi: stage_cost(table_stage(table.kind, ni, ei, wi, table_locality), hw).latency_s
-    return jax.vmap(one)(n, e, w)
-
-
-def latency_model(table: TimingTable, base: HardwareSpec):
-    """A jitted ``theta [len(TABLE_FACTORS)] -> modeled seconds [R]`` for the table's rows on
-    ``base`` with the factors ``theta`` (order of `TABLE_FACTORS`)."""
-    return jax.jit(lambda theta: predict(table, with_factors(base, dict(zip(TABLE_FACTORS[:-1], theta[:-1]))),
-                                         theta[-1]))
-
-
-def fit_factors(model, measured: np.ndarray, idx: np.ndarray, fixed: Optional[dict] = None) -> dict:
-    """Fits `TABLE_FACTORS` on the rows ``idx`` (module docstring: robust log least squares);
-    the factors in ``fixed`` keep their given values.
-
-    Returns: ``{factor: float}``."""
-    fixed = dict(fixed or {})
-    x0 = {**TABLE_X0, **fixed}
-    lo = np.log([TABLE_BOUNDS[k][0] for k in TABLE_FACTORS])
-    hi = np.log([TABLE_BOUNDS[k][1] for k in TABLE_FACTORS])
-    u0 = np.log([x0[k] for k in TABLE_FACTORS])
-    u0 = np.where([k in fixed for k in TABLE_FACTORS], u0, np.clip(u0, lo, hi))
-    free = np.array([k not in fixed for k in TABLE_FACTORS])
-    y = np.log(measured[idx])
-
-    def full(u):
-        v = u0.copy()
-        v[free] = u
-        return v
-
-    def resid(u):
-        return np.log(np.asarray(model(jnp.asarray(np.exp(full(u)), jnp.float32)), np.float64)[idx]) - y
-
-    res = scipy.optimize.least_squares(resid, u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3, loss=FIT_LOSS,
-                                       f_scale=FIT_SCALE)
-    return dict(zip(TABLE_FACTORS, np.exp(full(res.x)).tolist()))
-
-
-def _theta(factors: dict) -> jax.Array:
-    return jnp.asarray([factors[k] for k in TABLE_FACTORS], jnp.float32)
 
 
 def metrics(pred, meas) -> dict:
-    """``{"n", "mape", "spearman", "median_ratio"}`` of predictions against measurements (finite pairs)."""
+    """``{"n", "mape", "spearman", "median_ratio"}`` of predictions against measurements over the
+    finite pairs (``spearman`` None below 3 pairs; all None for none)."""
     pred, meas = np.asarray(pred, np.float64), np.asarray(meas, np.float64)
     ok = np.isfinite(pred) & np.isfinite(meas)
     pred, meas = pred[ok], meas[ok]
@@ -290,65 +52,248 @@ def metrics(pred, meas) -> dict:
             "median_ratio": float(np.median(pred / meas))}
 
 
-def grouped_cv(table: TimingTable, kernel: str, base: HardwareSpec, folds: int = CV_FOLDS,
-               fixed: Optional[dict] = None) -> np.ndarray:
-    """Held-out predictions [R] of ``kernel``: ``folds``-fold cross-validation grouped by matrix
-    (scikit-learn ``GroupKFold``), each fold predicted by a fit on the others (NaN: not timed)."""
-    from sklearn.model_selection import GroupKFold
-    measured = table.measured(kernel)
-    ok = np.flatnonzero(np.isfinite(measured))
-    pred = np.full(measured.shape, np.nan)
-    model = latency_model(table, base)
-    n_groups = len(set(table.matrix[ok].tolist()))
-    for train, test in GroupKFold(min(folds, n_groups)).split(ok, groups=table.matrix[ok]):
-        fac = fit_factors(model, measured, ok[train], fixed)
-        pred[ok[test]] = np.asarray(model(_theta(fac)))[ok[test]]
-    return pred
+def timed(fn, *args, reps: int) -> float:
+    """Median seconds of ``reps`` back-to-back calls after ``reps`` untimed ones (the first call
+    compiles). One warm-up call is not enough on the CPU: the first calls after a pause run up
+    to 1.5x slower while XLA's worker threads wake (measured: a 2708 x 64 x 64 f32 GEMM, median
+    of 7 right after compiling 0.51 ms, of the next 7 0.36 ms), and a training loop calls its
+    kernels back to back."""
+    for _ in range(reps):
+        jax.block_until_ready(fn(*args))
+    return median_time_s(fn, *args, reps=reps, warmup=False)
 
 
-def by_width(table: TimingTable, pred: np.ndarray, measured: np.ndarray) -> dict:
-    """`metrics` per width (``{"<width>": {...}}``) and over all rows (``"all"``)."""
-    out = {str(int(w)): metrics(pred[table.width == w], measured[table.width == w]) for w in np.unique(table.width)}
-    out["all"] = metrics(pred, measured)
-    return out
+PEAK_GEMM = 2048  # M = K = N of the GEMM that sets the matrix roof
+PEAK_FMA_ELEMENTS, PEAK_FMA_CHAIN = 1 << 18, 64  # 1 MiB of f32 (cache resident), 64 dependent FMAs each
+PEAK_STREAM_ELEMENTS = 1 << 26  # 256 MiB of f32 read and 256 MiB written
 
 
-def fit_table(table: TimingTable, base: HardwareSpec, kernels: Optional[Sequence[str]] = None,
-              cv: bool = True, fixed: Optional[dict] = None) -> dict:
-    """Per kernel column (default: every column and `BEST`): the factors fitted on all its rows
-    and, with ``cv``, the grouped cross-validation metrics per width.
+def measure_roofs(reps: int) -> dict:
+    """The roofs of this CPU as XLA reaches them, measured before the grid so that the fitted
+    efficiencies are fractions of what this machine does (a preset's nominal rates belong to the
+    machine it was made on: numpy ran a 2048^3 f32 dot at 182 GFLOP/s on the 2026-11-22 AVX2
+    host and at 244 on the 2026-11-23 AVX-512 one, where XLA reached 433-439):
 
-    Returns: ``{kernel: {"factors": {...}, "cv": {width: metrics}}}``."""
-    model = latency_model(table, base)
+      matrix_macs_per_s: a ``PEAK_GEMM``^3 f32 ``jnp.dot`` (MACs / median seconds);
+      vector_macs_per_s: ``PEAK_FMA_CHAIN`` chained ``x * a + b`` per element over
+        ``PEAK_FMA_ELEMENTS`` f32 (XLA fuses the chain into one loop; a and b are runtime scalars,
+        so nothing folds);
+      dram_bw_bytes_per_s: ``x * 2`` over ``PEAK_STREAM_ELEMENTS`` f32 (bytes read + written).
+
+    Returns:
+      ``{"matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s"}`` (floats).
+    """
+    key = jax.random.key(1)
+    a = jax.random.normal(key, (PEAK_GEMM, PEAK_GEMM), jnp.float32)
+    gemm_s = timed(jax.jit(jnp.dot), a, a, reps=reps)
+
+    @jax.jit
+    def fma_chain(x, m, c):
+        for _ in range(PEAK_FMA_CHAIN):
+            x = x * m + c
+        return x
+
+    x = jax.random.normal(key, (PEAK_FMA_ELEMENTS,), jnp.float32)
+    fma_s = timed(fma_chain, x, jnp.float32(0.999), jnp.float32(1e-3), reps=reps)
+    big = jnp.ones((PEAK_STREAM_ELEMENTS,), jnp.float32)
+    stream_s = timed(jax.jit(lambda v: v * 2.0), big, reps=reps)
+    return {"matrix_macs_per_s": PEAK_GEMM**3 / gemm_s,
+            "vector_macs_per_s": PEAK_FMA_ELEMENTS * PEAK_FMA_CHAIN / fma_s,
+            "dram_bw_bytes_per_s": 2 * 4 * PEAK_STREAM_ELEMENTS / stream_s}
+
+
+def with_roofs(hw: HardwareSpec, peaks: Optional[dict]) -> HardwareSpec:
+    """``hw`` with its nominal roofs replaced by measured ``peaks`` (`measure_roofs`; None: ``hw``
+    as it is). XLA:CPU has no faster bf16 / int8 path than f32 (a bf16 dot is converts around
+    an f32 dot, `hwmodel.upcast_gemm_stages`), so every precision gets the f32 rate."""
+    if not peaks:
+        return hw
+    mm, vec = peaks["matrix_macs_per_s"], peaks["vector_macs_per_s"]
+    return hw.replace(matrix_fp32_macs_per_s=mm, matrix_bf16_macs_per_s=mm, matrix_int8_macs_per_s=mm,
+                      matrix_int4_macs_per_s=mm, vector_fp32_macs_per_s=vec, vector_bf16_macs_per_s=vec,
+                      vector_int8_macs_per_s=vec, dram_bw_bytes_per_s=peaks["dram_bw_bytes_per_s"])
+
+
+def latency_model(stages, base: HardwareSpec, host=None):
+    """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`; the
+    bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate). ``host``: per kernel, whether it
+    is a deployed program's numpy / scipy kernel (`HOST_KINDS`), priced as the `cpu_numpy` preset
+    prices it (``base`` on one core, `HardwareSpec.single_core`, with ``theta[10]`` per call);
+    the others as XLA runs them on every core (the `cpu` preset)."""
+    host = [False] * len(stages) if host is None else list(host)
+
+    @jax.jit
+    def f(theta):
+        hw = dataclasses.replace(base, matrix_efficiency=theta[0], vector_efficiency=theta[1],
+                                 dram_efficiency=theta[2], stage_overhead_s=theta[3],
+                                 matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
+                                 gather_efficiency=theta[5], overlap_exponent=theta[6],
+                                 row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
+                                 row_overhead_s=theta[9], row_miss_overhead_s=theta[11])
+        one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10])
+        return jnp.stack([sum(stage_cost(s, one if h else hw).latency_s for s in kernel)
+                          for kernel, h in zip(stages, host)])
+    return f
+
+
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)):
+    """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
+    ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
+    kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
+    fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
+    in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
+    in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
+    per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms]; the
+    order of `FACTORS`) from ``x0``;
+    only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
+    evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
+    y = np.log(measured[train_idx])
+    free = list(free)
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6])
+    u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
+
+    def full(u):
+        v = u0.copy()
+        v[free] = u
+        return v
+
+    def resid(u):
+        return np.log(np.asarray(f(jnp.asarray(np.exp(full(u)), jnp.float32)))[train_idx]) - y
+
+    res = scipy.optimize.least_squares(resid, x0=u0[free], bounds=(lo[free], hi[free]), diff_step=1e-3,
+                                       loss=FIT_LOSS, f_scale=FIT_SCALE)
+    return np.exp(full(res.x))
+
+
+def group_keys(points, graph_rows: Optional[dict] = None) -> dict:
+    """Per grouping, the group of every point (None: the point is never held out in it):
+    ``leave_one_graph_out``: a point's graph; a GEMM (no graph) joins the graph whose node count
+    is its row count ``m`` where exactly one graph of ``graph_rows`` (``{graph: n_nodes}``) has it
+    (a layer's combination GEMM on that graph), else the group ``rows=<m>``, so GEMMs are held
+    out too;
+    ``leave_one_width_out``: ``<kind>/<width>`` (SpMM: feature columns; GEMM: output columns n);
+    ``leave_one_dtype_out``: ``<kind>/<dtype>``, for kinds timed in more than one dtype (the
+    numpy / scipy kinds, float32 only, always train: holding one out would leave out the kind).
+    A graph's group holds every kind timed on it (its SpMMs and its feature products)."""
+    dtypes = {}
+    for p in points:
+        dtypes.setdefault(p["kind"], set()).add(p["dtype"])
+    by_rows = {}
+    for g, n in (graph_rows or {}).items():
+        by_rows.setdefault(int(n), []).append(g)
+
+    def graph_of(p):
+        if p.get("graph") is not None or "m" not in p:
+            return p.get("graph")
+        owners = by_rows.get(int(p["m"]), [])
+        return owners[0] if len(owners) == 1 else f"rows={int(p['m'])}"
+
+    return {
+        "leave_one_graph_out": [graph_of(p) for p in points],
+        "leave_one_width_out": [f'{p["kind"]}/{p["width"] if "width" in p else p["n"]}' for p in points],
+        "leave_one_dtype_out": [f'{p["kind"]}/{p["dtype"]}' if len(dtypes[p["kind"]]) > 1 else None for p in points],
+    }
+
+
+def grouped_validation(f, measured, points, x0, free, exclude=None, graph_rows: Optional[dict] = None) -> dict:
+    """Grouped cross-validation: for each grouping (`group_keys`) and each of its groups, fit on
+    every point outside the group and predict the group's points (``exclude``: a boolean mask of
+    points that are neither fitted nor held out, `--exclude-kinds`). Returns, per grouping,
+    ``{"mape", "spearman", "n"}`` over all held-out predictions pooled, ``"by_kind"`` (the same
+    per kernel kind), ``"by_group"`` (``{group: {"mape", "spearman", "n"}}``) and
+    ``"worst_group"`` (name and MAPE)."""
+    kinds = np.array([p["kind"] for p in points])
+    use = np.ones(len(points), bool) if exclude is None else ~np.asarray(exclude, bool)
     out = {}
-    for k in (kernels or table.kernels):
-        measured = table.measured(k)
-        ok = np.flatnonzero(np.isfinite(measured))
-        if ok.size < 3:
-            continue
-        entry = {"factors": fit_factors(model, measured, ok, fixed)}
-        if cv:
-            entry["cv"] = by_width(table, grouped_cv(table, k, base, fixed=fixed), measured)
-        out[k] = entry
+    for grouping, keys in group_keys(points, graph_rows).items():
+        keys = np.array([k if k is not None else "" for k in keys])
+        pred = np.full(len(points), np.nan)
+        by_group = {}
+        for g in sorted(set(keys[use].tolist()) - {""}):
+            test = np.flatnonzero((keys == g) & use)
+            train = np.flatnonzero((keys != g) & use)
+            th = fit(f, measured, train, x0=x0, free=free)
+            pred[test] = np.asarray(f(jnp.asarray(th, jnp.float32)))[test]
+            by_group[g] = metrics(pred[test], measured[test]) if test.size >= 2 else {
+                "mape": float(np.mean(np.abs(pred[test] - measured[test]) / measured[test])), "spearman": None,
+                "n": int(test.size)}
+        held = np.flatnonzero(~np.isnan(pred))
+        worst = max(by_group, key=lambda g: by_group[g]["mape"])
+        out[grouping] = {**metrics(pred[held], measured[held]),
+                         "by_kind": {k: metrics(pred[held][kinds[held] == k], measured[held][kinds[held] == k])
+                                     for k in dict.fromkeys(kinds[held].tolist())},
+                         "by_group": by_group, "worst_group": {"group": worst, "mape": by_group[worst]["mape"]}}
     return out
 
 
-def validate_table(table: TimingTable, hw: HardwareSpec, kernel_factors: Optional[dict] = None) -> dict:
-    """The error of ``hw`` on every kernel column of ``table`` (no fitting): per column, ``hw``
-    with that kernel's fitted factors (``kernel_factors[kernel]``, e.g. a fit record's
-    ``tables[kind]``) where given, else ``hw`` as it is with uniform re-reference.
+def rapl_status() -> dict:
+    """Whether Intel RAPL energy counters (``/sys/class/powercap/intel-rapl*/energy_uj``) can be read
+    here: ``{"readable": bool, "detail": str}``."""
+    root = "/sys/class/powercap"
+    if not os.path.isdir(root):
+        return {"readable": False, "detail": f"{root} does not exist (no powercap driver in this VM)"}
+    zones = [z for z in sorted(os.listdir(root)) if z.startswith("intel-rapl")]
+    for z in zones:
+        try:
+            with open(os.path.join(root, z, "energy_uj")) as fh:
+                return {"readable": True, "detail": f"{z}/energy_uj = {fh.read().strip()}"}
+        except OSError as e:
+            last = f"{z}/energy_uj: {e}"
+    return {"readable": False, "detail": last if zones else f"no intel-rapl zone under {root}"}
 
-    Returns: ``{"table", "kind", "hw", "kernels": {kernel: {"factors_from", "by_width": {width: metrics},
-    "rows": [{"matrix", "n_rows", "nnz", "width", "measured_s", "modeled_s"}]}}}``."""
-    out = {"table": table.path, "kind": table.kind, "hw": hw.name, "kernels": {}}
-    for k in table.kernels:
-        measured = table.measured(k)
-        fac = (kernel_factors or {}).get(k)
-        spec = hw if fac is None else with_factors(hw, fac)
-        pred = np.asarray(predict(table, spec, 1.0 if fac is None else fac["table_locality"]), np.float64)
-        rows = [{"matrix": str(m), "n_rows": int(n), "nnz": int(e), "width": int(w),
-                 "measured_s": None if not np.isfinite(t) else float(t), "modeled_s": float(p)}
-                for m, n, e, w, t, p in zip(table.matrix, table.n_rows, table.nnz, table.width, measured, pred)]
-        out["kernels"][k] = {"factors_from": "preset" if fac is None else "fit",
-                             "by_width": by_width(table, pred, measured), "rows": rows}
+
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile")  # the vector ISA levels XLA:CPU can use
+
+
+def machine() -> dict:
+    """Where the timings come from: platform, JAX, device, and on Linux the CPU model, its
+    `SIMD_FLAGS` and MHz (/proc/cpuinfo): cloud hosts of one name differ in these from day to day."""
+    d = jax.devices()[0]
+    out = {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
+           "jax": jax.__version__, "backend": jax.default_backend(), "device": getattr(d, "device_kind", str(d)),
+           "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info = dict(line.split(":", 1) for line in fh.read().split("\n\n")[0].splitlines() if ":" in line)
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        flags = set(info.get("flags", "").split())
+        out.update(cpu_model=info.get("model name"), cpu_mhz=info.get("cpu MHz"),
+                   simd=[f for f in SIMD_FLAGS if f in flags])
+    except OSError:
+        pass
+    try:  # the last-level cache (the preset's on-chip buffer)
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as fh:
+            size = fh.read().strip()
+        out["l3_bytes"] = int(size[:-1]) * {"K": 1024, "M": 1024**2}[size[-1]] if size[-1] in "KM" else int(size)
+    except (OSError, ValueError, KeyError):
+        pass
     return out
+
+
+def save_cpu_fit(result: dict, path, old: Optional[dict] = None) -> dict:
+    """Writes the `cpu` preset's fit record (`codesign.hwmodel.presets.load_fit`) from a result of
+    this script: the host, the dates, the measured roofs, the fitted factors and the validation
+    summary. ``old``: a previous record whose factors are kept (``--peaks-only``)."""
+    from codesign.hwmodel.presets import FIT_FACTORS, HOST_FIT_FACTORS
+    from codesign.results import write_json_atomic
+    m = result["machine"]
+    fitted = dict(old["fitted"]) if old else {k: result["fitted"][k] for k in FIT_FACTORS
+                                              + HOST_FIT_FACTORS if k in result["fitted"]}
+    buffer = old["onchip_buffer_bytes"] if old else result["fitted"]["onchip_buffer_bytes"]
+    rec = {
+        "what": "the fitted `cpu` preset (codesign.hwmodel.presets.cpu): measured roofs and calibration factors",
+        "host": {k: m.get(k) for k in ("cpu_model", "simd", "cpu_mhz", "cpu_count", "l3_bytes", "platform", "jax")},
+        "date": result["date"], "fitted_date": result["fitted_date"],
+        "roofs": dict(result["peaks"]), "fitted": fitted,
+        "onchip_buffer_bytes": float(buffer),  # fitted: the cache a kernel effectively has (host.l3_bytes: lscpu)
+        "clock_hz": float(m["cpu_mhz"]) * 1e6 if m.get("cpu_mhz") else (old or {}).get("clock_hz", 2.6e9),
+        "command": "python experiments/hwmodel_validation.py --save-preset",
+        "validation": ({"factors_from": f"{old['host'].get('cpu_model')} fit of {old['fitted_date']} (--peaks-only)"}
+                       if old else {"held_out": result.get("held_out"), "grouped_mape": {
+                           k: v["mape"] for k, v in (result.get("grouped") or {}).items()},
+                           "excluded_kinds": result.get("excluded_kinds") or [],
+                           "results_file": result.get("out")}),
+    }
+    write_json_atomic(path, rec)
+    return rec

@@ -1,4 +1,4 @@
-"""Calibration on device timing tables (`codesign.hwmodel.calibrate`), the fitted GPU presets and
+"""Calibration on device timing tables (`codesign.hwmodel.tables`), the fitted GPU presets and
 `codesign validate`."""
 
 import json
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codesign.cli import main
-from codesign.hwmodel import calibrate, presets
+from codesign.hwmodel import presets, tables
 
 DATA = Path(os.environ.get("CODESIGN_DATA", "../shared/data")) / "gpu_timings"
 SPMM = DATA / "h100_spmm_fp32.csv"
@@ -29,9 +29,9 @@ def _synthetic(tmp_path, factors: dict, rng, n=60) -> Path:
     sizes = [(int(10 ** rng.uniform(2, 6.5)), float(rng.uniform(2, 60))) for _ in range(n)]  # 100 to 3M rows
     rows = [(f"m{i}", nr, int(nr * d), w) for i, (nr, d) in enumerate(sizes) for w in (128, 256)]
     body = "".join(f"{m},{nr},{e},{w},1,\n" for m, nr, e, w in rows)
-    table = calibrate.read_timing_table(_write(tmp_path, body))
-    hw = calibrate.with_factors(presets.h100_datasheet(), factors)
-    t = np.asarray(calibrate.predict(table, hw, factors["table_locality"]), np.float64)
+    table = tables.read_timing_table(_write(tmp_path, body))
+    hw = tables.with_factors(presets.h100_datasheet(), factors)
+    t = np.asarray(tables.predict(table, hw, factors["table_locality"]), np.float64)
     t = t * np.exp(rng.normal(0, 0.02, t.shape))
     body = "".join(f"{m},{nr},{e},{w},{float(ti) * 1e3!r},{2 * float(ti) * 1e3!r}\n" for (m, nr, e, w), ti in zip(rows, t))
     return _write(tmp_path, body, name="synthetic_spmm.csv")
@@ -43,8 +43,8 @@ def test_fit_recovers_the_factors_that_made_a_table(tmp_path):
     truth = {"stage_overhead_s": 8e-6, "dram_efficiency": 0.9, "gather_efficiency": 0.5,
              "onchip_bw_bytes_per_s": 5e12, "row_overhead_s": 5e-10, "row_gather_overhead_s": 1e-13,
              "overlap_exponent": 1.5, "table_locality": 0.02}
-    table = calibrate.read_timing_table(_synthetic(tmp_path, truth, np.random.default_rng(0)))
-    res = calibrate.fit_table(table, presets.h100_datasheet(), ["fast"], fixed={"dram_efficiency": 0.9})
+    table = tables.read_timing_table(_synthetic(tmp_path, truth, np.random.default_rng(0)))
+    res = tables.fit_table(table, presets.h100_datasheet(), ["fast"], fixed={"dram_efficiency": 0.9})
     cv = res["fast"]["cv"]["all"]
     assert cv["n"] == 120 and cv["mape"] < 0.05 and cv["spearman"] > 0.99
     assert res["fast"]["factors"]["stage_overhead_s"] == pytest.approx(8e-6, rel=0.25)
@@ -52,7 +52,7 @@ def test_fit_recovers_the_factors_that_made_a_table(tmp_path):
 
 
 def test_best_column_is_the_fastest_kernel_per_row(tmp_path):
-    table = calibrate.read_timing_table(_write(tmp_path, "a,100,500,128,0.5,0.2\nb,100,500,128,,0.3\nc,9,9,32,,\n"))
+    table = tables.read_timing_table(_write(tmp_path, "a,100,500,128,0.5,0.2\nb,100,500,128,,0.3\nc,9,9,32,,\n"))
     np.testing.assert_allclose(table.measured("best")[:2], [0.2e-3, 0.3e-3])
     assert np.isnan(table.measured("best")[2])
     with pytest.raises(ValueError, match="no kernel column 'nope'"):
@@ -61,8 +61,8 @@ def test_best_column_is_the_fastest_kernel_per_row(tmp_path):
 
 def test_screen_drops_impossible_times_only(tmp_path):
     # 10M nonzeros in 0.2 us would move > 80 MB at 400 TB/s; 769 s is slow, not impossible: kept
-    table = calibrate.read_timing_table(_write(tmp_path, "a,1000000,10000000,128,0.0002,769000\n"))
-    s = calibrate.screen(table, presets.h100_datasheet())
+    table = tables.read_timing_table(_write(tmp_path, "a,1000000,10000000,128,0.0002,769000\n"))
+    s = tables.screen(table, presets.h100_datasheet())
     assert s.screened == {"fast": 1, "slow": 0}
     assert np.isnan(s.times_s["fast"][0]) and s.times_s["slow"][0] == pytest.approx(769.0)
 
@@ -79,7 +79,7 @@ def test_screen_drops_impossible_times_only(tmp_path):
 ])
 def test_malformed_table_names_file_row_and_column(tmp_path, body, header, match):
     with pytest.raises(ValueError, match=match):
-        calibrate.read_timing_table(_write(tmp_path, body, header=header))
+        tables.read_timing_table(_write(tmp_path, body, header=header))
 
 
 def test_cli_validate_malformed_table_is_one_line(tmp_path, capsys):
@@ -94,10 +94,10 @@ def test_cli_validate_malformed_table_is_one_line(tmp_path, capsys):
 def test_any_table_row_is_priced_finite_and_positive(n, degree, width):
     """Every well-formed row gets a finite, positive modeled time on both GPU presets."""
     import jax.numpy as jnp
-    for kind in calibrate.KINDS:
+    for kind in tables.KINDS:
         for hw in (presets.get("h100-fitted"), presets.get("a100-fitted")):
-            s = calibrate.table_stage(kind, n, int(n * degree), width)
-            t = float(calibrate.stage_cost(s, hw).latency_s)
+            s = tables.table_stage(kind, n, int(n * degree), width)
+            t = float(tables.stage_cost(s, hw).latency_s)
             assert np.isfinite(t) and t >= hw.stage_overhead_s * 0.999 and t > 0
             assert float(jnp.asarray(s.macs)) == pytest.approx(int(n * degree) * width, rel=1e-6)
 
@@ -144,10 +144,10 @@ def test_stored_h100_fit_meets_its_targets():
 @pytest.mark.skipif(not SPMM.exists(), reason="public H100 timing table not present (CODESIGN_DATA)")
 def test_cusparse_cross_validation_reproduces_on_the_public_table():
     """Refits the cuSPARSE column under grouped 5-fold CV (no stored numbers): the targets hold."""
-    table = calibrate.screen(calibrate.read_timing_table(SPMM), presets.h100_datasheet())
+    table = tables.screen(tables.read_timing_table(SPMM), presets.h100_datasheet())
     fixed = {"dram_efficiency": presets.STREAM_DRAM_EFFICIENCY}
-    pred = calibrate.grouped_cv(table, "cusparse", presets.h100_datasheet(), fixed=fixed)
-    m = calibrate.by_width(table, pred, table.measured("cusparse"))
+    pred = tables.grouped_cv(table, "cusparse", presets.h100_datasheet(), fixed=fixed)
+    m = tables.by_width(table, pred, table.measured("cusparse"))
     for w in ("128", "256"):
         assert m[w]["mape"] <= 0.20 and m[w]["spearman"] >= 0.95, (w, m[w])
 
