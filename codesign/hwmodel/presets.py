@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ, HOROWITZ_FP32_MAC_PJ, HardwareSpec,
-                                   NearMemorySpec)
+from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, N5_ENERGY_PER_NODE_STEP, HardwareSpec, NearMemorySpec,
+                                   scaled_nmp_energies, scaled_op_energies)
 
 MIB = 1024**2
 HBM2_PJ_PER_BYTE = 3.9 * 8  # O'Connor et al., "Fine-Grained DRAM", MICRO 2017: HBM2 3.9 pJ/bit
+HYGCN_HBM_PJ_PER_BYTE = 7.0 * 8  # HyGCN (Yan et al., HPCA 2020) evaluation: HBM access energy 7 pJ/bit
 # ASSUMPTION: an HBM access that stays inside the stack (a bank-level PIM unit) spends 1/3 of a
 # full access. O'Connor et al. (MICRO 2017) attribute roughly 2/3 of an HBM2 access's energy to
 # data movement outside the bank array (on-die wires, TSVs, I/O); the 1/3 is read off that
@@ -51,6 +52,15 @@ ASSUMPTIONS = {
     "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
     "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
                                                  "the fit on the public tables, experiments/fit_gpu_presets.py)"),
+    "N5_ENERGY_PER_NODE_STEP": (N5_ENERGY_PER_NODE_STEP, (0.6, 0.9), "energy per op per full node step below 7 nm "
+                                "(h100's TSMC 4N as N5: TSMC's N5-vs-N7 30 % iso-speed power cut)"),
+    "NODE_VDD_FACTOR": (1.0, (0.9, 1.2), "every logic preset's core supply x this (PROCESS_NODES' nominal supplies; "
+                                         "GPUs boost above nominal)"),
+    "DRAM_PROCESS_LOGIC_NODE_NM": (45.0, (32.0, 65.0), "logic built in a DRAM process (hbm-pim PCUs, upmem DPUs) "
+                                                       "priced as this logic node (nm)"),
+    "GNNEAR_NME_NODE_NM": (32.0, (20.0, 65.0), "gnnear rank NMEs (DIMM buffer chip) logic node (nm)"),
+    "CPU_WATTS_PER_CORE": (350.0 / 56, (3.0, 10.0), "cpu power limit per core: a 56-core 350 W Sapphire Rapids Xeon "
+                                                   "(the VM's host model is not named)"),
     "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
                                             "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
                                             "cost = h100's (no A100 table here)"),
@@ -58,6 +68,67 @@ ASSUMPTIONS = {
 """Every constant of the presets that is an assumption rather than a sourced number:
 ``{name: (value, plausible range or None, what it is)}`` (docs/hwmodel.md lists them)."""
 GPU_STATIC_FRACTION_OF_TDP = ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"][0]
+DRAM_PROCESS_LOGIC_NODE_NM = ASSUMPTIONS["DRAM_PROCESS_LOGIC_NODE_NM"][0]
+GNNEAR_NME_NODE_NM = ASSUMPTIONS["GNNEAR_NME_NODE_NM"][0]
+DRAM_VDD_V = 1.2  # DDR4 VDD 1.2 V (JESD79-4); HBM2 VDD 1.2 V (JESD235): near-memory logic on the DRAM's supply
+
+PROCESS_NODES = {
+    "h100": (5.0, 0.75, "TSMC 4N, an N5-class node (NVIDIA H100 whitepaper); below Stillmaker & Baas' 7 nm: "
+                        "extrapolated (ASSUMPTION N5_ENERGY_PER_NODE_STEP)"),
+    "a100": (7.0, 0.75, "TSMC N7 (NVIDIA A100 whitepaper)"),
+    "hygcn": (12.0, 0.8, "TSMC 12 nm (HyGCN, HPCA 2020, evaluation methodology)"),
+    "gnnear": (12.0, 0.8, "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's TSMC 12 nm"),
+    "gnnear-nme": (GNNEAR_NME_NODE_NM, DRAM_VDD_V, "ASSUMPTION GNNEAR_NME_NODE_NM: a DIMM buffer chip's logic "
+                                                   "node is not published"),
+    "cpu": (10.0, 0.75, "Intel 7 (a 10 nm-class node): the fit record's host has AMX, i.e. Sapphire Rapids or later"),
+    "dram-logic": (DRAM_PROCESS_LOGIC_NODE_NM, DRAM_VDD_V,
+                   "logic in a DRAM process (hbm-pim PCUs: Samsung 20 nm DRAM, Kwon et al. ISSCC 2021; upmem DPUs: "
+                   "a 2x nm DRAM process, Devaux, Hot Chips 2019): DRAM processes have few metal layers and "
+                   "low-leakage transistors (the DPUs clock at 350 MHz), priced as the logic node "
+                   "DRAM_PROCESS_LOGIC_NODE_NM (ASSUMPTION)"),
+}
+"""``{key: (node nm, core supply V, source)}``: the process every preset's per-operation energies are
+scaled to (`spec.scaled_op_energies`: Horowitz ISSCC'14 45 nm x Stillmaker & Baas 2017). The
+supplies are foundry-nominal core voltages (0.75 V N7 / N5 / Intel 7, 0.8 V 12 nm) or the DRAM's
+VDD for near-memory logic; all x ``ASSUMPTIONS["NODE_VDD_FACTOR"]``."""
+UPMEM_WATTS_PER_DPU = 383.0 / 2556  # Gomez-Luna et al., IEEE Access 2022: estimated TDP of the 2,556-DPU system 383 W
+POWER_LIMITS_W = {
+    "h100": (700.0, "system", "NVIDIA H100 SXM5 datasheet: max TDP 700 W (the board, HBM3 included)"),
+    "h100-fitted": (700.0, "system", "as h100 (the same chip)"),
+    "a100": (400.0, "system", "NVIDIA A100 SXM4 datasheet: max TDP 400 W (the board, HBM2e included)"),
+    "a100-fitted": (400.0, "system", "as a100 (the same chip)"),
+    "hbm-pim": (400.0, "system", "the A100 host board's 400 W TDP (Samsung evaluates HBM-PIM as a drop-in HBM "
+                                 "stack: its PCUs run inside the host's memory power budget)"),
+    "hygcn": (6.7, "chip", "HyGCN (HPCA 2020): the chip's reported power 6.7 W (its HBM not included)"),
+    "gnnear": (6.7, "chip", "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's 6.7 W chip power; "
+                            "the NMEs and DIMMs have no published power"),
+    "cpu": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system",
+            "the VM's 2 cores (fits/cpu.json) x CPU_WATTS_PER_CORE (ASSUMPTION: a 350 W, 56-core Sapphire Rapids "
+            "Xeon, Intel ARK); a package TDP, compared with the package + DRAM: stricter than the chip"),
+    "cpu_numpy": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system", "as cpu (the same machine)"),
+    "upmem": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0] + 2560 * UPMEM_WATTS_PER_DPU, "system",
+              "the cpu host's limit + 2,560 DPUs at Gomez-Luna et al.'s 383 W per 2,556 DPUs (IEEE Access 2022)"),
+}
+"""``{preset: (watts, scope, source)}``: the published power each preset's `area.peak_power_w` must
+stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the preset models (the
+TDP of a board with its DRAM); "chip": the compute chip alone (`area.CHIP_PARTS`: no DRAM, no
+near-memory units), for a chip whose paper reports the chip's power."""
+TF32_MATRIX = ("h100", "a100")  # Hopper / Ampere: fp32 GEMMs run on TF32 tensor cores (XLA's default precision)
+
+
+def op_energies(key: str, vdd_factor: float = 1.0, per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP,
+                node_nm=None) -> dict:
+    """The `HardwareSpec` per-op energy fields of `PROCESS_NODES` entry ``key`` (the one mechanism:
+    `spec.scaled_op_energies`); ``node_nm`` overrides the node (sensitivity variants)."""
+    node, vdd, _ = PROCESS_NODES[key]
+    return scaled_op_energies(node if node_nm is None else node_nm, vdd * vdd_factor, tf32_matrix=key in TF32_MATRIX,
+                              per_step_below_7nm=per_step_below_7nm)
+
+
+def nmp_energies(key: str, vdd_factor: float = 1.0, node_nm=None, **kw) -> dict:
+    """The `NearMemorySpec` MAC energies of `PROCESS_NODES` entry ``key`` (`spec.scaled_nmp_energies`)."""
+    node, vdd, _ = PROCESS_NODES[key]
+    return scaled_nmp_energies(node if node_nm is None else node_nm, vdd * vdd_factor, **kw)
 STREAM_DRAM_EFFICIENCY = ASSUMPTIONS["STREAM_DRAM_EFFICIENCY"][0]
 GPU_FIT_FACTORS = ("stage_overhead_s", "dram_efficiency", "gather_efficiency", "onchip_bw_bytes_per_s", "row_overhead_s",
                    "row_gather_overhead_s", "overlap_exponent")
@@ -154,6 +225,7 @@ def h100_datasheet() -> HardwareSpec:
         clock_hz=1.98e9,  # max boost, NVIDIA H100 whitepaper
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 700.0,  # H100 SXM5 TDP 700 W (datasheet)
+        **op_energies("h100"),
     )
 
 
@@ -199,6 +271,7 @@ def a100_datasheet() -> HardwareSpec:
         clock_hz=1.41e9,
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 400.0,  # A100 SXM4 TDP 400 W (datasheet)
+        **op_energies("a100"),
     )
 
 
@@ -226,11 +299,12 @@ def hygcn() -> HardwareSpec:
         vector_bf16_macs_per_s=512 * 1e9,
         vector_int8_macs_per_s=512 * 1e9,
         dram_bw_bytes_per_s=256e9,
-        dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+        dram_energy_pj_per_byte=HYGCN_HBM_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
         gather_granularity_bytes=HBM_BURST_BYTES,
         fp32_only=True,
+        **op_energies("hygcn"),
     )
 
 
@@ -265,9 +339,10 @@ def gnnear() -> HardwareSpec:
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
         gather_granularity_bytes=DDR4_BURST_BYTES,
+        **op_energies("gnnear"),
         nmp=NearMemorySpec(
             units=16, internal_bw_bytes_per_s=25.6e9, int_macs_per_s=64e9, fp32_macs_per_s=16e9,
-            bf16_macs_per_s=32e9, mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            bf16_macs_per_s=32e9, **nmp_energies("gnnear-nme"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * DDR4_RANK_INTERNAL_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4 * 25.6e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=DDR4_BURST_BYTES,
@@ -300,7 +375,7 @@ def upmem() -> HardwareSpec:
         name="upmem",
         nmp=NearMemorySpec(
             units=2560, internal_bw_bytes_per_s=628e6, int_macs_per_s=mac(10.27e6, 58.56e6),
-            fp32_macs_per_s=mac(1.91e6, 4.91e6), mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            fp32_macs_per_s=mac(1.91e6, 4.91e6), **nmp_energies("dram-logic"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * UPMEM_MRAM_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4.74e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=UPMEM_DMA_BYTES,
@@ -330,8 +405,8 @@ def hbm_pim() -> HardwareSpec:
         name="hbm-pim",
         nmp=NearMemorySpec(
             units=128, internal_bw_bytes_per_s=4 * 307e9 / 128, int_macs_per_s=pcu_macs,
-            fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs, mac_energy_pj=2 * HOROWITZ_FP16_MAC_PJ,
-            int_mac_energy_pj=HOROWITZ_FP16_MAC_PJ, bf16_mac_energy_pj=HOROWITZ_FP16_MAC_PJ,
+            fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs,
+            **nmp_energies("dram-logic", fp32_passes=2.0, fp16_lanes_only=True),
             internal_energy_pj_per_byte=HBM2_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
             buffer_bytes=3 * 16 * 32,  # 3 register files of 16 x 256-bit entries per PCU (assumed size)
             host_link_bw_bytes_per_s=307e9, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
@@ -429,6 +504,7 @@ def cpu() -> HardwareSpec:
         onchip_buffer_bytes=rec["onchip_buffer_bytes"],
         clock_hz=rec["clock_hz"],
         gather_granularity_bytes=CPU_LINE_BYTES,
+        **op_energies("cpu"),
         **{k: f[k] for k in FIT_FACTORS},
     )
 
