@@ -48,7 +48,11 @@ ASSUMPTIONS = {
     "HBM_PIM_REGISTER_BYTES": (3 * 16 * 32, (512, 2048), "hbm-pim per-PCU register file bytes usable as a row buffer"),
     "GNNEAR_NME_RATE": (16e9, (4e9, 64e9), "gnnear fp32 MAC/s per rank NME"),
     "UPMEM_LINK_IS_SYSTEM_TOTAL": (4.74e9, (4.74e9, 40 * 4.74e9), "upmem host link B/s: system total, or per rank x 40"),
-    "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs (DPU energy per op unpublished)"),
+    "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs at DRAM_PROCESS_LOGIC_NODE_NM "
+                                     "(DPU energy per op unpublished)"),
+    "SRAM_SCALES_AS_LOGIC": (None, None, "on-chip SRAM access energy scaled by the logic energy scale of the node"),
+    "TF32_MAC_ENERGY": (None, None, "h100 / a100 TF32 tensor-core MAC = Horowitz fp16 multiply (same 10-bit mantissa) "
+                                    "+ fp32 add (fp32 accumulation), 2.0 pJ at 45 nm"),
     "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
     "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
                                                  "the fit on the public tables, experiments/fit_gpu_presets.py)"),
@@ -207,7 +211,9 @@ def h100_datasheet() -> HardwareSpec:
       - HBM energy 3.9 pJ/bit = 31.2 pJ/byte (O'Connor et al., "Fine-Grained DRAM", MICRO 2017,
         HBM2 access energy). ASSUMPTION: H100 has HBM3, for which no per-bit access energy is
         published; HBM2's figure is used (`ASSUMPTIONS["HBM3_AS_HBM2_ENERGY"]`). Per-op and SRAM
-        energies: Horowitz ISSCC'14 (45 nm) defaults (fp16 MAC 1.5 pJ for bf16).
+        energies: Horowitz ISSCC'14 (45 nm; fp16 MAC for bf16, ASSUMPTION TF32 MAC = fp16 multiply +
+        fp32 add) scaled to TSMC 4N (`PROCESS_NODES["h100"]`, `op_energies`: Stillmaker & Baas 2017,
+        ASSUMPTION N5 extrapolation).
       - Gathered rows move whole 32-byte L2 sectors (CUDA C++ Best Practices Guide).
       - Static power: ASSUMPTION 10 % of the 700 W TDP (datasheet TDP;
         `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`, range 5-30 %).
@@ -254,7 +260,8 @@ def a100_datasheet() -> HardwareSpec:
     Sources: NVIDIA A100 Tensor Core GPU datasheet (2021), dense rates: TF32 156 TFLOP/s (fp32
     GEMM, XLA default precision), BF16 312 TFLOP/s, INT8 624 TOPS, INT4 1248 TOPS, FP32 (CUDA
     cores) 19.5 TFLOP/s; HBM2e 2039 GB/s; L2 40 MB and 1410 MHz boost clock (NVIDIA A100
-    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit). Gathered rows move whole
+    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit, HBM2; taken for HBM2e). Per-op
+    energies: Horowitz ISSCC'14 scaled to TSMC N7 (`PROCESS_NODES["a100"]`). Gathered rows move whole
     32-byte L2 sectors (CUDA C++ Best Practices Guide). Static power: ASSUMPTION 10 % of the 400 W
     TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`).
     """
@@ -284,8 +291,8 @@ def hygcn() -> HardwareSpec:
     HBM 1.0 at 256 GB/s; the aggregation's input buffer that holds gathered source features is
     128 KB (edge 2 MB, weight 2 MB, output 4 MB and aggregation 16 MB buffers are not row caches).
     HyGCN computes in fp32 only, so every precision runs at the fp32 rate and MAC energy
-    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy per byte:
-    O'Connor et al. MICRO 2017 (HBM2; ASSUMPTION: HyGCN's HBM 1.0 figure is not published).
+    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy: the paper's
+    7 pJ/bit; per-op energies scaled to its TSMC 12 nm (`PROCESS_NODES["hygcn"]`, ASSUMPTION on Vdd).
     Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
     Static power: not modeled (0; HyGCN reports total power only).
     """
@@ -321,8 +328,9 @@ def gnnear() -> HardwareSpec:
       - NME compute: ASSUMPTION 16 fp32 MAC lanes at 1 GHz per rank (GNNear does not publish a
         rate that is meant to bind; Reduce is bandwidth-bound; `ASSUMPTIONS["GNNEAR_NME_RATE"]`),
         int operands 4x packed, bf16 2x packed; MAC energies from the Horowitz table by
-        precision (int8 0.23, fp16 1.5, fp32 4.6 pJ).
-      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer.
+        precision scaled to ASSUMPTION `GNNEAR_NME_NODE_NM` (`PROCESS_NODES["gnnear-nme"]`).
+      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer
+        (and HyGCN's 12 nm node for its energies).
       - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal
         access at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8).
       - Rows move in whole 64-byte DDR4 bursts (JESD79-4), on the host and in the ranks.
@@ -366,7 +374,7 @@ def upmem() -> HardwareSpec:
     paper), so features are replicated per DPU or partial sums reduced on the host
     (``replicate_features``); MRAM -> WRAM DMA moves multiples of 8 bytes. Energy: MRAM access at
     `UPMEM_MRAM_FRACTION` of a DDR4 access (ASSUMPTION), MACs at the Horowitz fp32 / fp16 / int8
-    MAC energies (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
+    MAC energies at `DRAM_PROCESS_LOGIC_NODE_NM` (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
     this project's `cpu` preset (the VM the project runs on), not the paper's 2-socket server.
     """
     host = cpu()
@@ -392,7 +400,8 @@ def hbm_pim() -> HardwareSpec:
     parallelism gives 4x the off-chip bandwidth of a cube (Samsung), i.e. 4 x 307 GB/s (HBM2
     Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs. One cube (ASSUMPTION: the host's other
     stacks stay plain HBM). PCUs compute FP16 only: integer operands run on the FP16 lanes
-    (rate and 1.5 pJ energy of a Horowitz fp16 MAC); ASSUMPTION: fp32 operands take two FP16
+    (rate and energy of a Horowitz fp16 MAC, scaled as logic in Samsung's 20 nm DRAM process:
+    `PROCESS_NODES["dram-logic"]`, ASSUMPTION); ASSUMPTION: fp32 operands take two FP16
     passes (`ASSUMPTIONS["HBM_PIM_FP32_TWO_PASSES"]`, no fp32 support is published).
     Energy: in-stack access at `INTERNAL_ACCESS_FRACTION` of an HBM2 access (ASSUMPTION).
     Row buffer: ASSUMPTION 3 register files of 16 x 256-bit entries per PCU (Lee et al. ISCA'21
