@@ -105,3 +105,9 @@ def test_presets_take_their_energies_from_the_one_mechanism():
     assert float(mac_energy_pj(h, 32.0, matrix=True)) == pytest.approx(h.mac_energy_fp32_pj * HOROWITZ_TF32_MAC_PJ
                                                                        / HOROWITZ_FP32_MAC_PJ, rel=1e-6)
     assert float(mac_energy_pj(h, 32.0)) == pytest.approx(h.mac_energy_fp32_pj, rel=1e-6)
+
+
+def test_docs_power_table_is_current():
+    from pathlib import Path
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "hwmodel.md").read_text()
+    assert presets.power_limit_table() in docs, "docs/hwmodel.md: regenerate the table with presets.power_limit_table()"

@@ -610,3 +610,28 @@ def get(name: str) -> HardwareSpec:
     if key not in _PRESETS:
         raise ValueError(f"unknown hardware preset {name!r}; known presets: {', '.join(names())}")
     return _PRESETS[key]()
+
+
+def power_limit_table() -> str:
+    """docs/hwmodel.md's table of every preset's modeled peak power (`area.peak_power_parts`, over
+    the scope of its `POWER_LIMITS_W` entry) against its published limit, as markdown; generated,
+    and checked against the docs by tests/test_hwmodel_energy.py."""
+    from codesign.hwmodel.area import CHIP_PARTS, peak_power_parts
+    rows = ["| preset | node, Vdd | matrix | vector | on-chip | DRAM | near-memory | static | modeled (scope) | limit |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names():
+        hw = get(name)
+        watts, scope, _ = POWER_LIMITS_W[name]
+        p = {k: float(v) for k, v in peak_power_parts(hw).items()}
+        modeled = sum(p[k] for k in CHIP_PARTS) if scope == "chip" else p["total"]
+        key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "a100",
+               "upmem": "cpu"}.get(name, name)
+        node, vdd, _ = PROCESS_NODES[key]
+        nodes = f"{node:g} nm, {vdd:g} V"
+        if hw.nmp is not None:
+            nkey = "gnnear-nme" if name == "gnnear" else "dram-logic"
+            nodes += f"; NMP {PROCESS_NODES[nkey][0]:g} nm, {PROCESS_NODES[nkey][1]:g} V"
+        rows.append(f"| {name} | {nodes} | " + " | ".join(f"{p[k]:.1f}" for k in
+                                                          ("matrix", "vector", "onchip", "dram", "nmp", "static"))
+                    + f" | {modeled:.1f} ({scope}) | {watts:.1f} |")
+    return "\n".join(rows)
