@@ -34,7 +34,7 @@ def test_every_preset_has_a_power_limit_and_a_node():
 
 @pytest.mark.parametrize("name", presets.names())
 def test_peak_power_within_published_power(name):
-    p, watts = power_check(name, presets.get(name))
+    p, _ = power_check(name, presets.get(name))
     assert p > 0
 
 
