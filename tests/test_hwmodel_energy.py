@@ -49,6 +49,36 @@ def test_over_powered_spec_fails_naming_it():
     assert float(peak_power_parts(hw)["matrix"]) == pytest.approx(494.7e12 / 2 * 4.6 * PJ, rel=1e-5)
 
 
+def test_over_powered_chip_fails_naming_it():
+    """hygcn's chip at Horowitz's 45 nm energies: (4096 + 512) x 1e9 MAC/s x 4.6 pJ = 21.2 W > 6.7 W."""
+    hw = presets.get("hygcn").replace(**scaled_op_energies(45.0, 0.9))
+    with pytest.raises(AssertionError, match=r"preset 'hygcn': modeled peak power 21\.2 W \(chip\) exceeds its limit "
+                                             r"6\.7 W \(HyGCN"):
+        power_check("hygcn", hw)
+
+
+def test_peak_power_within_limits_at_both_ends_of_every_assumption():
+    """Every ranged `presets.ASSUMPTIONS` entry at its low and high end (the presets it enters, as
+    experiments/hwmodel_sensitivity.py rebuilds them) keeps every preset within its power limit."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "experiments" / "hwmodel_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("hwmodel_sensitivity_energy", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["hwmodel_sensitivity_energy"] = mod
+    spec.loader.exec_module(mod)
+    checked = 0
+    for name, (value, rng, _) in presets.ASSUMPTIONS.items():
+        if value is None or rng is None:
+            continue
+        for end in rng:
+            for hw_name, hw in mod.variants(name, end).items():
+                power_check(hw_name, hw)
+                checked += 1
+    assert checked > 20
+
+
 def test_peak_power_is_the_largest_tier_and_sums_the_parts():
     """h100: the matrix engine's largest tier is bf16 (989.4 TFLOP/s x the scaled fp16 MAC), not TF32
     (half the rate x the scaled TF32 MAC) nor int8 (twice bf16's rate x the scaled int8 MAC)."""
