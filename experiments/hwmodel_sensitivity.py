@@ -46,7 +46,7 @@ if __package__ in (None, ""):  # run as a script: make `paper_figures` importabl
 
 from codesign.hwmodel import Workload, elementwise_stage, estimate, message_passing_layer, presets  # noqa: E402
 from codesign.models.gcn import hidden_elementwise_ops  # noqa: E402
-from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ  # noqa: E402
+from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
 
@@ -113,7 +113,20 @@ def variants(name: str, value: float) -> dict:
                 "a100-fitted": presets.get("a100-fitted").replace(dram_efficiency=value)}
     if name == "HBM_PIM_FP32_TWO_PASSES":
         return {"hbm-pim": _nmp(presets.get("hbm-pim"), fp32_macs_per_s=pcu / value,
-                                mac_energy_pj=value * HOROWITZ_FP16_MAC_PJ)}
+                                **presets.nmp_energies("dram-logic", fp32_passes=value, fp16_lanes_only=True))}
+    if name == "N5_ENERGY_PER_NODE_STEP":
+        return {"h100": presets.get("h100").replace(**presets.op_energies("h100", per_step_below_7nm=value))}
+    if name == "NODE_VDD_FACTOR":
+        return {k: presets.get(k).replace(**presets.op_energies(k, vdd_factor=value))
+                for k in ("h100", "a100", "hygcn")}
+    if name == "DRAM_PROCESS_LOGIC_NODE_NM":
+        return {"hbm-pim": _nmp(presets.get("hbm-pim"), **presets.nmp_energies(
+                    "dram-logic", node_nm=value, fp32_passes=2.0, fp16_lanes_only=True)),
+                "upmem": _nmp(presets.get("upmem"), **presets.nmp_energies("dram-logic", node_nm=value))}
+    if name == "GNNEAR_NME_NODE_NM":
+        return {"gnnear": _nmp(presets.get("gnnear"), **presets.nmp_energies("gnnear-nme", node_nm=value))}
+    if name == "CPU_WATTS_PER_CORE":
+        return {}  # enters no cost: only the `cpu` / `upmem` power limits (presets.POWER_LIMITS_W)
     if name == "HBM_PIM_REGISTER_BYTES":
         return {"hbm-pim": _nmp(presets.get("hbm-pim"), buffer_bytes=value)}
     if name == "GNNEAR_NME_RATE":

@@ -328,11 +328,18 @@ def test_rates_and_mac_energy_by_bits(row, hardened):
 def test_mac_energy_continuous_at_32_bits():
     """The audit's jump: 31.9 bits was priced by the integer model (3.3 pJ), 32 by fp32 (4.6 pJ)."""
     from codesign.hwmodel import mac_energy_pj
-    hw = presets.get("h100")
+    from codesign.hwmodel.spec import process_energy_scale, scaled_op_energies
+    hw = presets.get("h100").replace(**scaled_op_energies(45.0, 0.9))  # Horowitz's own 45 nm / 0.9 V
     e = [float(mac_energy_pj(hw, b)) for b in (31.9, 31.99, 32.0)]
     assert e[2] == pytest.approx(4.6) and abs(e[1] - e[2]) < 0.01 and abs(e[0] - e[2]) < 0.02
     assert float(mac_energy_pj(hw, 16.0)) == pytest.approx(1.5)  # Horowitz fp16 MAC, 1.1 + 0.4 pJ
     assert float(mac_energy_pj(hw, 8.0)) == pytest.approx(0.23)
+    # the h100 preset: the same table scaled to its node (TSMC 4N as N5, 0.75 V)
+    s = process_energy_scale(5.0, 0.75)
+    h = presets.get("h100")
+    e = [float(mac_energy_pj(h, b)) for b in (31.9, 31.99, 32.0)]
+    assert e[2] == pytest.approx(4.6 * s, rel=1e-6) and abs(e[1] - e[2]) < 0.01 * s and abs(e[0] - e[2]) < 0.02 * s
+    assert float(mac_energy_pj(h, 16.0)) == pytest.approx(1.5 * s, rel=1e-6)
 
 
 def test_smooth_max_three_terms_bound():

@@ -16,6 +16,7 @@ from codesign.hwmodel import (HardwareSpec, NearMemorySpec, Workload, area_mm2, 
                               gemm_stage, mac_energy_pj, message_passing_layer, nmp_mac_energy_pj, nmp_macs_per_s,
                               nmp_stage_cost, peak_power_w, presets, spmm_stage, stage_cost)
 from codesign.hwmodel.estimate import PJ
+from codesign.hwmodel.spec import process_energy_scale
 from codesign.hwmodel.locality import LocalityProfile, hit_rate, stack_distance_rows
 
 CORA_NODES, CORA_EDGES = 2708, 10556
@@ -304,12 +305,15 @@ def test_bf16_is_a_float_on_nmp_units_and_integer_macs_cost_integer_energy():
     # UPMEM: no bf16 instruction -> the (emulated) fp32 rate, far below the int rate
     assert float(nmp_macs_per_s(up, 16.0, hardened=True)) == pytest.approx(up.fp32_macs_per_s)
     assert float(nmp_macs_per_s(up, 8.0, hardened=True)) == pytest.approx(up.int_macs_per_s)
-    # GNNear: Horowitz int8 MAC 0.23 pJ at 8 bits, fp16 1.5 at 16, fp32 4.6 at 32
+    # GNNear: Horowitz int8 MAC 0.23 pJ at 8 bits, fp16 1.5 at 16, fp32 4.6 at 32, scaled to the NMEs'
+    # node (ASSUMPTION GNNEAR_NME_NODE_NM, at the DIMM's 1.2 V)
+    s = process_energy_scale(presets.GNNEAR_NME_NODE_NM, 1.2)
     for b, pj in ((8.0, 0.23), (16.0, 1.5), (32.0, 4.6)):
-        assert float(nmp_mac_energy_pj(gn, b, hardened=True)) == pytest.approx(pj)
-    # HBM-PIM: FP16 lanes only: int8 runs at the FP16 rate and energy; fp32 two passes
-    assert float(nmp_mac_energy_pj(pim, 8.0, hardened=True)) == pytest.approx(1.5)
-    assert float(nmp_mac_energy_pj(pim, 32.0, hardened=True)) == pytest.approx(3.0)
+        assert float(nmp_mac_energy_pj(gn, b, hardened=True)) == pytest.approx(pj * s, rel=1e-6)
+    # HBM-PIM: FP16 lanes only: int8 runs at the FP16 rate and energy; fp32 two passes (DRAM-process logic)
+    s = process_energy_scale(presets.DRAM_PROCESS_LOGIC_NODE_NM, 1.2)
+    assert float(nmp_mac_energy_pj(pim, 8.0, hardened=True)) == pytest.approx(1.5 * s, rel=1e-6)
+    assert float(nmp_mac_energy_pj(pim, 32.0, hardened=True)) == pytest.approx(3.0 * s, rel=1e-6)
     assert float(nmp_macs_per_s(pim, 32.0, hardened=True)) == pytest.approx(16 * 300e6 / 2)
 
 
@@ -335,9 +339,10 @@ def test_area_fp32_only_engine_and_nmp_clock():
     n = up.nmp
     want = 2560 * (n.int_macs_per_s / 350e6 * 318 + 64 * 1024 * 8 * 0.346 * 1.5) / 1e6
     np.testing.assert_allclose(float(area_mm2(up)["nmp"]), want, rtol=1e-5)
-    # peak power of an fp32-only engine: fp32 MAC energy (4096e9 MAC/s x 4.6 pJ = 18.8 W)
+    # peak power of an fp32-only engine: fp32 MAC energy at every tier (4096e9 MAC/s x 4.6 pJ x the
+    # 12 nm / 0.8 V scale), its HBM at the paper's 7 pJ/bit
     p = float(peak_power_w(hy))
-    want_p = (4096e9 * 4.6 + 512e9 * 4.6 + 256e9 * 31.2) * PJ
+    want_p = ((4096e9 + 512e9) * 4.6 * process_energy_scale(12.0, 0.8) + 256e9 * 56.0) * PJ
     np.testing.assert_allclose(p, want_p, rtol=1e-5)
 
 

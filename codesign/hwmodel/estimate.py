@@ -239,7 +239,7 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
-    compute_j = stage.macs * mac_energy_pj(hw, stage.bits, hardened) * PJ
+    compute_j = stage.macs * mac_energy_pj(hw, stage.bits, hardened, matrix=stage.kind in MATRIX_KINDS) * PJ
     energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
     latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + stage.launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, HOROWITZ_FP16_MAC_PJ, HOROWITZ_FP32_MAC_PJ, HardwareSpec,
-                                   NearMemorySpec)
+from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, N5_ENERGY_PER_NODE_STEP, HardwareSpec, NearMemorySpec,
+                                   scaled_nmp_energies, scaled_op_energies)
 
 MIB = 1024**2
 HBM2_PJ_PER_BYTE = 3.9 * 8  # O'Connor et al., "Fine-Grained DRAM", MICRO 2017: HBM2 3.9 pJ/bit
+HYGCN_HBM_PJ_PER_BYTE = 7.0 * 8  # HyGCN (Yan et al., HPCA 2020) evaluation: HBM access energy 7 pJ/bit
 # ASSUMPTION: an HBM access that stays inside the stack (a bank-level PIM unit) spends 1/3 of a
 # full access. O'Connor et al. (MICRO 2017) attribute roughly 2/3 of an HBM2 access's energy to
 # data movement outside the bank array (on-die wires, TSVs, I/O); the 1/3 is read off that
@@ -47,10 +48,23 @@ ASSUMPTIONS = {
     "HBM_PIM_REGISTER_BYTES": (3 * 16 * 32, (512, 2048), "hbm-pim per-PCU register file bytes usable as a row buffer"),
     "GNNEAR_NME_RATE": (16e9, (4e9, 64e9), "gnnear fp32 MAC/s per rank NME"),
     "UPMEM_LINK_IS_SYSTEM_TOTAL": (4.74e9, (4.74e9, 40 * 4.74e9), "upmem host link B/s: system total, or per rank x 40"),
-    "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs (DPU energy per op unpublished)"),
+    "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs at DRAM_PROCESS_LOGIC_NODE_NM "
+                                     "(DPU energy per op unpublished)"),
+    "SRAM_SCALES_AS_LOGIC": (None, None, "on-chip SRAM access energy scaled by the logic energy scale of the node"),
+    "TF32_MAC_ENERGY": (None, None, "h100 / a100 TF32 tensor-core MAC = Horowitz fp16 multiply (same 10-bit mantissa) "
+                                    "+ fp32 add (fp32 accumulation), 2.0 pJ at 45 nm"),
     "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
     "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
                                                  "the fit on the public tables, experiments/fit_gpu_presets.py)"),
+    "N5_ENERGY_PER_NODE_STEP": (N5_ENERGY_PER_NODE_STEP, (0.6, 0.9), "energy per op per full node step below 7 nm "
+                                "(h100's TSMC 4N as N5: TSMC's N5-vs-N7 30 % iso-speed power cut)"),
+    "NODE_VDD_FACTOR": (1.0, (0.9, 1.2), "every logic preset's core supply x this (PROCESS_NODES' nominal supplies; "
+                                         "GPUs boost above nominal)"),
+    "DRAM_PROCESS_LOGIC_NODE_NM": (45.0, (32.0, 65.0), "logic built in a DRAM process (hbm-pim PCUs, upmem DPUs) "
+                                                       "priced as this logic node (nm)"),
+    "GNNEAR_NME_NODE_NM": (32.0, (20.0, 65.0), "gnnear rank NMEs (DIMM buffer chip) logic node (nm)"),
+    "CPU_WATTS_PER_CORE": (350.0 / 56, (3.0, 10.0), "cpu power limit per core: a 56-core 350 W Sapphire Rapids Xeon "
+                                                   "(the VM's host model is not named)"),
     "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
                                             "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
                                             "cost = h100's (no A100 table here)"),
@@ -58,6 +72,67 @@ ASSUMPTIONS = {
 """Every constant of the presets that is an assumption rather than a sourced number:
 ``{name: (value, plausible range or None, what it is)}`` (docs/hwmodel.md lists them)."""
 GPU_STATIC_FRACTION_OF_TDP = ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"][0]
+DRAM_PROCESS_LOGIC_NODE_NM = ASSUMPTIONS["DRAM_PROCESS_LOGIC_NODE_NM"][0]
+GNNEAR_NME_NODE_NM = ASSUMPTIONS["GNNEAR_NME_NODE_NM"][0]
+DRAM_VDD_V = 1.2  # DDR4 VDD 1.2 V (JESD79-4); HBM2 VDD 1.2 V (JESD235): near-memory logic on the DRAM's supply
+
+PROCESS_NODES = {
+    "h100": (5.0, 0.75, "TSMC 4N, an N5-class node (NVIDIA H100 whitepaper); below Stillmaker & Baas' 7 nm: "
+                        "extrapolated (ASSUMPTION N5_ENERGY_PER_NODE_STEP)"),
+    "a100": (7.0, 0.75, "TSMC N7 (NVIDIA A100 whitepaper)"),
+    "hygcn": (12.0, 0.8, "TSMC 12 nm (HyGCN, HPCA 2020, evaluation methodology)"),
+    "gnnear": (12.0, 0.8, "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's TSMC 12 nm"),
+    "gnnear-nme": (GNNEAR_NME_NODE_NM, DRAM_VDD_V, "ASSUMPTION GNNEAR_NME_NODE_NM: a DIMM buffer chip's logic "
+                                                   "node is not published"),
+    "cpu": (10.0, 0.75, "Intel 7 (a 10 nm-class node): the fit record's host has AMX, i.e. Sapphire Rapids or later"),
+    "dram-logic": (DRAM_PROCESS_LOGIC_NODE_NM, DRAM_VDD_V,
+                   "logic in a DRAM process (hbm-pim PCUs: Samsung 20 nm DRAM, Kwon et al. ISSCC 2021; upmem DPUs: "
+                   "a 2x nm DRAM process, Devaux, Hot Chips 2019): DRAM processes have few metal layers and "
+                   "low-leakage transistors (the DPUs clock at 350 MHz), priced as the logic node "
+                   "DRAM_PROCESS_LOGIC_NODE_NM (ASSUMPTION)"),
+}
+"""``{key: (node nm, core supply V, source)}``: the process every preset's per-operation energies are
+scaled to (`spec.scaled_op_energies`: Horowitz ISSCC'14 45 nm x Stillmaker & Baas 2017). The
+supplies are foundry-nominal core voltages (0.75 V N7 / N5 / Intel 7, 0.8 V 12 nm) or the DRAM's
+VDD for near-memory logic; all x ``ASSUMPTIONS["NODE_VDD_FACTOR"]``."""
+UPMEM_WATTS_PER_DPU = 383.0 / 2556  # Gomez-Luna et al., IEEE Access 2022: estimated TDP of the 2,556-DPU system 383 W
+POWER_LIMITS_W = {
+    "h100": (700.0, "system", "NVIDIA H100 SXM5 datasheet: max TDP 700 W (the board, HBM3 included)"),
+    "h100-fitted": (700.0, "system", "as h100 (the same chip)"),
+    "a100": (400.0, "system", "NVIDIA A100 SXM4 datasheet: max TDP 400 W (the board, HBM2e included)"),
+    "a100-fitted": (400.0, "system", "as a100 (the same chip)"),
+    "hbm-pim": (400.0, "system", "the A100 host board's 400 W TDP (Samsung evaluates HBM-PIM as a drop-in HBM "
+                                 "stack: its PCUs run inside the host's memory power budget)"),
+    "hygcn": (6.7, "chip", "HyGCN (HPCA 2020): the chip's reported power 6.7 W (its HBM not included)"),
+    "gnnear": (6.7, "chip", "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's 6.7 W chip power; "
+                            "the NMEs and DIMMs have no published power"),
+    "cpu": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system",
+            "the VM's 2 cores (fits/cpu.json) x CPU_WATTS_PER_CORE (ASSUMPTION: a 350 W, 56-core Sapphire Rapids "
+            "Xeon, Intel ARK); a package TDP, compared with the package + DRAM: stricter than the chip"),
+    "cpu_numpy": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system", "as cpu (the same machine)"),
+    "upmem": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0] + 2560 * UPMEM_WATTS_PER_DPU, "system",
+              "the cpu host's limit + 2,560 DPUs at Gomez-Luna et al.'s 383 W per 2,556 DPUs (IEEE Access 2022)"),
+}
+"""``{preset: (watts, scope, source)}``: the published power each preset's `area.peak_power_w` must
+stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the preset models (the
+TDP of a board with its DRAM); "chip": the compute chip alone (`area.CHIP_PARTS`: no DRAM, no
+near-memory units), for a chip whose paper reports the chip's power."""
+TF32_MATRIX = ("h100", "a100")  # Hopper / Ampere: fp32 GEMMs run on TF32 tensor cores (XLA's default precision)
+
+
+def op_energies(key: str, vdd_factor: float = 1.0, per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP,
+                node_nm=None) -> dict:
+    """The `HardwareSpec` per-op energy fields of `PROCESS_NODES` entry ``key`` (the one mechanism:
+    `spec.scaled_op_energies`); ``node_nm`` overrides the node (sensitivity variants)."""
+    node, vdd, _ = PROCESS_NODES[key]
+    return scaled_op_energies(node if node_nm is None else node_nm, vdd * vdd_factor, tf32_matrix=key in TF32_MATRIX,
+                              per_step_below_7nm=per_step_below_7nm)
+
+
+def nmp_energies(key: str, vdd_factor: float = 1.0, node_nm=None, **kw) -> dict:
+    """The `NearMemorySpec` MAC energies of `PROCESS_NODES` entry ``key`` (`spec.scaled_nmp_energies`)."""
+    node, vdd, _ = PROCESS_NODES[key]
+    return scaled_nmp_energies(node if node_nm is None else node_nm, vdd * vdd_factor, **kw)
 STREAM_DRAM_EFFICIENCY = ASSUMPTIONS["STREAM_DRAM_EFFICIENCY"][0]
 GPU_FIT_FACTORS = ("stage_overhead_s", "dram_efficiency", "gather_efficiency", "onchip_bw_bytes_per_s", "row_overhead_s",
                    "row_gather_overhead_s", "overlap_exponent")
@@ -136,7 +211,9 @@ def h100_datasheet() -> HardwareSpec:
       - HBM energy 3.9 pJ/bit = 31.2 pJ/byte (O'Connor et al., "Fine-Grained DRAM", MICRO 2017,
         HBM2 access energy). ASSUMPTION: H100 has HBM3, for which no per-bit access energy is
         published; HBM2's figure is used (`ASSUMPTIONS["HBM3_AS_HBM2_ENERGY"]`). Per-op and SRAM
-        energies: Horowitz ISSCC'14 (45 nm) defaults (fp16 MAC 1.5 pJ for bf16).
+        energies: Horowitz ISSCC'14 (45 nm; fp16 MAC for bf16, ASSUMPTION TF32 MAC = fp16 multiply +
+        fp32 add) scaled to TSMC 4N (`PROCESS_NODES["h100"]`, `op_energies`: Stillmaker & Baas 2017,
+        ASSUMPTION N5 extrapolation).
       - Gathered rows move whole 32-byte L2 sectors (CUDA C++ Best Practices Guide).
       - Static power: ASSUMPTION 10 % of the 700 W TDP (datasheet TDP;
         `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`, range 5-30 %).
@@ -154,6 +231,7 @@ def h100_datasheet() -> HardwareSpec:
         clock_hz=1.98e9,  # max boost, NVIDIA H100 whitepaper
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 700.0,  # H100 SXM5 TDP 700 W (datasheet)
+        **op_energies("h100"),
     )
 
 
@@ -182,7 +260,8 @@ def a100_datasheet() -> HardwareSpec:
     Sources: NVIDIA A100 Tensor Core GPU datasheet (2021), dense rates: TF32 156 TFLOP/s (fp32
     GEMM, XLA default precision), BF16 312 TFLOP/s, INT8 624 TOPS, INT4 1248 TOPS, FP32 (CUDA
     cores) 19.5 TFLOP/s; HBM2e 2039 GB/s; L2 40 MB and 1410 MHz boost clock (NVIDIA A100
-    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit). Gathered rows move whole
+    whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit, HBM2; taken for HBM2e). Per-op
+    energies: Horowitz ISSCC'14 scaled to TSMC N7 (`PROCESS_NODES["a100"]`). Gathered rows move whole
     32-byte L2 sectors (CUDA C++ Best Practices Guide). Static power: ASSUMPTION 10 % of the 400 W
     TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`).
     """
@@ -199,6 +278,7 @@ def a100_datasheet() -> HardwareSpec:
         clock_hz=1.41e9,
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 400.0,  # A100 SXM4 TDP 400 W (datasheet)
+        **op_energies("a100"),
     )
 
 
@@ -211,8 +291,8 @@ def hygcn() -> HardwareSpec:
     HBM 1.0 at 256 GB/s; the aggregation's input buffer that holds gathered source features is
     128 KB (edge 2 MB, weight 2 MB, output 4 MB and aggregation 16 MB buffers are not row caches).
     HyGCN computes in fp32 only, so every precision runs at the fp32 rate and MAC energy
-    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy per byte:
-    O'Connor et al. MICRO 2017 (HBM2; ASSUMPTION: HyGCN's HBM 1.0 figure is not published).
+    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy: the paper's
+    7 pJ/bit; per-op energies scaled to its TSMC 12 nm (`PROCESS_NODES["hygcn"]`, ASSUMPTION on Vdd).
     Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
     Static power: not modeled (0; HyGCN reports total power only).
     """
@@ -226,11 +306,12 @@ def hygcn() -> HardwareSpec:
         vector_bf16_macs_per_s=512 * 1e9,
         vector_int8_macs_per_s=512 * 1e9,
         dram_bw_bytes_per_s=256e9,
-        dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+        dram_energy_pj_per_byte=HYGCN_HBM_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
         gather_granularity_bytes=HBM_BURST_BYTES,
         fp32_only=True,
+        **op_energies("hygcn"),
     )
 
 
@@ -247,8 +328,9 @@ def gnnear() -> HardwareSpec:
       - NME compute: ASSUMPTION 16 fp32 MAC lanes at 1 GHz per rank (GNNear does not publish a
         rate that is meant to bind; Reduce is bandwidth-bound; `ASSUMPTIONS["GNNEAR_NME_RATE"]`),
         int operands 4x packed, bf16 2x packed; MAC energies from the Horowitz table by
-        precision (int8 0.23, fp16 1.5, fp32 4.6 pJ).
-      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer.
+        precision scaled to ASSUMPTION `GNNEAR_NME_NODE_NM` (`PROCESS_NODES["gnnear-nme"]`).
+      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer
+        (and HyGCN's 12 nm node for its energies).
       - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal
         access at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8).
       - Rows move in whole 64-byte DDR4 bursts (JESD79-4), on the host and in the ranks.
@@ -265,9 +347,10 @@ def gnnear() -> HardwareSpec:
         onchip_buffer_bytes=128 * 1024,
         clock_hz=1e9,
         gather_granularity_bytes=DDR4_BURST_BYTES,
+        **op_energies("gnnear"),
         nmp=NearMemorySpec(
             units=16, internal_bw_bytes_per_s=25.6e9, int_macs_per_s=64e9, fp32_macs_per_s=16e9,
-            bf16_macs_per_s=32e9, mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            bf16_macs_per_s=32e9, **nmp_energies("gnnear-nme"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * DDR4_RANK_INTERNAL_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4 * 25.6e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=DDR4_BURST_BYTES,
@@ -291,7 +374,7 @@ def upmem() -> HardwareSpec:
     paper), so features are replicated per DPU or partial sums reduced on the host
     (``replicate_features``); MRAM -> WRAM DMA moves multiples of 8 bytes. Energy: MRAM access at
     `UPMEM_MRAM_FRACTION` of a DDR4 access (ASSUMPTION), MACs at the Horowitz fp32 / fp16 / int8
-    MAC energies (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
+    MAC energies at `DRAM_PROCESS_LOGIC_NODE_NM` (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
     this project's `cpu` preset (the VM the project runs on), not the paper's 2-socket server.
     """
     host = cpu()
@@ -300,7 +383,7 @@ def upmem() -> HardwareSpec:
         name="upmem",
         nmp=NearMemorySpec(
             units=2560, internal_bw_bytes_per_s=628e6, int_macs_per_s=mac(10.27e6, 58.56e6),
-            fp32_macs_per_s=mac(1.91e6, 4.91e6), mac_energy_pj=HOROWITZ_FP32_MAC_PJ,
+            fp32_macs_per_s=mac(1.91e6, 4.91e6), **nmp_energies("dram-logic"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * UPMEM_MRAM_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4.74e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=UPMEM_DMA_BYTES,
@@ -317,7 +400,8 @@ def hbm_pim() -> HardwareSpec:
     parallelism gives 4x the off-chip bandwidth of a cube (Samsung), i.e. 4 x 307 GB/s (HBM2
     Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs. One cube (ASSUMPTION: the host's other
     stacks stay plain HBM). PCUs compute FP16 only: integer operands run on the FP16 lanes
-    (rate and 1.5 pJ energy of a Horowitz fp16 MAC); ASSUMPTION: fp32 operands take two FP16
+    (rate and energy of a Horowitz fp16 MAC, scaled as logic in Samsung's 20 nm DRAM process:
+    `PROCESS_NODES["dram-logic"]`, ASSUMPTION); ASSUMPTION: fp32 operands take two FP16
     passes (`ASSUMPTIONS["HBM_PIM_FP32_TWO_PASSES"]`, no fp32 support is published).
     Energy: in-stack access at `INTERNAL_ACCESS_FRACTION` of an HBM2 access (ASSUMPTION).
     Row buffer: ASSUMPTION 3 register files of 16 x 256-bit entries per PCU (Lee et al. ISCA'21
@@ -330,8 +414,8 @@ def hbm_pim() -> HardwareSpec:
         name="hbm-pim",
         nmp=NearMemorySpec(
             units=128, internal_bw_bytes_per_s=4 * 307e9 / 128, int_macs_per_s=pcu_macs,
-            fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs, mac_energy_pj=2 * HOROWITZ_FP16_MAC_PJ,
-            int_mac_energy_pj=HOROWITZ_FP16_MAC_PJ, bf16_mac_energy_pj=HOROWITZ_FP16_MAC_PJ,
+            fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs,
+            **nmp_energies("dram-logic", fp32_passes=2.0, fp16_lanes_only=True),
             internal_energy_pj_per_byte=HBM2_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
             buffer_bytes=3 * 16 * 32,  # 3 register files of 16 x 256-bit entries per PCU (assumed size)
             host_link_bw_bytes_per_s=307e9, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
@@ -429,6 +513,7 @@ def cpu() -> HardwareSpec:
         onchip_buffer_bytes=rec["onchip_buffer_bytes"],
         clock_hz=rec["clock_hz"],
         gather_granularity_bytes=CPU_LINE_BYTES,
+        **op_energies("cpu"),
         **{k: f[k] for k in FIT_FACTORS},
     )
 
@@ -525,3 +610,28 @@ def get(name: str) -> HardwareSpec:
     if key not in _PRESETS:
         raise ValueError(f"unknown hardware preset {name!r}; known presets: {', '.join(names())}")
     return _PRESETS[key]()
+
+
+def power_limit_table() -> str:
+    """docs/hwmodel.md's table of every preset's modeled peak power (`area.peak_power_parts`, over
+    the scope of its `POWER_LIMITS_W` entry) against its published limit, as markdown; generated,
+    and checked against the docs by tests/test_hwmodel_energy.py."""
+    from codesign.hwmodel.area import CHIP_PARTS, peak_power_parts
+    rows = ["| preset | node, Vdd | matrix | vector | on-chip | DRAM | near-memory | static | modeled (scope) | limit |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names():
+        hw = get(name)
+        watts, scope, _ = POWER_LIMITS_W[name]
+        p = {k: float(v) for k, v in peak_power_parts(hw).items()}
+        modeled = sum(p[k] for k in CHIP_PARTS) if scope == "chip" else p["total"]
+        key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "a100",
+               "upmem": "cpu"}.get(name, name)
+        node, vdd, _ = PROCESS_NODES[key]
+        nodes = f"{node:g} nm, {vdd:g} V"
+        if hw.nmp is not None:
+            nkey = "gnnear-nme" if name == "gnnear" else "dram-logic"
+            nodes += f"; NMP {PROCESS_NODES[nkey][0]:g} nm, {PROCESS_NODES[nkey][1]:g} V"
+        rows.append(f"| {name} | {nodes} | " + " | ".join(f"{p[k]:.1f}" for k in
+                                                          ("matrix", "vector", "onchip", "dram", "nmp", "static"))
+                    + f" | {modeled:.1f} ({scope}) | {watts:.1f} |")
+    return "\n".join(rows)

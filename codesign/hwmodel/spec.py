@@ -29,6 +29,106 @@ HOROWITZ_FP32_MAC_PJ = 3.7 + 0.9  # fp32 mult + fp32 add
 # Same table: 64-bit access of a 1 MB SRAM = 100 pJ; DRAM = 1.3-2.6 nJ per 64-bit access.
 HOROWITZ_SRAM_1MB_PJ_PER_BYTE = 100.0 / 8
 HOROWITZ_DRAM_PJ_PER_BYTE = 1300.0 / 8
+# A TF32 tensor-core MAC (a matrix engine's fp32 tier on NVIDIA Ampere / Hopper: XLA's default f32
+# matmul precision there): TF32 has fp16's 10-bit mantissa, so its multiplier is priced as Horowitz's
+# fp16 multiplier (an array multiplier's energy grows ~ with the mantissa bits squared; the 8-bit
+# exponent adds an adder of a few bits), and the tensor cores accumulate in fp32 (NVIDIA A100
+# whitepaper, "TF32 ... accumulates in FP32"), priced as Horowitz's fp32 add: 1.1 + 0.9 = 2.0 pJ.
+HOROWITZ_TF32_MAC_PJ = 1.1 + 0.9
+HOROWITZ_NODE_NM = 45.0
+HOROWITZ_VDD_V = 0.9  # Horowitz ISSCC'14, Fig. 1.1.9: "45nm, 0.9V"
+# Stillmaker & Baas, "Scaling equations for the accurate prediction of CMOS device performance
+# from 180 nm to 7 nm", Integration, the VLSI Journal 58 (2017) 74-81, Tables 4 / 5: energy per
+# operation of a node relative to the others as a quadratic in the supply, E(node, Vdd) ~
+# a Vdd^2 + b Vdd + c, fitted to HSPICE simulations on PTM (180-45 nm bulk; high-performance
+# (HP) models from 45 nm) and ITRS-based models (14-7 nm). The coefficients (a, b, c) of the
+# high-performance rows, as transcribed in the MIT-licensed ``nodeScale`` tool (UCLA NanoCAD,
+# ``wromaszkan/nodeScale``); the paper's corrigendum example (HP32 at 0.9 V: 0.8367, -0.4341,
+# 0.1701 -> 0.4571; 65 nm at 1.3 V -> 2.604) matches these rows.
+STILLMAKER_ENERGY_COEFFS = {
+    180.0: (0.0, 24.64, -17.98), 130.0: (7.171, -6.709, 2.904), 90.0: (4.762, -4.781, 2.092),
+    65.0: (3.755, -4.398, 1.975), 45.0: (1.018, -0.3107, 0.1539), 32.0: (0.8367, -0.4341, 0.1701),
+    20.0: (0.373, -0.1582, 0.04104), 16.0: (0.2958, -0.1241, 0.03024), 14.0: (0.2363, -0.09675, 0.02239),
+    10.0: (0.2068, -0.09311, 0.02375), 7.0: (0.1776, -0.09097, 0.02447),
+}
+# Beyond 7 nm (the table's end) one more full node is extrapolated with TSMC's figure for N5
+# against N7: "up to 30% power reduction at the same speed" (TSMC, N5 technology page / 2019
+# announcement), i.e. x 0.7 energy per op per full node step (7 -> 5 nm), log-linear in the node
+# in between. ASSUMPTION `presets.ASSUMPTIONS["N5_ENERGY_PER_NODE_STEP"]` (range 0.6-0.9).
+N5_ENERGY_PER_NODE_STEP = 0.7
+
+
+def _stillmaker_energy(node_nm: float, vdd_v: float) -> float:
+    a, b, c = STILLMAKER_ENERGY_COEFFS[node_nm]
+    return a * vdd_v**2 + b * vdd_v + c
+
+
+def process_energy_scale(node_nm: float, vdd_v: float, per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP) -> float:
+    """Energy per operation at ``node_nm`` / ``vdd_v`` over Horowitz's 45 nm / 0.9 V (ISSCC'14),
+    from Stillmaker & Baas (2017)'s energy fits (`STILLMAKER_ENERGY_COEFFS`): the ratio of the
+    fits at the two (node, Vdd) points. Between tabulated nodes the fit is interpolated
+    log-linearly in the node (log energy linear in log node); below 7 nm, extrapolated from 7 nm by
+    ``per_step_below_7nm`` per full node step 7 -> 5 nm (`N5_ENERGY_PER_NODE_STEP`, an ASSUMPTION).
+
+    Raises:
+      ValueError: ``node_nm`` outside [3, 180] or ``vdd_v`` outside [0.5, 1.8], or a fit that is
+        not positive there.
+    """
+    node_nm, vdd_v = float(node_nm), float(vdd_v)
+    if not (3.0 <= node_nm <= 180.0) or not (0.5 <= vdd_v <= 1.8):
+        raise ValueError(f"process_energy_scale: node {node_nm} nm / Vdd {vdd_v} V outside the scaled range "
+                         "(3-180 nm, 0.5-1.8 V)")
+    ref = _stillmaker_energy(HOROWITZ_NODE_NM, HOROWITZ_VDD_V)
+    if node_nm < 7.0:
+        steps = math.log(7.0 / node_nm) / math.log(7.0 / 5.0)
+        e = _stillmaker_energy(7.0, vdd_v) * per_step_below_7nm**steps
+    elif node_nm in STILLMAKER_ENERGY_COEFFS:
+        e = _stillmaker_energy(node_nm, vdd_v)
+    else:
+        nodes = sorted(STILLMAKER_ENERGY_COEFFS)
+        hi = next(n for n in nodes if n > node_nm)
+        lo = max(n for n in nodes if n < node_nm)
+        elo, ehi = _stillmaker_energy(lo, vdd_v), _stillmaker_energy(hi, vdd_v)
+        if elo <= 0 or ehi <= 0:
+            raise ValueError(f"process_energy_scale: the fit is not positive at {lo}/{hi} nm, {vdd_v} V")
+        t = math.log(node_nm / lo) / math.log(hi / lo)
+        e = math.exp((1 - t) * math.log(elo) + t * math.log(ehi))
+    if e <= 0:
+        raise ValueError(f"process_energy_scale: the fit is not positive at {node_nm} nm, {vdd_v} V")
+    return e / ref
+
+
+def scaled_op_energies(node_nm: float, vdd_v: float, tf32_matrix: bool = False,
+                       per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP) -> dict:
+    """The per-operation energies of a `HardwareSpec` (MACs at every tier, SRAM access) at
+    ``node_nm`` / ``vdd_v``: Horowitz ISSCC'14's 45 nm figures x `process_energy_scale`. The one
+    mechanism every preset's logic energies come from. SRAM access energy is scaled by the same
+    factor as logic (ASSUMPTION: a 1 MB SRAM access is wires and bit lines as much as
+    transistors; it scales no better than logic). ``tf32_matrix``: the matrix engine's fp32 tier
+    is a TF32 tensor-core MAC (`HOROWITZ_TF32_MAC_PJ`), else the matrix engine spends the fp32 MAC
+    energy as the vector units do. DRAM energies are the memory's own, not scaled here."""
+    s = process_energy_scale(node_nm, vdd_v, per_step_below_7nm)
+    out = dict(mac_energy_int8_pj=(HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ) * s,
+               mac_energy_bf16_pj=HOROWITZ_FP16_MAC_PJ * s, mac_energy_fp32_pj=HOROWITZ_FP32_MAC_PJ * s,
+               sram_energy_pj_per_byte=HOROWITZ_SRAM_1MB_PJ_PER_BYTE * s)
+    out["matrix_mac_energy_fp32_pj"] = HOROWITZ_TF32_MAC_PJ * s if tf32_matrix else None
+    return out
+
+
+def scaled_nmp_energies(node_nm: float, vdd_v: float, fp32_passes: float = 1.0, fp16_lanes_only: bool = False,
+                        per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP) -> dict:
+    """The MAC energies of a `NearMemorySpec` at ``node_nm`` / ``vdd_v`` (as `scaled_op_energies`):
+    ``mac_energy_pj`` (fp32: ``fp32_passes`` x the fp32 MAC, or x the fp16 MAC with
+    ``fp16_lanes_only``), ``int_mac_energy_pj`` (the int8 MAC, or the fp16 one on FP16-only lanes)
+    and ``bf16_mac_energy_pj`` (the fp16 MAC)."""
+    s = process_energy_scale(node_nm, vdd_v, per_step_below_7nm)
+    fp16 = HOROWITZ_FP16_MAC_PJ * s
+    if fp16_lanes_only:
+        return dict(mac_energy_pj=fp32_passes * fp16, int_mac_energy_pj=fp16, bf16_mac_energy_pj=fp16)
+    return dict(mac_energy_pj=fp32_passes * HOROWITZ_FP32_MAC_PJ * s,
+                int_mac_energy_pj=(HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ) * s, bf16_mac_energy_pj=fp16)
+
+
 # Precision tiers of a datapath: int4, int8, 16-bit float (bf16/fp16), fp32. A ``b``-bit operand is
 # *charged* the tier it rounds up to (`tier_bits`); the cost the training loss sees (``hardened=False``)
 # interpolates the charged time / energy per MAC linearly in ``b`` between tiers, so it equals the
@@ -99,7 +199,7 @@ HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s
                     "row_miss_overhead_s",
                     "dram_energy_pj_per_byte",
                     "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
-                    "mac_energy_fp32_pj", "static_power_w")
+                    "mac_energy_fp32_pj", "matrix_mac_energy_fp32_pj", "static_power_w")
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
 number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
 NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "internal_energy_pj_per_byte",
@@ -199,6 +299,10 @@ class HardwareSpec:
         fp32 4.6 pJ); the int4 tier costs ``mac_energy_int8_pj * ((1/2)**2 * m + (1/2) * (1 - m))``
         with ``m`` the multiplier's share at 8 bit (array multiplier ~ b^2, adder ~ b). Between
         tiers `mac_energy_pj` interpolates (see `PRECISION_TIERS`).
+      matrix_mac_energy_fp32_pj: energy of one MAC of the matrix engine at the fp32 tier where
+        it differs from the vector units' fp32 MAC (a TF32 tensor core: `HOROWITZ_TF32_MAC_PJ`
+        scaled to the node); None = ``mac_energy_fp32_pj``. The presets take every per-op energy
+        from `scaled_op_energies` (Horowitz's 45 nm table scaled to the chip's process node).
       gather_granularity_bytes: the smallest DRAM transfer of a gathered row (GPU: a 32-byte L2
         sector; CPU: a 64-byte cache line); a row of fewer bytes still moves this many.
       static_power_w: power drawn whatever the work (leakage, idle clocks), charged over the
@@ -281,6 +385,7 @@ class HardwareSpec:
     mac_energy_int8_pj: float = HOROWITZ_INT8_MULT_PJ + HOROWITZ_INT8_ADD_PJ
     mac_energy_fp32_pj: float = HOROWITZ_FP32_MAC_PJ
     mac_energy_bf16_pj: float = HOROWITZ_FP16_MAC_PJ
+    matrix_mac_energy_fp32_pj: Optional[float] = None
     gather_granularity_bytes: float = 32.0
     static_power_w: float = 0.0
     onchip_bw_bytes_per_s: Optional[float] = None
@@ -389,7 +494,7 @@ def int_mac_energy_pj(int8_pj, bits) -> jax.Array:
     return int8_pj * (_INT8_MULT_SHARE * r**2 + (1.0 - _INT8_MULT_SHARE) * r)
 
 
-def mac_energy_pj(hw: HardwareSpec, bits, hardened: bool = False) -> jax.Array:
+def mac_energy_pj(hw: HardwareSpec, bits, hardened: bool = False, matrix: bool = False) -> jax.Array:
     """Energy of one MAC in pJ at ``bits`` bits (float32 array of ``bits``' shape).
 
     Tiers (`PRECISION_TIERS`): int4 (`int_mac_energy_pj` at 4 bits), int8
@@ -397,13 +502,17 @@ def mac_energy_pj(hw: HardwareSpec, bits, hardened: bool = False) -> jax.Array:
     (``mac_energy_fp32_pj``); ``hardened`` gives the operand's tier, else linear interpolation
     between tiers (continuous: no jump between 31.9 and 32 bits; constant below 4 bits, where
     an int4 unit is charged whatever the narrower operand). A ``fp32_only`` datapath spends the
-    fp32 energy at every operand width. Source: Horowitz ISSCC'14, Fig. 1.1.9 (45 nm).
+    fp32 energy at every operand width. ``matrix``: a matrix-engine stage, whose fp32 tier is
+    ``matrix_mac_energy_fp32_pj`` where set (TF32 tensor cores). Source: Horowitz ISSCC'14,
+    Fig. 1.1.9 (45 nm), scaled to the preset's node (`scaled_op_energies`).
     """
     bits = jnp.asarray(bits, jnp.float32)
+    fp32 = hw.mac_energy_fp32_pj
+    if matrix and hw.matrix_mac_energy_fp32_pj is not None:
+        fp32 = hw.matrix_mac_energy_fp32_pj
     if hw.fp32_only:
-        return jnp.full(bits.shape, hw.mac_energy_fp32_pj, jnp.float32)
-    values = (int_mac_energy_pj(hw.mac_energy_int8_pj, 4.0), hw.mac_energy_int8_pj, hw.mac_energy_bf16_pj,
-              hw.mac_energy_fp32_pj)
+        return jnp.full(bits.shape, fp32, jnp.float32)
+    values = (int_mac_energy_pj(hw.mac_energy_int8_pj, 4.0), hw.mac_energy_int8_pj, hw.mac_energy_bf16_pj, fp32)
     return _per_tier(bits, values, hardened)
 
 
