@@ -333,11 +333,11 @@ def test_area_fp32_only_engine_and_nmp_clock():
     np.testing.assert_allclose(float(area_mm2(hy)["matrix"]), 4096 * 11884 / 1e6, rtol=1e-6)
     up = presets.get("upmem")
     n = up.nmp
-    want = 2560 * (n.int_macs_per_s / 350e6 * 318 + 64 * 1024 * 8 * 0.346 * 1.5) / 1e6
+    want = 2556 * (n.int_macs_per_s / 350e6 * 318 + 64 * 1024 * 8 * 0.346 * 1.5) / 1e6
     np.testing.assert_allclose(float(area_mm2(up)["nmp"]), want, rtol=1e-5)
     # peak power of an fp32-only engine: fp32 MAC energy (4096e9 MAC/s x 4.6 pJ = 18.8 W)
     p = float(peak_power_w(hy))
-    want_p = (4096e9 * 4.6 + 512e9 * 4.6 + 256e9 * 31.2) * PJ
+    want_p = (4096e9 * 4.6 + 512e9 * 4.6 + 256e9 * 56.0) * PJ  # HyGCN HBM 7 pJ/bit
     np.testing.assert_allclose(p, want_p, rtol=1e-5)
 
 
