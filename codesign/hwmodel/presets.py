@@ -58,9 +58,10 @@ ASSUMPTIONS = {
                                               "software factors (fitted on FlashSparse's public H100 cuSPARSE timings, "
                                               "independent of the papers' ratios) scaled to 80 SMs x 1.53 GHz as "
                                               "A100_SCALES_AS_SM_CLOCK; one value for every comparison against a V100"),
-    "HYGCN_HBM_7PJ_PER_BIT": (7.0 * 8, (3.9 * 8, 7.0 * 8), "hygcn HBM pJ/byte: the 7 pJ/bit the issue 33 brief "
-                                                          "attributes to HyGCN (HPCA 2020); the stored paper text was "
-                                                          "not found to check it"),
+    "HYGCN_HBM_7PJ_PER_BIT": (7.0 * 8, (3.9 * 8, 7.0 * 8), "hygcn HBM pJ/byte: HyGCN's evaluation prices an HBM access "
+                                                          "at 7 pJ/bit (as the issue 33 brief and a public DRAM-energy "
+                                                          "survey README in the stored code corpus report; the paper's "
+                                                          "own text was not found); low end O'Connor's HBM2 3.9"),
     "HYGCN_INTERVAL_BUFFER_BYTES": (16 * MIB, (4 * MIB, 16 * MIB), "hygcn interval-shard reuse: destination intervals "
                                                                   "sized to the 16 MB aggregation buffer"),
     "UPMEM_INT8_MUL_AS_ADD": (58.56e6, (10.27e6, 58.56e6), "upmem int8 multiplies/s per DPU: a native 8 x 8 multiply "
@@ -341,8 +342,9 @@ def hygcn() -> HardwareSpec:
     Aggregation Engine feeds the Combination Engine), with interval-shard partitioning and
     sparsity elimination (``interval_buffer_bytes``: intervals sized to the 16 MB aggregation
     buffer, ASSUMPTION ``ASSUMPTIONS["HYGCN_INTERVAL_BUFFER_BYTES"]``).
-    HBM energy: 7 pJ/bit (ASSUMPTION ``ASSUMPTIONS["HYGCN_HBM_7PJ_PER_BIT"]``: the figure the
-    issue 33 brief gives for HyGCN's evaluation; the stored copy of the paper was not found).
+    HBM energy: 7 pJ/bit (ASSUMPTION ``ASSUMPTIONS["HYGCN_HBM_7PJ_PER_BIT"]``: the figure HyGCN's
+    evaluation uses (Ramulator HBM at 7 pJ/b) as the issue 33 brief and a public DRAM-energy
+    survey README in the stored code corpus report it; the paper's own text was not found).
     Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
     Static power: not modeled (0; HyGCN's total chip power was not found in the stored material).
     Host: none (a standalone accelerator; `host_of` raises).
