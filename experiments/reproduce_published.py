@@ -105,6 +105,9 @@ def rows() -> list[dict]:
             "paper": paper, "model": round(model, 4), "ratio": round(model / paper, 4),
             "within_35pct": abs(model / paper - 1.0) <= BAND,
             "accelerator": acc, "baseline": base, "kind": "prediction", "informed_parameter": [],
+            # diagnostic only, never fed back: how much slower (or costlier) than modeled the
+            # baseline would have to be for the model to give the paper's ratio
+            "baseline_factor_to_match": round(paper / model, 3),
             "per_workload": {k: round(v, 4) for k, v in per.items()},
         })
     return out
