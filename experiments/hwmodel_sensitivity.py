@@ -134,6 +134,14 @@ def variants(name: str, value: float) -> dict:
                                int_macs_per_s=4 * value)}
     if name == "UPMEM_LINK_IS_SYSTEM_TOTAL":
         return {"upmem": _nmp(presets.get("upmem"), host_link_bw_bytes_per_s=value)}
+    if name == "HYGCN_HBM_7PJ_PER_BIT":
+        return {"hygcn": presets.get("hygcn").replace(dram_energy_pj_per_byte=value)}
+    if name == "HYGCN_INTERVAL_BUFFER_BYTES":
+        return {"hygcn": presets.get("hygcn").replace(interval_buffer_bytes=value)}
+    if name == "UPMEM_INT8_MUL_AS_ADD":
+        return {"upmem": _nmp(presets.get("upmem"), int_macs_per_s=1.0 / (1.0 / value + 1.0 / 58.56e6))}
+    if name == "MI100_HBM_PIM_ALL_STACKS":
+        return {"hbm-pim": _nmp(presets.get("hbm-pim"), units=128 * value)}
     raise ValueError(f"hwmodel_sensitivity: no variant for assumption {name!r}")
 
 

@@ -337,7 +337,7 @@ def test_area_fp32_only_engine_and_nmp_clock():
     np.testing.assert_allclose(float(area_mm2(hy)["matrix"]), 4096 * 11884 / 1e6, rtol=1e-6)
     up = presets.get("upmem")
     n = up.nmp
-    want = 2560 * (n.int_macs_per_s / 350e6 * 318 + 64 * 1024 * 8 * 0.346 * 1.5) / 1e6
+    want = 2556 * (n.int_macs_per_s / 350e6 * 318 + 64 * 1024 * 8 * 0.346 * 1.5) / 1e6
     np.testing.assert_allclose(float(area_mm2(up)["nmp"]), want, rtol=1e-5)
     # peak power of an fp32-only engine: fp32 MAC energy at every tier (4096e9 MAC/s x 4.6 pJ x the
     # 12 nm / 0.8 V scale), its HBM at the paper's 7 pJ/bit

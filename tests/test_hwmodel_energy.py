@@ -123,7 +123,8 @@ def test_process_scaling_by_hand():
 
 def test_presets_take_their_energies_from_the_one_mechanism():
     for name, key in (("h100", "h100"), ("a100", "a100"), ("hygcn", "hygcn"), ("gnnear", "gnnear"), ("cpu", "cpu"),
-                      ("hbm-pim", "a100"), ("upmem", "cpu")):
+                      ("hbm-pim", "mi100"), ("upmem", "upmem-host"), ("v100", "v100"), ("mi100", "mi100"),
+                      ("xeon-e5-2698v4", "xeon-e5-2698v4"), ("upmem-host", "upmem-host"), ("gnnear-host", "gnnear")):
         hw = presets.get(name)
         node, vdd, _ = presets.PROCESS_NODES[key]
         want = scaled_op_energies(node, vdd, tf32_matrix=key in presets.TF32_MATRIX)

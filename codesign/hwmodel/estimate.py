@@ -13,6 +13,10 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
                compulsory * `Stage.passes` where the executor does not fuse elementwise ops)
                (row: bytes of one gathered row; hit: `locality.hit_rate` of the buffer's
                capacity in rows of row' bytes; uniform re-reference when no profile is given)
+               With ``interval_buffer_bytes`` (B, HyGCN's interval-shard reuse) an aggregation
+               stage's re-gathered bytes are at most those of loading, per interval of
+               I = max(1, out / B) intervals, the N * (1 - exp(-nnz / (I N))) source rows with an
+               edge into it once: (I N (1 - exp(-nnz / (I N))) - N)^+ * row' (uniform senders)
   memory_s   = dram_bytes / (dram_bw * dram_efficiency)
   onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
   latency_s  = smooth_max(compute_s, memory_s, onchip_s; p=overlap_exponent)
@@ -39,7 +43,8 @@ receiver row over the units; N rows, nnz gathers, d = nnz / N):
   energy_j   = macs * nmp_mac_energy(bits) + internal * internal_energy + link * link_energy
 Whole workload: ``energy_j = sum of stage energies + static_power_w * latency_s``.
 Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
-lowest latency is kept (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
+lowest latency is kept (only aggregate-first on a spec with ``aggregate_first_only``, whose
+aggregation feeds the GEMM without a DRAM round trip of the aggregated rows: `_pipelined`) (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
 unit run one after another; with ``overlap_units`` the host and near-memory parts of a layer
 are pipelined over row blocks (as GNNear does), so the layer takes the smooth max of the two.
 The function is pure: `jax.jit`, `jax.vmap` and `jax.grad` apply, also w.r.t. the spec.
@@ -215,6 +220,21 @@ def _output_passes_bytes(stage: Stage, hw: HardwareSpec) -> jax.Array:
     return hw.output_accumulate_passes * out * spill
 
 
+def _interval_regather_bytes(stage: Stage, buffer_bytes, floor) -> jax.Array:
+    """Re-gathered bytes of an aggregation under interval-shard partitioning (HyGCN, Yan et al.
+    HPCA 2020 Sec. 4.2): I = max(1, out / buffer) destination intervals, each loading once the
+    source rows with an edge into it (N (1 - exp(-nnz / (I N))) of N, uniform senders), beyond
+    the compulsory one read of X."""
+    passes = jnp.maximum(jnp.asarray(stage.launches, jnp.float32), 1e-30)
+    n = jnp.maximum(stage.working_set_rows, 1.0)
+    x = stage.working_set_bytes
+    out = jnp.maximum(stage.link_bytes / passes - x, 0.0)
+    nnz = stage.gathered_rows / passes
+    intervals = jnp.maximum(1.0, out / jnp.maximum(buffer_bytes, 1.0))
+    loaded = intervals * n * -jnp.expm1(-nnz / (intervals * n))
+    return passes * jnp.maximum(loaded - n, 0.0) * (x / n) * floor
+
+
 def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
     """Roofline cost of one stage on the host of ``hw`` (see the module docstring).
 
@@ -234,7 +254,11 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
     compute_s = (stage.macs / rate + stage.gathered_rows * (hw.row_gather_overhead_s + miss * hw.row_miss_overhead_s)
                  + stage.output_rows * hw.row_overhead_s)
     compulsory = stage.compulsory_bytes if hw.fuses_elementwise else stage.compulsory_bytes * stage.passes
-    dram = compulsory + stage.reuse_bytes * floor * miss + _output_passes_bytes(stage, hw)
+    regather = stage.reuse_bytes * floor * miss
+    if hw.interval_buffer_bytes is not None and stage.is_aggregation and stage.working_set_rows is not None \
+            and stage.link_bytes is not None:
+        regather = jnp.minimum(regather, _interval_regather_bytes(stage, hw.interval_buffer_bytes, floor))
+    dram = compulsory + regather + _output_passes_bytes(stage, hw)
     onchip = compulsory + stage.reuse_bytes
     memory_s = dram / (hw.dram_bw_bytes_per_s * hw.dram_efficiency)
     zero = jnp.zeros((), jnp.float32)
@@ -325,6 +349,22 @@ def _stage_names(stages, taken=()) -> list[str]:
     return names
 
 
+def _pipelined(stages) -> tuple:
+    """An aggregate-first layer on an accelerator whose aggregation engine feeds its combination
+    engine directly (HyGCN's inter-engine pipeline, Yan et al. HPCA 2020 Sec. 4.3): the
+    aggregated rows never go to DRAM, so an aggregation stage followed by a GEMM drops the
+    write of its output and the GEMM the read of it (``link_bytes - working_set_bytes`` of the
+    aggregation: its result)."""
+    stages = list(stages)
+    for i in range(len(stages) - 1):
+        a, g = stages[i], stages[i + 1]
+        if a.is_aggregation and g.kind == "gemm" and a.link_bytes is not None:
+            out = jnp.maximum(a.link_bytes - a.working_set_bytes, 0.0)
+            stages[i] = dataclasses.replace(a, compulsory_bytes=jnp.maximum(a.compulsory_bytes - out, 0.0))
+            stages[i + 1] = dataclasses.replace(g, compulsory_bytes=jnp.maximum(g.compulsory_bytes - out, 0.0))
+    return tuple(stages)
+
+
 def _select(use_first: jax.Array, a, b):
     return jax.tree.map(lambda x, y: jnp.where(use_first, x, y), a, b)
 
@@ -349,7 +389,10 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
     total_latency = jnp.zeros((), jnp.float32)
     for layer in workload.layers:
         best = None
-        for order, order_stages in (("aggregate_first", layer.aggregate_first), ("combine_first", layer.combine_first)):
+        orders = (("aggregate_first", layer.aggregate_first), ("combine_first", layer.combine_first))
+        if hw.aggregate_first_only:
+            orders = (("aggregate_first", _pipelined(layer.aggregate_first)),)
+        for order, order_stages in orders:
             for use_nmp in ((False, True) if (allow_nmp and hw.nmp is not None) else (False,)):
                 costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units, hardened)
                 flags = (jnp.float32(order == "aggregate_first"), jnp.float32(use_nmp))

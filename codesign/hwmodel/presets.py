@@ -3,11 +3,12 @@
 `get(name)` returns a preset by name; `names()` lists them.
 
 The per-row software overheads (``row_gather_overhead_s``, ``row_overhead_s``) and the
-``stage_overhead_s`` are fitted for the measured `cpu` preset (and so on `upmem`'s host, which is
-`cpu`) and for `h100-fitted` on public device timings (`load_gpu_fit`; `a100-fitted` takes them
-scaled by the datasheet); the datasheet GPU presets `h100` / `a100` (the defaults until the stored
-results are re-costed) and the accelerator presets (`hygcn`, `gnnear`) leave them at 0 (no
-timing to fit them on). `evidence(name)` says what each preset was checked against.
+``stage_overhead_s`` are fitted for the measured `cpu` preset and for `h100-fitted` on public
+device timings (`load_gpu_fit`; `a100-fitted` and the papers' baseline `v100` take them scaled by
+the datasheet); the datasheet GPU presets `h100` / `a100` / `mi100` (the defaults until the stored
+results are re-costed), the Xeon presets and the accelerator presets (`hygcn`, `gnnear`) leave
+them at 0 (no timing to fit them on). `host_of(name)` is a near-memory preset's host, a preset of
+its own. `evidence(name)` says what each preset was checked against.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ ASSUMPTIONS = {
     "SRAM_SCALES_AS_LOGIC": (None, None, "on-chip SRAM access energy scaled by the logic energy scale of the node"),
     "TF32_MAC_ENERGY": (None, None, "h100 / a100 TF32 tensor-core MAC = Horowitz fp16 multiply (same 10-bit mantissa) "
                                     "+ fp32 add (fp32 accumulation), 2.0 pJ at 45 nm"),
-    "UPMEM_HOST_IS_CPU_PRESET": (None, None, "upmem's host side is this project's `cpu` preset, not a 2-socket server"),
     "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
                                                  "the fit on the public tables, experiments/fit_gpu_presets.py)"),
     "N5_ENERGY_PER_NODE_STEP": (N5_ENERGY_PER_NODE_STEP, (0.6, 0.9), "energy per op per full node step below 7 nm "
@@ -68,6 +68,23 @@ ASSUMPTIONS = {
     "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
                                             "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
                                             "cost = h100's (no A100 table here)"),
+    "V100_SOFTWARE_AS_H100_FIT": (None, None, "v100 (the PyG / DGL baseline of HyGCN and GNNear): the h100-fitted "
+                                              "software factors (fitted on FlashSparse's public H100 cuSPARSE timings, "
+                                              "independent of the papers' ratios) scaled to 80 SMs x 1.53 GHz as "
+                                              "A100_SCALES_AS_SM_CLOCK; one value for every comparison against a V100"),
+    "HYGCN_HBM_7PJ_PER_BIT": (HYGCN_HBM_PJ_PER_BYTE, (3.9 * 8, 7.0 * 8), "hygcn HBM pJ/byte: HyGCN's evaluation prices an HBM access "
+                                                          "at 7 pJ/bit (as the issue 33 brief and a public DRAM-energy "
+                                                          "survey README in the stored code corpus report; the paper's "
+                                                          "own text was not found); low end O'Connor's HBM2 3.9"),
+    "HYGCN_INTERVAL_BUFFER_BYTES": (16 * MIB, (4 * MIB, 16 * MIB), "hygcn interval-shard reuse: destination intervals "
+                                                                  "sized to the 16 MB aggregation buffer"),
+    "UPMEM_INT8_MUL_AS_ADD": (58.56e6, (10.27e6, 58.56e6), "upmem int8 multiplies/s per DPU: a native 8 x 8 multiply "
+                                                          "is one instruction, so as fast as the measured int32 add "
+                                                          "(the 10.27 MOPS int32 multiply is a shift-and-add loop)"),
+    "UPMEM_HOST_MEMORY": (None, None, "upmem-host's DRAM bandwidth: both sockets' 12 DDR4-2400 channels (an upper "
+                                      "bound: the PIM DIMMs occupy some of them)"),
+    "MI100_HBM_PIM_ALL_STACKS": (4.0, (1.0, 4.0), "hbm-pim: PIM stacks in the MI100 host (Samsung's GPU system); all "
+                                                  "4 of its HBM2 stacks taken as Aquabolt-XL"),
 }
 """Every constant of the presets that is an assumption rather than a sourced number:
 ``{name: (value, plausible range or None, what it is)}`` (docs/hwmodel.md lists them)."""
@@ -85,6 +102,10 @@ PROCESS_NODES = {
     "gnnear-nme": (GNNEAR_NME_NODE_NM, DRAM_VDD_V, "ASSUMPTION GNNEAR_NME_NODE_NM: a DIMM buffer chip's logic "
                                                    "node is not published"),
     "cpu": (10.0, 0.75, "Intel 7 (a 10 nm-class node): the fit record's host has AMX, i.e. Sapphire Rapids or later"),
+    "v100": (12.0, 0.8, "TSMC 12 nm FFN (NVIDIA Volta whitepaper); 0.8 V as the other 12 nm preset"),
+    "mi100": (7.0, 0.75, "TSMC N7 (AMD Instinct MI100 datasheet)"),
+    "xeon-e5-2698v4": (14.0, 0.9, "Intel 14 nm (Broadwell-EP, Intel ARK); 0.9 V nominal (ASSUMPTION, as NODE_VDD_FACTOR)"),
+    "upmem-host": (14.0, 0.9, "Intel 14 nm (Xeon Silver 4215, Cascade Lake, Intel ARK); 0.9 V as xeon-e5-2698v4"),
     "dram-logic": (DRAM_PROCESS_LOGIC_NODE_NM, DRAM_VDD_V,
                    "logic in a DRAM process (hbm-pim PCUs: Samsung 20 nm DRAM, Kwon et al. ISSCC 2021; upmem DPUs: "
                    "a 2x nm DRAM process, Devaux, Hot Chips 2019): DRAM processes have few metal layers and "
@@ -101,7 +122,7 @@ POWER_LIMITS_W = {
     "h100-fitted": (700.0, "system", "as h100 (the same chip)"),
     "a100": (400.0, "system", "NVIDIA A100 SXM4 datasheet: max TDP 400 W (the board, HBM2e included)"),
     "a100-fitted": (400.0, "system", "as a100 (the same chip)"),
-    "hbm-pim": (400.0, "system", "the A100 host board's 400 W TDP (Samsung evaluates HBM-PIM as a drop-in HBM "
+    "hbm-pim": (300.0, "system", "the MI100 host board's 300 W (Samsung evaluates HBM-PIM as a drop-in HBM "
                                  "stack: its PCUs run inside the host's memory power budget)"),
     "hygcn": (6.7, "chip", "HyGCN (HPCA 2020): the chip's reported power 6.7 W (its HBM not included)"),
     "gnnear": (6.7, "chip", "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's 6.7 W chip power; "
@@ -110,8 +131,14 @@ POWER_LIMITS_W = {
             "the VM's 2 cores (fits/cpu.json) x CPU_WATTS_PER_CORE (ASSUMPTION: a 350 W, 56-core Sapphire Rapids "
             "Xeon, Intel ARK); a package TDP, compared with the package + DRAM: stricter than the chip"),
     "cpu_numpy": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system", "as cpu (the same machine)"),
-    "upmem": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0] + 2560 * UPMEM_WATTS_PER_DPU, "system",
-              "the cpu host's limit + 2,560 DPUs at Gomez-Luna et al.'s 383 W per 2,556 DPUs (IEEE Access 2022)"),
+    "upmem": (2 * 85.0 + 2556 * UPMEM_WATTS_PER_DPU, "system",
+              "its host's two Xeon Silver 4215 (85 W TDP each, Intel ARK) + 2,556 DPUs at Gomez-Luna et al.'s "
+              "383 W per 2,556 DPUs (IEEE Access 2022)"),
+    "upmem-host": (2 * 85.0, "system", "two Xeon Silver 4215, 85 W TDP each (Intel ARK)"),
+    "v100": (300.0, "system", "NVIDIA Tesla V100 SXM2 datasheet: 300 W"),
+    "mi100": (300.0, "system", "AMD Instinct MI100 datasheet: 300 W total board power"),
+    "xeon-e5-2698v4": (135.0, "system", "Intel ARK: 135 W TDP (a package TDP compared with package + DRAM, as cpu)"),
+    "gnnear-host": (6.7, "chip", "as gnnear (its CAE, HyGCN's combination engine: ASSUMPTION)"),
 }
 """``{preset: (watts, scope, source)}``: the published power each preset's `area.peak_power_w` must
 stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the preset models (the
@@ -139,6 +166,7 @@ GPU_FIT_FACTORS = ("stage_overhead_s", "dram_efficiency", "gather_efficiency", "
 """The `HardwareSpec` fields the GPU presets take from ``fits/h100.json`` (`load_gpu_fit`)."""
 H100_SM_CLOCK = 132 * 1.98e9  # SMs x boost clock, NVIDIA H100 whitepaper (SXM5)
 A100_SM_CLOCK = 108 * 1.41e9  # NVIDIA A100 whitepaper
+V100_SM_CLOCK = 80 * 1.53e9  # NVIDIA Tesla V100 whitepaper (SXM2: 80 SMs, 1530 MHz boost)
 
 
 def gpu_fit_record(path=None) -> dict:
@@ -282,6 +310,118 @@ def a100_datasheet() -> HardwareSpec:
     )
 
 
+def v100() -> HardwareSpec:
+    """Preset ``v100``. NVIDIA Tesla V100 SXM2 (32 GB), the GPU baseline of HyGCN (HPCA 2020) and
+    GNNear (PACT 2022), running PyG / DGL.
+
+    Sources: NVIDIA Tesla V100 datasheet / Volta whitepaper: FP32 15.7 TFLOP/s (CUDA cores; Volta
+    has no TF32, so fp32 GEMMs run there too), FP16 tensor cores 125 TFLOP/s (the 16-bit tier; no
+    bf16 on Volta), INT8 62.8 TOPS (DP4A, no int8 tensor cores; int4 the same), HBM2 900 GB/s,
+    L2 6 MB, 80 SMs at 1530 MHz boost, TDP 300 W. HBM2 energy: O'Connor et al. MICRO 2017
+    (3.9 pJ/bit). Gathers move 32-byte L2 sectors. Static power: ASSUMPTION
+    `GPU_STATIC_FRACTION_OF_TDP` of 300 W.
+    Software efficiency (the frameworks run far below the roofs): ASSUMPTION
+    ``ASSUMPTIONS["V100_SOFTWARE_AS_H100_FIT"]``: the software factors of `h100_fitted` (fitted on
+    the public FlashSparse H100 cuSPARSE table, not on any ratio reported against a V100),
+    scaled as `a100_fitted` scales them (per-row costs by SM x clock, L2 gather bandwidth by
+    DRAM bandwidth, per-call cost unchanged). One value for every comparison against a V100.
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_gpu_fit`.
+    """
+    f = load_gpu_fit()
+    slower = H100_SM_CLOCK / V100_SM_CLOCK
+    f.update(row_overhead_s=f["row_overhead_s"] * slower, row_gather_overhead_s=f["row_gather_overhead_s"] * slower,
+             onchip_bw_bytes_per_s=f["onchip_bw_bytes_per_s"] * 900e9 / 3.35e12)
+    return HardwareSpec(
+        name="v100",
+        matrix_fp32_macs_per_s=15.7e12 / 2,
+        matrix_bf16_macs_per_s=125e12 / 2,
+        matrix_int8_macs_per_s=62.8e12 / 2,
+        matrix_int4_macs_per_s=62.8e12 / 2,
+        vector_fp32_macs_per_s=15.7e12 / 2,
+        vector_bf16_macs_per_s=31.4e12 / 2,  # half2 FP16 on the CUDA cores (datasheet FP16 non-tensor rate)
+        vector_int8_macs_per_s=62.8e12 / 2,
+        dram_bw_bytes_per_s=900e9,
+        dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+        onchip_buffer_bytes=6 * MIB,
+        clock_hz=1.53e9,
+        gather_granularity_bytes=GPU_SECTOR_BYTES,
+        static_power_w=GPU_STATIC_FRACTION_OF_TDP * 300.0,
+        **op_energies("v100"),
+        **f,
+    )
+
+
+def xeon_e5_2698v4() -> HardwareSpec:
+    """Preset ``xeon-e5-2698v4``: one Intel Xeon E5-2698 v4, the CPU baseline of GNNear (PACT 2022
+    abstract: "Xeon E5-2698-v4 CPU"), datasheet numbers only (ideal efficiencies: no GNN software
+    factor is assumed for it; no comparison against it is reproduced).
+
+    Sources: Intel ARK: 20 cores, 2.2 GHz base, 50 MB cache, 4 channels DDR4-2400 (4 x 19.2 GB/s),
+    TDP 135 W; Broadwell AVX2 with two 256-bit FMA units per core: 32 fp32 FLOP per cycle per
+    core (Intel optimization manual), 20 x 2.2 GHz x 16 MAC = 704 GMAC/s. DRAM energy: Horowitz
+    ISSCC'14 (1.3 nJ per 64-bit access). Static power not modeled (0).
+    """
+    mac = 20 * 2.2e9 * 16
+    return HardwareSpec(
+        name="xeon-e5-2698v4", cores=20.0,
+        matrix_fp32_macs_per_s=mac, matrix_bf16_macs_per_s=mac, matrix_int8_macs_per_s=mac,
+        matrix_int4_macs_per_s=mac, vector_fp32_macs_per_s=mac, vector_bf16_macs_per_s=mac,
+        vector_int8_macs_per_s=mac,
+        dram_bw_bytes_per_s=4 * 19.2e9, dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
+        onchip_buffer_bytes=50 * MIB, clock_hz=2.2e9, gather_granularity_bytes=CPU_LINE_BYTES,
+        **op_energies("xeon-e5-2698v4"),
+    )
+
+
+def upmem_host() -> HardwareSpec:
+    """Preset ``upmem-host``: the host of the 2,556-DPU UPMEM server of Gomez-Luna et al. (IEEE
+    Access 2022, Sec. 2 / Table 1: two Intel Xeon Silver 4215; the table itself was not found in
+    the stored copy, the DPU count was), datasheet numbers only.
+
+    Sources: Intel ARK Xeon Silver 4215: 8 cores at 2.5 GHz, 11 MB L3, 6 channels DDR4-2400 per
+    socket, TDP 85 W; one AVX-512 FMA unit per core on Silver parts: 16 fp32 MAC per cycle per
+    core; 2 sockets: 2 x 8 x 2.5 GHz x 16 = 640 GMAC/s; DRAM 2 x 6 x 19.2 GB/s (ASSUMPTION
+    ``ASSUMPTIONS["UPMEM_HOST_MEMORY"]``: an upper bound, the PIM DIMMs sit on those channels).
+    DRAM energy: Horowitz ISSCC'14. Static power not modeled (0).
+    """
+    mac = 2 * 8 * 2.5e9 * 16
+    return HardwareSpec(
+        name="upmem-host", cores=16.0,
+        matrix_fp32_macs_per_s=mac, matrix_bf16_macs_per_s=mac, matrix_int8_macs_per_s=mac,
+        matrix_int4_macs_per_s=mac, vector_fp32_macs_per_s=mac, vector_bf16_macs_per_s=mac,
+        vector_int8_macs_per_s=mac,
+        dram_bw_bytes_per_s=2 * 6 * 19.2e9, dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
+        onchip_buffer_bytes=2 * 11 * MIB, clock_hz=2.5e9, gather_granularity_bytes=CPU_LINE_BYTES,
+        **op_energies("upmem-host"),
+    )
+
+
+def mi100() -> HardwareSpec:
+    """Preset ``mi100``: AMD Instinct MI100, the GPU that Samsung's HBM-PIM system puts the
+    Aquabolt-XL stacks in (Kim et al., "Aquabolt-XL HBM2-PIM, LPDDR5-PIM ... and AXDIMM", IEEE
+    Micro 2022: "a GPU system equipped with Aquabolt-XL HBM2-PIM devices"; the MI100 per Samsung's
+    Hot Chips 33 talk), datasheet numbers only.
+
+    Sources: AMD Instinct MI100 datasheet: FP32 vector 23.1 TFLOP/s, FP32 matrix 46.1 TFLOP/s,
+    FP16 / BF16 matrix 184.6 / 92.3 TFLOP/s, INT8 184.6 TOPS (int4 the same), 4 HBM2 stacks at
+    1.2288 TB/s (2.4 Gb/s x 4096 bits), 8 MB L2, 1502 MHz peak engine clock, TBP 300 W. HBM2
+    energy O'Connor et al. MICRO 2017; 32-byte HBM bursts; static power ASSUMPTION
+    `GPU_STATIC_FRACTION_OF_TDP` of 300 W. Ideal efficiencies (no MI100 timing here).
+    """
+    return HardwareSpec(
+        name="mi100",
+        matrix_fp32_macs_per_s=46.1e12 / 2, matrix_bf16_macs_per_s=184.6e12 / 2,
+        matrix_int8_macs_per_s=184.6e12 / 2, matrix_int4_macs_per_s=184.6e12 / 2,
+        vector_fp32_macs_per_s=23.1e12 / 2,
+        dram_bw_bytes_per_s=1.2288e12, dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+        onchip_buffer_bytes=8 * MIB, clock_hz=1.502e9, gather_granularity_bytes=HBM_BURST_BYTES,
+        static_power_w=GPU_STATIC_FRACTION_OF_TDP * 300.0,
+        **op_energies("mi100"),
+    )
+
+
 def hygcn() -> HardwareSpec:
     """HyGCN (Yan et al., "HyGCN: A GCN Accelerator with Hybrid Architecture", HPCA 2020), its
     evaluated configuration at 1 GHz.
@@ -291,10 +431,18 @@ def hygcn() -> HardwareSpec:
     HBM 1.0 at 256 GB/s; the aggregation's input buffer that holds gathered source features is
     128 KB (edge 2 MB, weight 2 MB, output 4 MB and aggregation 16 MB buffers are not row caches).
     HyGCN computes in fp32 only, so every precision runs at the fp32 rate and MAC energy
-    (``fp32_only``): quantization saves HBM traffic there, not compute. HBM energy: the paper's
-    7 pJ/bit; per-op energies scaled to its TSMC 12 nm (`PROCESS_NODES["hygcn"]`, ASSUMPTION on Vdd).
+    (``fp32_only``): quantization saves HBM traffic there, not compute.
+    Dataflow (Yan et al. Sec. 4): aggregate-then-combine only (``aggregate_first_only``: the
+    Aggregation Engine feeds the Combination Engine), with interval-shard partitioning and
+    sparsity elimination (``interval_buffer_bytes``: intervals sized to the 16 MB aggregation
+    buffer, ASSUMPTION ``ASSUMPTIONS["HYGCN_INTERVAL_BUFFER_BYTES"]``).
+    HBM energy: 7 pJ/bit (ASSUMPTION ``ASSUMPTIONS["HYGCN_HBM_7PJ_PER_BIT"]``: the figure HyGCN's
+    evaluation uses (Ramulator HBM at 7 pJ/b) as the issue 33 brief and a public DRAM-energy
+    survey README in the stored code corpus report it; the paper's own text was not found);
+    per-op energies scaled to its TSMC 12 nm (`PROCESS_NODES["hygcn"]`, ASSUMPTION on Vdd).
     Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
-    Static power: not modeled (0; HyGCN reports total power only).
+    Static power: not modeled (0; HyGCN's total chip power was not found in the stored material).
+    Host: none (a standalone accelerator; `host_of` raises).
     """
     return HardwareSpec(
         name="hygcn",
@@ -312,6 +460,8 @@ def hygcn() -> HardwareSpec:
         gather_granularity_bytes=HBM_BURST_BYTES,
         fp32_only=True,
         **op_energies("hygcn"),
+        aggregate_first_only=True,
+        interval_buffer_bytes=ASSUMPTIONS["HYGCN_INTERVAL_BUFFER_BYTES"][0],
     )
 
 
@@ -359,30 +509,32 @@ def gnnear() -> HardwareSpec:
 
 
 def upmem() -> HardwareSpec:
-    """A 2,560-DPU UPMEM PIM server (the system of PyGim, Giannoula et al., SIGMETRICS 2025), host
-    side as this project's `cpu` preset.
+    """The 2,556-DPU UPMEM PIM server of Gomez-Luna et al. (IEEE Access 2022; 20 PIM DIMMs of
+    128 DPUs, 4 DPUs faulty), host side its own two Xeons (`upmem_host`, ``host_of("upmem")``).
 
     Sources: Gomez-Luna et al., "Benchmarking a New Paradigm: An Experimental Analysis of a Real
-    Processing-in-Memory Architecture", IEEE Access 2022: 2,560 DPUs at 350 MHz; 64 MB MRAM and
+    Processing-in-Memory Architecture", IEEE Access 2022: 2,556 working DPUs at 350 MHz; 64 MB MRAM and
     64 KB WRAM per DPU; MRAM->WRAM bandwidth ~628 MB/s per DPU; arithmetic throughput per DPU
     (11+ tasklets) int32 add 58.56 MOPS, int32 mul 10.27 MOPS, fp32 add 4.91 MOPS, fp32 mul
-    1.91 MOPS (a MAC = mul + add: 1/(1/mul + 1/add)); bf16 has no DPU instruction and runs as
-    emulated float at the fp32 rate (an ASSUMPTION on the emulation's cost); parallel DPU->CPU
-    transfers 4.74 GB/s (the slower direction, CPU->DPU is 6.68 GB/s; ASSUMPTION: taken as the
-    system total, `ASSUMPTIONS["UPMEM_LINK_IS_SYSTEM_TOTAL"]`: if it is per rank the link is up to
-    40x faster). DPUs cannot read each other's MRAM (no direct DPU-DPU path: Sec. 2 of that
-    paper), so features are replicated per DPU or partial sums reduced on the host
+    1.91 MOPS (a MAC = mul + add: 1/(1/mul + 1/add)). The DPU has native 8 x 8-bit multiply
+    instructions (the 32-bit multiply is a shift-and-add sequence, hence its 10.27 MOPS):
+    ASSUMPTION ``ASSUMPTIONS["UPMEM_INT8_MUL_AS_ADD"]``: an int8 multiply runs at the measured
+    int32 add rate, so an int8 MAC at 1/(1/58.56 + 1/58.56) MOPS. bf16 has no DPU instruction and
+    runs as emulated float at the fp32 rate (an ASSUMPTION on the emulation's cost); parallel
+    DPU->CPU transfers 4.74 GB/s (the slower direction, CPU->DPU is 6.68 GB/s; ASSUMPTION: taken
+    as the system total, `ASSUMPTIONS["UPMEM_LINK_IS_SYSTEM_TOTAL"]`: if it is per rank the link
+    is up to 40x faster). DPUs cannot read each other's MRAM (no direct DPU-DPU path: Sec. 2 of
+    that paper), so features are replicated per DPU or partial sums reduced on the host
     (``replicate_features``); MRAM -> WRAM DMA moves multiples of 8 bytes. Energy: MRAM access at
     `UPMEM_MRAM_FRACTION` of a DDR4 access (ASSUMPTION), MACs at the Horowitz fp32 / fp16 / int8
-    MAC energies at `DRAM_PROCESS_LOGIC_NODE_NM` (ASSUMPTION: DPU energy per op is not published). ASSUMPTION: the host side is
-    this project's `cpu` preset (the VM the project runs on), not the paper's 2-socket server.
+    MAC energies at `DRAM_PROCESS_LOGIC_NODE_NM` (ASSUMPTION: DPU energy per op is not published).
     """
-    host = cpu()
     mac = lambda mul, add: 1.0 / (1.0 / mul + 1.0 / add)
-    return host.replace(
+    int8_mul = ASSUMPTIONS["UPMEM_INT8_MUL_AS_ADD"][0]
+    return upmem_host().replace(
         name="upmem",
         nmp=NearMemorySpec(
-            units=2560, internal_bw_bytes_per_s=628e6, int_macs_per_s=mac(10.27e6, 58.56e6),
+            units=2556, internal_bw_bytes_per_s=628e6, int_macs_per_s=mac(int8_mul, 58.56e6),
             fp32_macs_per_s=mac(1.91e6, 4.91e6), **nmp_energies("dram-logic"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * UPMEM_MRAM_FRACTION,
             buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4.74e9,
@@ -392,14 +544,16 @@ def upmem() -> HardwareSpec:
 
 
 def hbm_pim() -> HardwareSpec:
-    """Samsung HBM-PIM (Aquabolt-XL; Kwon et al., ISSCC 2021; Lee et al., ISCA 2021) beside an
-    A100-class host (as in Samsung's evaluation with GPU hosts).
+    """Samsung HBM-PIM (Aquabolt-XL; Kwon et al., ISSCC 2021; Lee et al., ISCA 2021) in the GPU
+    system Samsung evaluated it in: the `mi100` host (``host_of("hbm-pim")``) with its HBM2
+    stacks replaced by Aquabolt-XL ones (Kim et al., IEEE Micro 2022).
 
     Sources: 300 MHz programmable computing units (PCUs), 16-lane FP16 SIMD, 1.2 TFLOPS per cube
     -> 1.2e12 / (2 FLOP x 16 lanes x 300 MHz) = 125, i.e. 128 PCUs (one per two banks); bank-level
     parallelism gives 4x the off-chip bandwidth of a cube (Samsung), i.e. 4 x 307 GB/s (HBM2
-    Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs. One cube (ASSUMPTION: the host's other
-    stacks stay plain HBM). PCUs compute FP16 only: integer operands run on the FP16 lanes
+    Aquabolt: 2.4 Gb/s x 1024 bits) over the 128 PCUs of a cube. Stacks sized to the host: all 4
+    of the MI100's stacks are PIM (ASSUMPTION ``ASSUMPTIONS["MI100_HBM_PIM_ALL_STACKS"]``), 512
+    PCUs, host link the MI100's 1.2288 TB/s. PCUs compute FP16 only: integer operands run on the FP16 lanes
     (rate and energy of a Horowitz fp16 MAC, scaled as logic in Samsung's 20 nm DRAM process:
     `PROCESS_NODES["dram-logic"]`, ASSUMPTION); ASSUMPTION: fp32 operands take two FP16
     passes (`ASSUMPTIONS["HBM_PIM_FP32_TWO_PASSES"]`, no fp32 support is published).
@@ -410,15 +564,16 @@ def hbm_pim() -> HardwareSpec:
     not modeled beyond the host's.
     """
     pcu_macs = 16 * 300e6
-    return a100_datasheet().replace(
+    stacks = ASSUMPTIONS["MI100_HBM_PIM_ALL_STACKS"][0]
+    return mi100().replace(
         name="hbm-pim",
         nmp=NearMemorySpec(
-            units=128, internal_bw_bytes_per_s=4 * 307e9 / 128, int_macs_per_s=pcu_macs,
+            units=128 * stacks, internal_bw_bytes_per_s=4 * 307e9 / 128, int_macs_per_s=pcu_macs,
             fp32_macs_per_s=pcu_macs / 2, bf16_macs_per_s=pcu_macs,
             **nmp_energies("dram-logic", fp32_passes=2.0, fp16_lanes_only=True),
             internal_energy_pj_per_byte=HBM2_PJ_PER_BYTE * INTERNAL_ACCESS_FRACTION,
             buffer_bytes=3 * 16 * 32,  # 3 register files of 16 x 256-bit entries per PCU (assumed size)
-            host_link_bw_bytes_per_s=307e9, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
+            host_link_bw_bytes_per_s=1.2288e12, host_link_energy_pj_per_byte=HBM2_PJ_PER_BYTE,
             access_granularity_bytes=HBM_BURST_BYTES, clock_hz=300e6),
     )
 
@@ -540,19 +695,56 @@ h100 = h100_datasheet
 a100 = a100_datasheet
 _PRESETS = {"h100": h100, "a100": a100, "h100-fitted": h100_fitted, "a100-fitted": a100_fitted, "cpu": cpu,
             "cpu_numpy": cpu_numpy, "hygcn": hygcn, "gnnear": gnnear,
-            "upmem": upmem, "hbm-pim": hbm_pim}
+            "upmem": upmem, "hbm-pim": hbm_pim, "v100": v100, "xeon-e5-2698v4": xeon_e5_2698v4,
+            "upmem-host": upmem_host, "mi100": mi100, "gnnear-host": None}
+_HOSTS = {"upmem": "upmem-host", "hbm-pim": "mi100", "gnnear": "gnnear-host"}
+"""Each near-memory preset's host, a preset of its own (`host_of`)."""
+
+
+def gnnear_host() -> HardwareSpec:
+    """Preset ``gnnear-host``: `gnnear` without its Near-Memory Engines: the centralized
+    acceleration engine on the same 16 DDR4-3200 ranks, every stage on it (`host_of("gnnear")`).
+    Sources: as `gnnear` (its CAE and memory system)."""
+    return gnnear().replace(name="gnnear-host", nmp=None)
+
+
+_PRESETS["gnnear-host"] = gnnear_host
+
+
+def host_of(name: str) -> HardwareSpec:
+    """The host of near-memory preset ``name`` as a preset of its own (``upmem`` -> ``upmem-host``,
+    ``hbm-pim`` -> ``mi100``, ``gnnear`` -> ``gnnear-host``), so that a cost on ``name`` can be
+    compared with the host alone.
+
+    Raises:
+      ValueError: unknown preset, or one without near-memory units (naming the presets that have one).
+      TypeError: ``name`` not a str (as `get`).
+    """
+    key = get(name).name
+    if key not in _HOSTS:
+        raise ValueError(f"host_of: preset {name!r} has no near-memory units; presets with a host: "
+                         f"{', '.join(sorted(_HOSTS))}")
+    return get(_HOSTS[key])
 
 
 EVIDENCE_LEVELS = ("measured on this machine", "fitted on public device timings", "reproduces published ratios",
                    "datasheet only")
 """How far a preset's numbers are checked, strongest first (`evidence`)."""
 _DATASHEET_ONLY = {
-    "hygcn": "HyGCN (HPCA 2020) configuration; its paper's V100 comparison is not reproduced yet",
-    "gnnear": "GNNear (PACT 2022) style system with assumed size and NME rate; its paper's comparison is not "
-              "reproduced yet",
-    "upmem": "UPMEM PIM system (Gomez-Luna et al. 2022 rates) on this VM's `cpu` host; not checked against a system",
-    "hbm-pim": "Samsung HBM-PIM (ISSCC / ISCA 2021) beside the datasheet `a100` host; its application speedups are not "
-               "reproduced yet",
+    "hygcn": "HyGCN (HPCA 2020) configuration, aggregate-first with interval-shard reuse; checked against its "
+             "paper's V100 ratios: out of the 35 % band (results/hwmodel_published.json)",
+    "gnnear": "GNNear (PACT 2022) style system with assumed size and NME rate; checked against its paper's V100 "
+              "ratios: out of the 35 % band (results/hwmodel_published.json)",
+    "upmem": "UPMEM 2,556-DPU server (Gomez-Luna et al. 2022 rates) on its two-Xeon host (`upmem-host`); not "
+             "checked against a system",
+    "hbm-pim": "Samsung HBM-PIM (ISSCC / ISCA 2021) in the datasheet `mi100` host; its application speedups are not "
+               "reproduced (speech recognition / GEMV: the model maps only aggregation onto PIM units)",
+    "v100": "datasheet + the h100 fit's software factors (ASSUMPTIONS['V100_SOFTWARE_AS_H100_FIT']); the baseline "
+            "of results/hwmodel_published.json",
+    "xeon-e5-2698v4": "datasheet only (GNNear's CPU baseline)",
+    "upmem-host": "datasheet only (the UPMEM server's two Xeon Silver 4215)",
+    "mi100": "datasheet only (the host of Samsung's HBM-PIM GPU system)",
+    "gnnear-host": "gnnear without its NMEs",
 }
 
 
@@ -624,8 +816,8 @@ def power_limit_table() -> str:
         watts, scope, _ = POWER_LIMITS_W[name]
         p = {k: float(v) for k, v in peak_power_parts(hw).items()}
         modeled = sum(p[k] for k in CHIP_PARTS) if scope == "chip" else p["total"]
-        key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "a100",
-               "upmem": "cpu"}.get(name, name)
+        key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "mi100",
+               "upmem": "upmem-host", "gnnear-host": "gnnear"}.get(name, name)
         node, vdd, _ = PROCESS_NODES[key]
         nodes = f"{node:g} nm, {vdd:g} V"
         if hw.nmp is not None:

@@ -361,6 +361,15 @@ class HardwareSpec:
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
         then save memory traffic and storage, not MAC energy (`mac_energy_pj`); give the rates
         of every precision equal to the fp32 ones as well.
+      aggregate_first_only: the datapath runs every layer aggregate-then-combine (static; HyGCN's
+        Aggregation Engine feeds its Combination Engine through a pipeline, Yan et al. HPCA 2020
+        Sec. 4): `estimate` costs only that order; False: both orders, the cheaper kept.
+      interval_buffer_bytes: an output-stationary aggregation buffer (HyGCN's interval-shard
+        partitioning with sparsity elimination, Yan et al. HPCA 2020 Sec. 4.2): the destination
+        rows are cut into intervals whose partial outputs fill this buffer, and for each interval
+        only the source rows with an edge into it are loaded, once; an aggregation stage's
+        gathered-row DRAM traffic is the smaller of the buffer model's and that (``estimate``'s
+        module docstring). None = no such buffer.
 
     Raises:
       ValueError: naming the field, if a number is not finite and positive (efficiencies in
@@ -405,6 +414,8 @@ class HardwareSpec:
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
     fp32_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    aggregate_first_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    interval_buffer_bytes: Optional[float] = None
     fuses_elementwise: bool = dataclasses.field(default=True, metadata=dict(static=True))
 
     def __post_init__(self):
