@@ -49,8 +49,8 @@ COMMANDS = [c for c in readme_commands() if _covered(c)]
 def test_readme_documents_every_command():
     kinds = {" ".join(c.split()[:3]) if c.startswith("codesign bench") else " ".join(c.split()[:2])
              for c in COMMANDS}
-    assert kinds == {"codesign train", "codesign deploy", "codesign sweep", "codesign cost", "codesign bench cost"}, \
-        COMMANDS
+    assert kinds == {"codesign train", "codesign deploy", "codesign sweep", "codesign cost", "codesign bench cost",
+                     "codesign validate"}, COMMANDS
 
 
 def _run(argv: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
@@ -66,7 +66,8 @@ def _flag(argv: list[str], flag: str, default=None):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_readme_command_runs(command, cora, tmp_path):
-    argv = shlex.split(command.replace("<name>", "gat"))[1:]
+    data = os.environ.get("CODESIGN_DATA", str(ROOT.parent / "shared" / "data"))
+    argv = shlex.split(command.replace("<name>", "gat").replace("$CODESIGN_DATA", data))[1:]
     if argv[0] == "train":
         argv += SHORT
     elif argv[0] == "sweep":
@@ -113,5 +114,11 @@ def test_readme_command_runs(command, cora, tmp_path):
     elif argv[0] == "deploy":
         for field in ("kept features", "measured latency_s", "measured model_bytes", "modeled latency_s (cpu)"):
             assert field in out, (field, out)
+    elif argv[0] == "validate":
+        if "--table" in argv:
+            rep = json.loads(out)
+            assert rep["hw"] == _flag(argv, "--hw") and rep["kernels"]["best"]["by_width"]["all"]["n"] > 100
+        else:
+            assert "h100-fitted" in out and "fitted on public device timings" in out
     else:  # bench cost
         assert "cost + gradient of 10 design points" in out and "points/s" in out
