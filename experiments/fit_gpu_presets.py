@@ -1,5 +1,5 @@
-"""Fit the `h100` preset's software factors on the public H100 timing tables (thin driver over
-`codesign.hwmodel.tables`) and write ``codesign/hwmodel/fits/h100.json``.
+"""Fit the `h100-fitted` preset's software factors on the public H100 timing tables (thin driver
+over `codesign.hwmodel.tables`) and write ``codesign/hwmodel/fits/h100.json``.
 
     python experiments/fit_gpu_presets.py                      # tables from $CODESIGN_DATA/gpu_timings
     python experiments/fit_gpu_presets.py --dir DIR --no-save  # report only
@@ -10,8 +10,8 @@ median modeled / measured, per width). ``dram_efficiency`` is held at `STREAM_DR
 (an ASSUMPTION, `codesign.hwmodel.presets.ASSUMPTIONS`), so that the one factor every stage
 shares (GEMMs and elementwise stages stream DRAM too) is not bent by the gathers. The preset
 takes the cuSPARSE SpMM factors (`PRESET_KERNEL`): the library JAX lowers a BCOO SpMM to on
-GPUs (``jax_bcoo_cusparse_lowering``). Also writes ``results/hwmodel_gpu_tables.json`` (the
-metrics, no per-row predictions).
+GPUs (``jax_bcoo_cusparse_lowering``). The record (factors and grouped-CV metrics per kernel
+column and width, no per-row predictions) is the result: docs/hwmodel.md shows it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from codesign.results import write_json_atomic
 
 PRESET_KERNEL = ("spmm", "cusparse")
 TABLES = {"spmm": "h100_spmm_fp32.csv", "sddmm": "h100_sddmm_fp32.csv"}
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def main(argv=None) -> dict:
@@ -45,7 +44,8 @@ def main(argv=None) -> dict:
             cv = v["cv"]["all"]
             print(f"{kind:5s} {k:9s} n={cv['n']:4d} grouped-CV MAPE {cv['mape']:.3f} Spearman {cv['spearman']:.3f}")
     rec = {
-        "what": "the `h100` preset's software factors fitted on public device timings (codesign.hwmodel.presets.h100)",
+        "what": "the `h100-fitted` preset's software factors fitted on public device timings "
+                "(codesign.hwmodel.presets.h100_fitted)",
         "source": "FlashSparse (Li et al., PPoPP 2025), zli96/flashSparse result/ref/baseline_h100_*.csv, the half "
                   "in shared/data/gpu_timings",
         "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -54,7 +54,6 @@ def main(argv=None) -> dict:
     }
     if not args.no_save:
         write_json_atomic(presets.FITS_DIR / "h100.json", rec)
-        write_json_atomic(ROOT / "results" / "hwmodel_gpu_tables.json", rec)
     return rec
 
 
