@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign import hwmodel
+from codesign.hwmodel.calibrate import median_time_s  # noqa: F401 - re-exported: one definition, on the lower floor
 
 
 # glibc serves a large allocation with mmap and unmaps it on free, so XLA:CPU's fresh output,
@@ -36,19 +37,6 @@ def reexec_with_malloc_env(script: str, argv) -> None:
         return
     env = {**os.environ, **MALLOC_ENV}
     os.execve(sys.executable, [sys.executable, os.path.abspath(script), *argv], env)
-
-
-def median_time_s(fn, *args, reps: int, warmup: bool = True) -> float:
-    """Median wall time (s) of ``fn(*args)`` over ``reps`` runs, each waited for with
-    `jax.block_until_ready`, after one untimed warm-up (compile) run."""
-    if warmup:
-        jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
 
 
 def cora_gcn_workload(edge_density, feature_density, bits, locality=None) -> hwmodel.Workload:

@@ -397,6 +397,11 @@ def measure(args, gpu: bool, graph_data, features=None) -> tuple[list, np.ndarra
     return [grid[j] for j in keep], np.median(per_pass, axis=0), per_pass, peaks
 
 
+def _rho(m: dict) -> str:
+    """A metrics dict's Spearman as text ("-" where there are too few points for one)."""
+    return "-" if m.get("spearman") is None else f"{m['spearman']:.3f}"
+
+
 def _reexec_with_malloc_env(argv) -> None:
     """Re-runs this script with `codesign.bench.MALLOC_ENV` (read by glibc at process start)."""
     reexec_with_malloc_env(__file__, argv)
@@ -567,28 +572,28 @@ def main(argv=None) -> dict:
     if peaks:
         print("measured roofs: " + ", ".join(f"{k} {v:.3g}" for k, v in peaks.items()))
     print(f"{len(points)} kernels on {result['machine'].get('device', result['machine']['backend'])}; fitted {result['fitted']}")
-    print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {h['spearman']:.3f} (n={h['n']}); "
+    print(f"held-out: MAPE {100 * h['mape']:.1f} %, Spearman {_rho(h)} (n={h['n']}); "
           f"uncalibrated MAPE {100 * result['uncalibrated_held_out']['mape']:.1f} %")
     if result["measurement_noise_mape"] is not None:
         print(f"measurement noise: a single pass is {100 * result['measurement_noise_mape']:.1f} % (MAPE) from the "
               f"median of {len(per_pass)}")
     a = result["preset_as_shipped"]
     print(f"the {hw_name} preset as shipped (no fit) on all {a['n']} points: MAPE {100 * a['mape']:.1f} %, "
-          f"Spearman {a['spearman']:.3f}")
+          f"Spearman {_rho(a)}")
     if result["preset_factors_with_measured_roofs"]:
         a = result["preset_factors_with_measured_roofs"]
         print(f"its fitted factors with this run's measured roofs (--peaks-only): MAPE {100 * a['mape']:.1f} %, "
-              f"Spearman {a['spearman']:.3f}")
+              f"Spearman {_rho(a)}")
     o = result["held_out_mape_over_splits"]
     print(f"held-out MAPE over {o['n_splits']} random halves: median {100 * o['median']:.1f} %, "
           f"max {100 * o['max']:.1f} %")
     for k, m in {**result["held_out_by_kind"], **result["held_out_by_kind_dtype"]}.items():
-        print(f"  {k}: MAPE {100 * m['mape']:.1f} %, Spearman {m['spearman']:.3f} (n={m['n']})")
+        print(f"  {k}: MAPE {100 * m['mape']:.1f} %, Spearman {_rho(m)} (n={m['n']})")
     for k, m in result["excluded_by_kind"].items():
-        print(f"  {k} (never fitted): MAPE {100 * m['mape']:.1f} %, Spearman {m['spearman']:.3f} (n={m['n']})")
+        print(f"  {k} (never fitted): MAPE {100 * m['mape']:.1f} %, Spearman {_rho(m)} (n={m['n']})")
     for name, g in (grouped or {}).items():
         kinds_txt = ", ".join(f"{k} {100 * v['mape']:.1f} %" for k, v in g["by_kind"].items())
-        print(f"{name}: MAPE {100 * g['mape']:.1f} %, Spearman {g['spearman']:.3f} (n={g['n']}; {kinds_txt}); "
+        print(f"{name}: MAPE {100 * g['mape']:.1f} %, Spearman {_rho(g)} (n={g['n']}; {kinds_txt}); "
               f"worst group {g['worst_group']['group']} {100 * g['worst_group']['mape']:.1f} %")
     print(f"wrote {out}")
     return result

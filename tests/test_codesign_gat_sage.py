@@ -247,10 +247,11 @@ def test_sage_cost_weighted_training_prunes(cora):
 @pytest.mark.slow
 def test_gat_budget_lands_within_five_percent(cora):
     """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100 energy): the hardened cost of
-    the selected epoch is within 5 % of the budget. Shortened run: gates 1.5x faster, 120 epochs
-    (the default 300 epochs at gate_lr 0.05 land 0.98 / 0.99 of a 0.1 budget, seeds 0 / 1)."""
-    budget = 0.1
-    cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=120, gate_lr=0.075, seed=0)
+    the selected epoch is within 5 % of the budget (300 epochs, gates 1.5x faster). Since the per-op
+    energies are scaled to the H100's node, every gate closed still costs 0.102 of dense, so the budget
+    is 0.15 (was 0.1); 120 and 200 epochs landed 1.12 and 1.07 of it, 300 epochs within 5 %."""
+    budget = 0.15
+    cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=300, gate_lr=0.075, seed=0)
     r = train(cora, cfg, presets.get("h100"))
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
     assert 0.95 <= ratio / budget <= 1.05, ratio / budget

@@ -41,7 +41,12 @@ def test_hwmodel_validation_quick(tmp_path):
     assert set(g) == {"leave_one_graph_out", "leave_one_width_out", "leave_one_dtype_out"}
     for v in g.values():
         assert v["mape"] >= 0 and -1.0 <= v["spearman"] <= 1.0 and v["worst_group"]["group"] in v["by_group"]
-    assert set(g["leave_one_graph_out"]["by_group"]) == {p["graph"] for p in saved["points"] if "graph" in p}
+    # every graph is a group; every GEMM is held out too, with the graph of its row count or as rows=<m>
+    graph_rows = {name: v["nodes"] for name, v in saved["graphs"].items()}
+    want = {p["graph"] for p in saved["points"] if "graph" in p}
+    want |= {next((gr for gr, n in graph_rows.items() if n == p["m"] and list(graph_rows.values()).count(n) == 1),
+                  f"rows={p['m']}") for p in saved["points"] if "m" in p}
+    assert set(g["leave_one_graph_out"]["by_group"]) == want
     # the deployed programs' kernels are timed beside XLA's (numpy / scipy, float32)
     kinds = {p["kind"] for p in saved["points"]}
     assert {"csr_scipy", "gemm_numpy"} <= kinds and ("csr_features" in kinds) == ("cora" in saved["graphs"])
@@ -365,10 +370,12 @@ def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
         c = r["config"]
         if r["key"] in stale or c["model"] not in bounds or c["hw"] not in bounds[c["model"]]:
             continue
+        if c["hw"] == "hygcn":  # stored before hygcn ran aggregate-first only (issue 33): not today's model,
+            continue  # so today's bound does not hold them; they are re-costed or dropped with the stored results
         reduction = r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"]
         assert reduction <= bounds[c["model"]][c["hw"]]["ceiling"] * (1 + 1e-6), (c["method"], c["hw"], reduction)
         checked += 1
-    assert checked > 400
+    assert checked > 300
 
 
 def test_ugs_baseline_quick(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import time
 from typing import Optional
 
 import jax
@@ -25,7 +26,6 @@ import numpy as np
 import scipy.optimize
 import scipy.stats
 
-from codesign.bench import median_time_s
 from codesign.hwmodel.estimate import stage_cost
 from codesign.hwmodel.spec import HardwareSpec
 
@@ -39,15 +39,28 @@ effectively has on a shared VM is not the L3 that lscpu reports."""
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
 
 
+def median_time_s(fn, *args, reps: int, warmup: bool = True) -> float:
+    """Median wall time (s) of ``fn(*args)`` over ``reps`` runs, each waited for with
+    `jax.block_until_ready`, after one untimed warm-up (compile) run."""
+    if warmup:
+        jax.block_until_ready(fn(*args))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
 def metrics(pred, meas) -> dict:
     """``{"n", "mape", "spearman", "median_ratio"}`` of predictions against measurements over the
-    finite pairs (``spearman`` None below 3 pairs; all None for none)."""
+    finite pairs (``spearman`` None below 2 pairs; all None for none)."""
     pred, meas = np.asarray(pred, np.float64), np.asarray(meas, np.float64)
     ok = np.isfinite(pred) & np.isfinite(meas)
     pred, meas = pred[ok], meas[ok]
     if meas.size == 0:
         return {"n": 0, "mape": None, "spearman": None, "median_ratio": None}
-    rho = float(scipy.stats.spearmanr(pred, meas).statistic) if meas.size > 2 else None
+    rho = float(scipy.stats.spearmanr(pred, meas).statistic) if meas.size >= 2 else None
     return {"n": int(meas.size), "mape": float(np.mean(np.abs(pred - meas) / meas)), "spearman": rho,
             "median_ratio": float(np.median(pred / meas))}
 
