@@ -1,5 +1,6 @@
-"""Calibration of a preset against device-timed kernels: timing tables, robust fitting, grouped
-cross-validation, and the per-kernel report that ``codesign validate --table`` prints.
+"""Device timing tables: reading and checking them, fitting a preset's software factors on them with
+cross-validation grouped by matrix, and the per-kernel report that ``codesign validate --table``
+prints (the fitting core and `metrics` are `codesign.hwmodel.calibrate`'s).
 
 A *timing table* is a CSV with one row per (matrix, width): columns ``matrix`` (name; the group of
 grouped cross-validation), ``n_rows``, ``nnz``, ``width`` and one ``<kernel>_ms`` column per kernel
@@ -37,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
-import scipy.stats
 
+from codesign.hwmodel.calibrate import FIT_LOSS, FIT_SCALE, metrics
 from codesign.hwmodel.estimate import stage_cost
 from codesign.hwmodel.spec import HardwareSpec
 from codesign.hwmodel.workload import INDEX_BYTES, VALUE_BYTES, Stage, csr_chunk_spmm_stages
@@ -64,7 +65,6 @@ TABLE_BOUNDS = {
 TABLE_X0 = {"stage_overhead_s": 1e-5, "dram_efficiency": 0.7, "gather_efficiency": 0.3,
             "onchip_bw_bytes_per_s": 5e12, "row_overhead_s": 1e-10, "row_gather_overhead_s": 1e-12,
             "overlap_exponent": 4.0, "table_locality": 0.1}
-FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
 CV_FOLDS = 5
 
 
@@ -276,18 +276,6 @@ def fit_factors(model, measured: np.ndarray, idx: np.ndarray, fixed: Optional[di
 
 def _theta(factors: dict) -> jax.Array:
     return jnp.asarray([factors[k] for k in TABLE_FACTORS], jnp.float32)
-
-
-def metrics(pred, meas) -> dict:
-    """``{"n", "mape", "spearman", "median_ratio"}`` of predictions against measurements (finite pairs)."""
-    pred, meas = np.asarray(pred, np.float64), np.asarray(meas, np.float64)
-    ok = np.isfinite(pred) & np.isfinite(meas)
-    pred, meas = pred[ok], meas[ok]
-    if meas.size == 0:
-        return {"n": 0, "mape": None, "spearman": None, "median_ratio": None}
-    rho = float(scipy.stats.spearmanr(pred, meas).statistic) if meas.size > 2 else None
-    return {"n": int(meas.size), "mape": float(np.mean(np.abs(pred - meas) / meas)), "spearman": rho,
-            "median_ratio": float(np.median(pred / meas))}
 
 
 def grouped_cv(table: TimingTable, kernel: str, base: HardwareSpec, folds: int = CV_FOLDS,
