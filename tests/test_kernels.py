@@ -129,10 +129,11 @@ _GRAPH = CooAdjacency(jnp.array([1, 2, 1, 3, 0, 4, 4, 2], jnp.int32), jnp.array(
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(ALL_IMPLS),
        x=st.sampled_from([np.int8, np.int32, np.uint8, np.bool_]).flatmap(lambda dt: hnp.arrays(dt, (5, 3))),
-       w=hnp.arrays(np.float32, 8, elements=st.floats(-2, 2, width=32)))
+       w=hnp.arrays(np.float32, 8, elements=st.floats(-2, 2, width=32, allow_subnormal=False)))
 def test_aggregate_integer_features_match_float64_reference(case, x, w):
     """For any int8 / int32 / uint8 / bool features and float weights, every backend equals the
-    float64 product to float32 rounding (relative to sum |w x|, the scale of the rounding)."""
+    float64 product to float32 rounding (relative to sum |w x|, the scale of the rounding). Subnormal
+    weights are left out: XLA:CPU flushes them to zero (a property of the backend, not of integer features)."""
     adj = _GRAPH.with_weight(jnp.asarray(w))
     a = np.zeros((5, 5))
     np.add.at(a, (np.asarray(_GRAPH.receivers), np.asarray(_GRAPH.senders)), w.astype(np.float64))
