@@ -21,7 +21,7 @@ import datetime
 import os
 from pathlib import Path
 
-from codesign.hwmodel import presets
+from codesign.hwmodel import presets, tables
 from codesign.results import write_json_atomic
 
 PRESET_KERNEL = ("spmm", "cusparse")
@@ -35,21 +35,22 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     base = presets.h100_datasheet()
     fixed = {"dram_efficiency": presets.STREAM_DRAM_EFFICIENCY}
-    tables = {}
+    per_table = {}
     for kind, name in TABLES.items():
         table = tables.screen(tables.read_timing_table(Path(args.dir) / name, kind), base)
         fits = tables.fit_table(table, base, fixed=fixed)
-        tables[kind] = {"source": name, "screened": table.screened, "kernels": fits}
+        per_table[kind] = {"source": name, "screened": table.screened, "kernels": fits}
         for k, v in fits.items():
             cv = v["cv"]["all"]
-            print(f"{kind:5s} {k:9s} n={cv['n']:4d} grouped-CV MAPE {cv['mape']:.3f} Spearman {cv['spearman']:.3f}")
+            rho = "-" if cv["spearman"] is None else f"{cv['spearman']:.3f}"
+            print(f"{kind:5s} {k:9s} n={cv['n']:4d} grouped-CV MAPE {cv['mape']:.3f} Spearman {rho}")
     rec = {
         "what": "the `h100-fitted` preset's software factors fitted on public device timings "
                 "(codesign.hwmodel.presets.h100_fitted)",
         "source": "FlashSparse (Li et al., PPoPP 2025), zli96/flashSparse result/ref/baseline_h100_*.csv, the half "
                   "in shared/data/gpu_timings",
         "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "fixed": fixed, "preset_kernel": list(PRESET_KERNEL), "tables": tables,
+        "fixed": fixed, "preset_kernel": list(PRESET_KERNEL), "tables": per_table,
         "command": "python experiments/fit_gpu_presets.py",
     }
     if not args.no_save:

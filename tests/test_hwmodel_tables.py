@@ -165,3 +165,26 @@ def test_cli_validate_table_json(capsys):
     text = capsys.readouterr().out
     for name in presets.names():
         assert name in text
+
+
+def test_fit_gpu_presets_script_runs_on_a_small_table(tmp_path, capsys):
+    """experiments/fit_gpu_presets.py end to end (--no-save) on tables of the public format: a record per
+    table and kernel with fitted factors and grouped-CV metrics, and nothing written."""
+    import importlib.util
+    rng = np.random.default_rng(1)
+    for kind, name, widths in (("spmm", "h100_spmm_fp32.csv", (128, 256)), ("sddmm", "h100_sddmm_fp32.csv", (32,))):
+        body = "".join(f"m{i},{n},{n * 8},{w},{rng.uniform(0.02, 2.0):.4f},\n"
+                       for i, n in enumerate(10 ** rng.uniform(3, 6, 8)) for w in widths
+                       for n in [int(n)])
+        (tmp_path / name).write_text("matrix,n_rows,nnz,width,fast_ms,slow_ms\n" + body)
+    spec = importlib.util.spec_from_file_location(
+        "fit_gpu_presets", Path(__file__).resolve().parent.parent / "experiments" / "fit_gpu_presets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    before = (presets.FITS_DIR / "h100.json").read_text()
+    rec = mod.main(["--dir", str(tmp_path), "--no-save"])
+    assert (presets.FITS_DIR / "h100.json").read_text() == before
+    assert set(rec["tables"]) == {"spmm", "sddmm"} and rec["fixed"] == {"dram_efficiency": 0.9}
+    fast = rec["tables"]["spmm"]["kernels"]["fast"]
+    assert set(fast["factors"]) == set(tables.TABLE_FACTORS) and fast["cv"]["all"]["n"] == 16
+    assert "grouped-CV MAPE" in capsys.readouterr().out
