@@ -82,3 +82,12 @@ def test_upmem_server_native_int8_and_v100_software_factors():
     assert v.row_gather_overhead_s > fit["row_gather_overhead_s"]  # slower SMs than the H100 it was fitted on
     pim = presets.get("hbm-pim")
     assert pim.nmp.units == 4 * 128 and pim.nmp.host_link_bw_bytes_per_s == presets.get("mi100").dram_bw_bytes_per_s
+
+
+def test_docs_tables_are_the_stored_result():
+    """docs/hwmodel.md holds the tables `markdown` renders from results/hwmodel_published.json."""
+    mod = _module()
+    stored = json.loads((ROOT / "results" / "hwmodel_published.json").read_text())
+    assert mod.markdown(stored) in (ROOT / "docs" / "hwmodel.md").read_text(), \
+        "docs/hwmodel.md: regenerate the published-comparison tables with reproduce_published.markdown"
+    assert [h["speedup_over_host"] for h in stored["hosts"]] == [h["speedup_over_host"] for h in mod.host_rows()]

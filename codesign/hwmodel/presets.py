@@ -215,7 +215,7 @@ def h100_fitted() -> HardwareSpec:
     ``fits/h100.json``; ``dram_efficiency`` held at the ASSUMPTION `STREAM_DRAM_EFFICIENCY`).
     Sources: roofs and energies as `h100_datasheet`; the factors fitted on FlashSparse's H100
     timings (Li et al., PPoPP 2025, ``zli96/flashSparse`` ``result/ref/baseline_h100_spmm_*.csv``).
-    Evidence: `evidence("h100")` (grouped cross-validation on that table; docs/hwmodel.md).
+    Evidence: `evidence("h100-fitted")` (grouped cross-validation on that table; docs/hwmodel.md).
     Not yet checked: GEMMs, elementwise stages and energy on a device (the GPU issue).
 
     Raises:
@@ -227,7 +227,7 @@ def h100_fitted() -> HardwareSpec:
 def h100_datasheet() -> HardwareSpec:
     """Preset ``h100``. NVIDIA H100 SXM5 80 GB, datasheet numbers only (no per-kernel cost, ideal
     efficiencies): the base `h100_fitted` is fitted on. It stays the default ``h100`` until the
-    stored results are re-costed with the fit (a Cora GCN is launch-bound there: 63 us, not 5 us).
+    stored results are re-costed with the fit (docs/hwmodel.md: a Cora GCN is launch-bound there).
 
     Sources:
       - NVIDIA H100 Tensor Core GPU datasheet (2023), dense (non-sparse) tensor-core rates:
@@ -412,7 +412,7 @@ def mi100() -> HardwareSpec:
     """
     return HardwareSpec(
         name="mi100",
-        matrix_fp32_macs_per_s=46.1e12 / 2, matrix_bf16_macs_per_s=184.6e12 / 2,
+        matrix_fp32_macs_per_s=46.1e12 / 2, matrix_bf16_macs_per_s=92.3e12 / 2,
         matrix_int8_macs_per_s=184.6e12 / 2, matrix_int4_macs_per_s=184.6e12 / 2,
         vector_fp32_macs_per_s=23.1e12 / 2,
         dram_bw_bytes_per_s=1.2288e12, dram_energy_pj_per_byte=HBM2_PJ_PER_BYTE,

@@ -168,8 +168,8 @@ device's DRAM peak (an L2-resident operand may beat DRAM, not by 10x over the wh
 
 def screen(table: TimingTable, hw: HardwareSpec) -> TimingTable:
     """``table`` with physically impossible times set to NaN: a call faster than its compulsory
-    bytes (`table_stage`) at `SCREEN_BANDWIDTH_FACTOR` x ``hw``'s DRAM peak (the public H100 SDDMM
-    table's Sputnik column holds 0.2 us for 283M nonzeros, a failed run recorded as a time). The
+    bytes (`table_stage`) at `SCREEN_BANDWIDTH_FACTOR` x ``hw``'s DRAM peak (a failed run recorded
+    as a time; docs/hwmodel.md says which the public H100 tables hold). The
     count per kernel is in ``screened``; nothing else is changed (slow outliers are kept)."""
     floor = np.asarray(jax.vmap(lambda n, e, w: table_stage(table.kind, n, e, w).compulsory_bytes)(
         *(jnp.asarray(a, jnp.float32) for a in (table.n_rows, table.nnz, table.width))), np.float64)
