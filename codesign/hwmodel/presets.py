@@ -263,6 +263,22 @@ def h100_datasheet() -> HardwareSpec:
     )
 
 
+def scaled_gpu_fit(sm_clock: float, dram_bw_bytes_per_s: float) -> dict:
+    """The h100 fit's factors (`load_gpu_fit`) for another NVIDIA GPU, as ASSUMPTION
+    `A100_SCALES_AS_SM_CLOCK` scales them: per-row costs x (`H100_SM_CLOCK` / ``sm_clock``, SMs x
+    boost clock in Hz), the L2 gather bandwidth x (``dram_bw_bytes_per_s`` / the H100's), the per-call
+    cost and efficiencies unchanged.
+
+    Raises:
+      FileNotFoundError, ValueError: as `load_gpu_fit`."""
+    f = load_gpu_fit()
+    slower = H100_SM_CLOCK / sm_clock
+    wider = dram_bw_bytes_per_s / h100_datasheet().dram_bw_bytes_per_s
+    f.update(row_overhead_s=f["row_overhead_s"] * slower, row_gather_overhead_s=f["row_gather_overhead_s"] * slower,
+             onchip_bw_bytes_per_s=f["onchip_bw_bytes_per_s"] * wider)
+    return f
+
+
 def a100_fitted() -> HardwareSpec:
     """Preset ``a100-fitted``. NVIDIA A100 SXM4 80 GB: `a100_datasheet` with the `h100_fitted` software factors, scaled by
     the datasheets (ASSUMPTION `ASSUMPTIONS["A100_SCALES_AS_SM_CLOCK"]`: per-row costs by the
@@ -274,12 +290,8 @@ def a100_fitted() -> HardwareSpec:
     Raises:
       FileNotFoundError, ValueError: as `load_gpu_fit`.
     """
-    f = load_gpu_fit()
     base = a100_datasheet()
-    slower = H100_SM_CLOCK / A100_SM_CLOCK
-    f.update(row_overhead_s=f["row_overhead_s"] * slower, row_gather_overhead_s=f["row_gather_overhead_s"] * slower,
-             onchip_bw_bytes_per_s=f["onchip_bw_bytes_per_s"] * base.dram_bw_bytes_per_s / 3.35e12)
-    return base.replace(name="a100-fitted", **f)
+    return base.replace(name="a100-fitted", **scaled_gpu_fit(A100_SM_CLOCK, base.dram_bw_bytes_per_s))
 
 
 def a100_datasheet() -> HardwareSpec:
@@ -329,10 +341,7 @@ def v100() -> HardwareSpec:
     Raises:
       FileNotFoundError, ValueError: as `load_gpu_fit`.
     """
-    f = load_gpu_fit()
-    slower = H100_SM_CLOCK / V100_SM_CLOCK
-    f.update(row_overhead_s=f["row_overhead_s"] * slower, row_gather_overhead_s=f["row_gather_overhead_s"] * slower,
-             onchip_bw_bytes_per_s=f["onchip_bw_bytes_per_s"] * 900e9 / 3.35e12)
+    f = scaled_gpu_fit(V100_SM_CLOCK, 900e9)
     return HardwareSpec(
         name="v100",
         matrix_fp32_macs_per_s=15.7e12 / 2,
