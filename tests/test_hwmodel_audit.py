@@ -13,7 +13,7 @@ import pytest
 
 from codesign import hwmodel
 from codesign.hwmodel import (HardwareSpec, NearMemorySpec, Workload, area_mm2, bsr_spmm_stage, estimate,
-                              gemm_stage, mac_energy_pj, message_passing_layer, nmp_mac_energy_pj, nmp_macs_per_s,
+                              gemm_stage, message_passing_layer, nmp_mac_energy_pj, nmp_macs_per_s,
                               nmp_stage_cost, peak_power_w, presets, spmm_stage, stage_cost)
 from codesign.hwmodel.estimate import PJ
 from codesign.hwmodel.spec import process_energy_scale
