@@ -1,7 +1,6 @@
 """Smoke runs of the experiment scripts in their --quick mode (small grids): they run, write
 their results atomically, and report finite metrics. Accuracy targets live in the full runs."""
 
-import importlib.util
 import json
 import pathlib
 import sys
@@ -14,12 +13,7 @@ from codesign.experiment import stale_keys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
+from experiment_modules import load  # noqa: E402
 
 
 def test_hwmodel_validation_quick(tmp_path):

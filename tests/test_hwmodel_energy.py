@@ -60,14 +60,8 @@ def test_over_powered_chip_fails_naming_it():
 def test_peak_power_within_limits_at_both_ends_of_every_assumption():
     """Every ranged `presets.ASSUMPTIONS` entry at its low and high end (the presets it enters, as
     experiments/hwmodel_sensitivity.py rebuilds them) keeps every preset within its power limit."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "experiments" / "hwmodel_sensitivity.py"
-    spec = importlib.util.spec_from_file_location("hwmodel_sensitivity_energy", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["hwmodel_sensitivity_energy"] = mod
-    spec.loader.exec_module(mod)
+    from experiment_modules import load
+    mod = load("hwmodel_sensitivity")
     checked = 0
     for name, (value, rng, _) in presets.ASSUMPTIONS.items():
         if value is None or rng is None:

@@ -2,12 +2,12 @@
 they rest on: hosts as presets, HyGCN's aggregate-first dataflow and interval-shard reuse, the
 UPMEM server's native int8 multiply. Cost-model evaluations only."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from experiment_modules import load
 
 from codesign.hwmodel import estimate, presets
 
@@ -15,12 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _module():
-    path = ROOT / "experiments" / "reproduce_published.py"
-    spec = importlib.util.spec_from_file_location("reproduce_published", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_published"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load("reproduce_published")
 
 
 def test_published_file_matches_the_code_and_marks_the_band():

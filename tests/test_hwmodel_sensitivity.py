@@ -2,10 +2,8 @@
 chosen point, reductions, front and energy spread are recomputed here from the GCN model's own
 workload (`codesign.models.GCN.workload`, not the script's `workload`) and a hand-built preset."""
 
-import importlib.util
 import json
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -13,21 +11,13 @@ import pytest
 from codesign.hwmodel import estimate, measure_locality, presets
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE
 from codesign.results import config_key
+from experiment_modules import load
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BITS = ("x0", "w0", "x1", "w1")
 
 
-def _load():
-    path = ROOT / "experiments" / "hwmodel_sensitivity.py"
-    spec = importlib.util.spec_from_file_location("hwmodel_sensitivity", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["hwmodel_sensitivity"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-hs = _load()
+hs = load("hwmodel_sensitivity")
 
 # (edge, feature, channel, bits of every tensor)
 DENSE = (1.0, 1.0, 1.0, 32.0)

@@ -170,17 +170,13 @@ def test_cli_validate_table_json(capsys):
 def test_fit_gpu_presets_script_runs_on_a_small_table(tmp_path, capsys):
     """experiments/fit_gpu_presets.py end to end (--no-save) on tables of the public format: a record per
     table and kernel with fitted factors and grouped-CV metrics, and nothing written."""
-    import importlib.util
+    from experiment_modules import load
     rng = np.random.default_rng(1)
     for kind, name, widths in (("spmm", "h100_spmm_fp32.csv", (128, 256)), ("sddmm", "h100_sddmm_fp32.csv", (32,))):
-        body = "".join(f"m{i},{n},{n * 8},{w},{rng.uniform(0.02, 2.0):.4f},\n"
-                       for i, n in enumerate(10 ** rng.uniform(3, 6, 8)) for w in widths
-                       for n in [int(n)])
+        rows = (10 ** rng.uniform(3, 6, 8)).astype(int)
+        body = "".join(f"m{i},{n},{n * 8},{w},{rng.uniform(0.02, 2.0):.4f},\n" for i, n in enumerate(rows) for w in widths)
         (tmp_path / name).write_text("matrix,n_rows,nnz,width,fast_ms,slow_ms\n" + body)
-    spec = importlib.util.spec_from_file_location(
-        "fit_gpu_presets", Path(__file__).resolve().parent.parent / "experiments" / "fit_gpu_presets.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load("fit_gpu_presets")
     before = (presets.FITS_DIR / "h100.json").read_text()
     rec = mod.main(["--dir", str(tmp_path), "--no-save"])
     assert (presets.FITS_DIR / "h100.json").read_text() == before
