@@ -220,16 +220,22 @@ def _output_passes_bytes(stage: Stage, hw: HardwareSpec) -> jax.Array:
     return hw.output_accumulate_passes * out * spill
 
 
+def _aggregation_counts(stage: Stage) -> tuple:
+    """A row-structured aggregation stage's counts per pass (``Stage.launches`` passes):
+    ``(passes, N rows, nnz gathers, X bytes, output bytes)``, the output being the part of
+    ``link_bytes`` beyond X (needs ``working_set_rows`` and ``link_bytes``)."""
+    passes = jnp.maximum(jnp.asarray(stage.launches, jnp.float32), 1e-30)
+    x = stage.working_set_bytes
+    return (passes, jnp.maximum(stage.working_set_rows, 1.0), stage.gathered_rows / passes, x,
+            jnp.maximum(stage.link_bytes / passes - x, 0.0))
+
+
 def _interval_regather_bytes(stage: Stage, buffer_bytes, floor) -> jax.Array:
     """Re-gathered bytes of an aggregation under interval-shard partitioning (HyGCN, Yan et al.
     HPCA 2020 Sec. 4.2): I = max(1, out / buffer) destination intervals, each loading once the
     source rows with an edge into it (N (1 - exp(-nnz / (I N))) of N, uniform senders), beyond
     the compulsory one read of X."""
-    passes = jnp.maximum(jnp.asarray(stage.launches, jnp.float32), 1e-30)
-    n = jnp.maximum(stage.working_set_rows, 1.0)
-    x = stage.working_set_bytes
-    out = jnp.maximum(stage.link_bytes / passes - x, 0.0)
-    nnz = stage.gathered_rows / passes
+    passes, n, nnz, x, out = _aggregation_counts(stage)
     intervals = jnp.maximum(1.0, out / jnp.maximum(buffer_bytes, 1.0))
     loaded = intervals * n * -jnp.expm1(-nnz / (intervals * n))
     return passes * jnp.maximum(loaded - n, 0.0) * (x / n) * floor
@@ -290,11 +296,7 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> St
         imbalance = jnp.ones((), jnp.float32)
         internal = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, nmp.buffer_bytes, floor))
     else:
-        passes = jnp.maximum(jnp.asarray(stage.launches, jnp.float32), 1e-30)
-        n = jnp.maximum(stage.working_set_rows, 1.0)
-        nnz = stage.gathered_rows / passes
-        x = stage.working_set_bytes
-        out = jnp.maximum(link / passes - x, 0.0)
+        passes, n, nnz, x, out = _aggregation_counts(stage)
         structure = jnp.maximum(stage.compulsory_bytes / passes - x - out, 0.0)
         row_x, row_out = x / n, out / n
         share = -jnp.expm1(-nnz / (units * n))  # f: rows one unit touches / N
