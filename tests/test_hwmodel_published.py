@@ -86,3 +86,18 @@ def test_docs_tables_are_the_stored_result():
     assert mod.markdown(stored) in (ROOT / "docs" / "hwmodel.md").read_text(), \
         "docs/hwmodel.md: regenerate the published-comparison tables with reproduce_published.markdown"
     assert [h["speedup_over_host"] for h in stored["hosts"]] == [h["speedup_over_host"] for h in mod.host_rows()]
+
+
+def test_v100_baseline_check_is_recomputed_and_published_times_are_the_baseline():
+    """The v100 preset's error against GNNear's published V100 DGL times is what the code gives
+    now, and the 'published DGL times' row divides those times (not the v100 preset) by gnnear."""
+    mod = _module()
+    stored = json.loads(mod.OUT.read_text())
+    fresh = mod.baseline_check()
+    assert stored["baseline_check"]["n"] == fresh["n"] == len(mod.V100_DGL_S_PER_EPOCH) == 15
+    assert stored["baseline_check"]["mape"] == pytest.approx(fresh["mape"], rel=1e-3)
+    row = next(r for r in stored["rows"] if r["baseline"] == "v100-published")
+    m, d = "gcn", "reddit"
+    gn = float(estimate(mod.build(m, d, True), presets.get("gnnear")).latency_s)
+    assert row["per_workload"][f"{m}/{d}"] == pytest.approx(mod.V100_DGL_S_PER_EPOCH[(m, d)] / gn, rel=1e-3)
+    assert row["n_workloads"] == 15 and "gin/ogbn-products" not in row["per_workload"]
