@@ -169,8 +169,8 @@ def _add_training(p: argparse.ArgumentParser, bits: Optional[int] = None, edge_m
     p.add_argument("--pin-ranges", action="store_const", const=True, default=None,
                    help="learned widths: pin weight / hidden ranges to the data max (TrainConfig.pin_ranges)")
     p.add_argument("--sparse-features", action="store_const", const=True, default=None,
-                   help="GCN: price the input features stored as CSR, each kept column by its nonzeros, as "
-                        "codesign.deploy runs them (TrainConfig.cost.sparse_features)")
+                   help="price the input features stored dense or CSR, whichever the target runs cheaper, for "
+                        "the model and its dense reference alike (TrainConfig.cost.sparse_features)")
 
 
 _SWITCH = {"auto": None, "on": True, "off": False}

@@ -15,14 +15,15 @@ from codesign.hwmodel.spec import (PRECISION_TIERS, HardwareSpec, NearMemorySpec
                                    nmp_mac_energy_pj, nmp_macs_per_s, tier_bits, vector_macs_per_s)
 from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
                                        csr_chunk_spmm_stages, csr_gemm_stage, elementwise_stage, gemm_stage,
-                                       message_passing_layer, segment_spmm_stages, spmm_stage, upcast_gemm_stages,
-                                       with_backward)
+                                       input_gemm_stage, message_passing_layer, segment_spmm_stages, spmm_stage,
+                                       upcast_gemm_stages, with_backward)
 
 __all__ = ["presets", "area_mm2", "peak_power_parts", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
            "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "PRECISION_TIERS", "nmp_mac_energy_pj",
            "nmp_macs_per_s", "tier_bits", "floored_row_bytes", "LayerWorkload", "Stage", "Workload",
            "attention_stages", "bsr_spmm_stage", "csr_chunk_spmm_stages", "csr_gemm_stage", "elementwise_stage",
+           "input_gemm_stage",
            "gemm_stage",
            "message_passing_layer",
            "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "with_backward", "MAX_BITS", "MIN_BITS",

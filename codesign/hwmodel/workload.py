@@ -196,6 +196,15 @@ def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
     return Stage("gemm", m * k * n, bits, compulsory, zero, zero)
 
 
+def input_gemm_stage(m, k, n, a_bits, w_bits, out_bits, a_nnz=None) -> Stage:
+    """A layer's GEMM on its input ``A[m, k] @ W[k, n]``: `gemm_stage` when ``A`` is stored dense
+    (``a_nnz`` None), `csr_gemm_stage` over its ``a_nnz`` stored nonzeros when it is stored CSR
+    (bag-of-words input features). Raises as those two."""
+    if a_nnz is None:
+        return gemm_stage(m, k, n, a_bits, w_bits, out_bits)
+    return csr_gemm_stage(m, k, n, a_nnz, a_bits, w_bits, out_bits)
+
+
 def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     """Sparse-input GEMM ``A[m, k] @ W[k, n]`` with ``A`` stored as CSR with ``nnz`` nonzeros (a
     bag-of-words feature matrix: scipy's CSR x dense product, cuSPARSE SpMM): every stored
@@ -436,7 +445,8 @@ def elementwise_stage(n, width, bits, ops=1.0) -> Stage:
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
                           training: bool = False, locality: Optional[LocalityProfile] = None,
-                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None) -> LayerWorkload:
+                          edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None,
+                          in_nnz=None) -> LayerWorkload:
     """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
 
     Args:
@@ -453,6 +463,8 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
       nnz_blocks, block_size: if given, the aggregation runs as the block-sparse (BSR) kernel
         over ``nnz_blocks`` kept B x B tiles (`bsr_spmm_stage`, uniform block re-reference) --
         the workload of a `codesign.sparsify.BlockEdgeMask` model -- instead of the COO SpMM.
+      in_nnz: stored nonzeros of X when it is stored CSR (`input_gemm_stage`); the layer then
+        runs combine-first in both orders (no sparse x sparse product). None = X stored dense.
 
     Returns:
       `LayerWorkload` with both dataflow orders.
@@ -471,8 +483,9 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
     else:
         def agg(width, bits_in, bits_out):
             return bsr_spmm_stage(n_nodes, nnz_blocks, block_size, width, bits_in, bits_out)
-    agg_then = (agg(in_dim, x_bits, x_bits), gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits))
-    comb_then = (gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits), agg(out_dim, out_bits, out_bits))
+    gemm = input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, in_nnz)
+    comb_then = (gemm, agg(out_dim, out_bits, out_bits))
+    agg_then = comb_then if in_nnz is not None else (agg(in_dim, x_bits, x_bits), gemm)
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
         agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))

@@ -30,7 +30,7 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, derived_aggregation, graph_counts,
-                                    mask_densities, override_bits)
+                                    input_nnz, mask_densities, override_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex.layers import appnp_step
@@ -150,8 +150,8 @@ class APPNP(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
-                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`):
+                 locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
+        """The `hwmodel.Workload` (arguments as `GCN.workload`, ``feature_nnz`` too: ``mlp0``'s input):
 
           ``mlp0``, ``mlp1``: the MLP's GEMMs N x K x hidden and N x hidden x C (+ bias/ReLU);
             ``mlp1`` writes fp32 logits.
@@ -163,6 +163,7 @@ class APPNP(GNN):
         graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
         return hwmodel.Workload(
             self.lin1.workload("mlp0", graph, in_dim=d["feature"] * self.lin1.in_features,
-                               out_bits=self.lin2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+                               out_bits=self.lin2.input_bits(hard) if b is None else b, hard=hard, bits=b,
+                               in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.lin2.workload("mlp1", graph, out_bits=FP32_BITS, hard=hard, bits=b)
             + self.propagation.workload("prop", graph), training)

@@ -61,7 +61,7 @@ from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receive
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
-                                    mask_densities, override_bits, quant_bits)
+                                    input_nnz, mask_densities, override_bits, quant_bits)
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
@@ -201,9 +201,10 @@ class GATConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """One `hwmodel.LayerWorkload` (`Layer.workload` for the arguments; ``out_dim`` is the kept
-        H*F projected channels). Combine-first only (attention needs the projected features), so
+        H*F projected channels; ``in_nnz``: the projection over the stored nonzeros). Combine-first
+        only (attention needs the projected features), so
         both dataflow orders hold the same stages: GEMM N x K x (H*F), then the attention stages
         derived from the `codesign.vertex.layers.gat` program over H heads (`derived_aggregation`,
         the fused-attention plan: SDDMM of the score terms, edge softmax, attention-weighted SpMM
@@ -221,7 +222,7 @@ class GATConv(Layer):
         attention = derived_aggregation(vertex_layers.gat, name, graph, {"h": self.out_features},
                                         kept_widths={"h": hf / self.heads}, bits={"h": out_bits}, out_bits=out_bits,
                                         heads=self.heads, blocks=False)
-        gemm = (hwmodel.gemm_stage(n, k, hf, x_bits, w_bits, out_bits),)
+        gemm = (hwmodel.input_gemm_stage(n, k, hf, x_bits, w_bits, out_bits, in_nnz),)
         elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
                                            head_mean=not self.concat and self.heads > 1),)
         if graph.training:
@@ -335,9 +336,9 @@ class GAT(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
-                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`): ``layer0``, ``layer1``
-        (`GATConv.workload`).
+                 locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
+        """The `hwmodel.Workload` (arguments as `GCN.workload`, ``feature_nnz`` too): ``layer0``,
+        ``layer1`` (`GATConv.workload`).
 
         Counts: K of layer 0 = feature density x in_features; H*F of layer 0 and K of layer 1 =
         channel density x heads x hidden. Bits (`layer_bits`, or ``bits`` for all): layer ``l``'s
@@ -350,7 +351,8 @@ class GAT(GNN):
         hf0 = d["channel"] * (self.conv1.heads * self.conv1.out_features)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hf0,
-                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, in_dim=hf0, out_bits=FP32_BITS, hard=hard, bits=b),
             training)
 

@@ -22,7 +22,7 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    make_quantizer, mask_densities, override_bits, quant_bits)
+                                    input_nnz, make_quantizer, mask_densities, override_bits, quant_bits)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -94,8 +94,7 @@ class GCNConv(Layer):
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         k = self.in_features if in_dim is None else in_dim
         f = self.out_features if out_dim is None else out_dim
-        gemm = (hwmodel.gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits) if in_nnz is None else
-                hwmodel.csr_gemm_stage(graph.n_nodes, k, f, in_nnz, x_bits, w_bits, out_bits),)
+        gemm = (hwmodel.input_gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits, in_nnz),)
         elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
         if graph.training:
             gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
@@ -194,9 +193,8 @@ class GCN(GNN):
         ``locality``: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference).
         ``feature_nnz``: float [in_features] stored nonzeros of each input column when the features
         are stored sparse (CSR: `codesign.graph.feature_column_nnz`; the first GEMM is then a
-        `hwmodel.csr_gemm_stage` over the kept columns' nonzeros, weighted by each feature gate's
-        P(z > 0), or its hard mask with ``hard``; a ``densities["feature"]`` override keeps that
-        fraction of all nonzeros); None = features stored dense.
+        `hwmodel.csr_gemm_stage` over the kept columns' nonzeros, `input_nnz`); None = features
+        stored dense. Every model's ``workload`` takes it.
 
         Raises:
           ValueError: ``feature_nnz`` not of shape ``[in_features]``."""
@@ -206,18 +204,7 @@ class GCN(GNN):
                              locality=locality)
         width = d["channel"] * self.conv1.out_features
         mid_bits = self.conv2.input_bits(hard) if b is None else b
-        in_nnz = None
-        if feature_nnz is not None:
-            feature_nnz = jnp.asarray(feature_nnz, jnp.float32)
-            if feature_nnz.shape != (self.in_features,):
-                raise ValueError(f"GCN.workload(feature_nnz): expected shape ({self.in_features},), "
-                                 f"got {feature_nnz.shape}")
-            if densities is not None and "feature" in densities:  # what-if: columns kept at random
-                in_nnz = d["feature"] * jnp.sum(feature_nnz)
-            else:
-                keep = (jnp.ones_like(feature_nnz) if self.feature_mask is None
-                        else self.feature_mask.keep_probability(hard))
-                in_nnz = jnp.sum(keep * feature_nnz)
+        in_nnz = input_nnz(self, feature_nnz, densities, d, hard)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
                                 out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz,

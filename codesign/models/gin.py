@@ -25,7 +25,7 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities,
-                                    override_bits, quant_bits)
+                                    input_nnz, override_bits, quant_bits)
 from codesign.sparsify import EdgeMask, FeatureMask
 
 
@@ -78,9 +78,10 @@ class GINConv(Layer):
         return self.lin1.input_bits(hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments; ``out_dim`` is
-        ``lin2``'s output):
+        ``lin2``'s output; with ``in_nnz`` ``lin1``'s GEMM runs first, over the stored nonzeros:
+        ``((1+eps) X + A X) W1 = (1+eps) X W1 + A (X W1)``):
 
           ``name``:        SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
                            both orders, + bias/ReLU (`hwmodel.message_passing_layer`); the hidden
@@ -91,7 +92,7 @@ class GINConv(Layer):
         mid_bits = self.lin2.input_bits(hard) if bits is None else bits
         agg = hwmodel.message_passing_layer(name, graph.n_nodes, graph.kept_edges + graph.n_nodes,
                                             self.in_features if in_dim is None else in_dim, self.hidden, x_bits,
-                                            w_bits, mid_bits, **graph.aggregation(blocks=False))
+                                            w_bits, mid_bits, **graph.aggregation(blocks=False), in_nnz=in_nnz)
         return (agg,) + self.lin2.workload(f"{name}.mlp", graph, out_dim=out_dim, out_bits=out_bits, hard=hard,
                                            bits=bits)
 
@@ -139,8 +140,8 @@ class GIN(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
-                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
-        """The `hwmodel.Workload` (arguments as `GCN.workload`). Per GIN layer ``l``:
+                 locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
+        """The `hwmodel.Workload` (arguments as `GCN.workload`, ``feature_nnz`` too). Per GIN layer ``l``:
 
           ``layer{l}``:     SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
                             both orders, + bias/ReLU (`hwmodel.message_passing_layer`);
@@ -152,6 +153,7 @@ class GIN(GNN):
         graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
-                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)

@@ -213,6 +213,29 @@ def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple,
                                  gemm + comb_first.combine_first + comb_first.elementwise, elem)
 
 
+def input_nnz(model, feature_nnz, densities: Optional[dict], d: dict, hard: bool) -> Optional[jax.Array]:
+    """float32 scalar: the stored nonzeros of a model's input features when they are stored CSR,
+    for its ``workload(feature_nnz=...)`` (None when ``feature_nnz`` is None: stored dense).
+
+    ``feature_nnz``: float [in_features] nonzeros of each input column
+    (`codesign.graph.feature_column_nnz`); each column counts with its feature gate's P(z > 0)
+    (its hard mask with ``hard``; all columns without a feature mask); a ``densities["feature"]``
+    what-if override keeps that fraction of all nonzeros (``d``: the resolved densities).
+
+    Raises:
+      ValueError: ``feature_nnz`` not of shape ``[model.in_features]``."""
+    if feature_nnz is None:
+        return None
+    feature_nnz = jnp.asarray(feature_nnz, jnp.float32)
+    if feature_nnz.shape != (model.in_features,):
+        raise ValueError(f"{type(model).__name__}.workload(feature_nnz): expected shape ({model.in_features},), "
+                         f"got {feature_nnz.shape}")
+    if densities is not None and "feature" in densities:  # what-if: columns kept at random
+        return d["feature"] * jnp.sum(feature_nnz)
+    keep = jnp.ones_like(feature_nnz) if model.feature_mask is None else model.feature_mask.keep_probability(hard)
+    return jnp.sum(keep * feature_nnz)
+
+
 def override_bits(bits) -> Optional[jax.Array]:
     """A model ``workload``'s ``bits`` argument as a float32 scalar for every tensor (None: each
     layer reads its own quantizers). Raises ValueError outside [1, 32] (`hwmodel.check_bits`)."""
@@ -230,8 +253,11 @@ class Layer(nnx.Module):
     ``out_dim`` are the kept input / output columns (None: all; a feature or channel mask of the
     model shrinks them), ``out_bits`` the width the output is stored at (the next layer's
     `input_bits`, fp32 for logits), ``bits`` a float32 override of every quantizer's width (None:
-    the layer's quantizers, expected or with ``hard`` deployed). ``input_bits(hard)`` is the width
-    the layer reads its input at.
+    the layer's quantizers, expected or with ``hard`` deployed), ``in_nnz`` the stored nonzeros of
+    the input when it is stored CSR (the first layer's bag-of-words features, `input_nnz`): the
+    layer's GEMMs on its input are then `hwmodel.input_gemm_stage` over those nonzeros and an
+    aggregation of the input moves after the GEMM (combine-first); None = stored dense.
+    ``input_bits(hard)`` is the width the layer reads its input at.
     """
 
     @abc.abstractmethod
@@ -244,7 +270,7 @@ class Layer(nnx.Module):
 
     @abc.abstractmethod
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=32,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """The stages of one forward of this layer on ``graph``."""
 
 
@@ -286,13 +312,14 @@ class QuantLinear(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """`dense_layer` of this GEMM on ``graph.n_nodes`` rows: ``in_dim`` / ``out_dim`` kept
-        columns (default: all), bits from its quantizers (``bits``: one override for both)."""
+        columns (default: all), bits from its quantizers (``bits``: one override for both),
+        ``in_nnz`` as `Layer`."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         return (dense_layer(name, graph.n_nodes, self.in_features if in_dim is None else in_dim,
                             self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
-                            training=graph.training),)
+                            training=graph.training, a_nnz=in_nnz),)
 
 
 def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool,
@@ -312,11 +339,12 @@ def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[Feature
 
 
 def dense_layer(name: str, n_nodes: int, in_dim, out_dim, x_bits, w_bits, out_bits, *,
-                training: bool = False) -> hwmodel.LayerWorkload:
-    """A graph-free layer ``act(X @ W + b)``: one GEMM (the same in both dataflow orders) and the
+                training: bool = False, a_nnz=None) -> hwmodel.LayerWorkload:
+    """A graph-free layer ``act(X @ W + b)``: one GEMM (the same in both dataflow orders;
+    `hwmodel.input_gemm_stage`: over ``a_nnz`` stored nonzeros when X is stored CSR) and the
     bias/activation elementwise stage; backward added when ``training``.
     """
-    gemm = (hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),)
+    gemm = (hwmodel.input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, a_nnz),)
     elem = (hwmodel.elementwise_stage(n_nodes, out_dim, out_bits),)
     if training:
         gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)

@@ -21,6 +21,7 @@ narrower result is aggregated; otherwise the R aggregations of X come first and 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional, Sequence, Union
 
 import jax
@@ -34,7 +35,7 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    mask_densities, override_bits, quant_bits)
+                                    input_nnz, mask_densities, override_bits, quant_bits)
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -150,7 +151,7 @@ class RGCNConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """`rgcn_layer_workloads` over ``graph.relation_edges`` (kept edges per relation; None =
         all kept edges as one relation); `Layer.workload` for the arguments."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
@@ -159,14 +160,14 @@ class RGCNConv(Layer):
                                     self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
                                     n_bases=self.n_bases, training=graph.training, locality=graph.locality,
                                     edge_density=graph.edge_density, in_features=self.in_features,
-                                    out_features=self.out_features)
+                                    out_features=self.out_features, in_nnz=in_nnz)
 
 
 def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim, out_dim, x_bits, w_bits,
                          out_bits, *, n_bases: Optional[int] = None, training: bool = False,
                          locality: Optional[hwmodel.LocalityProfile] = None, edge_density=1.0,
-                         in_features: Optional[int] = None,
-                         out_features: Optional[int] = None) -> tuple[hwmodel.LayerWorkload, ...]:
+                         in_features: Optional[int] = None, out_features: Optional[int] = None,
+                         in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
     """`hwmodel.LayerWorkload`s of one R-GCN layer: one per relation plus the self-connection.
 
     ``"<name>/rel<r>"``: relation r's aggregation and its share of the combination, in both orders
@@ -191,6 +192,8 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
         `hwmodel.message_passing_layer` (the graph's locality profile stands for every relation).
       in_features, out_features: the layer's full widths (ints; the shapes the program is traced
         with); default ``in_dim`` / ``out_dim``, which must then be ints.
+      in_nnz: stored nonzeros of the input when it is stored CSR: every GEMM on it runs over them
+        (`hwmodel.input_gemm_stage`) and each relation runs combine-first; None = stored dense.
 
     Raises:
       ValueError: ``in_features`` / ``out_features`` missing while ``in_dim`` / ``out_dim`` is not an
@@ -206,13 +209,16 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
             given = int(dim)
         full.append(given)
     backward = hwmodel.with_backward if training else tuple
-    gemm = backward((hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),))
+    gemm = backward((hwmodel.input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, in_nnz),))
     layers = []
     for r, nnz in enumerate(relation_nnz):
         rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
-        layers.append(derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
-                                              widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
-                                              blocks=False, self_loops=False))
+        layer = derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
+                                        widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
+                                        blocks=False, self_loops=False)
+        if in_nnz is not None:  # a sparse input runs combine-first only
+            layer = dataclasses.replace(layer, aggregate_first=layer.combine_first)
+        layers.append(layer)
     elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
@@ -291,12 +297,12 @@ class RGCN(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None, locality: Optional[hwmodel.LocalityProfile] = None,
-                 relation_edges: Optional[Sequence[int]] = None) -> hwmodel.Workload:
+                 relation_edges: Optional[Sequence[int]] = None, feature_nnz=None) -> hwmodel.Workload:
         """The `hwmodel.Workload` of this model on a graph with ``n_nodes`` nodes and ``n_edges``
         edges: per layer, one aggregation per relation plus the GEMMs (`rgcn_layer_workloads`).
 
         ``relation_edges``: edges of each relation (default ``n_edges`` split evenly over R); each
-        relation keeps the model's edge density. Other arguments as in `GCN.workload`.
+        relation keeps the model's edge density. Other arguments (``feature_nnz`` too) as in `GCN.workload`.
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
         b = override_bits(bits)
@@ -309,6 +315,7 @@ class RGCN(GNN):
                              relation_edges=relation_edges)
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
-                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
             training)

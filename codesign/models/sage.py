@@ -45,7 +45,7 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
-                                    override_bits, quant_bits)
+                                    input_nnz, override_bits, quant_bits)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 
 AGGREGATORS = ("mean", "max")
@@ -149,7 +149,7 @@ class SAGEConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
         """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments):
 
           ``name``:      the neighbour aggregation over the kept edges (nnz = kept edges, no
@@ -160,14 +160,23 @@ class SAGEConv(Layer):
                          element where a SpMM counts one MAC.
           ``name.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
                          accumulate, no separate stage).
-        """
+
+        With ``in_nnz`` (input stored CSR) both GEMMs run over the stored nonzeros and the mean
+        aggregation runs combine-first.
+
+        Raises:
+          ValueError: ``in_nnz`` with the max aggregation (a max reads its input rows dense)."""
         lb = self.layer_bits(hard) if bits is None else dict(x=bits, w_neigh=bits, w_root=bits)
         k = self.in_features if in_dim is None else in_dim
         f = self.out_features if out_dim is None else out_dim
         x_bits, wn, wr = lb["x"], lb["w_neigh"], lb["w_root"]
         n, nnz, training = graph.n_nodes, graph.kept_edges, graph.training
         if self.aggr == "mean":
-            neigh = hwmodel.message_passing_layer(name, n, nnz, k, f, x_bits, wn, out_bits, **graph.aggregation())
+            neigh = hwmodel.message_passing_layer(name, n, nnz, k, f, x_bits, wn, out_bits, **graph.aggregation(),
+                                                  in_nnz=in_nnz)
+        elif in_nnz is not None:
+            raise ValueError("SAGEConv.workload(in_nnz): the max aggregation reads its input rows dense; "
+                             "a CSR-stored input is costed for aggr='mean' only")
         else:
             agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
                    hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
@@ -175,7 +184,7 @@ class SAGEConv(Layer):
             if training:
                 agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
             neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
-        gemm = (hwmodel.gemm_stage(n, k, f, x_bits, wr, out_bits),)
+        gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wr, out_bits, in_nnz),)
         if training:
             gemm = hwmodel.with_backward(gemm)
         return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
@@ -267,9 +276,10 @@ class GraphSAGE(GNN):
 
     def workload(self, n_nodes: int, n_edges: int, *, hard: bool = False, training: bool = False,
                  bits=None, densities: Optional[dict] = None,
-                 locality: Optional[hwmodel.LocalityProfile] = None) -> hwmodel.Workload:
+                 locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None) -> hwmodel.Workload:
         """The `hwmodel.Workload` (arguments as `GCN.workload`): ``layer{l}`` and ``layer{l}.root``
-        of each layer ``l`` (`SAGEConv.workload`).
+        of each layer ``l`` (`SAGEConv.workload`); ``feature_nnz`` as `GCN.workload` (mean
+        aggregation only: ValueError with max).
 
         K of layer 0 = feature density x in_features; F of layer 0 and K of layer 1 = channel
         density x hidden. Bits: layer ``l`` reads its input at the bits of its ``quant_x`` and each
@@ -283,6 +293,7 @@ class GraphSAGE(GNN):
         hidden = d["channel"] * self.conv1.out_features
         return hwmodel.Workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hidden,
-                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b)
+                                out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, in_dim=hidden, out_bits=FP32_BITS, hard=hard, bits=b),
             training)

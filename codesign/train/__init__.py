@@ -14,7 +14,8 @@ forward and cost. Measured results of these settings are in docs/results.md.
 """
 
 from codesign.train.budget import Controller, no_controller, pi_controller
-from codesign.train.build import adjacency, build_model, dense_cost, teacher_config, workload_inputs
+from codesign.train.build import (adjacency, build_model, cheapest_store, dense_cost, dense_reference, store_costs,
+                                  teacher_config, workload_inputs)
 from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS, FLAT_FIELDS, GATE_OPTIMIZERS,
                                    LEARNED_BITS, OBJECTIVES, SECTIONS, SELECTIONS, CostConfig, DistillConfig,
                                    Interval, MaskConfig, ModelConfig, OneOf, OptimConfig, QuantConfig, TrainConfig)
@@ -32,7 +33,8 @@ __all__ = [
     "GATE_OPTIMIZERS", "EDGE_SPARSIFIERS", "LEARNED_BITS",
     "train", "fit", "make_step", "graph_forward", "graph_evaluate", "TrainStep", "Problem", "FitResult",
     "dense_teacher", "check_budget_feasible",
-    "build_model", "adjacency", "dense_cost", "teacher_config", "workload_inputs",
+    "build_model", "adjacency", "dense_cost", "dense_reference", "store_costs", "cheapest_store", "teacher_config",
+    "workload_inputs",
     "objective", "LossContext", "LossTerm", "task_term", "cost_penalty", "cost_constraint", "bits_penalty", "edge_l0",
     "distillation", "masked_cross_entropy", "masked_accuracy", "distill_kl",
     "Controller", "pi_controller", "no_controller",

@@ -16,7 +16,11 @@ from codesign.quant import pin_ranges
 from codesign.sparsify import BlockEdgeMask, DropEdge, EdgeScorer
 from codesign.train.config import FLAT_FIELDS, TrainConfig
 
-__all__ = ["build_model", "adjacency", "dense_cost", "teacher_config"]
+__all__ = ["build_model", "adjacency", "dense_cost", "dense_reference", "teacher_config", "store_costs",
+           "cheapest_store", "FEATURE_STORES"]
+
+FEATURE_STORES = ("dense", "csr")
+"""How a model's input features can be stored: dense [N, F] or CSR (`store_costs`)."""
 
 
 def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool = False):
@@ -66,19 +70,52 @@ def adjacency(graph: Graph) -> CooAdjacency:
 def workload_inputs(cfg: TrainConfig, graph: Graph) -> dict:
     """What a model's ``workload`` reads of ``graph`` beyond its sizes, as keyword arguments:
     ``locality`` (the measured `hwmodel.LocalityProfile`) and, with ``cfg.cost.sparse_features``,
-    ``feature_nnz`` (float32 [F] nonzeros per feature column, `codesign.graph.feature_column_nnz`)."""
+    ``feature_nnz`` (float32 [F] nonzeros per feature column, `codesign.graph.feature_column_nnz`),
+    which lets `store_costs` price the CSR store beside the dense one."""
     inputs = {"locality": hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
     if cfg.cost.sparse_features:
         inputs["feature_nnz"] = feature_column_nnz(graph.x)
     return inputs
 
 
+def store_costs(model, n_nodes: int, n_edges: int, hw: hwmodel.HardwareSpec, inputs: Optional[dict] = None, *,
+                hard: bool = True, **kw) -> dict:
+    """The modeled cost of ``model`` on ``hw`` per way of storing its input features: ``{"dense":
+    CostReport}`` and, when ``inputs`` holds ``feature_nnz``, ``"csr"`` (`FEATURE_STORES`; every
+    model's ``workload(feature_nnz=...)``). ``inputs``: `workload_inputs`; ``kw``: further
+    ``workload`` arguments (``densities``, ``bits``). Traceable (the reports hold jax scalars).
+
+    The one cost entry point of a run: the co-designed model and its dense FP32 reference are
+    both priced here, and each takes the store ``hw`` runs cheaper (`cheapest_store`), so a
+    reduction is never against features a target would not store dense."""
+    inputs = dict(inputs or {})
+    nnz = inputs.pop("feature_nnz", None)
+    out = {"dense": hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, **inputs, **kw), hw)}
+    if nnz is not None:
+        out["csr"] = hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, feature_nnz=nnz, **inputs, **kw), hw)
+    return out
+
+
+def cheapest_store(costs: dict, objective: str) -> tuple:
+    """``(store, CostReport)`` of the cheapest entry of `store_costs` by ``objective`` (a
+    `CostReport` total: "energy_j", "latency_s", "dram_bytes"); concrete values only."""
+    store = min(costs, key=lambda k: float(getattr(costs[k], objective)))
+    return store, costs[store]
+
+
+def dense_reference(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
+                    inputs: Optional[dict] = None) -> tuple:
+    """``(store, CostReport)``: the modeled inference cost of the dense FP32 version of ``cfg``'s
+    model on ``graph``, its features stored as ``hw`` runs them cheaper by ``cfg.cost.objective``
+    (`store_costs`; ``inputs``: `workload_inputs`; None: uniform re-reference, dense features)."""
+    ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
+    return cheapest_store(store_costs(ref, graph.n_nodes, graph.n_edges, hw, inputs), cfg.cost.objective)
+
+
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
                inputs: Optional[dict] = None) -> hwmodel.CostReport:
-    """Modeled inference cost of the dense FP32 version of ``cfg``'s model on ``graph``
-    (``inputs``: `workload_inputs`; None: uniform re-reference, dense features)."""
-    ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
-    return hwmodel.estimate(ref.workload(graph.n_nodes, graph.n_edges, hard=True, **(inputs or {})), hw)
+    """The `CostReport` of `dense_reference`."""
+    return dense_reference(cfg, graph, hw, inputs)[1]
 
 
 def teacher_config(cfg: TrainConfig) -> TrainConfig:

@@ -210,10 +210,12 @@ class CostConfig(_Section):
         multiplier) instead of the penalty (``weight`` must then be 0).
       budget_lr, budget_kp, budget_band: the multiplier's integral gain, proportional gain and
         integration band (units of the log cost ratio).
-      sparse_features: price the input features as stored sparse (CSR): the first GEMM costs
-        each kept column's nonzeros (`codesign.models.GCN.workload`'s ``feature_nnz``), which is
-        how `codesign.deploy` runs bag-of-words features where that is faster; the dense
-        reference is priced with the same store. GCN only.
+      sparse_features: let the input features be stored sparse (CSR) where the target runs that
+        cheaper: the model and its dense FP32 reference are each priced with the cheaper of the
+        dense and the CSR store by ``objective`` (`codesign.train.store_costs`; the CSR first GEMM
+        costs each kept column's nonzeros, every model's ``workload(feature_nnz=...)``), as
+        `codesign.deploy` runs bag-of-words features where that is faster. Off: stored dense.
+        Not with GraphSAGE's max aggregation (it reads its input rows dense).
     """
 
     SECTION: ClassVar[str] = "cost"
@@ -322,9 +324,9 @@ class TrainConfig:
                 got = type(getattr(self, name)).__name__
                 raise TypeError(f"TrainConfig.{name}: must be a {cls.__name__}, got {got}")
         _SEED.check("TrainConfig.seed", self.seed)
-        if self.cost.sparse_features and self.model.name != "gcn":
-            raise ValueError(f"TrainConfig.cost.sparse_features: only the gcn model prices sparse input features, "
-                             f"got model={self.model.name!r}")
+        if self.cost.sparse_features and self.model.name == "sage" and self.model.aggr == "max":
+            raise ValueError("TrainConfig.cost.sparse_features: GraphSAGE's max aggregation reads its input rows "
+                             "dense (aggr='max'); use aggr='mean' or dense features")
         if self.masks.edge_l0_weight > 0 and not self.uses_edge_mask:
             raise ValueError("TrainConfig.masks.edge_l0_weight: needs an edge mask (masks.edge=True, or a cost term "
                              "with masks.edge left at None)")

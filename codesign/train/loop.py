@@ -12,6 +12,7 @@ terms), the budget controller (`codesign.train.budget`), one typed-parameter opt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 import weakref
 from typing import Any, Callable, NamedTuple, Optional, Sequence
@@ -26,7 +27,8 @@ from codesign import hwmodel
 from codesign.graph import Graph
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
-from codesign.train.build import adjacency, build_model, dense_cost, teacher_config, workload_inputs
+from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, store_costs, teacher_config,
+                                  workload_inputs)
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
 from codesign.train.optim import optimizer
@@ -252,7 +254,7 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     elif cfg.distill.weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
-    dense = dense_cost(cfg, graph, hw, inputs)
+    dense_store, dense = dense_reference(cfg, graph, hw, inputs)
     dense_c = float(getattr(dense, cfg.cost.objective))
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
                                              quant=cfg.seed + 3))
@@ -260,9 +262,9 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         check_budget_feasible(cfg, model, graph, hw, inputs, dense_c)
     adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
 
-    def cost_ratio(m, hard: bool):
-        report = hwmodel.estimate(m.workload(n, e, hard=hard, **inputs), hw)
-        return getattr(report, cfg.cost.objective) / dense_c
+    def cost_ratio(m, hard: bool):  # the cheaper feature store, as the reference (`store_costs`)
+        costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
+        return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
 
     model.train()
     fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher), cfg,
@@ -272,10 +274,11 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
-        rep = hwmodel.estimate(model.workload(n, e, hard=True, **inputs), target)
-        ref = dense if target is hw else dense_cost(cfg, graph, target, inputs)
+        store, rep = cheapest_store(store_costs(model, n, e, target, inputs), cfg.cost.objective)
+        ref_store, ref = (dense_store, dense) if target is hw else dense_reference(cfg, graph, target, inputs)
         by_hw[target.name] = {"modeled": rep.summary(), "dense_modeled": ref.summary(),
-                              "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target)}
+                              "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target),
+                              "feature_store": store, "dense_feature_store": ref_store}
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
     extra = {}
     if teacher is not None:
@@ -341,8 +344,8 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
     untrained ``model`` with every mask the config learns fully closed (the cost left by
     self-loops, kept layers, the bits). ``inputs``: `workload_inputs`."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
-    floor = float(getattr(hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=closed,
-                                                          **inputs), hw), cfg.cost.objective)) / dense_c
+    costs = store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, densities=closed)
+    floor = float(getattr(cheapest_store(costs, cfg.cost.objective)[1], cfg.cost.objective)) / dense_c
     if cfg.cost.budget < floor:
         raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} "
                          f"model with every "
