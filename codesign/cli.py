@@ -590,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sweep", "accuracy-vs-cost sweep over cost weights x seeds (resumable)")
     _add_common(p)
     # Default method: feature mask + 8-bit. Free per-edge gates overfit Cora's 140 labels: at cost
-    # weight 0 they still drop 23% of edges and cost 2.5 points (measured); see README.
+    # weight 0 they still drop 23% of edges and cost 2.5 points (measured); see docs/results.md.
     _add_training(p, bits=8, edge_mask="off")
     p.add_argument("--cost-weights", type=_cost_weights, default=[0.0, 0.03, 0.1, 0.3, 1.0, 3.0],
                    help="comma-separated cost weights (finite, >= 0), each run at --bits (the FP32 dense "

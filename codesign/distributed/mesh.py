@@ -60,7 +60,7 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     other JAX call. With no arguments JAX detects the cluster (SLURM, Open MPI, Kubernetes, TPU).
 
     After it returns, ``jax.devices()`` lists the devices of all processes and `make_mesh`
-    spans them; each process must run the same program (SPMD). See README, "Scale-out".
+    spans them; each process must run the same program (SPMD). See docs/guide.md, "Scale-out".
     """
     jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
                                process_id=process_id, **kwargs)
