@@ -437,8 +437,10 @@ def cmd_cost(args) -> int:
     n, e = graph.n_nodes, graph.n_edges
     common = dict(training=args.training, locality=hwmodel.measure_locality(graph.senders, graph.receivers, n))
     bits = 32 if args.bits is None else args.bits  # not `args.bits or 32`: --bits 0 must be refused, not costed as 32
+    from codesign.graph import feature_column_nnz
     workloads = {
         "dense fp32": model.workload(n, e, hard=True, **common),
+        "dense fp32, CSR features": model.workload(n, e, hard=True, feature_nnz=feature_column_nnz(graph.x), **common),
         f"given ({bits}-bit, edges {args.edge_density:g}, features {args.feature_density:g})":
             model.workload(n, e, bits=float(bits),
                            densities={"edge": args.edge_density, "feature": args.feature_density}, **common),

@@ -108,7 +108,9 @@ def test_readme_command_runs(command, cora, tmp_path):
             rec = json.loads(out)
             assert list(rec) == hws
             for per in rec.values():
-                assert len(per) == 2 and all(rep["energy_j"] > 0 and rep["stages"] for rep in per.values())
+                assert len(per) == 3 and all(rep["energy_j"] > 0 and rep["stages"] for rep in per.values())
+                # bag-of-words features stored CSR: the dense model's first GEMM over their nonzeros
+                assert per["dense fp32, CSR features"]["energy_j"] < per["dense fp32"]["energy_j"]
         else:
             assert all(hw in out for hw in hws) and "latency_s" in out and "bound" in out
     elif argv[0] == "deploy":
