@@ -1,6 +1,6 @@
 """Quantization: fake quantization with a straight-through estimator, learned step sizes (LSQ),
-learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), integer
-export and post-training-quantization baselines (`codesign.quant.baselines`).
+learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), and integer
+export.
 
 Every quantizer derives from the abstract base `Quantizer`: ``q(x) -> x_hat`` (same shape and
 dtype), ``expected_bits()`` (float32 scalar, the mean bit-width the cost model prices) and
@@ -10,7 +10,6 @@ variables and learned bit-width parameters `BitParam` variables (both ``nnx.Para
 subclasses), so optimizers can treat them separately.
 """
 
-from codesign.quant.baselines import calibrate_ptq, calibrate_scale, prepare_ptq
 from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, protection_probs,
                                    protective_mask)
 from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
@@ -63,8 +62,4 @@ __all__ = [
     "export_quantizer",
     "pack_int4",
     "unpack_int4",
-    # post-training quantization
-    "calibrate_scale",
-    "calibrate_ptq",
-    "prepare_ptq",
 ]
