@@ -16,8 +16,6 @@ from codesign.sparsify import (
     EdgeMask,
     EdgeScorer,
     EdgeSparsifier,
-    GateLogit,
-    HardConcreteGate,
     ScorerLogits,
     ScorerParam,
     deterministic,

@@ -12,7 +12,8 @@ import optax
 import pytest
 from flax import nnx
 
-from codesign.quant import (FakeQuant, LSQQuant, QuantStep, expected_bits, hard_bits, lsq_init_step, lsq_quant, lsq_range, round_ste, scale_grad)
+from codesign.quant import (FakeQuant, LSQQuant, QuantStep, expected_bits, hard_bits, lsq_init_step, lsq_quant,
+                            lsq_range, round_ste, scale_grad)
 
 
 @pytest.fixture(autouse=True)
