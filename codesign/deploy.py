@@ -14,12 +14,12 @@
 - edges whose gate is 0 are removed and the GCN normalization ``D^-1/2 (A_gated + I) D^-1/2``
   is recomputed over the kept ones, as the hardened model defines it (`gcn_normalize`); the
   result is one scipy CSR matrix;
-- quantized weights are stored as integer codes (int8; int4 and narrower packed two per byte)
-  with their per-tensor scale, taken from the *full* weight before rows and columns are removed
-  (the hardened model's grid); activations are quantized at run time on the same grid as the
-  hardened model (per-tensor max scale). On this CPU the matrix products run in float32 on the
-  dequantized codes: numpy has no int8 GEMM faster than its float32 one
-  (docs/results.md), so the integer path is not taken.
+- quantized weights are stored as integer codes (int8 arrays; their stored bytes are counted at
+  ``bits`` per value, as packed) with their per-tensor scale, taken from the *full* weight before
+  rows and columns are removed (the hardened model's grid); activations are quantized at run
+  time on the same grid as the hardened model (per-tensor max scale). On this CPU the matrix
+  products run in float32 on the dequantized codes: numpy has no int8 GEMM faster than its
+  float32 one (docs/results.md), so the integer path is not taken.
 
 Its logits equal the hardened model's up to float32 summation order (the removed terms are exact
 zeros; the quantized values are the same grid points).

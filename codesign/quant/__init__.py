@@ -12,8 +12,7 @@ subclasses), so optimizers can treat them separately.
 
 from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, protection_probs,
                                    protective_mask)
-from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
-                                   quantize_to_int, unpack_int4)
+from codesign.quant.export import QuantizedTensor, export_quantizer, quantize_rows_int8, quantize_to_int
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits, bits_from_range, code_bits,
                                          expected_bits, hard_bits, learned_bit_codes, learned_bit_quant,
@@ -60,6 +59,4 @@ __all__ = [
     "quantize_to_int",
     "quantize_rows_int8",
     "export_quantizer",
-    "pack_int4",
-    "unpack_int4",
 ]
