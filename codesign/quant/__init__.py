@@ -10,8 +10,7 @@ variables and learned bit-width parameters `BitParam` variables (both ``nnx.Para
 subclasses), so optimizers can treat them separately.
 """
 
-from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, protection_probs,
-                                   protective_mask)
+from codesign.quant.degree import DegreeQuant, a2q_init_bits, degree_cdf, protection_probs
 from codesign.quant.export import QuantizedTensor, export_quantizer, quantize_rows_int8, quantize_to_int
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits, bits_from_range, code_bits,
@@ -50,7 +49,6 @@ __all__ = [
     "hard_bits",
     # degree-aware
     "DegreeQuant",
-    "protective_mask",
     "protection_probs",
     "degree_cdf",
     "a2q_init_bits",
