@@ -14,12 +14,12 @@
 - edges whose gate is 0 are removed and the GCN normalization ``D^-1/2 (A_gated + I) D^-1/2``
   is recomputed over the kept ones, as the hardened model defines it (`gcn_normalize`); the
   result is one scipy CSR matrix;
-- quantized weights are stored as integer codes (int8; int4 and narrower packed two per byte)
-  with their per-tensor scale, taken from the *full* weight before rows and columns are removed
-  (the hardened model's grid); activations are quantized at run time on the same grid as the
-  hardened model (per-tensor max scale). On this CPU the matrix products run in float32 on the
-  dequantized codes: numpy has no fast int8 GEMM (`int8_matmul_is_faster` measures it), so the
-  integer path is not taken where it would be slower.
+- quantized weights are stored as integer codes (int8 arrays; their stored bytes are counted at
+  ``bits`` per value, as packed) with their per-tensor scale, taken from the *full* weight before
+  rows and columns are removed (the hardened model's grid); activations are quantized at run
+  time on the same grid as the hardened model (per-tensor max scale). On this CPU the matrix
+  products run in float32 on the dequantized codes: numpy has no int8 GEMM faster than its
+  float32 one (docs/results.md), so the integer path is not taken.
 
 Its logits equal the hardened model's up to float32 summation order (the removed terms are exact
 zeros; the quantized values are the same grid points).
@@ -63,8 +63,8 @@ from codesign.quant import FakeQuant, LearnedBitQuant, qrange
 COMPUTE_BITS = 32
 """Width the compact program computes and stores activations in: float32 (weights are stored as
 integer codes and dequantized once). numpy has no integer GEMM faster than its float32 one on the
-CPUs measured (`int8_matmul_is_faster`; docs/results.md), so the integer path is
-not taken, and `measure_model` prices the program at this width."""
+CPUs measured (docs/results.md), so the integer path is not taken, and `measure_model` prices
+the program at this width."""
 
 CHANNEL_LANES = 4
 """The hidden width of a deployed program is padded to a multiple of this (float32 lanes of a 128-bit
@@ -73,7 +73,7 @@ not multiples of 4 than at the next multiple (Cora, width 15: X @ W 172 us, A @ 
 16: 128 us, 50 us), so a pruned width of 15 ran slower than the full 16."""
 
 __all__ = ["NotDeployableError", "check_deployable", "COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy",
-           "dense_program", "pick_feature_store", "measure", "measure_model", "int8_matmul_is_faster"]
+           "dense_program", "pick_feature_store", "measure", "measure_model"]
 
 
 class NotDeployableError(NotImplementedError, ValueError):
@@ -522,22 +522,3 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())
     return out
 
-
-def int8_matmul_is_faster(m: int = 2048, k: int = 512, n: int = 64, reps: int = 5) -> dict:
-    """Times an int8 x int8 -> int32 matmul against float32 (numpy, this CPU): the measurement
-    behind the float path. Returns ``{"int8_s", "float32_s", "int8_faster"}`` (medians)."""
-    rng = np.random.default_rng(0)
-    a8, b8 = rng.integers(-127, 128, (m, k), dtype=np.int8), rng.integers(-127, 128, (k, n), dtype=np.int8)
-    af, bf = a8.astype(np.float32), b8.astype(np.float32)
-
-    def median_time(fn):
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
-
-    t8 = median_time(lambda: np.matmul(a8, b8, dtype=np.int32))
-    tf = median_time(lambda: af @ bf)
-    return {"int8_s": t8, "float32_s": tf, "int8_faster": t8 < tf}

@@ -1,12 +1,14 @@
 """The package's import structure, read from the source with `ast` (imports inside functions
 included): no import cycle among codesign modules, no private name imported from another module,
-and no package importing one of a higher layer (docs/architecture.md)."""
+no package importing one of a higher layer (docs/architecture.md), nothing imported from
+experiments/ or paper_figures/; and no public function or class used only by tests."""
 
 from __future__ import annotations
 
 import ast
 import collections
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "codesign"
@@ -112,3 +114,91 @@ def test_no_upward_import():
                        for m, ts in _graph().items() for t in ts
                        if m != "codesign" and _top(t) in LAYERS and LAYERS[_top(t)] > LAYERS[_top(m)])
     assert not offenders, offenders
+
+
+def test_codesign_imports_neither_experiments_nor_paper_figures():
+    """The package is the library; experiments/ and paper_figures/ are its users, never the reverse."""
+    banned = ("experiments", "paper_figures")
+    offenders = []
+    for m, p in MODULES.items():
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{m} imports {n}" for n in names if n.split(".")[0] in banned]
+    assert not offenders, offenders
+
+
+# ------------------------------------------------------------------------------ dead public code
+
+USER_ROOTS = ("codesign", "experiments", "paper_figures")
+"""Where a public name must be used (as code: an ``ast.Name`` or attribute, not a docstring)."""
+DOC_FILES = ("README.md", "docs/*.md", "experiments/*.md")
+"""Markdown whose fenced code blocks also count as uses."""
+
+EXCEPTIONS = {
+    "codesign.graph.to_scipy": "interop: Graph -> scipy.sparse, listed in README's Data bullet",
+    "codesign.graph.from_scipy": "interop: scipy.sparse -> Graph, listed in README's Data bullet",
+    "codesign.data.convert.to_edge_index": "interop with PyG's [2, E] edge_index (README's Data bullet)",
+    "codesign.data.convert.to_networkx": "interop with networkx (README's Data bullet)",
+    "codesign.data.convert.from_networkx": "interop with networkx (README's Data bullet)",
+    "codesign.data.synthetic.csbm": "synthetic graph generator listed in README's Data bullet "
+                                    "(the tests' small labelled graphs)",
+    "codesign.data.synthetic.edge_homophily": "measures the homophily csbm takes as its knob",
+    "codesign.data.synthetic.hetero_sbm": "the typed-relation graph generator for R-GCN (README's Data bullet)",
+    "codesign.models.rgcn.relation_adjacencies": "the only way to give RGCN typed relations (codesign.train passes "
+                                                "one untyped adjacency; models/__init__.py says so)",
+    "codesign.kernels.pallas_csr.with_csr_chunks": "the only way to opt a CooAdjacency into aggregate's "
+                                                  "'pallas_csr' impl (api.py dispatches on an attached CsrChunks)",
+    "codesign.kernels.pallas_csr.gcn_scales": "GCN normalization as csr_chunk_spmm's row/col scales "
+                                             "(docs/kernels_gpu_plan.md)",
+    "codesign.kernels.pallas_csr.csr_chunk_spmm_int8_reference": "plain-JAX oracle of the int8 CSR kernel, "
+                                                                "documented beside it (docs/kernels_gpu_plan.md)",
+    "codesign.kernels.pallas_spmm.bsr_spmm_int8_reference": "plain-JAX oracle of the int8 BSR kernel, the "
+                                                           "contract quantize_rows_int8's features are checked by",
+    "codesign.hwmodel.presets.power_limit_table": "regenerates docs/hwmodel.md's power table by hand "
+                                                 "(a test checks the docs are current)",
+}
+"""Public names used only by tests that are still public API a user imports: ``{qualified name: why}``."""
+
+
+def _public_definitions() -> dict[str, str]:
+    """``{qualified name: name}`` of every public top-level function and class in codesign/."""
+    out = {}
+    for m, p in MODULES.items():
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                out[f"{m}.{node.name}"] = node.name
+    return out
+
+
+def _used_names() -> set[str]:
+    """Identifiers used as code outside tests/: names and attributes in the .py files of
+    `USER_ROOTS` (a top-level definition's own body does not count for its own name; imports,
+    ``__all__`` strings and docstrings never count) and the words of the fenced code blocks of
+    `DOC_FILES`. Matching is by name, not resolved per module: a name defined twice is used
+    when either is."""
+    used = set()
+    for root in USER_ROOTS:
+        for p in (ROOT / root).rglob("*.py"):
+            for top in ast.parse(p.read_text()).body:
+                own = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+                for node in ast.walk(top):
+                    name = (node.id if isinstance(node, ast.Name)
+                            else node.attr if isinstance(node, ast.Attribute) else None)
+                    if name is not None and name != own:
+                        used.add(name)
+    for pattern in DOC_FILES:
+        for p in ROOT.glob(pattern):
+            for block in re.findall(r"```[^\n]*\n(.*?)```", p.read_text(), re.S):
+                used.update(re.findall(r"\w+", block))
+    return used
+
+
+def test_every_public_definition_is_used_outside_tests():
+    """Dead or test-only code is removed or wired into a real path; `EXCEPTIONS` names the rest."""
+    defs, used = _public_definitions(), _used_names()
+    dead = sorted(q for q, name in defs.items() if name not in used and q not in EXCEPTIONS)
+    assert not dead, ("public, but used only by tests (or nothing): remove them, use them, or add them to "
+                      f"EXCEPTIONS with a reason: {dead}")
+    stale = sorted(q for q in EXCEPTIONS if q not in defs or defs[q] in used)
+    assert not stale, f"EXCEPTIONS entries no longer defined or now used (remove them): {stale}"

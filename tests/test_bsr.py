@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from codesign.kernels import (BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate,
-                              condensed_spmm_reference, format_report, metis_permutation, rcm_permutation,
+                              condensed_spmm_reference, metis_permutation, rcm_permutation,
                               segment_spmm)
 from codesign.kernels.reorder import apply_permutation
 
@@ -186,15 +186,6 @@ def test_condensed_reconstructs_dense_and_is_denser(reorder, window, k):
         bsr = BlockSparseAdjacency.from_coo(adj, window, reorder=reorder)
         assert crw.fill_ratio >= bsr.fill_ratio
         assert crw.n_tiles <= bsr.nnz_blocks
-
-
-def test_format_report():
-    rows = format_report(power_law_coo(1, 200), 16)
-    assert {(r["format"], r["reorder"]) for r in rows} == {
-        ("bsr", None), ("bsr", "rcm"), ("condensed", None), ("condensed", "rcm")}
-    for r in rows:
-        assert r["nnz"] > 0 and 0 < r["fill_ratio"] <= 1
-        assert r["fill_ratio"] == pytest.approx(r["nnz"] / r["stored_values"])
 
 
 @pytest.mark.parametrize("bad", [0, 4, 12, 24, 256, -16, 16.0, True, "16", None])

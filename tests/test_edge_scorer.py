@@ -16,14 +16,10 @@ from codesign.sparsify import (
     EdgeMask,
     EdgeScorer,
     EdgeSparsifier,
-    GateLogit,
-    HardConcreteGate,
     ScorerLogits,
     ScorerParam,
     deterministic,
     prob_nonzero,
-    set_temperature,
-    temperature_schedule,
 )
 
 F, H, N, E = 6, 4, 30, 90
@@ -229,61 +225,3 @@ def test_validation_errors(inputs):
         EdgeScorer(F, beta=0.0, rngs=nnx.Rngs(0))
     with pytest.raises(TypeError, match="rngs"):
         EdgeScorer(F, rngs=jax.random.key(0))
-
-
-# ---------------------------------------------------------------- temperature (all hard-concrete gates)
-
-
-def test_temperature_schedule_values():
-    sched = temperature_schedule(2.0, final=0.05, steps=367)
-    assert float(sched(0)) == pytest.approx(2.0)
-    # one stair per step: 2 * r^t with r = 0.025^(1/367) ~ 0.99 (PTDNet's decay)
-    r = 0.025 ** (1 / 367)
-    assert r == pytest.approx(0.99, abs=5e-5)
-    assert float(sched(100)) == pytest.approx(2.0 * r ** 100, rel=1e-5)
-    assert float(sched(367)) == pytest.approx(0.05, rel=1e-6) and float(sched(5000)) == pytest.approx(0.05, rel=1e-6)
-    stairs = temperature_schedule(final=0.2, steps=10, every=3)  # ceil(10 / 3) = 4 stairs
-    values = [float(stairs(t)) for t in range(14)]
-    assert len(set(round(v, 6) for v in values)) == 5  # 4 stairs + the final value: 5 compiles at most
-    assert values[0] == values[2] == pytest.approx(BETA) and values[3] < values[2]
-    assert values[12] == pytest.approx(0.2, rel=1e-6) and all(a >= b for a, b in zip(values, values[1:]))
-    assert float(temperature_schedule(0.5, final=1.0, steps=4)(2)) == pytest.approx(0.5 * 2 ** 0.5, rel=1e-6)
-    assert float(temperature_schedule(0.5, final=0.5, steps=4)(9)) == 0.5
-
-
-def test_temperature_schedule_errors():
-    for kw, name in ((dict(final=0.0, steps=3), "final"), (dict(final=0.1, steps=0), "steps"),
-                     (dict(final=0.1, steps=3, every=0), "every"), (dict(final=float("inf"), steps=3), "final")):
-        with pytest.raises(ValueError, match=name):
-            temperature_schedule(**kw)
-    with pytest.raises(ValueError, match="init"):
-        temperature_schedule(-1.0, final=0.1, steps=3)
-
-
-def test_set_temperature_walks_gates_and_scorers(inputs):
-    x, s, r = inputs
-
-    class M(nnx.Module):
-        def __init__(self, rngs):
-            self.scorer = EdgeScorer(F, H, rngs=rngs)
-            self.mask = EdgeMask(E, rngs=rngs)
-            self.gates = HardConcreteGate((3,), rngs=rngs)
-
-    m = M(nnx.Rngs(0))
-    dens = nnx.jit(lambda mm: mm.mask.expected_density())
-    before = float(dens(m))
-    assert set_temperature(m, jnp.float32(0.25)) == 3
-    after = float(dens(m))  # beta is static: the jitted function retraces with the new value
-    assert after < before and after == pytest.approx(float(prob_nonzero(jnp.float32(3.0), 0.25)), rel=1e-6)
-    assert m.scorer.beta == m.mask.gate.beta == m.gates.beta == 0.25
-    m.scorer.edge_gates(x, s, r)
-    want = float(jnp.mean(prob_nonzero(m.scorer.last_log_alpha[...], 0.25)))
-    assert float(m.scorer.expected_density()) == pytest.approx(want, rel=1e-6)
-    assert float(m.mask.expected_density()) == pytest.approx(float(prob_nonzero(jnp.float32(3.0), 0.25)), rel=1e-6)
-    for bad in (0.0, -1.0, float("nan"), "0.5", True):
-        with pytest.raises(ValueError, match="beta"):
-            set_temperature(m, bad)
-    with pytest.raises(ValueError, match="beta"):
-        jax.jit(lambda b: set_temperature(m, b))(0.5)
-    assert set_temperature(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), 0.5) == 0
-    assert isinstance(m.mask.gate.log_alpha, GateLogit)

@@ -1,4 +1,4 @@
-"""Bad input at the data-file boundary (issue 16): each class of bad Planetoid/OGB file gives a
+"""Bad input at the data-file boundary (issue 16): each class of bad Planetoid file gives a
 one-line ``ValueError``/``TypeError`` naming the file or field. Tampered files are copies of the
 real Cora files in ``tmp_path``; nothing under ``$CODESIGN_DATA`` is modified."""
 
@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codesign.data import load_planetoid
-from codesign.data import ogb as cogb
 from codesign.data import planetoid as pl
 
 EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -303,53 +302,6 @@ def test_test_index_accepted_consistently_or_rejected_naming_it(name, test_index
     np.testing.assert_array_equal(np.flatnonzero(np.asarray(g.test_mask)), order)
     np.testing.assert_array_equal(np.asarray(g.x)[test_index], tx)
     assert not np.asarray(g.x)[sorted(set(range(N_ALLX, g.n_nodes)) - set(test_index))].any()
-
-
-# ---------------------------------------------------------------------------- OGB arrays
-
-
-def _ogb_ok(n=4):
-    g = {"num_nodes": n, "node_feat": np.ones((n, 2), np.float32),
-         "edge_index": np.array([[0, 1, 2], [1, 2, 3]])}
-    return g, np.array([[0], [1], [np.nan], [2]]), {"train": np.array([0, 1]), "valid": np.array([2]),
-                                                     "test": np.array([3])}
-
-
-def test_ogb_valid_arrays_pass():
-    x, y, (src, dst), masks = cogb._checked_arrays("ogbn-tiny", *_ogb_ok())
-    assert x.dtype == np.float32 and x.shape == (4, 2)
-    np.testing.assert_array_equal(y, [0, 1, 0, 2])
-    np.testing.assert_array_equal(src, [0, 1, 2])
-    assert masks["train"].tolist() == [True, True, False, False]
-
-
-@pytest.mark.parametrize("field, change, match", [
-    ("edge_index", lambda g, y, s: g.update(edge_index=np.array([[0, 4], [1, 2]])),
-     r"ogbn-tiny: edge_index must be in \[0, 4\), got \[0, 4\]"),
-    ("edge_index", lambda g, y, s: g.update(edge_index=np.array([[0.0, 1.0], [1.0, 2.0]])),
-     r"ogbn-tiny: edge_index must be integer \[2, E\], got float64"),
-    ("node_feat", lambda g, y, s: g["node_feat"].__setitem__((1, 1), np.nan),
-     r"ogbn-tiny: node_feat must be finite, got 1 NaN/inf"),
-    ("node_feat", lambda g, y, s: g.update(node_feat=np.ones((3, 2))),
-     r"ogbn-tiny: node_feat must be numeric \[num_nodes=4, F\], got float64 \(3, 2\)"),
-    ("labels", lambda g, y, s: None, r"ogbn-tiny: labels must be numeric \[num_nodes=4\] or \[4, 1\], got "
-                                    r"float64 \(4, 2\)"),
-    ("split", lambda g, y, s: s.update(test=np.array([4])), r"ogbn-tiny: split\['test'\] must be in \[0, 4\)"),
-    ("num_nodes", lambda g, y, s: g.update(num_nodes=4.0), r"ogbn-tiny: num_nodes must be an int, got 4\.0"),
-])
-def test_ogb_bad_arrays_name_field(field, change, match):
-    g, y, s = _ogb_ok()
-    change(g, y, s)
-    if field == "labels":
-        y = np.zeros((4, 2))
-    with pytest.raises(ValueError, match=match):
-        cogb._checked_arrays("ogbn-tiny", g, y, s)
-
-
-def test_ogb_negative_label_names_labels():
-    g, _, s = _ogb_ok()
-    with pytest.raises(ValueError, match=r"ogbn-tiny: labels must be non-negative integers"):
-        cogb._checked_arrays("ogbn-tiny", g, np.array([0, -1, 1, 2]), s)
 
 
 def test_load_dataset_refuses_an_unknown_name_listing_the_known_ones():

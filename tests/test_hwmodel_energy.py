@@ -6,7 +6,7 @@ import math
 import pytest
 
 from codesign.hwmodel import presets
-from codesign.hwmodel.area import CHIP_PARTS, PEAK_POWER_PARTS, peak_power_parts, peak_power_w
+from codesign.hwmodel.power import CHIP_PARTS, PEAK_POWER_PARTS, peak_power_parts, peak_power_w
 from codesign.hwmodel.spec import (HOROWITZ_FP32_MAC_PJ, HOROWITZ_TF32_MAC_PJ, PJ, mac_energy_pj, process_energy_scale,
                                    scaled_op_energies)
 

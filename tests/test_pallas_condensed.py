@@ -13,10 +13,8 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from codesign.data.synthetic import rmat_edges
-from codesign.kernels import (BlockSizes, BlockSparseAdjacency, CondensedRowWindows, CooAdjacency, aggregate,
-                              choose_format, condensed_spmm, condensed_spmm_reference, segment_spmm,
-                              stored_tile_entries)
+from codesign.kernels import (BlockSizes, CondensedRowWindows, CooAdjacency, aggregate,
+                              condensed_spmm, condensed_spmm_reference, segment_spmm)
 
 
 
@@ -216,30 +214,6 @@ def test_aggregate_dispatch():
         aggregate(cw, xp, impl="bsr_xla")
     with pytest.raises(ValueError, match=r"x must be \[n_pad=64, F\]"):
         aggregate(cw, x, impl="condensed_xla")
-
-
-def test_choose_format():
-    # Power-law R-MAT graph: neighbours scatter over many block columns; condensing wins.
-    s, r = rmat_edges(10, 6000, seed=0)
-    rmat = CooAdjacency(jnp.asarray(s), jnp.asarray(r), None, 1024)
-    counts = stored_tile_entries(rmat, 16)
-    assert counts["condensed"] < 0.5 * counts["bsr"], counts
-    assert counts["bsr_tiles"] == BlockSparseAdjacency.from_coo(rmat, 16, reorder="rcm").nnz_blocks
-    assert counts["condensed_tiles"] == CondensedRowWindows.from_coo(rmat, 16, reorder="rcm").n_tiles
-    assert choose_format(rmat, 16) == "condensed"
-    assert choose_format(rmat, 32, reorder=None) == "condensed"
-    # Block-diagonal, dense-ish blocks: every window's columns fill exactly one B x B tile either
-    # way, so condensing saves nothing and the contiguous BSR tiles are chosen.
-    rng = np.random.default_rng(0)
-    b, n_blocks = 16, 8
-    rows, cols = np.nonzero(np.kron(np.eye(n_blocks), np.ones((b, b))) * (rng.random((b * n_blocks,) * 2) < 0.6))
-    diag = CooAdjacency(jnp.asarray(cols, jnp.int32), jnp.asarray(rows, jnp.int32), None, b * n_blocks)
-    for reorder in (None, "rcm"):
-        counts = stored_tile_entries(diag, b, reorder=reorder)
-        assert counts["bsr_tiles"] == counts["condensed_tiles"] == n_blocks, counts
-        assert choose_format(diag, b, reorder=reorder) == "bsr"
-    with pytest.raises(ValueError, match="block_size"):
-        choose_format(diag, 12)
 
 
 class TritonLoweringTest:

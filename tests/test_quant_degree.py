@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from codesign.quant import (DegreeQuant, LearnedBitQuant, a2q_init_bits, degree_cdf, expected_bits, hard_bits,
-                            protection_probs, protective_mask, qrange)
+                            protection_probs, qrange)
 
 
 @pytest.fixture(autouse=True)
@@ -41,22 +41,6 @@ def test_protection_probs_by_hand():
     np.testing.assert_allclose(protection_probs(DEG, 0.1, 0.5), 0.1 + 0.4 * cdf, rtol=1e-6)
     np.testing.assert_allclose(protection_probs(DEG.astype(np.float32), 0.0, 0.0), np.zeros(7))
     assert float(protection_probs(DEG, 0.0, 0.3)[-1]) == pytest.approx(0.3)  # the highest degree gets p_max
-
-
-def test_protective_mask_frequencies_match_probabilities():
-    counts = np.array([8000, 5000, 3000, 3000, 1000])  # 20000 nodes in 5 in-degree classes
-    deg = np.repeat(np.array([0, 1, 2, 5, 40], np.int32), counts)
-    p = np.asarray(protection_probs(deg, 0.05, 0.6), np.float64)
-    want = 0.05 + 0.55 * np.cumsum(counts) / counts.sum()  # CDF per class
-    mask = np.asarray(protective_mask(jax.random.key(0), deg, 0.05, 0.6))
-    assert mask.dtype == bool and mask.shape == (20000,)
-    for d, n, p_class in zip(np.unique(deg), counts, want):
-        assert np.allclose(p[deg == d], p_class)
-        freq = mask[deg == d].mean()
-        sigma = np.sqrt(p_class * (1 - p_class) / n)
-        assert abs(freq - p_class) < 5 * sigma, (d, freq, p_class, sigma)  # 5 sigma: false alarm < 1e-6
-    other = np.asarray(protective_mask(jax.random.key(1), deg, 0.05, 0.6))
-    assert 0.3 < np.mean(mask == other) < 0.9  # a new key gives a new, independent draw
 
 
 class _Net(nnx.Module):
@@ -158,7 +142,7 @@ def test_a2q_init_bits():
 ])
 def test_probability_errors(p_min, p_max, match):
     with pytest.raises(ValueError, match=match):
-        protective_mask(jax.random.key(0), DEG, p_min, p_max)
+        protection_probs(DEG, p_min, p_max)
 
 
 def test_other_errors():

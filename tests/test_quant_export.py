@@ -1,20 +1,17 @@
 """Tests of codesign.quant.export: bit-exact round trips ``export(q, x).dequantize() == q(x)`` for
-every quantizer, int4 packing, per-row int8 features for the SpMM kernel, validation."""
+every quantizer, per-row int8 features for the SpMM kernel, validation."""
 
 from __future__ import annotations
 
-import hypothesis.extra.numpy as hnp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from codesign.kernels import BlockSparseAdjacency, CooAdjacency, bsr_spmm_int8_reference
 from codesign.quant import (DegreeQuant, FakeQuant, LearnedBitQuant, LSQQuant, QuantizedTensor, a2q_init_bits,
-                            export_quantizer, pack_int4, qrange, quantize_rows_int8, quantize_to_int, unpack_int4)
+                            export_quantizer, qrange, quantize_rows_int8, quantize_to_int)
 
 
 @pytest.fixture(autouse=True)
@@ -111,31 +108,6 @@ def test_quantized_tensor_is_a_pytree():
     np.testing.assert_array_equal(jax.jit(lambda t: t.dequantize())(t), [[0.5, -1.0], [0.75, 0.0], [0.0, 2.0]])
 
 
-def test_pack_int4_layout_by_hand():
-    packed = pack_int4(jnp.array([[1, 2, -1, 0, 7]], jnp.int8))
-    assert packed.dtype == jnp.uint8 and packed.shape == (1, 3)
-    np.testing.assert_array_equal(packed, [[0x21, 0x0F, 0x07]])  # low nibble first; odd length padded
-    np.testing.assert_array_equal(unpack_int4(packed, length=5), [[1, 2, -1, 0, 7]])
-
-
-@jax.jit
-def _pack_roundtrip(v_signed, v_unsigned):
-    n = v_signed.shape[-1]
-    return (unpack_int4(pack_int4(v_signed), length=n),
-            unpack_int4(pack_int4(v_unsigned, signed=False), signed=False, length=n))
-
-
-@settings(max_examples=50, deadline=None)
-@given(data=st.data(), shape=st.sampled_from([(7,), (3, 8), (2, 2, 5)]))
-def test_int4_pack_unpack_roundtrip(data, shape):
-    v_s = data.draw(hnp.arrays(np.int8, shape, elements=st.integers(-8, 7)))
-    v_u = data.draw(hnp.arrays(np.int8, shape, elements=st.integers(0, 15)))
-    out_s, out_u = _pack_roundtrip(jnp.asarray(v_s), jnp.asarray(v_u))
-    assert out_s.dtype == out_u.dtype == jnp.int8
-    np.testing.assert_array_equal(out_s, v_s)
-    np.testing.assert_array_equal(out_u, v_u)
-
-
 def test_quantize_rows_int8_agrees_with_the_int8_kernel_reference():
     rng = np.random.default_rng(3)
     n = 29
@@ -172,11 +144,6 @@ def test_quantize_rows_int8_agrees_with_the_int8_kernel_reference():
     (lambda: export_quantizer(LSQQuant(4), jnp.ones(3)), "initialized"),
     (lambda: export_quantizer(LearnedBitQuant(4.0), jnp.ones(3)), "initialized"),
     (lambda: export_quantizer(LearnedBitQuant(12.0, max_bits=12, init_qmax=1.0), jnp.ones(3)), "bits"),
-    (lambda: pack_int4(jnp.array([8], jnp.int8)), r"\[-8, 7\]"),
-    (lambda: pack_int4(jnp.array([-1], jnp.int8), signed=False), r"\[0, 15\]"),
-    (lambda: pack_int4(jnp.array([1.0])), "integer"),
-    (lambda: unpack_int4(jnp.array([1], jnp.int8)), "uint8"),
-    (lambda: unpack_int4(jnp.array([1, 2], jnp.uint8), length=2), "length"),
     (lambda: quantize_rows_int8(jnp.ones(3)), r"\[N, F\]"),
 ])
 def test_errors(call, match):

@@ -1,6 +1,5 @@
 """Tests of codesign.quant.lsq (LSQ gradients against the paper's formulas, data-dependent
-initialisation also under nnx.jit, straight-through pieces, protocol, validation) and of the PTQ
-helpers in codesign.quant.baselines."""
+initialisation also under nnx.jit, straight-through pieces, protocol, validation)."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ import optax
 import pytest
 from flax import nnx
 
-from codesign.quant import (FakeQuant, LSQQuant, QuantStep, calibrate_ptq, calibrate_scale, expected_bits,
-                            hard_bits, lsq_init_step, lsq_quant, lsq_range, prepare_ptq, round_ste, scale_grad)
+from codesign.quant import (FakeQuant, LSQQuant, QuantStep, expected_bits, hard_bits, lsq_init_step, lsq_quant,
+                            lsq_range, round_ste, scale_grad)
 
 
 @pytest.fixture(autouse=True)
@@ -232,45 +231,6 @@ def test_call_errors():
         LSQQuant(4, per_channel=True, n_channels=3)(jnp.ones((2, 4)))
     with pytest.raises(ValueError, match="step"):
         lsq_quant(jnp.ones((2, 4)), jnp.ones((3,)), 4)
-
-
-def test_calibrate_scale_and_ptq():
-    x = jnp.asarray(np.concatenate([np.linspace(-1.0, 1.0, 999), [50.0]]), jnp.float32)
-    np.testing.assert_allclose(calibrate_scale(x, 8), 50.0 / 127, rtol=1e-6)
-    pct = float(jax.jit(lambda x: calibrate_scale(x, 8, method="percentile", percentile=99.0))(x))
-    np.testing.assert_allclose(pct, np.percentile(np.abs(np.asarray(x)), 99.0) / 127, rtol=1e-5)
-    assert pct < 0.01  # the outlier no longer sets the range
-    np.testing.assert_allclose(calibrate_scale(jnp.maximum(x, 0), 4, signed=False), 50.0 / 15, rtol=1e-6)
-    w = jnp.array([[1.0, -4.0], [-2.0, 0.5]], jnp.float32)
-    np.testing.assert_allclose(calibrate_scale(w, 3, per_channel=True), [2.0 / 3, 4.0 / 3], rtol=1e-6)
-    assert float(calibrate_scale(jnp.zeros(3), 4)) == 1.0
-    scales = calibrate_ptq({"w": w, "x": x}, 8)
-    np.testing.assert_allclose(scales["w"], 4.0 / 127, rtol=1e-6)
-    with pytest.raises(ValueError, match="method"):
-        calibrate_scale(x, 8, method="mse")
-    with pytest.raises(ValueError, match="bits"):
-        calibrate_scale(x, 32)
-
-
-def test_prepare_ptq_recalibrates_lsq_steps():
-    class Net(nnx.Module):
-        def __init__(self):
-            self.q1 = LSQQuant(4, init_scale=0.5)
-            self.q2 = LSQQuant(3, signed=False)
-
-        def __call__(self, x):
-            return self.q2(jax.nn.relu(self.q1(x)))
-
-    net = Net()
-    x = _normal(6, (100,))
-    assert prepare_ptq(net, "max") == 2
-    net.eval()
-    nnx.jit(lambda net, x: net(x))(net, x)
-    np.testing.assert_allclose(net.q1.step[...], np.max(np.abs(np.asarray(x))) / 7, rtol=1e-6)
-    h = np.maximum(np.asarray(nnx.jit(lambda q, x: q(x))(net.q1, x)), 0)
-    np.testing.assert_allclose(net.q2.step[...], h.max() / 7, rtol=1e-6)
-    with pytest.raises(ValueError, match="method"):
-        prepare_ptq(net, "lsq")
 
 
 def test_cap_step_projects_onto_max_grid():

@@ -49,11 +49,6 @@ def sharded(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(AXIS))
 
 
-def replicated(mesh: Mesh) -> NamedSharding:
-    """Sharding of arrays every device holds whole (parameters)."""
-    return NamedSharding(mesh, PartitionSpec())
-
-
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, **kwargs) -> None:
     """Multi-host start-up: ``jax.distributed.initialize(...)`` once per process, before any

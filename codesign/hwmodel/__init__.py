@@ -5,7 +5,7 @@ in [0, 1], counts >= 0, all finite (concrete values; traced ones under jit/grad 
 and every `HardwareSpec` number at construction."""
 
 from codesign.hwmodel import presets
-from codesign.hwmodel.area import area_mm2, peak_power_parts, peak_power_w
+from codesign.hwmodel.power import peak_power_parts, peak_power_w
 from codesign.hwmodel.locality import LocalityProfile
 from codesign.hwmodel.locality import measure as measure_locality
 from codesign.hwmodel.estimate import (CostReport, StageCost, estimate, floored_row_bytes, nmp_stage_cost, smooth_max,
@@ -18,7 +18,7 @@ from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention
                                        input_gemm_stage, message_passing_layer, segment_spmm_stages, spmm_stage,
                                        upcast_gemm_stages, with_backward)
 
-__all__ = ["presets", "area_mm2", "peak_power_parts", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
+__all__ = ["presets", "peak_power_parts", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
            "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
            "mac_energy_pj", "matrix_macs_per_s", "vector_macs_per_s", "PRECISION_TIERS", "nmp_mac_energy_pj",
            "nmp_macs_per_s", "tier_bits", "floored_row_bytes", "LayerWorkload", "Stage", "Workload",

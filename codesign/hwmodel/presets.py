@@ -140,9 +140,9 @@ POWER_LIMITS_W = {
     "xeon-e5-2698v4": (135.0, "system", "Intel ARK: 135 W TDP (a package TDP compared with package + DRAM, as cpu)"),
     "gnnear-host": (6.7, "chip", "as gnnear (its CAE, HyGCN's combination engine: ASSUMPTION)"),
 }
-"""``{preset: (watts, scope, source)}``: the published power each preset's `area.peak_power_w` must
+"""``{preset: (watts, scope, source)}``: the published power each preset's `power.peak_power_w` must
 stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the preset models (the
-TDP of a board with its DRAM); "chip": the compute chip alone (`area.CHIP_PARTS`: no DRAM, no
+TDP of a board with its DRAM); "chip": the compute chip alone (`power.CHIP_PARTS`: no DRAM, no
 near-memory units), for a chip whose paper reports the chip's power."""
 TF32_MATRIX = ("h100", "a100")  # Hopper / Ampere: fp32 GEMMs run on TF32 tensor cores (XLA's default precision)
 
@@ -816,17 +816,17 @@ def get(name: str) -> HardwareSpec:
 
 
 def power_limit_table() -> str:
-    """docs/hwmodel.md's table of every preset's modeled peak power (`area.peak_power_parts`, over
+    """docs/hwmodel.md's table of every preset's modeled peak power (`power.peak_power_parts`, over
     the scope of its `POWER_LIMITS_W` entry) against its published limit, as markdown; generated,
     and checked against the docs by tests/test_hwmodel_energy.py."""
-    from codesign.hwmodel.area import CHIP_PARTS, peak_power_parts
+    from codesign.hwmodel.power import CHIP_PARTS, PEAK_POWER_PARTS, peak_power_parts, peak_power_w
     rows = ["| preset | node, Vdd | matrix | vector | on-chip | DRAM | near-memory | static | modeled (scope) | limit |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names():
         hw = get(name)
         watts, scope, _ = POWER_LIMITS_W[name]
         p = {k: float(v) for k, v in peak_power_parts(hw).items()}
-        modeled = sum(p[k] for k in CHIP_PARTS) if scope == "chip" else p["total"]
+        modeled = float(peak_power_w(hw, CHIP_PARTS if scope == "chip" else PEAK_POWER_PARTS))
         key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "mi100",
                "upmem": "upmem-host", "gnnear-host": "gnnear"}.get(name, name)
         node, vdd, _ = PROCESS_NODES[key]

@@ -233,7 +233,7 @@ class NearMemorySpec:
         add (1.5 pJ; bf16 priced as fp16, an assumption: the table has no bf16 entry).
       access_granularity_bytes: the smallest internal DRAM access (a burst); a gathered row of
         fewer bytes still moves this many (default 64 B: a DDR4 x64 burst of 8, JESD79-4).
-      clock_hz: the unit's clock, used by the area model (None: the host's ``clock_hz``).
+      clock_hz: the unit's clock, descriptive (no cost uses it; None: the host's ``clock_hz``).
       replicate_features (static): the units cannot read each other's memory (UPMEM DPUs:
         Gomez-Luna et al., IEEE Access 2022, Sec. 2: no direct DPU-DPU communication), so each
         unit needs a private copy of the feature rows its edges gather, or the partial sums
@@ -353,7 +353,7 @@ class HardwareSpec:
         2 cores, as XLA's thread pool reaches them); a stage that runs as one serial loop
         (``Stage.serial``) gets ``1 / cores`` of the compute rates. 1 for datasheet presets
         (their peaks are the device's, and no stage of theirs is serial on one core).
-      clock_hz: core clock, used by the area/power model (None if not modeled).
+      clock_hz: core clock, descriptive (no cost uses it; None if not recorded).
       nmp: `NearMemorySpec` or None.
       fuses_elementwise: the executor runs a stage's elementwise ops (bias, activation, gate) as
         one loop (static; XLA, GPU and accelerator kernels: True); False: one pass over the data

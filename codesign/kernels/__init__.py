@@ -3,14 +3,14 @@ scipy CSR, XLA references, Pallas), joined by one ``(format, impl)`` dispatch ta
 behind one entry point, `aggregate`; `auto_impl` is the only place that picks a backend."""
 
 from codesign.kernels.api import IMPLS, aggregate, auto_impl
-from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency, format_report, with_block_pattern
+from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency, with_block_pattern
 from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
 from codesign.kernels.tiling import REORDERINGS
 from codesign.kernels.config import BlockSizes, CsrBlockSizes
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, with_csr_pattern
 from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
-from codesign.kernels.pallas_condensed import choose_format, condensed_spmm, stored_tile_entries
+from codesign.kernels.pallas_condensed import condensed_spmm
 from codesign.kernels.pallas_csr import (CsrChunks, csr_chunk_aggregate, csr_chunk_spmm, csr_chunk_spmm_int8,
                                          csr_chunk_spmm_reference, csr_chunks, gcn_scales, with_csr_chunks)
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_int8, bsr_spmm_int8_reference, bsr_spmm_reference
@@ -19,11 +19,11 @@ from codesign.kernels.segment import dense_spmm, segment_spmm
 
 __all__ = [
     "aggregate", "auto_impl", "IMPLS", "CooAdjacency", "BlockPattern", "with_block_pattern", "REORDERINGS", "segment_spmm", "dense_spmm",
-    "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference", "format_report",
+    "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference",
     "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
     "rcm_permutation", "metis_permutation", "apply_permutation",
     "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
-    "condensed_spmm", "choose_format", "stored_tile_entries",
+    "condensed_spmm",
     "CsrPattern", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate",
     "CsrBlockSizes", "CsrChunks", "csr_chunks", "with_csr_chunks", "csr_chunk_spmm", "csr_chunk_spmm_int8",
     "csr_chunk_spmm_reference", "csr_chunk_aggregate", "gcn_scales",

@@ -17,13 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.kernels.condensed import CondensedRowWindows
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.reorder import inverse_permutation
 from codesign.kernels.tiling import (REORDERINGS, VALID_BLOCK_SIZES, coo_numpy, csr_to_tiles, node_permutation,
                                      permute_rows, reordered_csr, unpermute_rows, validate_tile_dim)
 
-__all__ = ["BlockSparseAdjacency", "BlockPattern", "with_block_pattern", "format_report", "node_permutation",
+__all__ = ["BlockSparseAdjacency", "BlockPattern", "with_block_pattern", "node_permutation",
            "VALID_BLOCK_SIZES", "REORDERINGS"]
 
 Array = jax.Array
@@ -196,27 +195,6 @@ class BlockSparseAdjacency:
     def unpermute(self, y: Array) -> Array:
         """Reordered ``y[n_pad, ...]`` -> original-order ``[N, ...]`` (padding rows dropped)."""
         return unpermute_rows(self, y)
-
-
-def format_report(adj: CooAdjacency, block_size: int, reorders=(None, "rcm")) -> list[dict]:
-    """Tile counts and fill ratios of BSR and condensed row windows (``K = B``) for each reordering.
-
-    Returns one dict per (format, reorder): format ("bsr" | "condensed"), reorder, block_size,
-    tiles, stored_values (tiles * B * B), nnz (graph nonzeros) and fill_ratio (nnz / stored_values).
-    Reorderings that need a missing optional package (pymetis) are skipped.
-    """
-    rows = []
-    for reorder in reorders:
-        try:
-            bsr = BlockSparseAdjacency.from_coo(adj, block_size, reorder=reorder)
-            crw = CondensedRowWindows.from_coo(adj, window=block_size, k=block_size, reorder=reorder)
-        except ImportError:
-            continue
-        for name, tiles, fmt in (("bsr", bsr.nnz_blocks, bsr), ("condensed", crw.n_tiles, crw)):
-            rows.append(dict(format=name, reorder=reorder, block_size=block_size, tiles=tiles,
-                             stored_values=tiles * block_size ** 2, nnz=int(np.asarray(fmt.tile_nnz).sum()),
-                             fill_ratio=fmt.fill_ratio))
-    return rows
 
 
 # --------------------------------------------------------------------------------------------

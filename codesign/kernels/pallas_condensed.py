@@ -1,5 +1,4 @@
-"""TC-GNN condensed row-window SpMM ``A @ X`` as Pallas kernels (Triton lowering), with a custom VJP,
-and `choose_format`, which picks BSR or condensed tiles for a graph.
+"""TC-GNN condensed row-window SpMM ``A @ X`` as Pallas kernels (Triton lowering), with a custom VJP.
 
 Format: `codesign.kernels.condensed.CondensedRowWindows` (Y. Wang et al., "TC-GNN: Bridging Sparse GNN
 Computation and Dense Tensor Cores on GPUs", USENIX ATC 2023, Sec. 4.1): per window of ``B`` rows
@@ -48,18 +47,15 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from codesign.kernels.condensed import CondensedRowWindows
-from codesign.kernels.tiling import reordered_csr, validate_tile_dim
 from codesign.kernels.config import BlockSizes
-from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.pallas_spmm import PALLAS_BLOCK_SIZES, resolve_interpret
 
-__all__ = ["condensed_spmm", "choose_format", "stored_tile_entries"]
+__all__ = ["condensed_spmm"]
 
 Array = jax.Array
 
@@ -326,56 +322,3 @@ def condensed_spmm(adj: CondensedRowWindows, x: Array, *, block_sizes: BlockSize
     _check_inputs("condensed_spmm", adj, x)
     cfg = _config(adj, x.shape[1], block_sizes, resolve_interpret(interpret))
     return _condensed_spmm_jit(adj, x, cfg)
-
-
-# --------------------------------------------------------------------------------------------
-# Format choice
-# --------------------------------------------------------------------------------------------
-
-def stored_tile_entries(adj: CooAdjacency, block_size: int, k: Optional[int] = None,
-                        reorder: Optional[str] = "rcm") -> dict:
-    """Stored tile entries of both formats for ``adj`` (host-side counts; no tiles are built).
-
-    Returns ``dict(bsr=nnzb * B * B, condensed=T * B * K, bsr_tiles=nnzb, condensed_tiles=T)``
-    after the same node reordering for both formats.
-    """
-    block_size = validate_tile_dim(block_size, "block_size")
-    k = validate_tile_dim(block_size if k is None else k, "k")
-    csr, _, _ = reordered_csr(adj, block_size, reorder, None)
-    coo = csr.tocoo()
-    rows, cols = coo.row.astype(np.int64), coo.col.astype(np.int64)
-    n_win = csr.shape[0] // block_size
-    win = rows // block_size
-    n_bsr = np.unique(win * n_win + cols // block_size).size  # distinct (block row, block column)
-    pairs = np.unique(win * csr.shape[1] + cols)  # distinct (window, column)
-    per_win = np.bincount(pairs // csr.shape[1], minlength=n_win)
-    n_cond = int((-(-per_win // k)).sum())
-    return dict(bsr=n_bsr * block_size * block_size, condensed=n_cond * block_size * k, bsr_tiles=int(n_bsr),
-                condensed_tiles=n_cond)
-
-
-def choose_format(adj: CooAdjacency, block_size: int, *, k: Optional[int] = None,
-                  reorder: Optional[str] = "rcm") -> str:
-    """``"bsr"`` or ``"condensed"``: the tile format with fewer stored entries for this graph.
-
-    Compares ``nnzb * B * B`` (BSR tiles, `BlockSparseAdjacency`) with ``T * B * K`` (condensed
-    row windows, `CondensedRowWindows`) after the same reordering, so the kernel runs whichever
-    the graph suits: condensing the distinct neighbour columns of each row window into dense
-    tiles is the "sparse graph translation" of TC-GNN (Y. Wang, B. Feng, Z. Wang, G. Huang,
-    Y. Ding, "TC-GNN: Bridging Sparse GNN Computation and Dense Tensor Cores on GPUs", USENIX
-    ATC 2023), which keeps tiles dense on power-law graphs whose neighbours scatter over many
-    block columns. With ``K = B`` condensed never stores more than BSR (a window's distinct
-    columns fit in no more K-wide tiles than the B-wide block columns holding them); ties go to
-    BSR, whose X slabs are contiguous loads instead of gathers, e.g. block-diagonal graphs.
-
-    Args:
-      adj: `CooAdjacency` with concrete arrays.
-      block_size: B (BSR tile and condensed window height) in {8, 16, 32, 64, 128}.
-      k: condensed tile width K (default B).
-      reorder: node reordering applied to both formats (None, "rcm" or "metis").
-
-    Raises:
-      ValueError: invalid ``block_size`` / ``k`` / ``reorder`` or ``adj``.
-    """
-    counts = stored_tile_entries(adj, block_size, k=k, reorder=reorder)
-    return "condensed" if counts["condensed"] < counts["bsr"] else "bsr"

@@ -1,6 +1,6 @@
 """Quantization: fake quantization with a straight-through estimator, learned step sizes (LSQ),
-learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), integer
-export and post-training-quantization baselines (`codesign.quant.baselines`).
+learned bit-widths, degree-aware quantization (Degree-Quant, A^2Q-style per-node bits), and integer
+export.
 
 Every quantizer derives from the abstract base `Quantizer`: ``q(x) -> x_hat`` (same shape and
 dtype), ``expected_bits()`` (float32 scalar, the mean bit-width the cost model prices) and
@@ -10,11 +10,8 @@ variables and learned bit-width parameters `BitParam` variables (both ``nnx.Para
 subclasses), so optimizers can treat them separately.
 """
 
-from codesign.quant.baselines import calibrate_ptq, calibrate_scale, prepare_ptq
-from codesign.quant.degree import (DegreeQuant, a2q_init_bits, degree_cdf, protection_probs,
-                                   protective_mask)
-from codesign.quant.export import (QuantizedTensor, export_quantizer, pack_int4, quantize_rows_int8,
-                                   quantize_to_int, unpack_int4)
+from codesign.quant.degree import DegreeQuant, a2q_init_bits, degree_cdf, protection_probs
+from codesign.quant.export import QuantizedTensor, export_quantizer, quantize_rows_int8, quantize_to_int
 from codesign.quant.fake_quant import NO_QUANT_BITS, FakeQuant, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits, bits_from_range, code_bits,
                                          expected_bits, hard_bits, learned_bit_codes, learned_bit_quant,
@@ -52,7 +49,6 @@ __all__ = [
     "hard_bits",
     # degree-aware
     "DegreeQuant",
-    "protective_mask",
     "protection_probs",
     "degree_cdf",
     "a2q_init_bits",
@@ -61,10 +57,4 @@ __all__ = [
     "quantize_to_int",
     "quantize_rows_int8",
     "export_quantizer",
-    "pack_int4",
-    "unpack_int4",
-    # post-training quantization
-    "calibrate_scale",
-    "calibrate_ptq",
-    "prepare_ptq",
 ]

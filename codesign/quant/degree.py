@@ -90,22 +90,6 @@ def protection_probs(in_degree: jax.Array, p_min: float, p_max: float) -> jax.Ar
     return p_min + (p_max - p_min) * degree_cdf(in_degree)
 
 
-def protective_mask(key: jax.Array, in_degree: jax.Array, p_min: float, p_max: float) -> jax.Array:
-    """Degree-Quant protective mask: bool [N], True = keep the node at full precision this step.
-
-    Independent Bernoulli draws with `protection_probs` (Tailor et al. 2021, Alg. 1).
-
-    Args:
-      key: a JAX PRNG key.
-      in_degree: int or float [N], >= 0.
-      p_min, p_max: floats with ``0 <= p_min <= p_max <= 1``.
-
-    Raises:
-      ValueError: as `protection_probs`.
-    """
-    return jax.random.bernoulli(key, protection_probs(in_degree, p_min, p_max))
-
-
 def a2q_init_bits(in_degree: jax.Array, mean_bits: float, min_bits: float, max_bits: float) -> jax.Array:
     """Per-node initial bit-widths increasing with in-degree, with mean exactly ``mean_bits``.
 
@@ -160,7 +144,8 @@ def _range_scale(x: jax.Array, protected: Optional[jax.Array], *, hi: int, signe
 class DegreeQuant(Quantizer):
     """Degree-Quant fake quantization of node-wise tensors with stochastic protective masking.
 
-    Training (``deterministic=False``): draw `protective_mask`; protected rows pass through
+    Training (``deterministic=False``): draw the protective mask (independent Bernoulli draws
+    with `protection_probs`, Tailor et al. 2021, Alg. 1); protected rows pass through
     unchanged (full precision, identity gradient), the others are fake-quantized (`fake_quant`,
     symmetric signed or unsigned, straight-through) with the scale ``amax / qmax`` where ``amax``
     is the max (or ``percentile``) of ``|x|`` over the non-protected rows only. Evaluation

@@ -1,4 +1,4 @@
-"""Export of fake-quantized tensors to integer codes plus scales, and 4-bit packing.
+"""Export of fake-quantized tensors to integer codes plus scales.
 
 A `QuantizedTensor` holds int8 (or uint8) codes and float32 scales with ``x_hat = codes * scale``
 (zero point 0; B. Jacob et al., "Quantization and Training of Neural Networks for Efficient
@@ -35,10 +35,6 @@ from codesign.quant.lsq import LSQQuant, check_float, lsq_codes
 
 MAX_EXPORT_BITS = 8
 """Codes are stored as int8 (signed) or uint8 (unsigned), so at most 8 bits."""
-
-INT4_BITS = 4
-"""`pack_int4` stores two codes of at most this many bits per byte."""
-
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -237,64 +233,3 @@ def export_quantizer(q, x: jax.Array) -> QuantizedTensor:
         codes, scale = _quantize(x, q.scale(x).astype(x.dtype), lo=lo, hi=hi, signed=q.signed, axis=None)
         return _from_codes(codes, scale, bits, q.signed, None)
     raise TypeError(f"q must be a FakeQuant, LSQQuant, LearnedBitQuant or DegreeQuant, got {type(q).__name__}")
-
-
-def pack_int4(values: jax.Array, *, signed: bool = True) -> jax.Array:
-    """Packs 4-bit codes two per byte along the last axis: uint8 [..., ceil(F / 2)].
-
-    Byte ``j`` holds code ``2j`` in its low nibble and code ``2j + 1`` in its high nibble
-    (two's complement nibbles for signed codes); an odd ``F`` is padded with a 0 code.
-
-    Args:
-      values: integer [..., F] codes in ``[-8, 7]`` (signed) or ``[0, 15]`` (unsigned).
-      signed: the code range (checked when ``values`` is concrete).
-
-    Raises:
-      ValueError: ``values`` not an integer array with at least one axis, or codes out of range.
-    """
-    v = jnp.asarray(values)
-    if not jnp.issubdtype(v.dtype, jnp.integer) or v.ndim == 0:
-        raise ValueError(f"values must be an integer array [..., F], got {v.dtype=}, {v.shape=}")
-    lo, hi = (-(2 ** (INT4_BITS - 1)), 2 ** (INT4_BITS - 1) - 1) if signed else (0, 2**INT4_BITS - 1)
-    if not isinstance(v, jax.core.Tracer) and v.size and (int(v.min()) < lo or int(v.max()) > hi):
-        raise ValueError(f"values must be in [{lo}, {hi}] for {'signed' if signed else 'unsigned'} int4, "
-                         f"got [{int(v.min())}, {int(v.max())}]")
-    return _pack_int4(v)
-
-
-@jax.jit
-def _pack_int4(v: jax.Array) -> jax.Array:
-    if v.shape[-1] % 2:
-        v = jnp.pad(v, [(0, 0)] * (v.ndim - 1) + [(0, 1)])
-    nib = jnp.bitwise_and(v.astype(jnp.int32), 0xF).astype(jnp.uint8)
-    return jnp.bitwise_or(nib[..., 0::2], jnp.left_shift(nib[..., 1::2], jnp.uint8(4)))
-
-
-def unpack_int4(packed: jax.Array, *, signed: bool = True, length: Optional[int] = None) -> jax.Array:
-    """Inverse of `pack_int4`: int8 [..., 2 * P] codes (or [..., length]).
-
-    Args:
-      packed: uint8 [..., P] from `pack_int4`.
-      signed: sign-extend the nibbles (``[-8, 7]``) or not (``[0, 15]``).
-      length: the original last-axis size ``F`` (``2P - 1`` or ``2P``); None keeps ``2P``.
-
-    Raises:
-      ValueError: ``packed`` not uint8 with at least one axis, or ``length`` not in ``{2P-1, 2P}``.
-    """
-    p = jnp.asarray(packed)
-    if p.dtype != jnp.uint8 or p.ndim == 0:
-        raise ValueError(f"packed must be a uint8 array [..., P], got {p.dtype=}, {p.shape=}")
-    n = 2 * p.shape[-1]
-    if length is not None and (isinstance(length, bool) or length not in (n - 1, n)):
-        raise ValueError(f"length must be {n - 1} or {n} for packed.shape[-1]={p.shape[-1]}, got {length=!r}")
-    return _unpack_int4(p, signed=signed, length=n if length is None else int(length))
-
-
-@functools.partial(jax.jit, static_argnames=("signed", "length"))
-def _unpack_int4(p: jax.Array, *, signed: bool, length: int) -> jax.Array:
-    lo = jnp.bitwise_and(p, jnp.uint8(0xF)).astype(jnp.int8)
-    hi = jnp.right_shift(p, jnp.uint8(4)).astype(jnp.int8)
-    codes = jnp.stack([lo, hi], axis=-1).reshape(p.shape[:-1] + (2 * p.shape[-1],))
-    if signed:
-        codes = jnp.bitwise_xor(codes, jnp.int8(8)) - jnp.int8(8)
-    return codes[..., :length]

@@ -379,7 +379,7 @@ class LSQQuant(Quantizer):
         """Marks the step as uninitialised, so the next call re-initialises it from the data.
 
         ``init_method`` / ``percentile`` (if given) replace the initialisation (e.g. ``"max"`` for
-        post-training calibration, `codesign.quant.baselines.prepare_ptq`).
+        post-training calibration).
 
         Raises:
           ValueError: invalid ``init_method`` or ``percentile``.

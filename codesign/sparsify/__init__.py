@@ -7,7 +7,6 @@ edge sparsifiers also `EdgeSparsifier` (``edge_gates(x, senders, receivers, dete
 * gates: `HardConcreteGate`, `sample`, `deterministic`, `prob_nonzero`, `GateLogit`.
 * masks: `EdgeMask` (per edge), `BlockEdgeMask` (per B x B adjacency tile), `EdgeScorer` (MLP
   on endpoint features, PTDNet), `FeatureMask` (input features), `ChannelMask` (hidden channels).
-* temperature: `temperature_schedule`, `set_temperature`.
 * baselines: `random_edge_removal`, `DropEdge`, UGS's `magnitude_prune`,
   `global_magnitude_prune`, `UGSSchedule`, `EdgeWeightMask`.
 
@@ -42,7 +41,6 @@ from codesign.sparsify.hard_concrete import (
     sample,
 )
 from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, LastAxisMask, Sparsifier
-from codesign.sparsify.schedule import set_temperature, temperature_schedule
 from codesign.sparsify.scorer import EdgeScorer, ScorerLogits, ScorerParam
 
 GATE_PARAMS = nnx.Any(GateLogit, ScorerParam)
@@ -68,8 +66,6 @@ __all__ = [
     "LastAxisMask",
     "ChannelMask",
     "GATE_PARAMS",
-    "temperature_schedule",
-    "set_temperature",
     "random_edge_removal",
     "DropEdge",
     "prune_count",

@@ -22,8 +22,8 @@ Formula (``E`` edges, ``N`` nodes, ``F`` input features, ``H`` hidden units)::
 
 ``sample`` / ``deterministic`` / ``prob_nonzero`` are those of `codesign.sparsify.hard_concrete`
 (Louizos et al., ICLR 2018, eq. 9-13). Differences to PTDNet's code: PTDNet's stretch interval is
-``(gamma, zeta) = (0, 1.01)`` and its temperature is annealed from 2.0 (see
-`codesign.sparsify.temperature_schedule`); here the Louizos constants are used. PTDNet also
+``(gamma, zeta) = (0, 1.01)`` and its temperature is annealed from 2.0; here
+the Louizos constants are used, at a fixed temperature. PTDNet also
 applies dropout inside the scorer (off by default, ``--dropout 0``); this scorer has none.
 """
 
@@ -77,7 +77,7 @@ class EdgeScorer(EdgeItems, nnx.Module):
       w_send, w_recv: `ScorerParam` float32 [F, H]; b_send, b_recv: float32 [H].
       w_out: `ScorerParam` float32 [2H, 1]; b_out: float32 [] (initialized to ``init_log_alpha``).
       last_log_alpha: `ScorerLogits` float32 [E] of the last ``edge_gates`` call ([0] before).
-      beta: float temperature (static; `codesign.sparsify.set_temperature` changes it).
+      beta: float temperature (static).
       deterministic: bool (static), False at construction; ``model.eval()`` / ``model.train()``
         set it, and ``nnx.view(model, deterministic=...)`` through ``set_view``.
       rngs: `nnx.RngStream` forked from ``rngs[rng_collection]`` (``default`` when absent).
