@@ -206,12 +206,17 @@ def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
 
 
 def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
-    """Modeled cost of ``model`` (hardened, on the full ``graph``) and of the dense FP32 model."""
-    from codesign import hwmodel
-    from codesign.train import dense_cost
-    rep = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, densities=densities,
-                                          locality=locality), hw)
-    ref = dense_cost(cfg, graph, hw, {"locality": locality})
+    """Modeled cost of ``model`` (hardened, on the full ``graph``) and of the dense FP32 model, each
+    with its features stored as ``hw`` runs them cheaper where ``cfg.cost.sparse_features`` allows
+    CSR (`codesign.train.store_costs`)."""
+    from codesign.graph import feature_column_nnz
+    from codesign.train import cheapest_store, dense_cost, store_costs
+    inputs = {"locality": locality}
+    if cfg.cost.sparse_features:
+        inputs["feature_nnz"] = feature_column_nnz(graph.x)
+    extra = {} if densities is None else {"densities": densities}
+    rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, **extra), cfg.cost.objective)[1]
+    ref = dense_cost(cfg, graph, hw, inputs)
     return {"modeled": rep.summary(), "dense_modeled": ref.summary(), "breakdown": rep.breakdown(hw),
             "dense_breakdown": ref.breakdown(hw)}
 
