@@ -129,9 +129,10 @@ def variants(name: str, value: float) -> dict:
         return {}  # enters no cost: only the `cpu` / `upmem` power limits (presets.POWER_LIMITS_W)
     if name == "HBM_PIM_REGISTER_BYTES":
         return {"hbm-pim": _nmp(presets.get("hbm-pim"), buffer_bytes=value)}
-    if name == "GNNEAR_NME_RATE":
-        return {"gnnear": _nmp(presets.get("gnnear"), fp32_macs_per_s=value, bf16_macs_per_s=2 * value,
-                               int_macs_per_s=4 * value)}
+    if name == "GNNEAR_NME_NARROW_PACKING":
+        gn = presets.get("gnnear")
+        fp32 = gn.nmp.fp32_macs_per_s
+        return {"gnnear": _nmp(gn, int_macs_per_s=value * fp32, bf16_macs_per_s=max(1.0, value / 2) * fp32)}
     if name == "UPMEM_LINK_IS_SYSTEM_TOTAL":
         return {"upmem": _nmp(presets.get("upmem"), host_link_bw_bytes_per_s=value)}
     if name == "HYGCN_HBM_7PJ_PER_BIT":

@@ -22,7 +22,9 @@ hs = load("hwmodel_sensitivity")
 # (edge, feature, channel, bits of every tensor)
 DENSE = (1.0, 1.0, 1.0, 32.0)
 A0, A1 = (0.3, 0.25, 0.5, 4.0), (0.32, 0.25, 0.5, 4.0)  # "codesign_int8 0.3", two seeds: few edges, more features
-B = (1.0, 0.1, 0.5, 4.0)  # "codesign_int8 1": every edge, fewer features (its aggregation is the larger share)
+# "codesign_int8 1": every edge, fewer features and channels (its aggregation is the larger share); channels
+# 0.25 since gnnear runs GNNear's interval-shard dataflow (issue 33), where at 0.5 B no longer beats A at LOW
+B = (1.0, 0.1, 0.25, 4.0)
 C = (0.3, 0.1, 0.5, 4.0)  # "int4": cheapest of all, but 1.75 points below dense
 ACC = {"dense": (0.81, 0.815), "A": (0.80, 0.81), "B": (0.795, 0.825), "C": (0.79, 0.80)}  # B: one seed > 1 pt below
 LOW = 0.3  # DDR4_RANK_INTERNAL_FRACTION's low end: rank-internal accesses cheaper, B's aggregation cheaper
@@ -186,5 +188,5 @@ def test_quick_front_writes_json(records_file, tmp_path, cora):
     saved = json.loads(out.read_text())
     assert saved["front"] == json.loads(json.dumps(result["front"]))
     assert {(r["assumption"], r["end"]) for r in saved["front"]["rows"]} == {
-        (a, e) for a in ("DDR4_RANK_INTERNAL_FRACTION", "GNNEAR_NME_RATE") for e in ("low", "high")}
+        (a, e) for a in ("DDR4_RANK_INTERNAL_FRACTION", "GNNEAR_NME_NARROW_PACKING") for e in ("low", "high")}
     assert saved["front"]["panels"]["gnnear"]["n_points"] == 4

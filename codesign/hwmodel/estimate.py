@@ -39,6 +39,19 @@ receiver row over the units; N rows, nnz gathers, d = nnz / N):
                the cheaper of U*N*f*row_x + out (each unit its own copy of the rows it gathers) and
                x + U*N*f*row_out (sender partition: partial sums, added on the host's vector units)
   link_s     = link / host_link_bw (+ the host's partial-sum adds)
+  With ``interval_rows`` (R, GNNear's interval shards: Zhou et al. PACT 2022; its artifact
+  PKUZHOU/GNNear-PACT-2022 @ 9420d929, simulation/GNNear_simulator.py) the edges are partitioned
+  by *sender* (each unit reduces its own source rows) and the destinations cut into I = max(1, N / R)
+  intervals; per interval a unit loads each of its source rows with an edge into it once and
+  keeps the interval's partial sums on chip, then writes one partial row per destination it
+  feeds (U*N*f of them), which the host reads and adds:
+    internal = structure + I N (1 - exp(-nnz / (I N))) * row' + U*N*f * row_out
+    link     = x * (1 + q (D - 1)) + U*N*f * row_out   (+ the host's adds, as the sender partition above)
+  where U*N*f becomes `_partial_rows` with ``duplicate_fraction`` q of each group of D =
+  ``group_units`` units' source rows copied on the whole group (GNNear's duplicated high-degree
+  sources), so fewer units hold a partial of a destination (x is written D times for them)
+  and the max-in-degree bound on the imbalance is dropped (a destination's edges are split over
+  the units; GNNear deals high-degree sources' edges over a channel's DIMMs).
   latency_s  = smooth_max(compute_s, nmp_s, link_s) + launches * stage_overhead_s
   energy_j   = macs * nmp_mac_energy(bits) + internal * internal_energy + link * link_energy
 Whole workload: ``energy_j = sum of stage energies + static_power_w * latency_s``.
@@ -230,15 +243,36 @@ def _aggregation_counts(stage: Stage) -> tuple:
             jnp.maximum(stage.link_bytes / passes - x, 0.0))
 
 
+def _interval_loaded_rows(n, nnz, intervals) -> jax.Array:
+    """Source rows loaded in one pass of an interval-shard aggregation: each of ``intervals``
+    destination intervals loads once every source row with an edge into it, N (1 - exp(-nnz /
+    (I N))) of the N rows for uniform senders, so I N (1 - exp(-nnz / (I N))) in all (<= nnz)."""
+    return intervals * n * -jnp.expm1(-nnz / (intervals * n))
+
+
+def _partial_rows(n, nnz, units, group_units, duplicate_fraction) -> jax.Array:
+    """Partial-sum rows of a sender-partitioned aggregation (one per destination and unit that
+    feeds it), GNNear's merge count (its artifact's ``assign_shards``, step 3): the U units form
+    U / D groups of D (a channel's DIMMs); a share q of each group's source rows (its highest-degree
+    ones, ``duplicate_fraction``) is copied on all D units and a destination interval's edges from
+    them go to one unit of the group, the rest stay on their own unit. Per destination a group
+    gets e = d / (U / D) edges (d = nnz / N; uniform senders, so the copied rows carry the share q
+    of the edges: an assumption, a skewed graph gives them more):
+      rows = N (U / D) [(1 - exp(-(q e + (1 - q) e / D))) + (D - 1)(1 - exp(-(1 - q) e / D))]
+    (q = 0: U N (1 - exp(-d / U)), every unit's partial for every destination it feeds)."""
+    groups = units / group_units
+    e = nnz / (n * groups)
+    rest = (1.0 - duplicate_fraction) * e / group_units
+    return n * groups * (-jnp.expm1(-(duplicate_fraction * e + rest)) + (group_units - 1.0) * -jnp.expm1(-rest))
+
+
 def _interval_regather_bytes(stage: Stage, buffer_bytes, floor) -> jax.Array:
     """Re-gathered bytes of an aggregation under interval-shard partitioning (HyGCN, Yan et al.
     HPCA 2020 Sec. 4.2): I = max(1, out / buffer) destination intervals, each loading once the
-    source rows with an edge into it (N (1 - exp(-nnz / (I N))) of N, uniform senders), beyond
-    the compulsory one read of X."""
+    source rows with an edge into it (`_interval_loaded_rows`), beyond the compulsory one read of X."""
     passes, n, nnz, x, out = _aggregation_counts(stage)
     intervals = jnp.maximum(1.0, out / jnp.maximum(buffer_bytes, 1.0))
-    loaded = intervals * n * -jnp.expm1(-nnz / (intervals * n))
-    return passes * jnp.maximum(loaded - n, 0.0) * (x / n) * floor
+    return passes * jnp.maximum(_interval_loaded_rows(n, nnz, intervals) - n, 0.0) * (x / n) * floor
 
 
 def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
@@ -306,9 +340,19 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> St
                              + jnp.maximum(nnz - first, 0.0) * row_x * floor * (1.0 - hit))
         cv = 1.0 / jnp.sqrt(jnp.maximum(nnz / n, 1e-30)) if stage.in_degree_cv is None else stage.in_degree_cv
         imbalance = 1.0 + jnp.sqrt(2.0 * jnp.log(units)) * cv * jnp.sqrt(units / n)
-        if stage.max_in_degree is not None:
+        if stage.max_in_degree is not None and nmp.interval_rows is None:
             imbalance = jnp.maximum(imbalance, stage.max_in_degree / jnp.maximum(nnz / units, 1e-30))
-        if nmp.replicate_features:
+        if nmp.interval_rows is not None:
+            # GNNear's dataflow: sender partition, interval shards of destinations, partial sums
+            intervals = jnp.maximum(1.0, n / nmp.interval_rows)
+            partials = _partial_rows(n, nnz, units, nmp.group_units, nmp.duplicate_fraction)
+            internal = passes * (structure + _interval_loaded_rows(n, nnz, intervals) * row_x * floor
+                                 + partials * row_out)
+            copies = 1.0 + nmp.duplicate_fraction * (nmp.group_units - 1.0)  # duplicated rows written D times
+            link = passes * (x * copies + partials * row_out)
+            host_adds = jnp.maximum(partials - n, 0.0) * row_out / 4.0  # one add per 4 output bytes (assumed)
+            reduce_s = passes * host_adds / vector_macs_per_s(hw, 32.0, hardened)
+        elif nmp.replicate_features:
             replicate = first * row_x + out  # each unit its own copy of the rows it gathers
             partial = x + first * row_out  # sender partition: partial sums reduced on the host
             replicate_wins = replicate <= partial

@@ -37,6 +37,8 @@ GPU_SECTOR_BYTES = 32.0  # NVIDIA CUDA C++ Best Practices Guide, "Coalesced acce
 CPU_LINE_BYTES = 64.0  # x86-64 cache line (Intel / AMD optimization manuals)
 HBM_BURST_BYTES = 32.0  # HBM2 pseudo-channel: 64 bits x burst length 4 (JESD235B)
 DDR4_BURST_BYTES = 64.0  # DDR4 x64 channel x burst length 8 (JESD79-4)
+# GNNear (PACT 2022) artifact: the gnnear preset's source
+GNNEAR_ARTIFACT = "PKUZHOU/GNNear-PACT-2022 @ 9420d9297d98d8cab02c0c514d35bf1ecf5ff70b"
 UPMEM_DMA_BYTES = 8.0  # UPMEM MRAM -> WRAM DMA moves multiples of 8 bytes (Gomez-Luna et al., IEEE Access 2022)
 
 ASSUMPTIONS = {
@@ -47,7 +49,11 @@ ASSUMPTIONS = {
     "GPU_STATIC_FRACTION_OF_TDP": (0.1, (0.05, 0.3), "h100 / a100 static power as a fraction of TDP"),
     "HBM_PIM_FP32_TWO_PASSES": (2.0, (2.0, 4.0), "hbm-pim fp32 MAC = this many FP16 passes (no fp32 on the PCUs)"),
     "HBM_PIM_REGISTER_BYTES": (3 * 16 * 32, (512, 2048), "hbm-pim per-PCU register file bytes usable as a row buffer"),
-    "GNNEAR_NME_RATE": (16e9, (4e9, 64e9), "gnnear fp32 MAC/s per rank NME"),
+    "GNNEAR_NME_NARROW_PACKING": (4.0, (1.0, 4.0), "gnnear NME int8 MACs per fp32 lane-MAC (bf16: half of it, >= 1); "
+                                                   "the artifact's NMEs are fp32 only"),
+    "GNNEAR_CAE_AS_HYGCN": (None, None, "gnnear CAE: HyGCN's TSMC 12 nm node and 128 KB row buffer (the artifact "
+                                        "gives the array, vector units and clock, not these); its power limit "
+                                        "HyGCN's 6.7 W chip per peak MAC/s x the CAE's peak"),
     "UPMEM_LINK_IS_SYSTEM_TOTAL": (4.74e9, (4.74e9, 40 * 4.74e9), "upmem host link B/s: system total, or per rank x 40"),
     "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs at DRAM_PROCESS_LOGIC_NODE_NM "
                                      "(DPU energy per op unpublished)"),
@@ -98,7 +104,8 @@ PROCESS_NODES = {
                         "extrapolated (ASSUMPTION N5_ENERGY_PER_NODE_STEP)"),
     "a100": (7.0, 0.75, "TSMC N7 (NVIDIA A100 whitepaper)"),
     "hygcn": (12.0, 0.8, "TSMC 12 nm (HyGCN, HPCA 2020, evaluation methodology)"),
-    "gnnear": (12.0, 0.8, "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's TSMC 12 nm"),
+    "gnnear": (12.0, 0.8, "the CAE's node is not given (GNNear artifact @ 9420d929): HyGCN's TSMC 12 nm "
+                          "(ASSUMPTION GNNEAR_CAE_AS_HYGCN)"),
     "gnnear-nme": (GNNEAR_NME_NODE_NM, DRAM_VDD_V, "ASSUMPTION GNNEAR_NME_NODE_NM: a DIMM buffer chip's logic "
                                                    "node is not published"),
     "cpu": (10.0, 0.75, "Intel 7 (a 10 nm-class node): the fit record's host has AMX, i.e. Sapphire Rapids or later"),
@@ -116,6 +123,10 @@ PROCESS_NODES = {
 scaled to (`spec.scaled_op_energies`: Horowitz ISSCC'14 45 nm x Stillmaker & Baas 2017). The
 supplies are foundry-nominal core voltages (0.75 V N7 / N5 / Intel 7, 0.8 V 12 nm) or the DRAM's
 VDD for near-memory logic; all x ``ASSUMPTIONS["NODE_VDD_FACTOR"]``."""
+# GNNear's CAE power limit: HyGCN's reported 6.7 W chip power (HPCA 2020) per peak MAC/s of its
+# engines ((4096 + 512) MACs at 1 GHz), at the CAE's peak ((128 x 128 + 16 x 32) MACs at 700 MHz, GNNear's
+# artifact): 17.2 W. ASSUMPTION GNNEAR_CAE_AS_HYGCN (no GNNear power figure was found).
+GNNEAR_CAE_POWER_W = 6.7 / ((4096 + 512) * 1e9) * ((128 * 128 + 16 * 32) * 700e6)
 UPMEM_WATTS_PER_DPU = 383.0 / 2556  # Gomez-Luna et al., IEEE Access 2022: estimated TDP of the 2,556-DPU system 383 W
 POWER_LIMITS_W = {
     "h100": (700.0, "system", "NVIDIA H100 SXM5 datasheet: max TDP 700 W (the board, HBM3 included)"),
@@ -125,8 +136,11 @@ POWER_LIMITS_W = {
     "hbm-pim": (300.0, "system", "the MI100 host board's 300 W (Samsung evaluates HBM-PIM as a drop-in HBM "
                                  "stack: its PCUs run inside the host's memory power budget)"),
     "hygcn": (6.7, "chip", "HyGCN (HPCA 2020): the chip's reported power 6.7 W (its HBM not included)"),
-    "gnnear": (6.7, "chip", "the CAE is HyGCN's combination engine (ASSUMPTION), so HyGCN's 6.7 W chip power; "
-                            "the NMEs and DIMMs have no published power"),
+    "gnnear": (GNNEAR_CAE_POWER_W, "chip", "no GNNear power or area figure found (its artifact @ 9420d929 and the "
+                                           "stored pages give none): HyGCN's 6.7 W chip per peak MAC/s, (4096 + 512) "
+                                           "x 1e9, x the CAE's (128 x 128 + 16 x 32) x 700e6 = 17.2 W (ASSUMPTION "
+                                           "GNNEAR_CAE_AS_HYGCN: a 12 nm engine of HyGCN's kind); the NMEs and "
+                                           "DIMMs have no published power"),
     "cpu": (2 * ASSUMPTIONS["CPU_WATTS_PER_CORE"][0], "system",
             "the VM's 2 cores (fits/cpu.json) x CPU_WATTS_PER_CORE (ASSUMPTION: a 350 W, 56-core Sapphire Rapids "
             "Xeon, Intel ARK); a package TDP, compared with the package + DRAM: stricter than the chip"),
@@ -138,7 +152,7 @@ POWER_LIMITS_W = {
     "v100": (300.0, "system", "NVIDIA Tesla V100 SXM2 datasheet: 300 W"),
     "mi100": (300.0, "system", "AMD Instinct MI100 datasheet: 300 W total board power"),
     "xeon-e5-2698v4": (135.0, "system", "Intel ARK: 135 W TDP (a package TDP compared with package + DRAM, as cpu)"),
-    "gnnear-host": (6.7, "chip", "as gnnear (its CAE, HyGCN's combination engine: ASSUMPTION)"),
+    "gnnear-host": (GNNEAR_CAE_POWER_W, "chip", "as gnnear (its CAE; ASSUMPTION GNNEAR_CAE_AS_HYGCN)"),
 }
 """``{preset: (watts, scope, source)}``: the published power each preset's `power.peak_power_w` must
 stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the preset models (the
@@ -475,45 +489,63 @@ def hygcn() -> HardwareSpec:
 
 
 def gnnear() -> HardwareSpec:
-    """A GNNear-style system (Zhou et al., "GNNear: Accelerating Full-Batch Training of Graph
-    Neural Networks with Near-Memory Processing", PACT 2022): aggregation (Reduce) on rank-level
-    Near-Memory Engines (NMEs) in the DIMMs' buffer chips, combination (Update) on a centralized
-    acceleration engine (CAE).
+    """GNNear (Zhou et al., "GNNear: Accelerating Full-Batch Training of Graph Neural Networks
+    with Near-Memory Processing", PACT 2022) as its artifact configures it: aggregation (Reduce)
+    on one Near-Memory Engine (NME) per DIMM, combination (Update) on a centralized acceleration
+    engine (CAE).
 
-    Sources and assumptions:
-      - Memory: DDR4-3200, 4 channels x 2 DIMMs x 2 ranks = 16 ranks (assumed system size; GNNear
-        evaluates DIMM-based systems of this kind). One rank streams at the channel rate,
-        25.6 GB/s (JEDEC DDR4-3200: 3200 MT/s x 8 B); the host link is 4 channels x 25.6 GB/s.
-      - NME compute: ASSUMPTION 16 fp32 MAC lanes at 1 GHz per rank (GNNear does not publish a
-        rate that is meant to bind; Reduce is bandwidth-bound; `ASSUMPTIONS["GNNEAR_NME_RATE"]`),
-        int operands 4x packed, bf16 2x packed; MAC energies from the Horowitz table by
-        precision scaled to ASSUMPTION `GNNEAR_NME_NODE_NM` (`PROCESS_NODES["gnnear-nme"]`).
-      - CAE: ASSUMPTION 4096 MACs at 1 GHz, as HyGCN's combination engine, 128 KB row buffer
-        (and HyGCN's 12 nm node for its energies).
-      - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal
-        access at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8).
-      - Rows move in whole 64-byte DDR4 bursts (JESD79-4), on the host and in the ranks.
-      - ASSUMPTION: the NMEs see the features without per-rank copies (GNNear's host places each
-        rank's rows; ``replicate_features`` off); static power not modeled.
+    Sources: the artifact, PKUZHOU/GNNear-PACT-2022 @ 9420d929 (``GNNEAR_ARTIFACT``),
+    ``simulation/GNNear_simulator.py`` (classes ``NME``, ``CAE``, ``HGPGCNear`` and its defaults,
+    which ``simulation/GNNear_experiments.py::throughput_comparison`` runs), and
+    ``run_dramsim3_simulation.sh`` / ``dramsim3_simulation`` (DRAMsim3 ``DDR4_8Gb_x8_2400``):
+      - Memory: 4 channels x 4 DIMMs x 2 ranks of DDR4-2400 (``HGPGCNear(channel=4,
+        DIMMs_per_channel=4, rank_num=2)``).
+      - NMEs (``units`` = 16, one per DIMM): 16 PEs x 8 fp32 lanes at 500 MHz, reduce rounds doubled
+        for a weighted aggregation (multiply and add issued separately: ``NME.calc_reduce_cycles``),
+        so 16 x 8 x 0.5e9 / 2 = 32e9 fp32 MAC/s per DIMM; the DIMM's 2 ranks load in parallel, 16 B
+        per 1 GHz cycle each (``simulate_full_reduce``: 8 B x 2, DDR), 32e9 B/s per DIMM.
+      - Dataflow: destination interval shards of 128 rows (``interval=128``; ``interval_rows``),
+        edges placed by source DIMM, partial sums merged by the CAE; sliding window 4
+        (``window_size``: scheduling slack between DIMMs, no reuse; not modeled beyond the
+        imbalance term) and duplication ratio 0.35 of each channel's highest-degree sources
+        (``dup_ratio``; ``duplicate_fraction``, ``group_units`` = 4: their edges into a shard go to
+        one DIMM of the channel, so fewer DIMMs hold a partial sum of a destination; a duplicated
+        source is still loaded once per shard it feeds, as in the artifact's own accounting, and
+        the max-degree imbalance bound is dropped).
+      - CAE: a 128 x 128 array at 700 MHz (11.47e12 MAC/s) and 16 vector units x 32 lanes at
+        700 MHz (358.4e9 MAC/s); it reads 16 B per 1 GHz cycle per channel (``calculate_CAE_read_
+        cycles``): 4 x 16e9 B/s, its DRAM and host-link bandwidth. fp32 throughout (``bytes = 4``).
+      - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal access
+        at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8); rows move in whole
+        64-byte DDR4 bursts (JESD79-4).
+    Assumptions (``ASSUMPTIONS``): ``GNNEAR_CAE_AS_HYGCN`` (the CAE's 12 nm node and 128 KB row
+    buffer, HyGCN's; the artifact gives neither), ``GNNEAR_NME_NODE_NM`` (the NMEs' logic node),
+    ``GNNEAR_NME_NARROW_PACKING`` (bf16 / int8 operands 2x / 4x packed on the fp32 lanes; the artifact
+    is fp32 only). The NME buffer holds one interval's partial sums at the hidden width 256
+    (128 x 256 x 4 B = 128 KiB, derived). Features without per-rank copies (``replicate_features``
+    off); static power not modeled.
     """
+    nme_fp32 = 16 * 8 * 500e6 / 2
+    packing = ASSUMPTIONS["GNNEAR_NME_NARROW_PACKING"][0]
+    cae_clock = 700e6
     return HardwareSpec(
         name="gnnear",
-        matrix_fp32_macs_per_s=4096e9, matrix_bf16_macs_per_s=4096e9,
-        matrix_int8_macs_per_s=4096e9, matrix_int4_macs_per_s=4096e9,
-        vector_fp32_macs_per_s=512e9,
-        dram_bw_bytes_per_s=4 * 25.6e9,
+        matrix_fp32_macs_per_s=128 * 128 * cae_clock, matrix_bf16_macs_per_s=128 * 128 * cae_clock,
+        matrix_int8_macs_per_s=128 * 128 * cae_clock, matrix_int4_macs_per_s=128 * 128 * cae_clock,
+        vector_fp32_macs_per_s=16 * 32 * cae_clock,
+        dram_bw_bytes_per_s=4 * 16e9,
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
-        clock_hz=1e9,
+        clock_hz=cae_clock,
         gather_granularity_bytes=DDR4_BURST_BYTES,
         **op_energies("gnnear"),
         nmp=NearMemorySpec(
-            units=16, internal_bw_bytes_per_s=25.6e9, int_macs_per_s=64e9, fp32_macs_per_s=16e9,
-            bf16_macs_per_s=32e9, **nmp_energies("gnnear-nme"),
+            units=4 * 4, internal_bw_bytes_per_s=2 * 16e9, fp32_macs_per_s=nme_fp32,
+            bf16_macs_per_s=max(1.0, packing / 2) * nme_fp32, int_macs_per_s=packing * nme_fp32, **nmp_energies("gnnear-nme"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * DDR4_RANK_INTERNAL_FRACTION,
-            buffer_bytes=64 * 1024, host_link_bw_bytes_per_s=4 * 25.6e9,
+            buffer_bytes=128 * 256 * 4, host_link_bw_bytes_per_s=4 * 16e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=DDR4_BURST_BYTES,
-            clock_hz=1e9),
+            clock_hz=500e6, interval_rows=128.0, duplicate_fraction=0.35, group_units=4.0),
     )
 
 
@@ -712,7 +744,7 @@ _HOSTS = {"upmem": "upmem-host", "hbm-pim": "mi100", "gnnear": "gnnear-host"}
 
 def gnnear_host() -> HardwareSpec:
     """Preset ``gnnear-host``: `gnnear` without its Near-Memory Engines: the centralized
-    acceleration engine on the same 16 DDR4-3200 ranks, every stage on it (`host_of("gnnear")`).
+    acceleration engine on the same 4 channels of DDR4-2400, every stage on it (`host_of("gnnear")`).
     Sources: as `gnnear` (its CAE and memory system)."""
     return gnnear().replace(name="gnnear-host", nmp=None)
 
@@ -742,8 +774,9 @@ EVIDENCE_LEVELS = ("measured on this machine", "fitted on public device timings"
 _DATASHEET_ONLY = {
     "hygcn": "HyGCN (HPCA 2020) configuration, aggregate-first with interval-shard reuse; checked against its "
              "paper's V100 ratios: out of the 35 % band (results/hwmodel_published.json)",
-    "gnnear": "GNNear (PACT 2022) style system with assumed size and NME rate; checked against its paper's V100 "
-              "ratios: out of the 35 % band, also with the V100's published times as the baseline (1.05x vs 2.5x; "
+    "gnnear": "GNNear (PACT 2022) as its artifact configures it (PKUZHOU/GNNear-PACT-2022 @ 9420d929: system size, "
+              "NME / CAE rates, interval shards, duplication); checked against its paper's V100 ratios: out of the "
+              "35 % band, also with the V100's published times as the baseline (0.83x vs 2.5x; "
               "results/hwmodel_published.json)",
     "upmem": "UPMEM 2,556-DPU server (Gomez-Luna et al. 2022 rates) on its two-Xeon host (`upmem-host`); not "
              "checked against a system",

@@ -203,7 +203,7 @@ HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
 number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
 NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "internal_energy_pj_per_byte",
-                   "buffer_bytes", "host_link_energy_pj_per_byte")
+                   "buffer_bytes", "host_link_energy_pj_per_byte", "duplicate_fraction")
 """`NearMemorySpec` fields that may be 0; the others (units, bandwidths, rates) must be > 0."""
 
 
@@ -234,6 +234,17 @@ class NearMemorySpec:
       access_granularity_bytes: the smallest internal DRAM access (a burst); a gathered row of
         fewer bytes still moves this many (default 64 B: a DDR4 x64 burst of 8, JESD79-4).
       clock_hz: the unit's clock, descriptive (no cost uses it; None: the host's ``clock_hz``).
+      interval_rows: destination rows per interval shard (GNNear's ``interval``, Zhou et al. PACT
+        2022); set, an aggregation runs GNNear's dataflow (`estimate.nmp_stage_cost`): edges
+        partitioned by sender, each unit loading each of its source rows once per destination
+        interval it feeds (HyGCN's interval reuse, `estimate._interval_loaded_rows`) and writing
+        partial sums the host adds. None: edges partitioned by receiver, rows re-gathered past
+        ``buffer_bytes``.
+      duplicate_fraction: with ``interval_rows``, the share (0-1) of each group's source rows, the
+        highest-degree ones, copied on every unit of the group (GNNear's ``dup_ratio``: a channel's
+        DIMMs), whose edges into an interval go to one unit of the group: fewer partial sums
+        (`estimate._partial_rows`), the copies written by the host; 0 = none.
+      group_units: units per group sharing the copies (GNNear: DIMMs per channel); 1 = none.
       replicate_features (static): the units cannot read each other's memory (UPMEM DPUs:
         Gomez-Luna et al., IEEE Access 2022, Sec. 2: no direct DPU-DPU communication), so each
         unit needs a private copy of the feature rows its edges gather, or the partial sums
@@ -264,9 +275,15 @@ class NearMemorySpec:
     access_granularity_bytes: float = 64.0
     clock_hz: Optional[float] = None
     replicate_features: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    interval_rows: Optional[float] = None
+    duplicate_fraction: float = 0.0
+    group_units: float = 1.0
 
     def __post_init__(self):
-        validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE, check_arrays=True)
+        validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE, fractions=("duplicate_fraction",),
+                         check_arrays=True)
+        if isinstance(self.group_units, float) and isinstance(self.units, float) and self.group_units > self.units:
+            raise ValueError(f"NearMemorySpec.group_units: must be <= units ({self.units!r}), got {self.group_units!r}")
 
     def replace(self, **changes) -> "NearMemorySpec":
         """A copy with some fields replaced (validated again)."""
