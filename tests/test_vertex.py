@@ -784,7 +784,7 @@ def _old_propagation(self, name, graph, **_):
     return tuple(hwmodel.LayerWorkload(f"{name}{k}", spmm, spmm, elem) for k in range(self.k_hops))
 
 
-def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None):
+def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None):
     """`GATConv.workload` before its attention stages were derived."""
     from codesign.models.gat import score_and_activation_stage
     from codesign.models.layers import quant_bits
@@ -824,7 +824,7 @@ def _old_rgcn_layer_workloads(name, n_nodes, relation_nnz, in_dim, out_dim, x_bi
     return tuple(layers)
 
 
-def _old_rgcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None):
+def _old_rgcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None):
     """`RGCNConv.workload` before its per-relation SpMMs were derived."""
     from codesign.models.layers import quant_bits
     x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))

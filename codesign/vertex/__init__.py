@@ -17,7 +17,7 @@ aggregations run as one kernel), `lower` (to JAX), `cost` (to an `hwmodel.Worklo
 fallbacks and the errors.
 """
 
-from codesign.vertex.ir import Graph as ProgramGraph
+from codesign.vertex.ir import ProgramGraph
 from codesign.vertex.ir import Node
 from codesign.vertex.lower import ATTENTION_IMPLS, edge_softmax
 from codesign.vertex.program import Program, program

@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from codesign import hwmodel
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
-from codesign.vertex.ir import Graph
+from codesign.vertex.ir import ProgramGraph
 
 __all__ = ["derive", "EDGE_VALUE_BITS"]
 
@@ -58,8 +58,8 @@ def _f32(v):
     return jnp.asarray(v, jnp.float32)
 
 
-def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, out_bits, heads: int = 1,
-           training: bool = False, locality=None, gated: bool = False, weight_products: bool = True,
+def derive(graph: ProgramGraph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, out_bits,
+           heads: int = 1, training: bool = False, locality=None, gated: bool = False, weight_products: bool = True,
            kept_widths: Optional[dict] = None, blocks: Optional[tuple] = None,
            name: str = "vertex") -> hwmodel.Workload:
     """The workload of one run of ``graph`` (see the module docstring).
@@ -153,7 +153,7 @@ def derive(graph: Graph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, 
     return hwmodel.Workload((hwmodel.LayerWorkload(name, stages, stages, elem),), training)
 
 
-def _kept_widths(graph: Graph, kept: dict) -> dict:
+def _kept_widths(graph: ProgramGraph, kept: dict) -> dict:
     """``{node id: kept width}``: ``kept[name]`` for a 1-D input of that name, carried to each node
     that has an argument of its own (non-scalar) per-item shape carrying one (nodes are in
     topological order). Raises ValueError for a name that is no 1-D input."""
@@ -174,8 +174,8 @@ def _kept_widths(graph: Graph, kept: dict) -> dict:
     return out
 
 
-def _elementwise(graph: Graph, consumed: set, domain: str, items, heads: int, bits_of, width_of, out_bits,
-                 extra_ops, extra_bytes):
+def _elementwise(graph: ProgramGraph, consumed: set, domain: str, items, heads: int, bits_of, width_of,
+                 out_bits, extra_ops, extra_bytes):
     """One "elementwise" stage for the ``domain``'s map nodes not folded into a kernel, plus
     ``extra_ops`` / ``extra_bytes`` (None: no extra work); None when there is nothing to cost."""
     nodes = graph.nodes

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Union
 
-from codesign.vertex.ir import Graph, Node
+from codesign.vertex.ir import Node, ProgramGraph
 
 __all__ = ["SpmmPlan", "AttentionPlan", "plan", "factors"]
 
@@ -88,7 +88,7 @@ def _is(n: Node, name: str) -> bool:
     return n.op == "map" and n.attrs.get("name") == name and len(n.args) == 2
 
 
-def factors(graph: Graph, nid: int) -> tuple[list, list]:
+def factors(graph: ProgramGraph, nid: int) -> tuple[list, list]:
     """``([(node id, inverse?)], [internal mul/div ids])`` of the product tree rooted at ``nid``
     (the divisor of a ``div`` is a factor only when it is a per-item scalar)."""
     nodes = graph.nodes
@@ -102,7 +102,7 @@ def factors(graph: Graph, nid: int) -> tuple[list, list]:
     return [(nid, False)], []
 
 
-def _spmm(graph: Graph, agg: Node) -> Optional[SpmmPlan]:
+def _spmm(graph: ProgramGraph, agg: Node) -> Optional[SpmmPlan]:
     if agg.attrs["kind"] not in ("sum", "mean"):
         return None
     leaves, internal = factors(graph, agg.args[0])
@@ -124,7 +124,7 @@ def _vertex_scalar(n: Node, like: Node) -> bool:
     return n.domain == "vertex" and n.shape == () and n.dtype.kind == "f" and n.id != like.id
 
 
-def _receiver_factors(graph: Graph, agg: Node) -> tuple:
+def _receiver_factors(graph: ProgramGraph, agg: Node) -> tuple:
     """Rule 1b: ``(out, receiver_scale, receiver_inverse, constant, folded map ids)`` of the chain
     of products / quotients by vertex scalars or numbers that follows ``agg``."""
     nodes, users, outputs = graph.nodes, graph.users(), set(graph.outputs)
@@ -151,7 +151,7 @@ def _receiver_factors(graph: Graph, agg: Node) -> tuple:
     return cur.id, tuple(scale), tuple(inverse), constant, tuple(folded)
 
 
-def _attention(graph: Graph, agg: Node) -> Optional[AttentionPlan]:
+def _attention(graph: ProgramGraph, agg: Node) -> Optional[AttentionPlan]:
     nodes = graph.nodes
     x = nodes[agg.args[0]]
     if agg.attrs["kind"] != "sum" or not _is(x, "mul"):
@@ -179,7 +179,7 @@ def _attention(graph: Graph, agg: Node) -> Optional[AttentionPlan]:
     return AttentionPlan(agg.id, f.args[0], p.args[0], q.args[0], slope, tuple(internal))
 
 
-def plan(graph: Graph, gated: bool) -> dict:
+def plan(graph: ProgramGraph, gated: bool) -> dict:
     """``{aggregation node id: SpmmPlan | AttentionPlan | None}`` (None: gather + segment ops).
     Rule 2 is tried first and only without edge gates (the kernel has no per-edge gate input)."""
     out = {}

@@ -74,7 +74,7 @@ class Node:
 
 
 @dataclasses.dataclass(frozen=True)
-class Graph:
+class ProgramGraph:
     """A traced vertex program: ``nodes`` in topological order, the ids of the returned vertex
     values (``outputs``, flattened) and the pytree structure to rebuild them (``out_tree``)."""
 

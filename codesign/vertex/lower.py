@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
-from codesign.vertex.ir import Graph
+from codesign.vertex.ir import ProgramGraph
 
 __all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_softmax"]
 
@@ -188,7 +188,7 @@ def _attention_op(mode: str, slope: float):
 
 # ----------------------------------------------------------------------------------- lowering
 
-def run(graph: Graph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
+def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
     """Evaluates the program ``graph`` on ``ctx``'s edges with inputs ``nodes`` ({name: [N, ...]})
     and ``edges`` ({name: [E, ...]}); returns the program's output pytree ([N, ...] arrays)."""
     adj, gates = ctx.adj, ctx.gates

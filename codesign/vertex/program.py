@@ -22,7 +22,7 @@ from codesign.kernels import CooAdjacency
 from codesign.quant import Quantizer
 from codesign.sparsify import EdgeSparsifier
 from codesign.vertex import cost
-from codesign.vertex.ir import Graph
+from codesign.vertex.ir import ProgramGraph
 from codesign.vertex.lower import EdgeContext, run
 from codesign.vertex.trace import RESERVED, trace
 
@@ -118,7 +118,7 @@ class Program:
         return f"vx.program({self.__name__}{'; ' + ', '.join(hooks) if hooks else ''})"
 
     # ------------------------------------------------------------------------------- tracing
-    def trace(self, node_specs: Mapping, edge_specs: Mapping) -> Graph:
+    def trace(self, node_specs: Mapping, edge_specs: Mapping) -> ProgramGraph:
         """The IR for inputs of these per-item specs (``{name: jax.ShapeDtypeStruct}``); traced
         once per distinct signature and cached.
 
@@ -131,7 +131,7 @@ class Program:
             self._cache[key] = trace(self.fn, dict(node_specs), dict(edge_specs))
         return self._cache[key]
 
-    def ir(self, adj, nodes: Optional[Mapping] = None, edges: Optional[Mapping] = None) -> Graph:
+    def ir(self, adj, nodes: Optional[Mapping] = None, edges: Optional[Mapping] = None) -> ProgramGraph:
         """The IR this program runs on these inputs (``print(prog.ir(adj, nodes=...))`` lists it)."""
         adj = _adjacency(adj)
         return self.trace(_specs(nodes or {}, adj.n_nodes, "nodes", "N"),

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.vertex.ir import AGGREGATIONS, Graph, Node
+from codesign.vertex.ir import AGGREGATIONS, ProgramGraph, Node
 
 __all__ = ["VertexProgramError", "Value", "trace", "sum", "mean", "max", "softmax", "exp", "leaky_relu",
            "relu", "where", "RESERVED"]
@@ -417,7 +417,7 @@ def where(cond, a, b):
 
 # ------------------------------------------------------------------------------------- tracing
 
-def trace(fn: Callable, node_specs: dict, edge_specs: dict) -> Graph:
+def trace(fn: Callable, node_specs: dict, edge_specs: dict) -> ProgramGraph:
     """Runs ``fn(v)`` once on proxies and returns its IR.
 
     Args:
@@ -443,4 +443,4 @@ def trace(fn: Callable, node_specs: dict, edge_specs: dict) -> Graph:
         if leaf.node.domain != "vertex":
             _fail(f"the program returns an edge value ({leaf.node.where}): aggregate it with vx.sum / vx.mean / "
                   f"vx.max", where)
-    return Graph(tuple(tr.nodes), tuple(v.id for v in leaves), tree)
+    return ProgramGraph(tuple(tr.nodes), tuple(v.id for v in leaves), tree)
