@@ -289,7 +289,7 @@ def test_record_is_stored_before_the_checkpoint_and_save_completes_a_stored_run(
     import codesign.train as train_mod
     monkeypatch.setattr(train_mod, "train", lambda *a, **k: pytest.fail("trained a stored and saved run"))
     monkeypatch.setattr(train_mod, "train_seeds",
-                        lambda g, cfgs, *a, **k: iter(()) if not cfgs else pytest.fail("trained a stored and saved run"))
+                        lambda g, cfgs, *a, **k: iter(cfgs) if not cfgs else pytest.fail("trained a stored run"))
     assert cli.main(argv) == 0
     assert f"train: seed 0 already saved in {tmp_path / 'ck' / 'seed0'}" in capsys.readouterr().err
     assert store.records() == [record]

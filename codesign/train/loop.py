@@ -112,7 +112,8 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
 
 def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
                       first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
-                      wrt=nnx.Param, batched_targets: bool = False) -> TrainStep:
+                      wrt=nnx.Param, batched_targets: bool = False,
+                      batch_size: Any = "auto") -> TrainStep:
     """`make_step` for S models of one structure (the seeds of one point): one compiled program
     trains all of them. Each model's split ``(model, optimizer)`` state is stacked along a leading
     seed axis and the step of `make_step` is `jax.vmap`-ed over it; ``data`` is shared (not
@@ -120,7 +121,9 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
     ``batched_targets``, stacked too (each seed's own distillation teacher). Every random stream
     (dropout, gates, quantizer noise) lives in each model's own `nnx.Rngs` state, so a seed draws
     exactly the numbers it draws alone; the step returns ``[S]`` losses, cost ratios and hardened
-    cost ratios.
+    cost ratios. ``batch_size`` k runs the seeds by `jax.lax.map` instead, k at a time
+    (`over_seeds`): one program still, for a backend where the vmapped step is slower per seed
+    than the single one (XLA:CPU's batched dots); "auto" (`SEED_BATCH`): 1 on CPU, else vmap.
 
     Raises:
       ValueError: the models' graph definitions or state shapes differ.
@@ -135,8 +138,35 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
         raise ValueError("make_batched_step: the models differ in structure (graph definitions or state shapes); "
                          "train them apart")
     state = stack([p[1] for p in parts])
-    vstep = jax.vmap(step, in_axes=(0, None, 0, 0 if batched_targets else None))
-    return TrainStep(graphdef, state, jax.jit(vstep, donate_argnums=0), controller)
+    seeded = over_seeds(step, (0, None, 0, 0 if batched_targets else None), batch_size)
+    return TrainStep(graphdef, state, jax.jit(seeded, donate_argnums=0), controller)
+
+
+# `over_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
+# vmapped Cora GCN step costs more per seed than the single step (its dots get batch dimensions and
+# leave the fast unbatched path; experiments/bench_seeds.py): the seeds run one after the other
+# inside the one program there, which still compiles once.
+SEED_BATCH = {"cpu": 1}
+
+
+def over_seeds(f: Callable, in_axes: tuple, batch_size: Any = "auto") -> Callable:
+    """``f`` mapped over the leading seed axis of the arguments whose ``in_axes`` entry is 0 (the
+    others shared): `jax.vmap` over all seeds (``batch_size`` None), or `jax.lax.map` over them,
+    ``batch_size`` seeds vmapped at a time (1: one seed after the other inside the one program);
+    "auto": `SEED_BATCH` of the default backend."""
+    if batch_size == "auto":
+        batch_size = SEED_BATCH.get(jax.default_backend())
+    if batch_size is None:
+        return jax.vmap(f, in_axes=in_axes)
+
+    def mapped(*args):
+        seeded = tuple(a for a, ax in zip(args, in_axes) if ax == 0)
+
+        def one(xs):
+            it = iter(xs)
+            return f(*(next(it) if ax == 0 else a for a, ax in zip(args, in_axes)))
+        return jax.lax.map(one, seeded, batch_size=None if batch_size == 1 else batch_size)
+    return mapped
 
 
 def stack(trees: Sequence) -> Any:
@@ -211,7 +241,7 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
 def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
               first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None,
               tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param,
-              batched_targets: bool = False) -> list[FitResult]:
+              batched_targets: bool = False, batch_size: Any = "auto") -> list[FitResult]:
     """`fit` of S models of one structure (the seeds of one point) as one compiled program
     (`make_batched_step`): the step and the best-validation tracking are `jax.vmap`-ed over the
     stacked states, the data shared; each model ends updated in place exactly as `fit` leaves it.
@@ -222,6 +252,9 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
         ``problem.targets`` is stacked ``[S, ...]`` (a teacher per model).
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``, once per
         epoch for all models, with ``[S]`` arrays.
+      batch_size: None: the step vmapped over all S seeds; k: `jax.lax.map` over the seeds, k at
+        a time vmapped (1: one after the other, inside the one compiled program); "auto": by
+        backend (`over_seeds`).
 
     Returns:
       One `FitResult` per model; ``train_time_s`` is each model's share (the batch's wall-clock / S).
@@ -232,18 +265,19 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
       ValueError: as `fit`; models of different structures (`make_batched_step`).
     """
     return _fit(list(models), problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=True,
-                batched_targets=batched_targets)
+                batched_targets=batched_targets, batch_size=batch_size)
 
 
 def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, on_epoch, tx, wrt, *,
-         batched: bool, batched_targets: bool = False) -> list[FitResult]:
+         batched: bool, batched_targets: bool = False, batch_size: Any = "auto") -> list[FitResult]:
     """The epoch loop of `fit` (one model, ``batched=False``) and `fit_seeds` (``batched=True``:
     the same loop over the seed-stacked state, with vmapped step and selection)."""
     if cfg.optim.select == "best_val" and problem.evaluate is None:
         raise ValueError("TrainConfig.optim.select: 'best_val' needs a problem with an evaluate function")
     if batched:
         graphdef, state, step, controller = make_batched_step(models, problem, cfg, terms, first_layer=first_layer,
-                                                              tx=tx, wrt=wrt, batched_targets=batched_targets)
+                                                              tx=tx, wrt=wrt, batched_targets=batched_targets,
+                                                              batch_size=batch_size)
         ctrl = stack([controller.init() for _ in models])
         best = stack([BestVal.start(m) for m in models]) if cfg.optim.select == "best_val" else None
         first_bad = jnp.full((len(models),), -1, jnp.int32)
@@ -354,9 +388,9 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
 def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareSpec,
                 on_epoch: Optional[Callable[[int, dict], None]] = None,
                 also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False,
-                return_model: bool = False) -> Iterator[dict]:
+                return_model: bool = False, batch_size: Any = "auto") -> Iterator[dict]:
     """`train` of configs that differ only in their seed, the seeds trained together as one
-    compiled program (`fit_seeds`: the step and the epoch selection vmapped over the seed axis)
+    compiled program (`fit_seeds`: the step mapped over the seed axis, the epoch selection vmapped)
     where `seeds_batchable` allows, else one after the other (`train` each).
 
     Each seed's record has the fields and values `train` gives it alone (to float rounding: the
@@ -369,6 +403,8 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
       cfgs: the seeds' `TrainConfig` s.
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``: batched,
         once per epoch with ``[S]`` arrays; else once per epoch of each seed, as `train`.
+      batch_size: how the one program runs the seeds (`fit_seeds`): None vmaps all of them, 1
+        maps them one after the other, "auto" picks by backend (`SEED_BATCH`).
 
     Yields:
       One `train` result dict per config, in order, each as soon as it is hardened and costed.
@@ -398,7 +434,7 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
     if teachers[0] is not None:
         problem = dataclasses.replace(problem, targets=jnp.stack(teachers))
     fitted = fit_seeds(models, problem, cfgs[0], objective(cfgs[0]), first_layer=models[0].FIRST_LAYER,
-                       on_epoch=on_epoch, batched_targets=teachers[0] is not None)
+                       on_epoch=on_epoch, batched_targets=teachers[0] is not None, batch_size=batch_size)
     for run, fit_i in zip(runs, fitted):
         if not np.isfinite(fit_i.final_loss):
             raise FloatingPointError(_divergence_message(run.cfg, fit_i.final_loss, fit_i.first_nonfinite_epoch))
