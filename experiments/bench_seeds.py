@@ -65,8 +65,12 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="default: the model's default config")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data-root", default=None)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=None, help=f"default {OUT} ({OUT.stem}_quick.json with --quick)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 3 epochs, 1 repeat")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.epochs, args.repeats = 2, 3, 1
+    args.out = args.out or str(OUT.with_name(f"{OUT.stem}_quick.json") if args.quick else OUT)
 
     graph, hw = load_dataset(args.dataset, root=args.data_root), presets.get(args.hw)
     given = {} if args.epochs is None else {"epochs": args.epochs}
@@ -118,8 +122,8 @@ def main(argv=None) -> int:
     print(f"{s} vmap / 1 = {out['ratio_vmap_to_one']:.2f}x, {s} sequential / 1 = "
           f"{out['ratio_sequential_to_one']:.2f}x, {s} mapped / 1 = {out['ratio_mapped_to_one']:.2f}x "
           f"(median wall, load {out['load_1min']['min']:.2f}-{out['load_1min']['max']:.2f}) -> {args.out}")
-    return 0
+    return out
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
