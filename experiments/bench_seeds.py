@@ -1,9 +1,11 @@
 """Seeds batched vs one by one (issue 34): wall-clock of `codesign train`'s work for 1 seed, for
 S seeds as one vmapped program (`codesign.train.train_seeds`), for S seeds one after the other
 (`codesign.train.train` each) and for S seeds one after the other inside one compiled program
-(``train_seeds(batch_size=1)``: `jax.lax.map`, no vmap), default config of ``--model`` on ``--dataset``, in one process.
+(``train_seeds(batch_size=1)``: `jax.lax.map`, no vmap) and for S seeds one after the other on one
+compiled step (``batch_size=0``), default config of ``--model`` on ``--dataset``, in one process.
 
-``S_vmap``: ``train_seeds(batch_size=None)``; ``S_mapped``: ``batch_size=1``. Each timed call is a whole `train` / `train_seeds` (set-up, compile, epochs, hardening, cost), as
+``S_vmap``: ``train_seeds(batch_size=None)``; ``S_mapped``: ``batch_size=1``; ``S_reused``:
+``batch_size=0``. Each timed call is a whole `train` / `train_seeds` (set-up, compile, epochs, hardening, cost), as
 `codesign train --seeds S` runs it; every call compiles its own step, as the CLI's do. The three
 modes alternate (rotated order per repeat), after one untimed warm-up round (one-time compiles of
 the dense reference, the evaluation, ...); medians of ``--repeats``. Per mode also the steady
@@ -83,11 +85,14 @@ def main(argv=None) -> int:
         f"{s}_sequential": lambda cb: [train(graph, c, hw, on_epoch=cb) for c in cfgs],
         # one compiled program, the seeds one after the other inside it (jax.lax.map, no vmap)
         f"{s}_mapped": lambda cb: list(train_seeds(graph, cfgs, hw, on_epoch=cb, batch_size=1)),
+        # one after the other, each its own epoch loop, all on one compiled step (no recompile)
+        f"{s}_reused": lambda cb: list(train_seeds(graph, cfgs, hw, on_epoch=cb, batch_size=0)),
     }
     warm = [c.replace(epochs=2) for c in cfgs]  # one-time compiles (dense reference, evaluation, costing)
     train(graph, warm[0], hw)
     list(train_seeds(graph, warm, hw, batch_size=None))
     list(train_seeds(graph, warm, hw, batch_size=1))
+    list(train_seeds(graph, warm, hw, batch_size=0))
     runs = {name: [] for name in modes}
     names = list(modes)
     for r in range(args.repeats):
@@ -108,9 +113,10 @@ def main(argv=None) -> int:
         "ratio_vmap_to_one": med[f"{s}_vmap"]["wall_s"] / one,
         "ratio_sequential_to_one": med[f"{s}_sequential"]["wall_s"] / one,
         "ratio_mapped_to_one": med[f"{s}_mapped"]["wall_s"] / one,
+        "ratio_reused_to_one": med[f"{s}_reused"]["wall_s"] / one,
         "target_ratio": 2.0,
         # what `codesign train --seeds` runs here (train_seeds' batch_size="auto", codesign.train.loop.SEED_BATCH)
-        "cli_mode": f"{s}_mapped" if SEED_BATCH.get(jax.default_backend()) == 1 else f"{s}_vmap",
+        "cli_mode": {None: f"{s}_vmap", 0: f"{s}_reused", 1: f"{s}_mapped"}.get(SEED_BATCH.get(jax.default_backend())),
         "runs": runs,
         "load_1min": {"min": min(t["load_1min"] for ts in runs.values() for t in ts),
                       "max": max(t["load_1min"] for ts in runs.values() for t in ts)},
@@ -120,7 +126,8 @@ def main(argv=None) -> int:
     }
     write_json_atomic(args.out, out)
     print(f"{s} vmap / 1 = {out['ratio_vmap_to_one']:.2f}x, {s} sequential / 1 = "
-          f"{out['ratio_sequential_to_one']:.2f}x, {s} mapped / 1 = {out['ratio_mapped_to_one']:.2f}x "
+          f"{out['ratio_sequential_to_one']:.2f}x, {s} mapped / 1 = {out['ratio_mapped_to_one']:.2f}x, "
+          f"{s} reused / 1 = {out['ratio_reused_to_one']:.2f}x "
           f"(median wall, load {out['load_1min']['min']:.2f}-{out['load_1min']['max']:.2f}) -> {args.out}")
     return out
 

@@ -413,6 +413,6 @@ def test_select_flagship_quick_and_its_rule(tmp_path):
 def test_bench_seeds_quick(tmp_path, cora):
     out = tmp_path / "bench_seeds.json"
     result = load("bench_seeds").main(["--quick", "--out", str(out)])
-    assert json.loads(out.read_text())["median"].keys() == {"1", "2_vmap", "2_sequential", "2_mapped"}
-    for k in ("ratio_vmap_to_one", "ratio_sequential_to_one", "ratio_mapped_to_one"):
+    assert json.loads(out.read_text())["median"].keys() == {"1", "2_vmap", "2_sequential", "2_mapped", "2_reused"}
+    for k in ("ratio_vmap_to_one", "ratio_sequential_to_one", "ratio_mapped_to_one", "ratio_reused_to_one"):
         assert np.isfinite(result[k]) and result[k] > 0

@@ -40,17 +40,20 @@ def test_batched_seeds_match_each_seed_trained_alone(cora, kw):
     assert len(set(losses)) == len(losses), losses  # the seeds are different runs
 
 
-def test_seeds_mapped_inside_one_program_match_each_seed_trained_alone(cora):
-    """``batch_size=1``: `jax.lax.map` over the seeds instead of `jax.vmap`, the same records."""
+@pytest.mark.parametrize("batch_size", [1, 0], ids=["mapped", "reused"])
+def test_seeds_mapped_or_on_one_compiled_step_match_each_seed_trained_alone(cora, batch_size):
+    """``batch_size=1``: `jax.lax.map` over the seeds instead of `jax.vmap`; 0: each seed's own
+    epoch loop on the first seed's compiled step; the same records."""
     hw = presets.get("cpu")
-    cfgs = [TrainConfig.for_model("gcn", seed=s, epochs=4) for s in range(2)]
-    _same_as_alone(list(train_seeds(cora, cfgs, hw, batch_size=1)), [train(cora, cfg, hw) for cfg in cfgs])
+    cfgs = [TrainConfig.for_model("gcn", seed=s, epochs=4, select="best_val") for s in range(2)]
+    _same_as_alone(list(train_seeds(cora, cfgs, hw, batch_size=batch_size)), [train(cora, cfg, hw) for cfg in cfgs])
 
 
 def test_batched_seeds_call_on_epoch_once_per_epoch_with_a_value_per_seed(cora):
     seen = []
     cfgs = [TrainConfig.for_model("gcn", seed=s, epochs=3) for s in range(2)]
-    list(train_seeds(cora, cfgs, presets.get("cpu"), on_epoch=lambda e, v: seen.append((e, np.shape(v["loss"])))))
+    list(train_seeds(cora, cfgs, presets.get("cpu"), batch_size=None,
+                     on_epoch=lambda e, v: seen.append((e, np.shape(v["loss"])))))
     assert seen == [(0, (2,)), (1, (2,)), (2, (2,))]
 
 
@@ -77,7 +80,7 @@ def test_a_diverged_seed_raises_after_the_seeds_before_it(cora, monkeypatch):
         return res
     monkeypatch.setattr(loop, "fit_seeds", second_diverges)
     cfgs = [TrainConfig.for_model("gcn", seed=s, epochs=2) for s in range(3)]
-    results = train_seeds(cora, cfgs, presets.get("cpu"))
+    results = train_seeds(cora, cfgs, presets.get("cpu"), batch_size=None)
     assert np.isfinite(next(results)["final_loss"])
     with pytest.raises(FloatingPointError, match="from epoch 1 of 2.*seed=1"):
         next(results)

@@ -113,7 +113,7 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
 def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
                       first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
                       wrt=nnx.Param, batched_targets: bool = False,
-                      batch_size: Any = "auto") -> TrainStep:
+                      batch_size: Optional[int] = None) -> TrainStep:
     """`make_step` for S models of one structure (the seeds of one point): one compiled program
     trains all of them. Each model's split ``(model, optimizer)`` state is stacked along a leading
     seed axis and the step of `make_step` is `jax.vmap`-ed over it; ``data`` is shared (not
@@ -123,7 +123,7 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
     exactly the numbers it draws alone; the step returns ``[S]`` losses, cost ratios and hardened
     cost ratios. ``batch_size`` k runs the seeds by `jax.lax.map` instead, k at a time
     (`over_seeds`): one program still, for a backend where the vmapped step is slower per seed
-    than the single one (XLA:CPU's batched dots); "auto" (`SEED_BATCH`): 1 on CPU, else vmap.
+    than the single one (XLA:CPU's batched dots).
 
     Raises:
       ValueError: the models' graph definitions or state shapes differ.
@@ -142,11 +142,16 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
     return TrainStep(graphdef, state, jax.jit(seeded, donate_argnums=0), controller)
 
 
-# `over_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
+# `fit_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
 # vmapped Cora GCN step costs more per seed than the single step (its dots get batch dimensions and
-# leave the fast unbatched path; experiments/bench_seeds.py): the seeds run one after the other
-# inside the one program there, which still compiles once.
-SEED_BATCH = {"cpu": 1}
+# leave the fast unbatched path), and so does the step inside `jax.lax.map`'s loop
+# (experiments/bench_seeds.py): there the seeds run one after the other (0), on one compiled step.
+SEED_BATCH = {"cpu": 0}
+
+
+def _seed_batch(batch_size):
+    """``batch_size`` with "auto" resolved (`SEED_BATCH`)."""
+    return SEED_BATCH.get(jax.default_backend()) if batch_size == "auto" else batch_size
 
 
 def over_seeds(f: Callable, in_axes: tuple, batch_size: Any = "auto") -> Callable:
@@ -154,8 +159,9 @@ def over_seeds(f: Callable, in_axes: tuple, batch_size: Any = "auto") -> Callabl
     others shared): `jax.vmap` over all seeds (``batch_size`` None), or `jax.lax.map` over them,
     ``batch_size`` seeds vmapped at a time (1: one seed after the other inside the one program);
     "auto": `SEED_BATCH` of the default backend."""
-    if batch_size == "auto":
-        batch_size = SEED_BATCH.get(jax.default_backend())
+    batch_size = _seed_batch(batch_size)
+    if batch_size == 0:
+        raise ValueError("over_seeds: batch_size 0 (one compiled step per seed, fit_seeds) is no mapping")
     if batch_size is None:
         return jax.vmap(f, in_axes=in_axes)
 
@@ -253,8 +259,10 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``, once per
         epoch for all models, with ``[S]`` arrays.
       batch_size: None: the step vmapped over all S seeds; k: `jax.lax.map` over the seeds, k at
-        a time vmapped (1: one after the other, inside the one compiled program); "auto": by
-        backend (`over_seeds`).
+        a time vmapped (1: one after the other, inside the one compiled program); 0: `fit` of each
+        model in turn, every one on the first model's compiled step (no recompile; ``on_epoch``
+        then as in `fit`, per model, and ``train_time_s`` each model's own); "auto": by backend
+        (`SEED_BATCH`).
 
     Returns:
       One `FitResult` per model; ``train_time_s`` is each model's share (the batch's wall-clock / S).
@@ -269,11 +277,21 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
 
 
 def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, on_epoch, tx, wrt, *,
-         batched: bool, batched_targets: bool = False, batch_size: Any = "auto") -> list[FitResult]:
-    """The epoch loop of `fit` (one model, ``batched=False``) and `fit_seeds` (``batched=True``:
-    the same loop over the seed-stacked state, with vmapped step and selection)."""
+         batched: bool, batched_targets: bool = False, batch_size: Any = "auto",
+         shared: Optional[TrainStep] = None) -> list[FitResult]:
+    """The epoch loop of `fit` (one model, ``batched=False``; ``shared``: a `make_step` of a
+    model of the same structure, whose compiled step this model's state runs) and `fit_seeds`
+    (``batched=True``: the same loop over the seed-stacked state, with mapped step and vmapped
+    selection; ``batch_size`` 0: this loop per model, all on the first model's compiled step)."""
     if cfg.optim.select == "best_val" and problem.evaluate is None:
         raise ValueError("TrainConfig.optim.select: 'best_val' needs a problem with an evaluate function")
+    if batched and _seed_batch(batch_size) == 0:  # one after the other, one compiled step
+        shared = make_step(models[0], problem, cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
+        return [_fit([m], problem if not batched_targets else dataclasses.replace(problem, targets=problem.targets[i]),
+                     cfg, terms, first_layer, on_epoch, tx, wrt, batched=False,
+                     shared=shared if i == 0 else shared._replace(state=_pure_step(m, problem, cfg, terms,
+                                                                                   first_layer, tx, wrt)[1]))[0]
+                for i, m in enumerate(models)]
     if batched:
         graphdef, state, step, controller = make_batched_step(models, problem, cfg, terms, first_layer=first_layer,
                                                               tx=tx, wrt=wrt, batched_targets=batched_targets,
@@ -283,8 +301,8 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
         first_bad = jnp.full((len(models),), -1, jnp.int32)
         track = track_best_seeds
     else:
-        graphdef, state, step, controller = make_step(models[0], problem, cfg, terms, first_layer=first_layer,
-                                                      tx=tx, wrt=wrt)
+        graphdef, state, step, controller = shared or make_step(models[0], problem, cfg, terms,
+                                                                first_layer=first_layer, tx=tx, wrt=wrt)
         ctrl = controller.init()
         best = BestVal.start(models[0]) if cfg.optim.select == "best_val" else None
         first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
@@ -401,10 +419,11 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
     Args:
       graph, hw, also_cost, return_logits, return_model: as `train`.
       cfgs: the seeds' `TrainConfig` s.
-      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``: batched,
-        once per epoch with ``[S]`` arrays; else once per epoch of each seed, as `train`.
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``: vmapped or
+        mapped, once per epoch with ``[S]`` arrays; else once per epoch of each seed, as `train`.
       batch_size: how the one program runs the seeds (`fit_seeds`): None vmaps all of them, 1
-        maps them one after the other, "auto" picks by backend (`SEED_BATCH`).
+        maps them one after the other inside it, 0 runs its compiled step for each seed in turn,
+        "auto" picks by backend (`SEED_BATCH`).
 
     Yields:
       One `train` result dict per config, in order, each as soon as it is hardened and costed.
