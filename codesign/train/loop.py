@@ -248,9 +248,10 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
               first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None,
               tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param,
               batched_targets: bool = False, batch_size: Any = "auto") -> list[FitResult]:
-    """`fit` of S models of one structure (the seeds of one point) as one compiled program
-    (`make_batched_step`): the step and the best-validation tracking are `jax.vmap`-ed over the
-    stacked states, the data shared; each model ends updated in place exactly as `fit` leaves it.
+    """`fit` of S models of one structure (the seeds of one point) on one compiled step: by
+    default (`make_batched_step`) the step and the best-validation tracking are `jax.vmap`-ed over
+    the stacked states, the data shared (``batch_size`` below for the other ways); each model ends
+    updated in place exactly as `fit` leaves it.
 
     Args:
       models: `nnx.Module` s in train mode with equal graph definitions (same config but seed).
@@ -407,9 +408,9 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
                 on_epoch: Optional[Callable[[int, dict], None]] = None,
                 also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False,
                 return_model: bool = False, batch_size: Any = "auto") -> Iterator[dict]:
-    """`train` of configs that differ only in their seed, the seeds trained together as one
-    compiled program (`fit_seeds`: the step mapped over the seed axis, the epoch selection vmapped)
-    where `seeds_batchable` allows, else one after the other (`train` each).
+    """`train` of configs that differ only in their seed, the seeds' training step compiled once
+    (`fit_seeds`: vmapped or mapped over the seed axis in one program, or one seed after the other
+    on the first seed's compiled step) where `seeds_batchable` allows, else `train` each.
 
     Each seed's record has the fields and values `train` gives it alone (to float rounding: the
     seeds draw the same random numbers, the batched program may sum in another order), except
