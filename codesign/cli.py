@@ -251,7 +251,7 @@ def cmd_train(args) -> int:
     from codesign.hwmodel import presets
     from codesign.experiment import make_record, run_key
     from codesign.results import check_run_record
-    from codesign.train import train
+    from codesign.train import train_seeds
     hw = presets.get(args.hw)
     store = _train_store(args)  # an unwritable --out fails here, before any training
     args.progress = getattr(args, "progress", None) or _Progress()
@@ -272,14 +272,15 @@ def cmd_train(args) -> int:
     args.progress.todo = {key for _, key in todo if key not in stored}
     print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
     with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
-        for cfg, key in todo:
-            if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
-                from codesign.distributed import train_distributed
-                result = train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
-                                           on_epoch=lambda *_: bar.update())
-            else:
-                result = train(graph, cfg, hw, on_epoch=lambda *_: bar.update(), return_model=cfg.seed in to_save)
-                result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
+        progress = lambda epoch, values: bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
+        if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
+            from codesign.distributed import train_distributed
+            results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
+                                         on_epoch=progress) for cfg, _ in todo)
+        else:  # the seeds as one vmapped program where the model allows (codesign.train.train_seeds)
+            results = train_seeds(graph, [cfg for cfg, _ in todo], hw, on_epoch=progress, return_model=bool(to_save))
+        for (cfg, key), result in zip(todo, results):
+            result.pop("by_hw", None)  # one target: the same numbers as modeled / breakdown
             model = result.pop("model", None)
             if key not in stored:
                 check_run_record(result, "train_distributed" if args.devices > 1 else "train")
@@ -387,7 +388,7 @@ def cmd_sweep(args) -> int:
     from codesign.experiment import make_record, run_key
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore
-    from codesign.train import train
+    from codesign.train import train_seeds
     configs = sweep_configs(args)  # a method that cannot be swept fails here, before any loading
     if args.measure and args.model != "gcn":
         raise ValueError(f"--measure: codesign.deploy compiles GCN models only, got --model {args.model}")
@@ -417,12 +418,19 @@ def cmd_sweep(args) -> int:
         from codesign.deploy import measure_model
         from codesign.hwmodel import measure_locality
         local_hw, locality = presets.get("cpu_numpy"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    for cfg, config in tqdm(todo, desc="sweep", unit="run"):
-        result = train(graph, cfg, hw, return_model=args.measure)
-        result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
-        if args.measure:
-            result.update(measure_model(result.pop("model"), graph, local_hw, reps=args.reps, locality=locality))
-        store.append(make_record(run_key(args.dataset, args.hw, cfg, **measured), config, result))
+    points = {}  # the seeds of a point, trained together (codesign.train.train_seeds)
+    for cfg, config in todo:
+        points.setdefault(cfg.replace(seed=0), []).append((cfg, config))
+    with tqdm(total=len(todo), desc="sweep", unit="run") as bar:
+        for runs in points.values():
+            for (cfg, config), result in zip(runs, train_seeds(graph, [cfg for cfg, _ in runs], hw,
+                                                               return_model=args.measure)):
+                result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
+                if args.measure:
+                    result.update(measure_model(result.pop("model"), graph, local_hw, reps=args.reps,
+                                                locality=locality))
+                store.append(make_record(run_key(args.dataset, args.hw, cfg, **measured), config, result))
+                bar.update()
     print(path)
     return 0
 

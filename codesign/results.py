@@ -63,7 +63,7 @@ RUN_RECORD_FIELDS = (
     "layer_bits",        # {tensor: float}  hardened bit-width per quantized tensor ({} without)
     "final_loss",        # float, last epoch's training loss
     "final_cost_ratio",  # float, last epoch's modeled cost / dense cost
-    "train_time_s",      # float, seconds of the training loop
+    "train_time_s",      # float, seconds of the training loop (seeds trained together: the batch's / S)
     "selected_epoch",    # int, the epoch whose weights were evaluated
 )
 COST_FIELDS = ("latency_s", "energy_j", "dram_bytes")

@@ -231,12 +231,13 @@ def _one_error_line(err: str, command: str) -> str:
 
 @pytest.fixture
 def no_training(monkeypatch):
-    """`codesign.train.train` that fails the test if called: the command had to refuse first."""
+    """`codesign.train.train` and `train_seeds` that fail the test if called: the command had to refuse first."""
     import codesign.train as train_mod
 
     def refuse(*args, **kwargs):
         raise AssertionError("trained although the command could have refused before training")
     monkeypatch.setattr(train_mod, "train", refuse)
+    monkeypatch.setattr(train_mod, "train_seeds", refuse)
 
 
 def test_train_save_under_a_file_fails_before_training(tmp_path, capsys, no_training):
@@ -287,6 +288,8 @@ def test_record_is_stored_before_the_checkpoint_and_save_completes_a_stored_run(
     # now stored and saved: nothing to train
     import codesign.train as train_mod
     monkeypatch.setattr(train_mod, "train", lambda *a, **k: pytest.fail("trained a stored and saved run"))
+    monkeypatch.setattr(train_mod, "train_seeds",
+                        lambda g, cfgs, *a, **k: iter(cfgs) if not cfgs else pytest.fail("trained a stored run"))
     assert cli.main(argv) == 0
     assert f"train: seed 0 already saved in {tmp_path / 'ck' / 'seed0'}" in capsys.readouterr().err
     assert store.records() == [record]
@@ -393,14 +396,14 @@ def test_a_bug_still_propagates(monkeypatch):
 def test_ctrl_c_exits_130_saying_how_many_runs_were_stored(cora, tmp_path, capsys, monkeypatch):
     import codesign.train as train_mod
     from codesign.results import ResultsStore
-    real, calls = train_mod.train, []
+    real = train_mod.train_seeds
 
-    def train_then_ctrl_c(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
-    monkeypatch.setattr(train_mod, "train", train_then_ctrl_c)
+    def train_then_ctrl_c(*args, **kwargs):  # the seeds trained together; interrupted before the 2nd is stored
+        for i, result in enumerate(real(*args, **kwargs)):
+            if i == 1:
+                raise KeyboardInterrupt
+            yield result
+    monkeypatch.setattr(train_mod, "train_seeds", train_then_ctrl_c)
     assert cli.main(["train", "--seeds", "3", "--epochs", "2", "--out", str(tmp_path), "--json"]) == 130
     captured = capsys.readouterr()
     path = tmp_path / "train_cora_gcn_h100.jsonl"

@@ -408,3 +408,11 @@ def test_select_flagship_quick_and_its_rule(tmp_path):
         mod.candidates("cora", "sage")
     with pytest.raises(SystemExit, match="cora/sage"):
         mod.main(["--model", "sage", "--out", str(tmp_path)])
+
+
+def test_bench_seeds_quick(tmp_path, cora):
+    out = tmp_path / "bench_seeds.json"
+    result = load("bench_seeds").main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text())["median"].keys() == {"1", "2_vmap", "2_sequential", "2_mapped", "2_reused"}
+    for k in ("ratio_vmap_to_one", "ratio_sequential_to_one", "ratio_mapped_to_one", "ratio_reused_to_one"):
+        assert np.isfinite(result[k]) and result[k] > 0

@@ -7,7 +7,8 @@
     optim.py      one optimizer over typed parameters (weights, gates, quantizer parameters)
     select.py     which epoch is evaluated (last, or best validation; cost-aware)
     build.py      the model, adjacency and dense reference cost of a config
-    loop.py       `fit` (any model, any `Problem`), and `train` (one device) built on it
+    loop.py       `fit` (any model, any `Problem`), and `train` (one device) built on it; `fit_seeds` /
+                  `train_seeds`: the seeds of one point as one vmapped program
 
 `codesign.distributed.train_distributed` and `codesign.baselines.ugs` call `fit` with their own
 forward and cost. Measured results of these settings are in docs/results.md.
@@ -20,18 +21,20 @@ from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS
                                    LEARNED_BITS, OBJECTIVES, SECTIONS, SELECTIONS, CostConfig, DistillConfig,
                                    Interval, MaskConfig, ModelConfig, OneOf, OptimConfig, QuantConfig, TrainConfig)
 from codesign.train.loop import (FitResult, Problem, TrainStep, check_budget_feasible, dense_teacher, fit,
-                                 graph_evaluate, graph_forward, make_step, train)
+                                 fit_seeds, graph_evaluate, graph_forward, make_batched_step, make_step,
+                                 seeds_batchable, train, train_seeds)
 from codesign.train.objective import (LossContext, LossTerm, bits_penalty, cost_constraint, cost_penalty, distill_kl,
                                       distillation, edge_l0, masked_accuracy, masked_cross_entropy, objective,
                                       task_term)
 from codesign.train.optim import QUANT_PARAMS, decay_mask, gate_transform, optimizer, param_labels, scale_by_tensor_rms
-from codesign.train.select import BestVal, selection_terms, track_best
+from codesign.train.select import BestVal, selection_terms, track_best, track_best_seeds
 
 __all__ = [
     "TrainConfig", "ModelConfig", "MaskConfig", "QuantConfig", "CostConfig", "OptimConfig", "DistillConfig",
     "SECTIONS", "FLAT_FIELDS", "FIELD_DOMAINS", "Interval", "OneOf", "OBJECTIVES", "SELECTIONS", "DECAY_SCOPES",
     "GATE_OPTIMIZERS", "EDGE_SPARSIFIERS", "LEARNED_BITS",
-    "train", "fit", "make_step", "graph_forward", "graph_evaluate", "TrainStep", "Problem", "FitResult",
+    "train", "train_seeds", "seeds_batchable", "fit", "fit_seeds", "make_step", "make_batched_step", "graph_forward", "graph_evaluate",
+    "TrainStep", "Problem", "FitResult",
     "dense_teacher", "check_budget_feasible",
     "build_model", "adjacency", "dense_cost", "dense_reference", "store_costs", "cheapest_store", "teacher_config",
     "workload_inputs",
@@ -39,5 +42,5 @@ __all__ = [
     "distillation", "masked_cross_entropy", "masked_accuracy", "distill_kl",
     "Controller", "pi_controller", "no_controller",
     "optimizer", "param_labels", "gate_transform", "decay_mask", "scale_by_tensor_rms", "QUANT_PARAMS",
-    "BestVal", "selection_terms", "track_best",
+    "BestVal", "selection_terms", "track_best", "track_best_seeds",
 ]

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import time
 import weakref
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -32,10 +32,10 @@ from codesign.train.build import (adjacency, build_model, cheapest_store, dense_
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
 from codesign.train.optim import optimizer
-from codesign.train.select import BestVal, selection_terms, track_best
+from codesign.train.select import BestVal, selection_terms, track_best, track_best_seeds
 
-__all__ = ["Problem", "FitResult", "TrainStep", "make_step", "fit", "graph_forward", "graph_evaluate", "train",
-           "dense_teacher", "check_budget_feasible"]
+__all__ = ["Problem", "FitResult", "TrainStep", "make_step", "make_batched_step", "fit", "fit_seeds", "graph_forward",
+           "graph_evaluate", "train", "train_seeds", "seeds_batchable", "dense_teacher", "check_budget_feasible"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +78,15 @@ class TrainStep(NamedTuple):
 class FitResult:
     """What `fit` returns (the model itself is updated in place to the selected epoch's weights):
     ``final_loss``, ``final_cost_ratio``, ``multiplier`` (floats of the last step), ``train_time_s``
-    (wall-clock of the epochs, compile included, s), ``selected_epoch``."""
+    (wall-clock of the epochs, compile included, s; `fit_seeds`: the batch's / S), ``selected_epoch``,
+    ``first_nonfinite_epoch`` (the first epoch with a non-finite loss, -1: none)."""
 
     final_loss: float
     final_cost_ratio: float
     multiplier: float
     train_time_s: float
     selected_epoch: int
+    first_nonfinite_epoch: int = -1
 
 
 def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
@@ -106,6 +108,89 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
         Adam with coupled L2 on every trained parameter).
       wrt: the `nnx` filter of the trained parameters (default every `nnx.Param`).
     """
+    graphdef, state, step, controller = _pure_step(model, problem, cfg, terms, first_layer, tx, wrt)
+    return TrainStep(graphdef, state, jax.jit(step, donate_argnums=0), controller)
+
+
+def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
+                      first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
+                      wrt=nnx.Param, batched_targets: bool = False,
+                      batch_size: Optional[int] = None) -> TrainStep:
+    """`make_step` for S models of one structure (the seeds of one point): one compiled program
+    trains all of them. Each model's split ``(model, optimizer)`` state is stacked along a leading
+    seed axis and the step of `make_step` is `jax.vmap`-ed over it; ``data`` is shared (not
+    batched), ``ctrl`` is stacked (``controller.init()`` per model), ``targets`` is shared or, with
+    ``batched_targets``, stacked too (each seed's own distillation teacher). Every random stream
+    (dropout, gates, quantizer noise) lives in each model's own `nnx.Rngs` state, so a seed draws
+    exactly the numbers it draws alone; the step returns ``[S]`` losses, cost ratios and hardened
+    cost ratios. ``batch_size`` k runs the seeds by `jax.lax.map` instead, k at a time
+    (`over_seeds`): one program still, for a backend where the vmapped step is slower per seed
+    than the single one (XLA:CPU's batched dots).
+
+    Raises:
+      ValueError: the models' graph definitions or state shapes differ.
+    """
+    if not models:
+        raise ValueError("make_batched_step: no models")
+    parts = [_pure_step(m, problem, cfg, terms, first_layer, tx, wrt) for m in models]
+    graphdef, _, step, controller = parts[0]  # one optimizer (``cfg``'s or ``tx``) serves every model
+    shapes = lambda p: (nnx.graphdef(p[1]), jax.tree.map(lambda x: (jnp.shape(x), jnp.result_type(x)), p[1]))
+    if any(nnx.graphdef(m) != nnx.graphdef(models[0]) or shapes(p) != shapes(parts[0])
+           for m, p in zip(models[1:], parts[1:])):
+        raise ValueError("make_batched_step: the models differ in structure (graph definitions or state shapes); "
+                         "train them apart")
+    state = stack([p[1] for p in parts])
+    seeded = over_seeds(step, (0, None, 0, 0 if batched_targets else None), batch_size)
+    return TrainStep(graphdef, state, jax.jit(seeded, donate_argnums=0), controller)
+
+
+# `fit_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
+# vmapped Cora GCN step costs more per seed than the single step (its dots get batch dimensions and
+# leave the fast unbatched path), and so does the step inside `jax.lax.map`'s loop
+# (experiments/bench_seeds.py): there the seeds run one after the other (0), on one compiled step.
+SEED_BATCH = {"cpu": 0}
+
+
+def _seed_batch(batch_size):
+    """``batch_size`` with "auto" resolved (`SEED_BATCH`)."""
+    return SEED_BATCH.get(jax.default_backend()) if batch_size == "auto" else batch_size
+
+
+def over_seeds(f: Callable, in_axes: tuple, batch_size: Any = "auto") -> Callable:
+    """``f`` mapped over the leading seed axis of the arguments whose ``in_axes`` entry is 0 (the
+    others shared): `jax.vmap` over all seeds (``batch_size`` None), or `jax.lax.map` over them,
+    ``batch_size`` seeds vmapped at a time (1: one seed after the other inside the one program);
+    "auto": `SEED_BATCH` of the default backend."""
+    batch_size = _seed_batch(batch_size)
+    if batch_size == 0:
+        raise ValueError("over_seeds: batch_size 0 (one compiled step per seed, fit_seeds) is no mapping")
+    if batch_size is None:
+        return jax.vmap(f, in_axes=in_axes)
+
+    def mapped(*args):
+        seeded = tuple(a for a, ax in zip(args, in_axes) if ax == 0)
+
+        def one(xs):
+            it = iter(xs)
+            return f(*(next(it) if ax == 0 else a for a, ax in zip(args, in_axes)))
+        return jax.lax.map(one, seeded, batch_size=None if batch_size == 1 else batch_size)
+    return mapped
+
+
+def stack(trees: Sequence) -> Any:
+    """Pytrees of one structure stacked along a new leading axis (the seed axis of
+    `make_batched_step`)."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def unstack(tree, i: int) -> Any:
+    """The ``i``-th slice of a pytree stacked by `stack`."""
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def _pure_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], first_layer: str,
+               tx: Optional[optax.GradientTransformation], wrt):
+    """``(graphdef, state, step, controller)`` of `make_step`, the step not yet jitted."""
     opt = nnx.Optimizer(model, tx, wrt=wrt) if tx is not None else optimizer(cfg, model, first_layer)
     controller = pi_controller(cfg.cost.budget, cfg.cost.budget_lr, cfg.cost.budget_kp, cfg.cost.budget_band) \
         if cfg.cost.budget is not None else no_controller()
@@ -129,7 +214,7 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
         hard = cost_ratio(m, True) if cfg.costed else jnp.ones((), jnp.float32)
         return nnx.state((m, o)), loss, ratio, controller.update(ctrl, hard), hard
 
-    return TrainStep(graphdef, state, jax.jit(step, donate_argnums=0), controller)
+    return graphdef, state, step, controller
 
 
 def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
@@ -155,30 +240,98 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
       FloatingPointError: the final loss is not finite; the message names the first epoch with a
         non-finite loss and the settings used.
     """
+    fitted = _fit([model], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False)[0]
+    if not np.isfinite(fitted.final_loss):
+        raise FloatingPointError(_divergence_message(cfg, fitted.final_loss, fitted.first_nonfinite_epoch))
+    return fitted
+
+
+def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
+              first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None,
+              tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param,
+              batched_targets: bool = False, batch_size: Any = "auto") -> list[FitResult]:
+    """`fit` of S models of one structure (the seeds of one point) on one compiled step: by
+    default (`make_batched_step`) the step and the best-validation tracking are `jax.vmap`-ed over
+    the stacked states, the data shared (``batch_size`` below for the other ways); each model ends
+    updated in place exactly as `fit` leaves it.
+
+    Args:
+      models: `nnx.Module` s in train mode with equal graph definitions (same config but seed).
+      problem, cfg, terms, first_layer, tx, wrt: as in `fit`; with ``batched_targets``
+        ``problem.targets`` is stacked ``[S, ...]`` (a teacher per model).
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``, once per
+        epoch for all models, with ``[S]`` arrays.
+      batch_size: None: the step vmapped over all S seeds; k: `jax.lax.map` over the seeds, k at
+        a time vmapped (1: one after the other, inside the one compiled program); 0: `fit` of each
+        model in turn, every one on the first model's compiled step (no recompile; ``on_epoch``
+        then as in `fit`, per model, and ``train_time_s`` each model's own); "auto": by backend
+        (`SEED_BATCH`).
+
+    Returns:
+      One `FitResult` per model; ``train_time_s`` is each model's share (the batch's wall-clock / S).
+      A diverged model is not raised here (its siblings are fine): its ``final_loss`` is not
+      finite and ``first_nonfinite_epoch`` says where (`train_seeds` raises at that seed).
+
+    Raises:
+      ValueError: as `fit`; models of different structures (`make_batched_step`).
+    """
+    return _fit(list(models), problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=True,
+                batched_targets=batched_targets, batch_size=batch_size)
+
+
+def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, on_epoch, tx, wrt, *,
+         batched: bool, batched_targets: bool = False, batch_size: Any = "auto",
+         shared: Optional[TrainStep] = None) -> list[FitResult]:
+    """The epoch loop of `fit` (one model, ``batched=False``; ``shared``: a `make_step` of a
+    model of the same structure, whose compiled step this model's state runs) and `fit_seeds`
+    (``batched=True``: the same loop over the seed-stacked state, with mapped step and vmapped
+    selection; ``batch_size`` 0: this loop per model, all on the first model's compiled step)."""
     if cfg.optim.select == "best_val" and problem.evaluate is None:
         raise ValueError("TrainConfig.optim.select: 'best_val' needs a problem with an evaluate function")
-    graphdef, state, step, controller = make_step(model, problem, cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
+    if batched and _seed_batch(batch_size) == 0:  # one after the other, one compiled step
+        shared = make_step(models[0], problem, cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
+        return [_fit([m], problem if not batched_targets else dataclasses.replace(problem, targets=problem.targets[i]),
+                     cfg, terms, first_layer, on_epoch, tx, wrt, batched=False,
+                     shared=shared if i == 0 else shared._replace(state=_pure_step(m, problem, cfg, terms,
+                                                                                   first_layer, tx, wrt)[1]))[0]
+                for i, m in enumerate(models)]
+    if batched:
+        graphdef, state, step, controller = make_batched_step(models, problem, cfg, terms, first_layer=first_layer,
+                                                              tx=tx, wrt=wrt, batched_targets=batched_targets,
+                                                              batch_size=batch_size)
+        ctrl = stack([controller.init() for _ in models])
+        best = stack([BestVal.start(m) for m in models]) if cfg.optim.select == "best_val" else None
+        first_bad = jnp.full((len(models),), -1, jnp.int32)
+        track = track_best_seeds
+    else:
+        graphdef, state, step, controller = shared or make_step(models[0], problem, cfg, terms,
+                                                                first_layer=first_layer, tx=tx, wrt=wrt)
+        ctrl = controller.init()
+        best = BestVal.start(models[0]) if cfg.optim.select == "best_val" else None
+        first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
+        track = track_best
     t0 = time.perf_counter()
     loss = ratio = jnp.nan
-    ctrl = controller.init()
-    best = BestVal.start(model) if cfg.optim.select == "best_val" else None
-    first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
     for epoch in range(cfg.optim.epochs):
         state, loss, ratio, ctrl, hard = step(state, problem.data, ctrl, problem.targets)
         first_bad = _first_nonfinite(first_bad, epoch, loss)
         if best is not None:  # validation forward of the eval-mode model (no dropout, deterministic gates)
-            best = track_best(graphdef, state, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
+            best = track(graphdef, state, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
         if on_epoch is not None:
-            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": ctrl[1]})
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": ctrl[..., 1]})
     jax.block_until_ready(loss)
-    train_time_s = time.perf_counter() - t0
-    nnx.update(model, nnx.state(nnx.merge(graphdef, state)[0]))
-    if best is not None:
-        nnx.update(model, best.params)
-    if not np.isfinite(float(loss)):
-        raise FloatingPointError(_divergence_message(cfg, float(loss), int(first_bad)))
-    return FitResult(float(loss), float(ratio), float(ctrl[1]), train_time_s,
-                     cfg.optim.epochs - 1 if best is None else int(best.epoch))
+    train_time_s = (time.perf_counter() - t0) / len(models)
+    loss, ratio, mult, first_bad = (np.atleast_1d(np.asarray(v)) for v in (loss, ratio, ctrl[..., 1], first_bad))
+    out = []
+    for i, model in enumerate(models):
+        state_i, best_i = (state, best) if not batched else \
+            (unstack(state, i), None if best is None else unstack(best, i))
+        nnx.update(model, nnx.state(nnx.merge(graphdef, state_i)[0]))
+        if best_i is not None:
+            nnx.update(model, best_i.params)
+        out.append(FitResult(float(loss[i]), float(ratio[i]), float(mult[i]), train_time_s,
+                             cfg.optim.epochs - 1 if best_i is None else int(best_i.epoch), int(first_bad[i])))
+    return out
 
 
 @jax.jit
@@ -247,7 +400,96 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       target); with distillation ``teacher_accuracy``; with ``return_logits`` ``logits``; with
       ``return_model`` ``model``.
     """
-    teacher = None
+    run = _prepare(graph, cfg, hw, teacher_logits)
+    run.model.train()
+    fitted = fit(run.model, run.problem, cfg, objective(cfg), first_layer=run.model.FIRST_LAYER, on_epoch=on_epoch)
+    return _finish(run, fitted, also_cost, return_logits, return_model)
+
+
+def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareSpec,
+                on_epoch: Optional[Callable[[int, dict], None]] = None,
+                also_cost: Sequence[hwmodel.HardwareSpec] = (), return_logits: bool = False,
+                return_model: bool = False, batch_size: Any = "auto") -> Iterator[dict]:
+    """`train` of configs that differ only in their seed, the seeds' training step compiled once
+    (`fit_seeds`: vmapped or mapped over the seed axis in one program, or one seed after the other
+    on the first seed's compiled step) where `seeds_batchable` allows, else `train` each.
+
+    Each seed's record has the fields and values `train` gives it alone (to float rounding: the
+    seeds draw the same random numbers, the batched program may sum in another order), except
+    ``train_time_s``: the seed's share of the batch's wall-clock. With distillation each seed has
+    its own dense teacher (`dense_teacher`, as `train`).
+
+    Args:
+      graph, hw, also_cost, return_logits, return_model: as `train`.
+      cfgs: the seeds' `TrainConfig` s.
+      on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``: vmapped or
+        mapped, once per epoch with ``[S]`` arrays; else once per epoch of each seed, as `train`.
+      batch_size: how the one program runs the seeds (`fit_seeds`): None vmaps all of them, 1
+        maps them one after the other inside it, 0 runs its compiled step for each seed in turn,
+        "auto" picks by backend (`SEED_BATCH`).
+
+    Yields:
+      One `train` result dict per config, in order, each as soon as it is hardened and costed.
+
+    Raises:
+      As `train`; a diverged seed raises its FloatingPointError when its turn to be yielded comes
+      (the seeds before it have been yielded).
+    """
+    cfgs = list(cfgs)
+    if not seeds_batchable(cfgs):
+        for cfg in cfgs:
+            yield train(graph, cfg, hw, on_epoch=on_epoch, also_cost=also_cost, return_logits=return_logits,
+                        return_model=return_model)
+        return
+    runs = [_prepare(graph, cfg, hw) for cfg in cfgs]
+    models = [run.model for run in runs]
+    for m in models:
+        m.train()
+    if any(nnx.graphdef(m) != nnx.graphdef(models[0]) for m in models[1:]):  # a seed-dependent structure
+        for run in runs:
+            fitted = fit(run.model, run.problem, run.cfg, objective(run.cfg), first_layer=run.model.FIRST_LAYER,
+                         on_epoch=on_epoch)
+            yield _finish(run, fitted, also_cost, return_logits, return_model)
+        return
+    teachers = [run.problem.targets for run in runs]
+    problem = runs[0].problem  # data, forward and cost are the same for every seed; the teacher is not
+    if teachers[0] is not None:
+        problem = dataclasses.replace(problem, targets=jnp.stack(teachers))
+    fitted = fit_seeds(models, problem, cfgs[0], objective(cfgs[0]), first_layer=models[0].FIRST_LAYER,
+                       on_epoch=on_epoch, batched_targets=teachers[0] is not None, batch_size=batch_size)
+    for run, fit_i in zip(runs, fitted):
+        if not np.isfinite(fit_i.final_loss):
+            raise FloatingPointError(_divergence_message(run.cfg, fit_i.final_loss, fit_i.first_nonfinite_epoch))
+        yield _finish(run, fit_i, also_cost, return_logits, return_model)
+
+
+def seeds_batchable(cfgs: Sequence[TrainConfig]) -> bool:
+    """Whether `train_seeds` trains ``cfgs`` as one vmapped program: more than one config, all
+    equal but for the seed. (Every model and co-design option of `codesign.models` vmaps: their
+    steps are jitted, so no Python control flow depends on a traced value; models whose structure
+    depends on the seed fall back in `train_seeds`, after they are built.)"""
+    return len(cfgs) > 1 and len({cfg.replace(seed=0) for cfg in cfgs}) == 1
+
+
+class _Run(NamedTuple):
+    """One seed's training set up by `_prepare`: its config, model (built from the seed's
+    `nnx.Rngs`), `Problem`, dense reference cost and what `_finish` needs."""
+
+    graph: Graph
+    cfg: TrainConfig
+    hw: Any
+    model: Any
+    problem: Problem
+    adj: Any
+    inputs: dict
+    dense: Any
+    teacher_accuracy: Optional[float]
+
+
+def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_logits=None) -> _Run:
+    """`train` up to its `fit`: the teacher, the dense reference, the model, the budget check and
+    the `Problem`."""
+    teacher, teacher_accuracy = None, None
     if teacher_logits is not None:
         teacher = _check_teacher_logits(teacher_logits, graph, cfg)
         teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
@@ -266,10 +508,14 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
         costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
         return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
 
-    model.train()
-    fitted = fit(model, Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher), cfg,
-                 objective(cfg), first_layer=model.FIRST_LAYER, on_epoch=on_epoch)
+    problem = Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher)
+    return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, teacher_accuracy)
 
+
+def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return_model: bool) -> dict:
+    """`train` after its `fit`: harden, evaluate and cost the run's model; the result dict."""
+    graph, cfg, hw, model, adj, inputs, dense = run.graph, run.cfg, run.hw, run.model, run.adj, run.inputs, run.dense
+    n, e = graph.n_nodes, graph.n_edges
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
@@ -281,8 +527,8 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
                               "feature_store": store, "dense_feature_store": ref_store}
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
     extra = {}
-    if teacher is not None:
-        extra["teacher_accuracy"] = teacher_accuracy
+    if run.problem.targets is not None:
+        extra["teacher_accuracy"] = run.teacher_accuracy
     if return_logits:
         extra["logits"] = logits
     if return_model:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-__all__ = ["BestVal", "selection_terms", "track_best"]
+__all__ = ["BestVal", "selection_terms", "track_best", "track_best_seeds"]
 
 
 @jax.tree_util.register_dataclass
@@ -80,3 +80,15 @@ def track_best(graphdef, state, evaluate, data, best: BestVal, epoch, cost_term=
     pick = lambda new, old: jnp.where(better, new, old)
     return BestVal(pick(acc, best.val_accuracy), pick(loss, best.val_loss), pick(jnp.int32(epoch), best.epoch),
                    jax.tree.map(pick, nnx.state(model, nnx.Param), best.params), pick(violation, best.violation))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def track_best_seeds(graphdef, state, evaluate, data, best: BestVal, epoch, cost_term=0.0, violation=0.0,
+                     by_objective=False) -> BestVal:
+    """`track_best` of S seeds at once (`codesign.train.fit_seeds`): ``state``, ``best`` and the
+    per-seed ``cost_term`` / ``violation`` (``[S]``, or scalars shared by all) stacked along a
+    leading seed axis, ``data`` shared; each seed selects exactly as `track_best` alone."""
+    n = jax.tree.leaves(best.epoch)[0].shape[0]
+    per_seed = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), (n,))
+    one = lambda s, b, c, v: track_best(graphdef, s, evaluate, data, b, epoch, c, v, by_objective)
+    return jax.vmap(one)(state, best, per_seed(cost_term), per_seed(violation))
