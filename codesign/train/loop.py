@@ -483,6 +483,7 @@ class _Run(NamedTuple):
     adj: Any
     inputs: dict
     dense: Any
+    dense_store: str
     teacher_accuracy: Optional[float]
 
 
@@ -509,12 +510,13 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
         return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
 
     problem = Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher)
-    return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, teacher_accuracy)
+    return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, dense_store, teacher_accuracy)
 
 
 def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return_model: bool) -> dict:
     """`train` after its `fit`: harden, evaluate and cost the run's model; the result dict."""
     graph, cfg, hw, model, adj, inputs, dense = run.graph, run.cfg, run.hw, run.model, run.adj, run.inputs, run.dense
+    dense_store = run.dense_store
     n, e = graph.n_nodes, graph.n_edges
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
     logits = _eval_logits(model, graph.x, adj)
