@@ -429,7 +429,9 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
         "auto" picks by backend (`SEED_BATCH`).
 
     Yields:
-      One `train` result dict per config, in order, each as soon as it is hardened and costed.
+      One `train` result dict per config, in order, each as soon as it is hardened and costed: with
+      ``batch_size`` 0 (the CPU default) right after its own epoch loop, so a stop loses only the
+      seed in training; vmapped or mapped, all after the one program.
 
     Raises:
       As `train`; a diverged seed raises its FloatingPointError when its turn to be yielded comes
@@ -450,6 +452,19 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
             fitted = fit(run.model, run.problem, run.cfg, objective(run.cfg), first_layer=run.model.FIRST_LAYER,
                          on_epoch=on_epoch)
             yield _finish(run, fitted, also_cost, return_logits, return_model)
+        return
+    if _seed_batch(batch_size) == 0:  # one seed after the other on one compiled step: each yielded as it finishes
+        first = models[0].FIRST_LAYER
+        shared = make_step(models[0], runs[0].problem, cfgs[0], objective(cfgs[0]), first_layer=first)
+        for i, run in enumerate(runs):
+            terms = objective(run.cfg)
+            step = shared if i == 0 else shared._replace(
+                state=_pure_step(run.model, run.problem, run.cfg, terms, first, None, nnx.Param)[1])
+            fit_i = _fit([run.model], run.problem, run.cfg, terms, first, on_epoch, None, nnx.Param, batched=False,
+                         shared=step)[0]
+            if not np.isfinite(fit_i.final_loss):
+                raise FloatingPointError(_divergence_message(run.cfg, fit_i.final_loss, fit_i.first_nonfinite_epoch))
+            yield _finish(run, fit_i, also_cost, return_logits, return_model)
         return
     teachers = [run.problem.targets for run in runs]
     problem = runs[0].problem  # data, forward and cost are the same for every seed; the teacher is not
