@@ -14,7 +14,7 @@
 forward and cost. Measured results of these settings are in docs/results.md.
 """
 
-from codesign.train.budget import Controller, no_controller, pi_controller
+from codesign.train.budget import Controller, ControllerState, no_controller, pi_controller
 from codesign.train.build import (adjacency, build_model, cheapest_store, dense_cost, dense_reference, store_costs,
                                   teacher_config, workload_inputs)
 from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS, FLAT_FIELDS, GATE_OPTIMIZERS,
@@ -40,7 +40,7 @@ __all__ = [
     "workload_inputs",
     "objective", "LossContext", "LossTerm", "task_term", "cost_penalty", "cost_constraint", "bits_penalty", "edge_l0",
     "distillation", "masked_cross_entropy", "masked_accuracy", "distill_kl",
-    "Controller", "pi_controller", "no_controller",
+    "Controller", "ControllerState", "pi_controller", "no_controller",
     "optimizer", "param_labels", "gate_transform", "decay_mask", "scale_by_tensor_rms", "QUANT_PARAMS",
     "BestVal", "selection_terms", "track_best", "track_best_seeds",
 ]

@@ -27,20 +27,28 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["Controller", "pi_controller", "no_controller"]
+__all__ = ["Controller", "ControllerState", "pi_controller", "no_controller"]
+
+
+class ControllerState(NamedTuple):
+    """The controller's state (a pytree; float32 scalars, or [S] arrays when seeds are stacked):
+    ``integral`` (xi above) and ``multiplier`` (lam, the Lagrange multiplier the loss uses)."""
+
+    integral: jax.Array
+    multiplier: jax.Array
 
 
 class Controller(NamedTuple):
-    """``init() -> state`` (float32 [2]: integral, multiplier) and
-    ``update(state, hard_ratio) -> state`` (jittable; ``hard_ratio`` is the hardened cost / dense
-    cost, a float32 scalar). ``multiplier(state)`` is ``state[1]``."""
+    """``init() -> ControllerState`` (zeros) and ``update(state, hard_ratio) -> ControllerState``
+    (jittable; ``hard_ratio`` is the hardened cost / dense cost, a float32 scalar)."""
 
-    init: Callable[[], jax.Array]
-    update: Callable[[jax.Array, jax.Array], jax.Array]
+    init: Callable[[], ControllerState]
+    update: Callable[[ControllerState, jax.Array], ControllerState]
 
 
-def _zeros() -> jax.Array:
-    return jnp.zeros((2,), jnp.float32)
+def _zeros() -> ControllerState:
+    zero = jnp.zeros((), jnp.float32)
+    return ControllerState(zero, zero)
 
 
 def pi_controller(budget: float, lr: float, kp: float, band: float) -> Controller:
@@ -52,10 +60,10 @@ def pi_controller(budget: float, lr: float, kp: float, band: float) -> Controlle
     """
     log_budget = math.log(budget)
 
-    def update(state: jax.Array, hard_ratio: jax.Array) -> jax.Array:
+    def update(state: ControllerState, hard_ratio: jax.Array) -> ControllerState:
         gap = jnp.log(hard_ratio) - log_budget
-        xi = jnp.maximum(0.0, state[0] + lr * gap * (jnp.abs(gap) < band))
-        return jnp.stack([xi, jnp.maximum(0.0, xi + kp * gap)])
+        xi = jnp.maximum(0.0, state.integral + lr * gap * (jnp.abs(gap) < band))
+        return ControllerState(xi, jnp.maximum(0.0, xi + kp * gap))
 
     return Controller(_zeros, update)
 

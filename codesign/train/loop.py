@@ -200,7 +200,7 @@ def _pure_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTe
 
     def loss_fn(m, data, ctrl, targets):
         logits, task = forward(m, data)
-        ctx = LossContext(m, logits, task, cost_ratio(m, False), ctrl[1], targets)
+        ctx = LossContext(m, logits, task, cost_ratio(m, False), ctrl.multiplier, targets)
         loss = terms[0](ctx)
         for term in terms[1:]:
             loss = loss + term(ctx)
@@ -318,10 +318,10 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
         if best is not None:  # validation forward of the eval-mode model (no dropout, deterministic gates)
             best = track(graphdef, state, problem.evaluate, problem.data, best, epoch, *selection_terms(cfg, hard))
         if on_epoch is not None:
-            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": ctrl[..., 1]})
+            on_epoch(epoch, {"loss": loss, "cost_ratio": ratio, "multiplier": ctrl.multiplier})
     jax.block_until_ready(loss)
     train_time_s = (time.perf_counter() - t0) / len(models)
-    loss, ratio, mult, first_bad = (np.atleast_1d(np.asarray(v)) for v in (loss, ratio, ctrl[..., 1], first_bad))
+    loss, ratio, mult, first_bad = (np.atleast_1d(np.asarray(v)) for v in (loss, ratio, ctrl.multiplier, first_bad))
     out = []
     for i, model in enumerate(models):
         state_i, best_i = (state, best) if not batched else \
