@@ -240,7 +240,11 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
       FloatingPointError: the final loss is not finite; the message names the first epoch with a
         non-finite loss and the settings used.
     """
-    fitted = _fit([model], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False)[0]
+    return _finite(cfg, _fit([model], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False)[0])
+
+
+def _finite(cfg: TrainConfig, fitted: FitResult) -> FitResult:
+    """``fitted``, or FloatingPointError when its final loss is not finite (`_divergence_message`)."""
     if not np.isfinite(fitted.final_loss):
         raise FloatingPointError(_divergence_message(cfg, fitted.final_loss, fitted.first_nonfinite_epoch))
     return fitted
@@ -289,12 +293,9 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
     if cfg.optim.select == "best_val" and problem.evaluate is None:
         raise ValueError("TrainConfig.optim.select: 'best_val' needs a problem with an evaluate function")
     if batched and _seed_batch(batch_size) == 0:  # one after the other, one compiled step
-        shared = make_step(models[0], problem, cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
-        return [_fit([m], problem if not batched_targets else dataclasses.replace(problem, targets=problem.targets[i]),
-                     cfg, terms, first_layer, on_epoch, tx, wrt, batched=False,
-                     shared=shared if i == 0 else shared._replace(state=_pure_step(m, problem, cfg, terms,
-                                                                                   first_layer, tx, wrt)[1]))[0]
-                for i, m in enumerate(models)]
+        problems = [problem if not batched_targets else dataclasses.replace(problem, targets=problem.targets[i])
+                    for i in range(len(models))]
+        return list(_fit_in_turn(models, problems, cfg, terms, first_layer, on_epoch, tx, wrt))
     if batched:
         graphdef, state, step, controller = make_batched_step(models, problem, cfg, terms, first_layer=first_layer,
                                                               tx=tx, wrt=wrt, batched_targets=batched_targets,
@@ -332,6 +333,16 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
         out.append(FitResult(float(loss[i]), float(ratio[i]), float(mult[i]), train_time_s,
                              cfg.optim.epochs - 1 if best_i is None else int(best_i.epoch), int(first_bad[i])))
     return out
+
+
+def _fit_in_turn(models: Sequence, problems: Sequence[Problem], cfg: TrainConfig, terms, first_layer, on_epoch, tx,
+                 wrt) -> Iterator[FitResult]:
+    """`_fit` of each model on its problem in turn, every one on the first model's compiled step
+    (no recompile: the models share a structure); each `FitResult` yielded as its loop ends."""
+    shared = make_step(models[0], problems[0], cfg, terms, first_layer=first_layer, tx=tx, wrt=wrt)
+    for i, (m, problem) in enumerate(zip(models, problems)):
+        step = shared if i == 0 else shared._replace(state=_pure_step(m, problem, cfg, terms, first_layer, tx, wrt)[1])
+        yield _fit([m], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False, shared=step)[0]
 
 
 @jax.jit
@@ -443,7 +454,8 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
             yield train(graph, cfg, hw, on_epoch=on_epoch, also_cost=also_cost, return_logits=return_logits,
                         return_model=return_model)
         return
-    runs = [_prepare(graph, cfg, hw) for cfg in cfgs]
+    runs = [_prepare(graph, cfgs[0], hw)]
+    runs += [_prepare(graph, cfg, hw, like=runs[0]) for cfg in cfgs[1:]]
     models = [run.model for run in runs]
     for m in models:
         m.train()
@@ -454,17 +466,10 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
             yield _finish(run, fitted, also_cost, return_logits, return_model)
         return
     if _seed_batch(batch_size) == 0:  # one seed after the other on one compiled step: each yielded as it finishes
-        first = models[0].FIRST_LAYER
-        shared = make_step(models[0], runs[0].problem, cfgs[0], objective(cfgs[0]), first_layer=first)
-        for i, run in enumerate(runs):
-            terms = objective(run.cfg)
-            step = shared if i == 0 else shared._replace(
-                state=_pure_step(run.model, run.problem, run.cfg, terms, first, None, nnx.Param)[1])
-            fit_i = _fit([run.model], run.problem, run.cfg, terms, first, on_epoch, None, nnx.Param, batched=False,
-                         shared=step)[0]
-            if not np.isfinite(fit_i.final_loss):
-                raise FloatingPointError(_divergence_message(run.cfg, fit_i.final_loss, fit_i.first_nonfinite_epoch))
-            yield _finish(run, fit_i, also_cost, return_logits, return_model)
+        fits = _fit_in_turn(models, [run.problem for run in runs], cfgs[0], objective(cfgs[0]),
+                            models[0].FIRST_LAYER, on_epoch, None, nnx.Param)
+        for run, fit_i in zip(runs, fits):
+            yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model)
         return
     teachers = [run.problem.targets for run in runs]
     problem = runs[0].problem  # data, forward and cost are the same for every seed; the teacher is not
@@ -473,9 +478,7 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
     fitted = fit_seeds(models, problem, cfgs[0], objective(cfgs[0]), first_layer=models[0].FIRST_LAYER,
                        on_epoch=on_epoch, batched_targets=teachers[0] is not None, batch_size=batch_size)
     for run, fit_i in zip(runs, fitted):
-        if not np.isfinite(fit_i.final_loss):
-            raise FloatingPointError(_divergence_message(run.cfg, fit_i.final_loss, fit_i.first_nonfinite_epoch))
-        yield _finish(run, fit_i, also_cost, return_logits, return_model)
+        yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model)
 
 
 def seeds_batchable(cfgs: Sequence[TrainConfig]) -> bool:
@@ -502,23 +505,28 @@ class _Run(NamedTuple):
     teacher_accuracy: Optional[float]
 
 
-def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_logits=None) -> _Run:
+def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_logits=None,
+             like: Optional[_Run] = None) -> _Run:
     """`train` up to its `fit`: the teacher, the dense reference, the model, the budget check and
-    the `Problem`."""
+    the `Problem`. ``like``: the `_Run` of a config equal to ``cfg`` but for the seed, whose
+    workload inputs (the graph's measured locality), dense reference and adjacency are reused."""
     teacher, teacher_accuracy = None, None
     if teacher_logits is not None:
         teacher = _check_teacher_logits(teacher_logits, graph, cfg)
         teacher_accuracy = float(masked_accuracy(teacher, graph.y, graph.test_mask))
     elif cfg.distill.weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
-    inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
-    dense_store, dense = dense_reference(cfg, graph, hw, inputs)
+    if like is None:
+        inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
+        (dense_store, dense), adj = dense_reference(cfg, graph, hw, inputs), adjacency(graph)
+    else:
+        inputs, dense_store, dense, adj = like.inputs, like.dense_store, like.dense, like.adj
     dense_c = float(getattr(dense, cfg.cost.objective))
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
                                              quant=cfg.seed + 3))
     if cfg.cost.budget is not None:
         check_budget_feasible(cfg, model, graph, hw, inputs, dense_c)
-    adj, n, e = adjacency(graph), graph.n_nodes, graph.n_edges
+    n, e = graph.n_nodes, graph.n_edges
 
     def cost_ratio(m, hard: bool):  # the cheaper feature store, as the reference (`store_costs`)
         costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
