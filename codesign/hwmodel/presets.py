@@ -541,7 +541,8 @@ def gnnear() -> HardwareSpec:
         **op_energies("gnnear"),
         nmp=NearMemorySpec(
             units=4 * 4, internal_bw_bytes_per_s=2 * 16e9, fp32_macs_per_s=nme_fp32,
-            bf16_macs_per_s=max(1.0, packing / 2) * nme_fp32, int_macs_per_s=packing * nme_fp32, **nmp_energies("gnnear-nme"),
+            bf16_macs_per_s=max(1.0, packing / 2) * nme_fp32, int_macs_per_s=packing * nme_fp32,
+            **nmp_energies("gnnear-nme"),
             internal_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE * DDR4_RANK_INTERNAL_FRACTION,
             buffer_bytes=128 * 256 * 4, host_link_bw_bytes_per_s=4 * 16e9,
             host_link_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE, access_granularity_bytes=DDR4_BURST_BYTES,

@@ -9,7 +9,6 @@ The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`,
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional
 
 import jax
@@ -100,9 +99,7 @@ class GCNConv(Layer):
             gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
         layer = derived_message_passing(vertex_layers.gcn, name, graph, gemm, elem,
                                         widths=(self.in_features, self.out_features), kept=(k, f),
-                                        bits=(x_bits, out_bits))
-        if in_nnz is not None:  # a sparse input runs combine-first only
-            layer = dataclasses.replace(layer, aggregate_first=layer.combine_first)
+                                        bits=(x_bits, out_bits), combine_first_only=in_nnz is not None)
         return (layer,)
 
 

@@ -193,7 +193,8 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
 
 
 def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple, elem: tuple, *, widths: tuple,
-                            kept: tuple, bits: tuple, **kw) -> hwmodel.LayerWorkload:
+                            kept: tuple, bits: tuple, combine_first_only: bool = False,
+                            **kw) -> hwmodel.LayerWorkload:
     """Both dataflow orders of ``act(A X W)`` with the aggregation derived from ``program`` (whose
     aggregated input is named ``h``; `derived_aggregation`): aggregate-first = the program's stages
     over the input columns, then ``gemm``; combine-first = ``gemm``, then the program's stages over
@@ -204,13 +205,19 @@ def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple,
       widths: (input, output) full widths (ints, the traced shapes).
       kept: (input, output) kept columns (float or traced).
       bits: (input, output) bit-widths of the aggregated features.
+      combine_first_only: both orders hold the combine-first stages (an input stored CSR,
+        `Layer`'s ``in_nnz``: no sparse x sparse product).
       kw: further `derived_aggregation` arguments (``blocks``, ``self_loops``).
     """
-    agg_first, comb_first = (
-        derived_aggregation(program, name, graph, {"h": full}, kept_widths={"h": k}, bits={"h": b}, out_bits=b, **kw)
-        for full, k, b in zip(widths, kept, bits))
-    return hwmodel.LayerWorkload(name, agg_first.combine_first + gemm + agg_first.elementwise,
-                                 gemm + comb_first.combine_first + comb_first.elementwise, elem)
+    def aggregation(full, k, b):
+        return derived_aggregation(program, name, graph, {"h": full}, kept_widths={"h": k}, bits={"h": b},
+                                   out_bits=b, **kw)
+    comb_first = aggregation(widths[1], kept[1], bits[1])
+    combine_then = gemm + comb_first.combine_first + comb_first.elementwise
+    if combine_first_only:
+        return hwmodel.LayerWorkload(name, combine_then, combine_then, elem)
+    agg_first = aggregation(widths[0], kept[0], bits[0])
+    return hwmodel.LayerWorkload(name, agg_first.combine_first + gemm + agg_first.elementwise, combine_then, elem)
 
 
 def input_nnz(model, feature_nnz, densities: Optional[dict], d: dict, hard: bool) -> Optional[jax.Array]:

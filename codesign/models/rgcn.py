@@ -21,7 +21,6 @@ narrower result is aggregated; otherwise the R aggregations of X come first and 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Optional, Sequence, Union
 
 import jax
@@ -213,12 +212,9 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     layers = []
     for r, nnz in enumerate(relation_nnz):
         rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
-        layer = derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
-                                        widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
-                                        blocks=False, self_loops=False)
-        if in_nnz is not None:  # a sparse input runs combine-first only
-            layer = dataclasses.replace(layer, aggregate_first=layer.combine_first)
-        layers.append(layer)
+        layers.append(derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
+                                              widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
+                                              combine_first_only=in_nnz is not None, blocks=False, self_loops=False))
     elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
