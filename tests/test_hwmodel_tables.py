@@ -51,6 +51,22 @@ def test_fit_recovers_the_factors_that_made_a_table(tmp_path):
     assert res["fast"]["factors"]["dram_efficiency"] == 0.9  # held fixed
 
 
+def test_fit_table_keeps_the_residual_with_the_lower_grouped_cv_error(tmp_path):
+    """With both residuals the record keeps each one's grouped-CV result and the kept one is the
+    lower; an unknown residual is refused naming the argument."""
+    truth = {"stage_overhead_s": 8e-6, "dram_efficiency": 0.9, "gather_efficiency": 0.5,
+             "onchip_bw_bytes_per_s": 5e12, "row_overhead_s": 5e-10, "row_gather_overhead_s": 1e-13,
+             "overlap_exponent": 1.5, "table_locality": 0.02}
+    table = tables.read_timing_table(_synthetic(tmp_path, truth, np.random.default_rng(1)))
+    res = tables.fit_table(table, presets.h100_datasheet(), ["fast"], fixed={"dram_efficiency": 0.9},
+                           residuals=tables.RESIDUALS)["fast"]
+    per = res["cv_by_residual"]
+    assert set(per) == {"log", "relative"} and res["residual"] == min(per, key=lambda r: per[r]["mape"])
+    assert res["cv"]["all"] == per[res["residual"]]
+    with pytest.raises(ValueError, match=r"fit_factors\(residual\): must be one of \('log', 'relative'\)"):
+        tables.fit_factors(lambda theta: theta, np.ones(3), np.arange(3), residual="l2")
+
+
 def test_best_column_is_the_fastest_kernel_per_row(tmp_path):
     table = tables.read_timing_table(_write(tmp_path, "a,100,500,128,0.5,0.2\nb,100,500,128,,0.3\nc,9,9,32,,\n"))
     np.testing.assert_allclose(table.measured("best")[:2], [0.2e-3, 0.3e-3])
