@@ -5,7 +5,7 @@
   codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
   codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
   codesign validate                                            # every preset's evidence
-  codesign validate --table shared/data/gpu_timings/h100_spmm_fp32.csv --hw h100-fitted --json
+  codesign validate --table shared/data/gpu_timings/h100_spmm_fp32.csv --hw h100 --json
 """
 
 from __future__ import annotations
@@ -493,7 +493,7 @@ def cmd_validate(args) -> int:
     table = tables.screen(tables.read_timing_table(args.table, args.kind), hw)
     # the fitted preset is scored with each kernel column's own fitted factors (its own for cuSPARSE); every
     # other preset as it is, with uniform re-reference (no fit of its own on this table)
-    rec = presets.gpu_fit_record() if hw.name == "h100-fitted" else None
+    rec = presets.gpu_fit_record() if hw.name == "h100" else None
     fits = None if rec is None else {k: v["factors"] for k, v in
                                      rec["tables"].get(table.kind, {}).get("kernels", {}).items()}
     out = tables.validate_table(table, hw, fits)

@@ -1,4 +1,4 @@
-"""Fit the `h100-fitted` preset's software factors on the public H100 timing tables (thin driver
+"""Fit the `h100` preset's software factors on the public H100 timing tables (thin driver
 over `codesign.hwmodel.tables`) and write ``codesign/hwmodel/fits/h100.json``.
 
     python experiments/fit_gpu_presets.py                      # tables from $CODESIGN_DATA/gpu_timings
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
             print(f"{kind:5s} {k:9s} n={cv['n']:4d} grouped-CV MAPE {cv['mape']:.3f} Spearman {rho} "
                   f"({v['residual']} residual)")
     rec = {
-        "what": "the `h100-fitted` preset's software factors fitted on public device timings "
+        "what": "the `h100` preset's software factors fitted on public device timings "
                 "(codesign.hwmodel.presets.h100_fitted)",
         "source": "FlashSparse (Li et al., PPoPP 2025), zli96/flashSparse result/ref/baseline_h100_*.csv, the half "
                   "in shared/data/gpu_timings",

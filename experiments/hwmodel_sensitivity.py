@@ -109,8 +109,8 @@ def variants(name: str, value: float) -> dict:
         return {"h100": presets.get("h100").replace(static_power_w=value * 700.0),
                 "a100": presets.get("a100").replace(static_power_w=value * 400.0)}
     if name == "STREAM_DRAM_EFFICIENCY":  # the value alone, not a refit of the other factors at it
-        return {"h100-fitted": presets.get("h100-fitted").replace(dram_efficiency=value),
-                "a100-fitted": presets.get("a100-fitted").replace(dram_efficiency=value)}
+        return {"h100": presets.get("h100").replace(dram_efficiency=value),
+                "a100": presets.get("a100").replace(dram_efficiency=value)}
     if name == "HBM_PIM_FP32_TWO_PASSES":
         return {"hbm-pim": _nmp(presets.get("hbm-pim"), fp32_macs_per_s=pcu / value,
                                 **presets.nmp_energies("dram-logic", fp32_passes=value, fp16_lanes_only=True))}

@@ -121,6 +121,6 @@ def test_readme_command_runs(command, cora, tmp_path):
             rep = json.loads(out)
             assert rep["hw"] == _flag(argv, "--hw") and rep["kernels"]["best"]["by_width"]["all"]["n"] > 100
         else:
-            assert "h100-fitted" in out and "fitted on public device timings" in out
+            assert "h100-datasheet" in out and "fitted on public device timings" in out
     else:  # bench cost
         assert "cost + gradient of 10 design points" in out and "points/s" in out

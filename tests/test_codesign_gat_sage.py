@@ -239,20 +239,20 @@ def test_gat_cost_weighted_training_prunes_under_best_val_selection(cora):
 @pytest.mark.slow
 def test_sage_cost_weighted_training_prunes(cora):
     cfg = TrainConfig.for_model("sage", cost_weight=1.0, bits=8, epochs=25, gate_lr=0.3, seed=0, select="last")
-    r = train(cora, cfg, presets.get("h100"))
+    r = train(cora, cfg, presets.get("h100-datasheet"))  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
     assert r["densities"]["edge"] < 0.9 and r["densities"]["feature"] < 0.9
     assert r["test_accuracy"] > 0.4
 
 
 @pytest.mark.slow
 def test_gat_budget_lands_within_five_percent(cora):
-    """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100 energy): the hardened cost of
+    """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100-datasheet energy): the hardened cost of
     the selected epoch is within 5 % of the budget (300 epochs, gates 1.5x faster). Since the per-op
     energies are scaled to the H100's node, every gate closed still costs 0.102 of dense, so the budget
     is 0.15 (was 0.1); 120 and 200 epochs landed 1.12 and 1.07 of it, 300 epochs within 5 %."""
     budget = 0.15
     cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=300, gate_lr=0.075, seed=0)
-    r = train(cora, cfg, presets.get("h100"))
+    r = train(cora, cfg, presets.get("h100-datasheet"))  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
     assert 0.95 <= ratio / budget <= 1.05, ratio / budget
     assert r["densities"]["edge"] < 1 and r["densities"]["feature"] < 1

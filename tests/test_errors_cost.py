@@ -21,7 +21,7 @@ from codesign.hwmodel import NearMemorySpec, comm, presets
 from codesign.models import MODELS
 
 N, E = 2708, 10556  # Cora's sizes (no data is loaded)
-PRESETS = ("h100", "h100-fitted", "cpu", "cpu_numpy", "hygcn", "gnnear", "upmem", "hbm-pim")
+PRESETS = ("h100", "h100-datasheet", "cpu", "cpu_numpy", "hygcn", "gnnear", "upmem", "hbm-pim")
 """One preset per distinct path through the cost model (the others take the same paths with other numbers)."""
 assert set(PRESETS) <= set(presets.names())
 PROPERTY = settings(max_examples=40, deadline=None)

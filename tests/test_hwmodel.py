@@ -223,9 +223,9 @@ def test_row_overhead_by_hand():
     g = jax.grad(lambda spec: stage_cost(sp, spec).compute_s)(hw)
     np.testing.assert_allclose(float(g.row_overhead_s), 1000.0, rtol=1e-6)
     assert tiny_spec().row_overhead_s == 0.0  # not modeled unless given (datasheet presets)
-    for name in ("h100", "a100", "hygcn", "gnnear", "hbm-pim"):
+    for name in ("h100-datasheet", "a100-datasheet", "hygcn", "gnnear", "hbm-pim"):
         assert presets.get(name).row_overhead_s == 0.0
-    for name in ("h100-fitted", "a100-fitted"):  # fitted on the public H100 table (presets.load_gpu_fit)
+    for name in ("h100", "a100"):  # fitted on the public H100 table (presets.load_gpu_fit)
         assert presets.get(name).row_overhead_s > 0.0
     with pytest.raises(ValueError, match=r"HardwareSpec\('tiny'\)\.row_overhead_s: must be finite and >= 0"):
         tiny_spec(row_overhead_s=-1e-9)

@@ -118,7 +118,7 @@ def _close(got, want, scale, what):
                                    err_msg=f"{what}, {name} per stage")
 
 
-MECHANISMS = ("h100", "h100-fitted", "cpu", "cpu_numpy", "hygcn", "gnnear", "upmem", "hbm-pim")
+MECHANISMS = ("h100", "h100-datasheet", "cpu", "cpu_numpy", "hygcn", "gnnear", "upmem", "hbm-pim")
 """One preset per distinct path through the cost model (datasheet GPU, fitted overheads, fitted host,
 numpy host, aggregate-first-only fp32 accelerator, rank / replicated / bank near-memory units): the
 others (a100, v100, mi100, the Xeons, the hosts) take the same paths with other numbers, and every

@@ -111,7 +111,7 @@ def test_any_table_row_is_priced_finite_and_positive(n, degree, width):
     """Every well-formed row gets a finite, positive modeled time on both GPU presets."""
     import jax.numpy as jnp
     for kind in tables.KINDS:
-        for hw in (presets.get("h100-fitted"), presets.get("a100-fitted")):
+        for hw in (presets.get("h100"), presets.get("a100")):
             s = tables.table_stage(kind, n, int(n * degree), width)
             t = float(tables.stage_cost(s, hw).latency_s)
             assert np.isfinite(t) and t >= hw.stage_overhead_s * 0.999 and t > 0
@@ -120,12 +120,12 @@ def test_any_table_row_is_priced_finite_and_positive(n, degree, width):
 
 def test_gpu_presets_take_the_fit_record(tmp_path):
     f = presets.load_gpu_fit()
-    h = presets.get("h100-fitted")
+    h = presets.get("h100")
     for k in presets.GPU_FIT_FACTORS:
         assert getattr(h, k) == f[k]
     assert h.stage_overhead_s > 1e-6  # a kernel call is not free (public H100 table: >= 12 us per call)
-    assert presets.get("h100").stage_overhead_s == 0.0  # the datasheet preset, the default until re-costing
-    a = presets.get("a100-fitted")
+    assert presets.get("h100-datasheet").stage_overhead_s == 0.0  # the datasheet base the fit starts from
+    a = presets.get("a100")
     assert a.stage_overhead_s == h.stage_overhead_s and a.row_overhead_s > h.row_overhead_s
     bad = json.loads((presets.FITS_DIR / "h100.json").read_text())
     bad["tables"]["spmm"]["kernels"]["cusparse"]["factors"]["row_overhead_s"] = -1.0
@@ -142,8 +142,8 @@ def test_every_preset_states_its_evidence():
     for name in presets.names():
         ev = presets.evidence(name)
         assert ev["level"] in presets.EVIDENCE_LEVELS and ev["checked_against"], name
-    assert presets.evidence("h100-fitted")["level"] == "fitted on public device timings"
-    assert presets.evidence("h100")["level"] == "datasheet only"
+    assert presets.evidence("h100")["level"] == "fitted on public device timings"
+    assert presets.evidence("h100-datasheet")["level"] == "datasheet only"
     assert presets.evidence("cpu")["level"] == "measured on this machine"
 
 
@@ -170,7 +170,7 @@ def test_cusparse_cross_validation_reproduces_on_the_public_table():
 
 @pytest.mark.skipif(not SPMM.exists(), reason="public H100 timing table not present (CODESIGN_DATA)")
 def test_cli_validate_table_json(capsys):
-    assert main(["validate", "--table", str(SPMM), "--hw", "h100-fitted", "--json"]) == 0
+    assert main(["validate", "--table", str(SPMM), "--hw", "h100", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     cus = out["kernels"]["cusparse"]
     assert cus["factors_from"] == "fit" and cus["by_width"]["128"]["n"] > 100

@@ -17,7 +17,7 @@ def test_dense_gcn_reaches_paper_accuracy_on_cora(cora):
 
 
 def test_cost_term_prunes_and_hardened_cost_is_consistent(cora):
-    hw = presets.get("h100")
+    hw = presets.get("h100-datasheet")  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
     r = train(cora, TrainConfig.from_flat(seed=0, epochs=100, cost_weight=0.3, bits=8), hw)
     d = r["densities"]
     assert d["edge"] < 0.9 and d["feature"] < 0.9, d  # the cost term removed edges and features
@@ -113,7 +113,8 @@ def test_sweep_run_key_ignores_fields_left_at_their_defaults():
 
 def test_budget_mode_lands_at_the_budget(cora):
     """PI multiplier on the hardened cost: 0.96-1.02 of a 0.1 budget measured on 2 seeds (train.py)."""
-    r = train(cora, TrainConfig.from_flat(seed=0, budget=0.1, bits=8, edge_mask=False), presets.get("h100"))
+    hw = presets.get("h100-datasheet")  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
+    r = train(cora, TrainConfig.from_flat(seed=0, budget=0.1, bits=8, edge_mask=False), hw)
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
     assert 0.9 <= ratio / 0.1 <= 1.05, ratio
     assert r["densities"]["feature"] < 0.6  # the 8-bit model alone is at 0.21: the mask did the rest

@@ -3,12 +3,11 @@
 `get(name)` returns a preset by name; `names()` lists them.
 
 The per-row software overheads (``row_gather_overhead_s``, ``row_overhead_s``) and the
-``stage_overhead_s`` are fitted for the measured `cpu` preset and for `h100-fitted` on public
-device timings (`load_gpu_fit`; `a100-fitted` and the papers' baseline `v100` take them scaled by
-the datasheet); the datasheet GPU presets `h100` / `a100` / `mi100` (the defaults until the stored
-results are re-costed), the Xeon presets and the accelerator presets (`hygcn`, `gnnear`) leave
-them at 0 (no timing to fit them on). `host_of(name)` is a near-memory preset's host, a preset of
-its own. `evidence(name)` says what each preset was checked against.
+``stage_overhead_s`` are fitted for the measured `cpu` preset and for `h100` on public
+device timings (`load_gpu_fit`; `a100` and the papers' baseline `v100` take them scaled by
+the datasheet); the datasheet GPU presets `h100-datasheet` / `a100-datasheet` / `mi100`, the Xeon
+presets and the accelerator presets (`hygcn`, `gnnear`) leave them at 0 (no timing to fit them
+on). `host_of(name)` is a near-memory preset's host, a preset of its own. `evidence(name)` says what each preset was checked against.
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ ASSUMPTIONS = {
     "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
                                             "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
                                             "cost = h100's (no A100 table here)"),
-    "V100_SOFTWARE_AS_H100_FIT": (None, None, "v100 (the PyG / DGL baseline of HyGCN and GNNear): the h100-fitted "
+    "V100_SOFTWARE_AS_H100_FIT": (None, None, "v100 (the PyG / DGL baseline of HyGCN and GNNear): the h100 "
                                               "software factors (fitted on FlashSparse's public H100 cuSPARSE timings, "
                                               "independent of the papers' ratios) scaled to 80 SMs x 1.53 GHz as "
                                               "A100_SCALES_AS_SM_CLOCK; one value for every comparison against a V100"),
@@ -130,9 +129,9 @@ GNNEAR_CAE_POWER_W = 6.7 / ((4096 + 512) * 1e9) * ((128 * 128 + 16 * 32) * 700e6
 UPMEM_WATTS_PER_DPU = 383.0 / 2556  # Gomez-Luna et al., IEEE Access 2022: estimated TDP of the 2,556-DPU system 383 W
 POWER_LIMITS_W = {
     "h100": (700.0, "system", "NVIDIA H100 SXM5 datasheet: max TDP 700 W (the board, HBM3 included)"),
-    "h100-fitted": (700.0, "system", "as h100 (the same chip)"),
+    "h100-datasheet": (700.0, "system", "as h100 (the same chip)"),
     "a100": (400.0, "system", "NVIDIA A100 SXM4 datasheet: max TDP 400 W (the board, HBM2e included)"),
-    "a100-fitted": (400.0, "system", "as a100 (the same chip)"),
+    "a100-datasheet": (400.0, "system", "as a100 (the same chip)"),
     "hbm-pim": (300.0, "system", "the MI100 host board's 300 W (Samsung evaluates HBM-PIM as a drop-in HBM "
                                  "stack: its PCUs run inside the host's memory power budget)"),
     "hygcn": (6.7, "chip", "HyGCN (HPCA 2020): the chip's reported power 6.7 W (its HBM not included)"),
@@ -222,26 +221,26 @@ def load_gpu_fit(path=None) -> dict:
 
 
 def h100_fitted() -> HardwareSpec:
-    """Preset ``h100-fitted``. NVIDIA H100 SXM5 80 GB: `h100_datasheet` with the software factors (`GPU_FIT_FACTORS`: a
+    """Preset ``h100`` (the default GPU). NVIDIA H100 SXM5 80 GB: `h100_datasheet` with the software factors (`GPU_FIT_FACTORS`: a
     fixed per-kernel cost, the gathers' compute and L2 bandwidth, per-row costs, the compute /
     memory overlap) FITTED on public device timings: the cuSPARSE SpMM column of the FlashSparse
     H100 table (half of it, ``shared/data/gpu_timings``; `load_gpu_fit`, record
     ``fits/h100.json``; ``dram_efficiency`` held at the ASSUMPTION `STREAM_DRAM_EFFICIENCY`).
     Sources: roofs and energies as `h100_datasheet`; the factors fitted on FlashSparse's H100
     timings (Li et al., PPoPP 2025, ``zli96/flashSparse`` ``result/ref/baseline_h100_spmm_*.csv``).
-    Evidence: `evidence("h100-fitted")` (grouped cross-validation on that table; docs/hwmodel.md).
+    Evidence: `evidence("h100")` (grouped cross-validation on that table; docs/hwmodel.md).
     Not yet checked: GEMMs, elementwise stages and energy on a device (the GPU issue).
 
     Raises:
       FileNotFoundError, ValueError: as `load_gpu_fit`.
     """
-    return h100_datasheet().replace(name="h100-fitted", **load_gpu_fit())
+    return h100_datasheet().replace(name="h100", **load_gpu_fit())
 
 
 def h100_datasheet() -> HardwareSpec:
-    """Preset ``h100``. NVIDIA H100 SXM5 80 GB, datasheet numbers only (no per-kernel cost, ideal
-    efficiencies): the base `h100_fitted` is fitted on. It stays the default ``h100`` until the
-    stored results are re-costed with the fit (docs/hwmodel.md: a Cora GCN is launch-bound there).
+    """Preset ``h100-datasheet``. NVIDIA H100 SXM5 80 GB, datasheet numbers only (no per-kernel cost,
+    ideal efficiencies): the base the ``h100`` preset (`h100_fitted`) is fitted on; kept to show
+    what the fit adds (a Cora GCN is launch-bound on the fitted one, docs/hwmodel.md).
 
     Sources:
       - NVIDIA H100 Tensor Core GPU datasheet (2023), dense (non-sparse) tensor-core rates:
@@ -261,7 +260,7 @@ def h100_datasheet() -> HardwareSpec:
         `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`, range 5-30 %).
     """
     return HardwareSpec(
-        name="h100",
+        name="h100-datasheet",
         matrix_fp32_macs_per_s=494.7e12 / 2,
         matrix_bf16_macs_per_s=989.4e12 / 2,
         matrix_int8_macs_per_s=1978.9e12 / 2,
@@ -294,7 +293,7 @@ def scaled_gpu_fit(sm_clock: float, dram_bw_bytes_per_s: float) -> dict:
 
 
 def a100_fitted() -> HardwareSpec:
-    """Preset ``a100-fitted``. NVIDIA A100 SXM4 80 GB: `a100_datasheet` with the `h100_fitted` software factors, scaled by
+    """Preset ``a100`` (fitted factors). NVIDIA A100 SXM4 80 GB: `a100_datasheet` with the `h100_fitted` software factors, scaled by
     the datasheets (ASSUMPTION `ASSUMPTIONS["A100_SCALES_AS_SM_CLOCK"]`: per-row costs by the
     SM x clock ratio, the L2 gather bandwidth by the DRAM bandwidth ratio, the per-call cost
     and efficiencies unchanged). Sources: `a100_datasheet`; NVIDIA A100 / H100 whitepapers (SM
@@ -305,11 +304,11 @@ def a100_fitted() -> HardwareSpec:
       FileNotFoundError, ValueError: as `load_gpu_fit`.
     """
     base = a100_datasheet()
-    return base.replace(name="a100-fitted", **scaled_gpu_fit(A100_SM_CLOCK, base.dram_bw_bytes_per_s))
+    return base.replace(name="a100", **scaled_gpu_fit(A100_SM_CLOCK, base.dram_bw_bytes_per_s))
 
 
 def a100_datasheet() -> HardwareSpec:
-    """Preset ``a100``. NVIDIA A100 SXM4 80 GB, datasheet numbers only.
+    """Preset ``a100-datasheet``. NVIDIA A100 SXM4 80 GB, datasheet numbers only (the base of ``a100``).
 
     Sources: NVIDIA A100 Tensor Core GPU datasheet (2021), dense rates: TF32 156 TFLOP/s (fp32
     GEMM, XLA default precision), BF16 312 TFLOP/s, INT8 624 TOPS, INT4 1248 TOPS, FP32 (CUDA
@@ -320,7 +319,7 @@ def a100_datasheet() -> HardwareSpec:
     TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`).
     """
     return HardwareSpec(
-        name="a100",
+        name="a100-datasheet",
         matrix_fp32_macs_per_s=156e12 / 2,
         matrix_bf16_macs_per_s=312e12 / 2,
         matrix_int8_macs_per_s=624e12 / 2,
@@ -733,9 +732,9 @@ def cpu_numpy() -> HardwareSpec:
     return host.replace(stage_overhead_s=float(call), fuses_elementwise=False)
 
 
-h100 = h100_datasheet
-a100 = a100_datasheet
-_PRESETS = {"h100": h100, "a100": a100, "h100-fitted": h100_fitted, "a100-fitted": a100_fitted, "cpu": cpu,
+h100 = h100_fitted
+a100 = a100_fitted
+_PRESETS = {"h100": h100, "a100": a100, "h100-datasheet": h100_datasheet, "a100-datasheet": a100_datasheet, "cpu": cpu,
             "cpu_numpy": cpu_numpy, "hygcn": hygcn, "gnnear": gnnear,
             "upmem": upmem, "hbm-pim": hbm_pim, "v100": v100, "xeon-e5-2698v4": xeon_e5_2698v4,
             "upmem-host": upmem_host, "mi100": mi100, "gnnear-host": None}
@@ -810,19 +809,19 @@ def evidence(name: str) -> dict:
                                    f"({rec['command']}); grouped cross-validation",
                 "error": {"held_out": val.get("held_out"), "grouped_mape": val.get("grouped_mape")},
                 "date": rec.get("fitted_date")}
-    if key in ("h100", "a100"):
+    if key in ("h100-datasheet", "a100-datasheet"):
         return {"preset": key, "level": EVIDENCE_LEVELS[3],
-                "checked_against": f"datasheet only; `{key}-fitted` is this chip with its software factors fitted "
-                                   "on public device timings", "error": None, "date": None}
-    if key in ("h100-fitted", "a100-fitted"):
+                "checked_against": f"datasheet only; `{key.split('-')[0]}` is this chip with its software factors "
+                                   "fitted on public device timings", "error": None, "date": None}
+    if key in ("h100", "a100"):
         rec = gpu_fit_record()
         err = {f"{kind}/{k}": v["cv"]["all"] for kind, t in rec["tables"].items()
                for k, v in t["kernels"].items() if k in ("cusparse", "best")}
         what = ("the public H100 SpMM / SDDMM tables (FlashSparse, PPoPP 2025; the half in shared/data/gpu_timings), "
                 "5-fold cross-validation grouped by matrix")
-        if key == "a100-fitted":
+        if key == "a100":
             what = "none of its own: the h100 fit scaled by the A100 datasheet (ASSUMPTIONS['A100_SCALES_AS_SM_CLOCK'])"
-        fitted = key == "h100-fitted"
+        fitted = key == "h100"
         return {"preset": key, "level": EVIDENCE_LEVELS[1] if fitted else EVIDENCE_LEVELS[3],
                 "checked_against": what, "error": err if fitted else None, "date": rec.get("fitted_date")}
     return {"preset": key, "level": EVIDENCE_LEVELS[3], "checked_against": _DATASHEET_ONLY[key], "error": None,
@@ -861,7 +860,7 @@ def power_limit_table() -> str:
         watts, scope, _ = POWER_LIMITS_W[name]
         p = {k: float(v) for k, v in peak_power_parts(hw).items()}
         modeled = float(peak_power_w(hw, CHIP_PARTS if scope == "chip" else PEAK_POWER_PARTS))
-        key = {"h100-fitted": "h100", "a100-fitted": "a100", "cpu_numpy": "cpu", "hbm-pim": "mi100",
+        key = {"h100-datasheet": "h100", "a100-datasheet": "a100", "cpu_numpy": "cpu", "hbm-pim": "mi100",
                "upmem": "upmem-host", "gnnear-host": "gnnear"}.get(name, name)
         node, vdd, _ = PROCESS_NODES[key]
         nodes = f"{node:g} nm, {vdd:g} V"
