@@ -20,7 +20,6 @@ LAYERS = {
     "models": 3, "vertex": 3,
     "train": 4,
     "baselines": 5, "distributed": 5, "deploy": 5, "checkpoint": 5, "experiment": 5, "bench": 5,
-    "bench_train": 5, "bench_pyg_child": 5,
     "cli": 6,
 }
 """Layer of each top-level module or package of codesign: a module may import from its own layer

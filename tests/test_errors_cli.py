@@ -309,18 +309,6 @@ def test_sweep_measure_refuses_an_undeployable_quantizer_before_training(cora, t
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl"] in ([], ["cora_gcn_h100_measured.jsonl"])
 
 
-@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
-def test_bench_train_json_path_is_checked_before_the_benchmark(tmp_path, capsys, monkeypatch, where):
-    import codesign.bench_train as bt
-    monkeypatch.setattr(bt, "bench_train", lambda *a, **k: pytest.fail("benchmarked before checking --json"))
-    (tmp_path / "a_file").write_text("")
-    path = tmp_path / "a_file" / "out.json" if where == "under_a_file" else tmp_path
-    assert cli.main(["bench", "train", "--no-pyg", "--json", str(path)]) == 2
-    line = _one_error_line(capsys.readouterr().err, "bench")
-    assert line.startswith("codesign bench: error: argument --json: ")
-    assert ("is a file" if where == "under_a_file" else f"{str(path)!r} is a folder") in line
-
-
 def _cora_checkpoint(cora, folder, **flat):
     """A real checkpoint of an untrained model for Cora (`codesign deploy` loads Cora for it)."""
     from flax import nnx
