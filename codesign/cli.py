@@ -683,7 +683,12 @@ class _Progress:
 
 def _bad_input_errors() -> tuple:
     """The exception classes the library raises for bad input (a value, a file, a config or an
-    option it cannot honour); `main` reports them in one line with status 2."""
+    option it cannot honour); `main` reports them in one line with status 2. Their subclasses come
+    with them: `codesign.checkpoint.CheckpointError`, `codesign.vertex.trace.VertexProgramError`
+    (ValueError), `codesign.deploy.NotDeployableError` (NotImplementedError, ValueError),
+    `codesign.results.ResultsPathError` and filelock's ``Timeout`` (OSError), FileNotFoundError,
+    FileExistsError, UnicodeDecodeError (ValueError). A bare KeyError is not here: the library's
+    lookups by name raise ValueError listing the known names, so a KeyError is a bug."""
     import pickle
     return (ValueError, TypeError, OSError, NotImplementedError, ImportError, pickle.UnpicklingError)
 
