@@ -149,9 +149,9 @@ EXCEPTIONS = {
     "codesign.kernels.pallas_csr.with_csr_chunks": "the only way to opt a CooAdjacency into aggregate's "
                                                   "'pallas_csr' impl (api.py dispatches on an attached CsrChunks)",
     "codesign.kernels.pallas_csr.gcn_scales": "GCN normalization as csr_chunk_spmm's row/col scales "
-                                             "(docs/kernels_gpu_plan.md)",
+                                             "(docs/log/kernels_gpu_plan.md)",
     "codesign.kernels.pallas_csr.csr_chunk_spmm_int8_reference": "plain-JAX oracle of the int8 CSR kernel, "
-                                                                "documented beside it (docs/kernels_gpu_plan.md)",
+                                                                "documented beside it (docs/log/kernels_gpu_plan.md)",
     "codesign.kernels.pallas_spmm.bsr_spmm_int8_reference": "plain-JAX oracle of the int8 BSR kernel, the "
                                                            "contract quantize_rows_int8's features are checked by",
     "codesign.hwmodel.presets.power_limit_table": "regenerates docs/hwmodel.md's power table by hand "

@@ -1,4 +1,4 @@
-"""Every command line that README.md, experiments/README.md and docs/*.md document runs end to end in a subprocess, shortened
+"""Every command line that README.md, experiments/README.md and docs/**/*.md (the log included) document runs end to end in a subprocess, shortened
 (``--epochs 2 --seeds 1``; a sweep with one cost weight into ``tmp_path``; ``bench cost`` with 10
 points), and prints the fields it promises.
 
@@ -18,7 +18,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", ROOT / "experiments" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "experiments" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 README = "\n".join(p.read_text() for p in DOCS)  # every documented command line, wherever it is documented
 SHORT = ["--epochs", "2", "--seeds", "1"]  # argparse keeps the last value of a repeated flag
 
