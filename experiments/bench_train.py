@@ -545,7 +545,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "a torch CSR adj_t); speedups are against the fastest")
     p.add_argument("--data-root", default=None, help="folder holding planetoid/ (Cora) and wordnet/")
     p.add_argument("--rmat-scale", type=_positive_int, default=17, help="R-MAT graph with 2**scale nodes")
-    p.add_argument("--rmat-draws", type=_positive_int, default=1_100_000, help="R-MAT edges drawn (before symmetrizing)")
+    p.add_argument("--rmat-draws", type=_positive_int, default=1_100_000,
+                   help="R-MAT edges drawn (before symmetrizing)")
     p.add_argument("--rmat-features", type=_positive_int, default=64, help="R-MAT feature width")
     return p
 

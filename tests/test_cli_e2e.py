@@ -1,4 +1,5 @@
-"""Every command line that README.md, experiments/README.md and docs/**/*.md (the log included) document runs end to end in a subprocess, shortened
+"""Every command line that README.md, experiments/README.md and docs/**/*.md (the log included)
+document runs end to end in a subprocess, shortened
 (``--epochs 2 --seeds 1``; a sweep with one cost weight into ``tmp_path``; ``bench cost`` with 10
 points), and prints the fields it promises.
 
