@@ -512,38 +512,8 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _bench_train(args) -> int:
-    from pathlib import Path
-
-    from codesign.bench_train import RmatSpec, bench_train, format_table
-    from codesign.results import write_json_atomic
-    to_stdout = args.json == "-"
-    log = (lambda s: print(s, file=sys.stderr)) if to_stdout else print
-    result = bench_train(graphs=_names(args.graphs), models=_names(args.models), impls=_names(args.impls),
-                         rounds=args.rounds, epochs=args.epochs,
-                         pyg_venv=None if args.no_pyg else Path(args.pyg_venv).expanduser(),
-                         create_venv=args.create_venv, pyg_configs=_names(args.pyg_configs),
-                         data_root=args.data_root,
-                         rmat=RmatSpec(scale=args.rmat_scale, draws=args.rmat_draws, features=args.rmat_features),
-                         log=log)
-    if to_stdout:
-        print(json.dumps(result))
-        return 0
-    print(format_table(result))
-    if args.json:
-        write_json_atomic(args.json, result)
-        print(f"wrote {args.json}")
-    return 0
-
-
-def _names(s: str) -> list[str]:
-    return [v.strip() for v in s.split(",") if v.strip()]
-
-
 def cmd_bench(args) -> int:
     from codesign.bench import bench_cost
-    if args.target == "train":
-        return _bench_train(args)
     if args.target == "cost":
         r = bench_cost(args.points, args.hw, args.reps)
         if args.json:
@@ -555,11 +525,10 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from codesign.bench_train import DEFAULT_VENV, GRAPHS, PYG_CONFIGS
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,deploy,sweep,cost,bench,validate}")
+    sub = parser.add_subparsers(dest="command", required=True)
     add = lambda name, help: sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
 
     p = add("train", "train (several seeds), harden, evaluate and cost one configuration")
@@ -635,37 +604,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_cost)
 
     p = add("bench", "benchmarks: medians of repeated runs, compile time apart")
-    p.add_argument("target", choices=["cost", "train"],
-                   help="cost: cost model + gradient over many design points; train: GCN/GAT training "
-                        "s/epoch and peak memory next to PyG on Cora, R-MAT and WordNet")
+    p.add_argument("target", choices=["cost"],
+                   help="cost: cost model + gradient over many design points (training speed next to PyG is "
+                        "an experiment that builds its own PyG environment: python experiments/bench_train.py)")
     p.add_argument("--points", type=_positive_int("points"), default=10_000, help="cost: design points")
     p.add_argument("--hw", default="gnnear", type=str.lower, choices=presets.names(), help="cost: hardware preset")
     p.add_argument("--reps", type=_positive_int("reps"), default=5, help="cost: timed repetitions")
-    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH",
-                   help="without PATH: print one JSON object instead of a table; train: --json PATH also "
-                        "writes the result there (atomically)")
-    p.add_argument("--graphs", default=",".join(GRAPHS), help=f"train: comma-separated, from {', '.join(GRAPHS)}")
-    p.add_argument("--models", default="gcn,gat", help="train: comma-separated, from gcn, gat")
-    p.add_argument("--impls", default="auto",
-                   help="train: codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR "
-                        "where faster), segment (XLA segment_sum only)")
-    p.add_argument("--rounds", type=_positive_int("rounds"), default=3,
-                   help="train: interleaved repetitions of every configuration")
-    p.add_argument("--epochs", type=_positive_int("epochs"), default=None,
-                   help="train: timed epochs per run (default: cora 50, rmat 10, wordnet 10)")
-    p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="train: virtual environment with torch_geometric")
-    p.add_argument("--create-venv", action="store_true", help="train: create --pyg-venv if it is missing")
-    p.add_argument("--no-pyg", action="store_true", help="train: codesign side only")
-    p.add_argument("--pyg-configs", default=",".join(PYG_CONFIGS),
-                   help="train: PyG side(s), comma-separated: pyg (edge_index), pyg_csr (GCNConv(cached=True) / "
-                        "GATConv on a torch CSR adj_t); speedups are against the fastest")
-    p.add_argument("--data-root", default=None, help="train: folder holding planetoid/ (Cora) and wordnet/")
-    p.add_argument("--rmat-scale", type=_positive_int("rmat_scale"), default=17,
-                   help="train: R-MAT graph with 2**scale nodes")
-    p.add_argument("--rmat-draws", type=_positive_int("rmat_draws"), default=1_100_000,
-                   help="train: R-MAT edges drawn (before symmetrizing)")
-    p.add_argument("--rmat-features", type=_positive_int("rmat_features"), default=64,
-                   help="train: R-MAT feature width")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=cmd_bench)
 
     p = add("validate", "each hardware preset's evidence (what it was checked against, the error, when); "
@@ -695,17 +640,6 @@ def _writable_folder_error(path: str) -> Optional[str]:
     return None
 
 
-def _writable_file_error(path: str) -> Optional[str]:
-    """Why file ``path`` cannot be written (replaced atomically, its folder created if missing), or
-    None: not a folder, an existing file writable, its folder creatable and writable."""
-    import os
-    if os.path.isdir(path):
-        return f"{path!r} is a folder"
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        return f"{path!r} is not writable"
-    return _writable_folder_error(os.path.dirname(os.path.abspath(path)))
-
-
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Checks between flags that argparse cannot express; exits 2 with one line naming the flags."""
     if args.command == "train":
@@ -724,10 +658,6 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
         why = _writable_folder_error(args.out)
         if why:
             parser.exit(2, f"codesign sweep: error: argument --out: {why}\n")
-    if args.command == "bench" and args.target == "train" and args.json not in (None, "-"):
-        why = _writable_file_error(args.json)
-        if why:
-            parser.exit(2, f"codesign bench: error: argument --json: {why}\n")
 
 
 class _Progress:
@@ -753,7 +683,12 @@ class _Progress:
 
 def _bad_input_errors() -> tuple:
     """The exception classes the library raises for bad input (a value, a file, a config or an
-    option it cannot honour); `main` reports them in one line with status 2."""
+    option it cannot honour); `main` reports them in one line with status 2. Their subclasses come
+    with them: `codesign.checkpoint.CheckpointError`, `codesign.vertex.trace.VertexProgramError`
+    (ValueError), `codesign.deploy.NotDeployableError` (NotImplementedError, ValueError),
+    `codesign.results.ResultsPathError` and filelock's ``Timeout`` (OSError), FileNotFoundError,
+    FileExistsError, UnicodeDecodeError (ValueError). A bare KeyError is not here: the library's
+    lookups by name raise ValueError listing the known names, so a KeyError is a bug."""
     import pickle
     return (ValueError, TypeError, OSError, NotImplementedError, ImportError, pickle.UnpicklingError)
 

@@ -30,22 +30,25 @@ against each record's stored ``modeled`` and ``dense_modeled`` costs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import math
 import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, final
 
 import numpy as np
 
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from codesign.hwmodel import Workload, elementwise_stage, estimate, message_passing_layer, presets  # noqa: E402
-from codesign.models.gcn import hidden_elementwise_ops  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from codesign.hwmodel import Workload, estimate, presets  # noqa: E402
+from codesign.models import GCN  # noqa: E402
+from codesign.quant import Quantizer  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
@@ -58,9 +61,31 @@ LOSS_PTS = 1.0  # accuracy loss allowed for the chosen point, percentage points 
 REBUILD_TOL = 0.01  # nominal rebuild vs a record's stored cost: relative difference counted as a mismatch
 
 
+@final
+class _MeanBits(Quantizer):
+    """A quantizer slot that only carries a recorded mean bit-width (float) for the cost model:
+    `workload` costs a record's ``layer_bits`` (learned widths, fractional means) through the
+    model's own ``workload``, which reads each layer's widths from its quantizers."""
+
+    def __init__(self, bits: float):
+        self.mean_bits = float(bits)
+
+    def __call__(self, x):
+        raise NotImplementedError("_MeanBits carries a width for costing; it does not quantize")
+
+    def expected_bits(self):
+        return jnp.asarray(self.mean_bits, jnp.float32)
+
+    def hard_bits(self):
+        return self.mean_bits
+
+
 def workload(edge_density: float, feature_density: float, bits, *, channel_density: float = 1.0,
              locality=None) -> Workload:
-    """The 2-layer Cora GCN (fp32 logits) at the given kept fractions and bit-widths.
+    """The 2-layer Cora GCN (fp32 logits) at the given kept fractions and bit-widths:
+    `codesign.models.GCN.workload` of a GCN 1,433-16-7 (a channel mask exactly when
+    ``channel_density`` < 1, no edge mask, dense-stored features) whose four quantizers carry
+    ``bits``, with the kept fractions given as its ``densities`` override.
 
     Args:
       edge_density, feature_density, channel_density: kept fractions of the 10,556 edges (the 2,708
@@ -69,24 +94,14 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
         weights of layers 0 and 1, as `codesign.models.GCN.layer_bits`); layer 0 writes its output
         at ``x1``, layer 1 at fp32.
       locality: the graph's `hwmodel.LocalityProfile` (None = uniform re-reference).
-
-    This is `codesign.models.GCN.workload` (the same stages: `message_passing_layer` of each layer,
-    the hidden layer's elementwise ops as the model counts them) for a model without a block-sparse
-    edge mask, with dense-stored features, quantized at ``x1`` and with a channel mask exactly when
-    ``channel_density`` < 1.
     """
     b = dict.fromkeys(LAYER_BITS, float(bits)) if not isinstance(bits, Mapping) else {k: float(bits[k])
                                                                                         for k in LAYER_BITS}
-    nnz = edge_density * N_EDGES + N_NODES
-    hidden = channel_density * DIMS[1]
-    kw = dict(locality=locality, edge_density=edge_density)
-    layer0 = message_passing_layer("layer0", N_NODES, nnz, feature_density * DIMS[0], hidden,
-                                   b["x0"], b["w0"], b["x1"], **kw)
-    # the GCN's hidden elementwise ops, a channel gate taken to exist when channels were removed
-    ops = hidden_elementwise_ops(channel_density < 1.0, b["x1"])
-    layer0 = dataclasses.replace(layer0, elementwise=(elementwise_stage(N_NODES, hidden, b["x1"], ops),))
-    return Workload((layer0,
-                     message_passing_layer("layer1", N_NODES, nnz, hidden, DIMS[2], b["x1"], b["w1"], 32.0, **kw)))
+    model = GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0))
+    model.conv1.quant_x, model.conv1.quant_w = _MeanBits(b["x0"]), _MeanBits(b["w0"])
+    model.conv2.quant_x, model.conv2.quant_w = _MeanBits(b["x1"]), _MeanBits(b["w1"])
+    densities = {"edge": edge_density, "feature": feature_density, "channel": channel_density}
+    return model.workload(N_NODES, N_EDGES, densities=densities, locality=locality)
 
 
 def _nmp(hw, **changes):

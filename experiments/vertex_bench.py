@@ -7,7 +7,7 @@ What is compared: a 2-layer GCN (Kipf & Welling 2017) and a 2-layer GAT (8 heads
 et al. 2018), each once as the hand-written `codesign.models` model and once with the same
 parameters, dropout and optimizer but both aggregations run by the vertex programs of
 `codesign.vertex.layers` (GAT: the one-head program vmapped over the heads). Both sides get the
-adjacency with a `CsrPattern` attached (``impl="auto"``, as ``codesign bench train``'s "auto"), so
+adjacency with a `CsrPattern` attached (``impl="auto"``, as ``experiments/bench_train.py``'s "auto"), so
 on this CPU both run the same kernels where the program fuses (scipy CSR SpMM for GCN when
 E x F >= 2^20; edge softmax + multi-head CSR SpMM for GAT). Attention dropout is off on both
 sides (a vertex program has no dropout op; with it on, the hand-written GAT would leave its fused
@@ -37,6 +37,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +45,14 @@ import numpy as np
 import optax
 from flax import nnx
 
-from codesign.bench_pyg_child import peak_mib, reset_peak, rss_mib
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, with_csr_pattern
 from codesign.models import GAT, GCN
 from codesign.results import write_json_atomic
 from codesign.vertex.layers import degree_norm, gat, gcn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pyg_child import peak_mib, reset_peak, rss_mib  # noqa: E402  bench_train.py's memory definition
 
 HEADS, GAT_HIDDEN = 8, 8
 

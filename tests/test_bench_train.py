@@ -1,5 +1,5 @@
-"""``codesign bench train`` smoke tests on a tiny R-MAT graph and the tiny WordNet fixture: the
-codesign side for real (child processes, JSON written by the CLI); the PyG configurations'
+"""``experiments/bench_train.py`` smoke tests on a tiny R-MAT graph and the tiny WordNet fixture: the
+codesign side for real (child processes, JSON written by its command line); the PyG configurations'
 plumbing (best-of speedup, agreement check, table) with faked children; the PyG child itself only
 where a PyG venv exists (`ensure_pyg_venv` at the default path, else skipped). No timing
 assertions: speed targets live in the benchmark, not in tests."""
@@ -14,11 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codesign import bench_train as bt
-from codesign import cli
-from codesign.bench_train import (DEFAULT_EPOCHS, DEFAULT_VENV, GRAPHS, PYG_CONFIGS, RmatSpec, build_graph,
-                                  ensure_pyg_venv, format_table, model_spec, save_graph_npz)
 from codesign.data import wordnet as wn
+from experiment_modules import load
+
+bt = load("bench_train")
+(DEFAULT_EPOCHS, DEFAULT_VENV, GRAPHS, PYG_CONFIGS, RmatSpec, build_graph, ensure_pyg_venv, format_table, model_spec,
+ save_graph_npz) = (bt.DEFAULT_EPOCHS, bt.DEFAULT_VENV, bt.GRAPHS, bt.PYG_CONFIGS, bt.RmatSpec, bt.build_graph,
+                    bt.ensure_pyg_venv, bt.format_table, bt.model_spec, bt.save_graph_npz)
 
 TINY = ["--graphs", "rmat", "--rmat-scale", "7", "--rmat-draws", "600", "--rmat-features", "8"]
 
@@ -26,7 +28,7 @@ TINY = ["--graphs", "rmat", "--rmat-scale", "7", "--rmat-draws", "600", "--rmat-
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench_train.json"
-    code = cli.main(["bench", "train", *TINY, "--models", "gcn", "--rounds", "1", "--epochs", "2", "--no-pyg",
+    code = bt.main([*TINY, "--models", "gcn", "--rounds", "1", "--epochs", "2", "--no-pyg",
                      "--json", str(out)])
     assert code == 0
     return json.loads(out.read_text())
@@ -58,19 +60,29 @@ def test_missing_venv_skips_with_a_clear_message(tmp_path):
 def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError, match="unknown model"):
         model_spec("cora", "sage")
-    assert cli.main(["bench", "train", *TINY, "--models", "gin", "--no-pyg"]) == 2
-    args = cli.build_parser().parse_args(["bench", "cost", "--json"])
-    assert args.json == "-"  # bare --json still means "print JSON" (cost's old flag)
+    assert bt.main([*TINY, "--models", "gin", "--no-pyg"]) == 2
+    assert bt.build_parser().parse_args(["--json"]).json == "-"  # bare --json: print JSON
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+def test_json_path_is_checked_before_the_benchmark(tmp_path, capsys, monkeypatch, where):
+    monkeypatch.setattr(bt, "bench_train", lambda *a, **k: pytest.fail("benchmarked before checking --json"))
+    (tmp_path / "a_file").write_text("")
+    path = tmp_path / "a_file" / "out.json" if where == "under_a_file" else tmp_path
+    assert bt.main(["--no-pyg", "--json", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "argument --json: " in line
+    assert ("is a file" if where == "under_a_file" else f"{str(path)!r} is a folder") in line
 
 
 def test_wordnet_is_a_benchmark_graph():
     assert "wordnet" in GRAPHS and DEFAULT_EPOCHS["wordnet"] == DEFAULT_EPOCHS["rmat"] == 10
     assert model_spec("wordnet", "gcn")["hidden"] == model_spec("rmat", "gcn")["hidden"] == 64
     assert (model_spec("wordnet", "gat")["heads"], model_spec("wordnet", "gat")["hidden"]) == (8, 8)
-    args = cli.build_parser().parse_args(["bench", "train"])
-    assert cli._names(args.graphs) == list(GRAPHS) and cli._names(args.pyg_configs) == list(PYG_CONFIGS)
-    assert cli.main(["bench", "train", "--graphs", "wordnet,citeseer", "--no-pyg"]) == 2
-    assert cli.main(["bench", "train", *TINY, "--pyg-configs", "pyg_sparse", "--no-pyg"]) == 2
+    args = bt.build_parser().parse_args([])
+    assert bt._names(args.graphs) == list(GRAPHS) and bt._names(args.pyg_configs) == list(PYG_CONFIGS)
+    assert bt.main(["--graphs", "wordnet,citeseer", "--no-pyg"]) == 2
+    assert bt.main([*TINY, "--pyg-configs", "pyg_sparse", "--no-pyg"]) == 2
 
 
 WORDNET_TINY = Path(__file__).parent / "data" / "wordnet_tiny"
@@ -83,7 +95,7 @@ def test_cli_runs_wordnet_through_build_graph(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shutil.copytree(WORDNET_TINY, tmp_path / "data" / "wordnet")
     out = tmp_path / "r.json"
-    assert cli.main(["bench", "train", "--graphs", "wordnet", "--data-root", str(tmp_path / "data"), "--models", "gcn",
+    assert bt.main(["--graphs", "wordnet", "--data-root", str(tmp_path / "data"), "--models", "gcn",
                      "--rounds", "1", "--epochs", "1", "--no-pyg", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["graphs"]["wordnet"]["n_nodes"] == 11 and r["settings"]["epochs"] == {"wordnet": 1}

@@ -11,6 +11,7 @@ import math
 import os
 import pathlib
 import pickle
+import re
 import subprocess
 import sys
 
@@ -191,9 +192,21 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
     return dict(sub.choices)
 
 
+def test_help_lists_every_registered_subcommand(capsys):
+    """``codesign --help`` names every subcommand the parser registers (the list is read from the
+    parser, so a new subcommand cannot be left out of the help, as deploy once was)."""
+    subs = _subparsers(cli.build_parser())
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    usage = text.split("\n\n")[0]
+    assert "{" + ",".join(subs) + "}" in usage, usage
+    for name in subs:
+        assert re.search(rf"^    {name}\s", text, re.MULTILINE), f"codesign --help has no line for {name!r}:\n{text}"
+
+
 def test_every_option_of_every_subcommand_has_help():
     subs = _subparsers(cli.build_parser())
-    assert set(subs) == {"train", "deploy", "sweep", "cost", "bench", "validate"}
+    assert {"train", "deploy", "sweep", "cost", "bench", "validate"} <= set(subs)
     for name, p in subs.items():
         for action in p._actions:
             assert action.help and action.help.strip(), f"codesign {name} {action.option_strings or action.dest}"
@@ -309,18 +322,6 @@ def test_sweep_measure_refuses_an_undeployable_quantizer_before_training(cora, t
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl"] in ([], ["cora_gcn_h100_measured.jsonl"])
 
 
-@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
-def test_bench_train_json_path_is_checked_before_the_benchmark(tmp_path, capsys, monkeypatch, where):
-    import codesign.bench_train as bt
-    monkeypatch.setattr(bt, "bench_train", lambda *a, **k: pytest.fail("benchmarked before checking --json"))
-    (tmp_path / "a_file").write_text("")
-    path = tmp_path / "a_file" / "out.json" if where == "under_a_file" else tmp_path
-    assert cli.main(["bench", "train", "--no-pyg", "--json", str(path)]) == 2
-    line = _one_error_line(capsys.readouterr().err, "bench")
-    assert line.startswith("codesign bench: error: argument --json: ")
-    assert ("is a file" if where == "under_a_file" else f"{str(path)!r} is a folder") in line
-
-
 def _cora_checkpoint(cora, folder, **flat):
     """A real checkpoint of an untrained model for Cora (`codesign deploy` loads Cora for it)."""
     from flax import nnx
@@ -369,12 +370,29 @@ def test_deploy_of_a_truncated_checkpoint_in_a_process_is_one_line(cora, tmp_pat
                                f"corrupt (SHA-256 ")
 
 
-@pytest.mark.parametrize("error", [
-    pickle.UnpicklingError("refusing to load global os.system"), PermissionError(13, "Permission denied", "/d/x"),
-    IsADirectoryError(21, "Is a directory", "/d/x"), ImportError("needs the optional package pymetis"),
-    NotImplementedError("deploy: only GCN"), TypeError("TrainConfig.bits: must be an int, got float"),
-    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
-], ids=lambda e: type(e).__name__)
+def _library_errors() -> list[Exception]:
+    """One instance of every exception class codesign raises for bad input (`grep -rn raise codesign/`)
+    and of the ones it lets through from its dependencies (filelock, pickle, the file system)."""
+    import filelock
+
+    from codesign.checkpoint import CheckpointError
+    from codesign.deploy import NotDeployableError
+    from codesign.results import ResultsPathError
+    from codesign.vertex.trace import VertexProgramError
+    return [
+        ValueError("TrainConfig.lr: must be > 0, got -1"), TypeError("TrainConfig.bits: must be an int, got float"),
+        FileNotFoundError(2, "No such file or directory", "/d/x"), FileExistsError(17, "File exists", "/d/x"),
+        PermissionError(13, "Permission denied", "/d/x"), IsADirectoryError(21, "Is a directory", "/d/x"),
+        CheckpointError("checkpoint /d/x: state/ is corrupt"), NotDeployableError("deploy: only GCN, got GAT"),
+        ResultsPathError("results file /d/x.jsonl cannot be written"),
+        VertexProgramError("vertex program: v.h has no input named h"),
+        filelock.Timeout("/d/x.jsonl.lock"), pickle.UnpicklingError("refusing to load global os.system"),
+        ImportError("needs the optional package pymetis"), NotImplementedError("deploy: only GCN"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    ]
+
+
+@pytest.mark.parametrize("error", _library_errors(), ids=lambda e: type(e).__name__)
 def test_every_bad_input_class_is_one_line_exit_2(error, monkeypatch, capsys):
     import codesign.data as data_mod
 
@@ -386,7 +404,18 @@ def test_every_bad_input_class_is_one_line_exit_2(error, monkeypatch, capsys):
     assert captured.err == f"codesign cost: error: {error}\n" and captured.out == ""
 
 
+@pytest.mark.parametrize("argv,start", [
+    (["deploy", "/nonexistent/ck"], "codesign deploy: error: load_model: /nonexistent/ck holds no codesign checkpoint"),
+    (["validate", "--table", "/nonexistent/t.csv"], "codesign validate: error: [Errno 2] No such file or directory"),
+], ids=["deploy_missing_checkpoint", "validate_missing_table"])
+def test_a_missing_file_is_one_line_exit_2(argv, start, capsys):
+    assert cli.main(argv) == 2
+    assert _one_error_line(capsys.readouterr().err, argv[0]).startswith(start)
+
+
 def test_a_bug_still_propagates(monkeypatch):
+    """A bare KeyError is a bug, not bad input: the library's lookups by name (`presets.get`,
+    `comm.get_link`, `experiment.get_method`) raise a ValueError listing the known names."""
     import codesign.data as data_mod
     monkeypatch.setattr(data_mod, "load_dataset", lambda *a, **k: {}["no such key"])
     with pytest.raises(KeyError):

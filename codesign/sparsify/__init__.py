@@ -1,8 +1,10 @@
 """Learnable sparsity: hard-concrete (L0) gates, the sparsifiers built on them, and pruning baselines.
 
-Every sparsifier implements `Sparsifier` (``expected_density``, ``hard_mask``, ``hard_density``);
-edge sparsifiers also `EdgeSparsifier` (``edge_gates(x, senders, receivers, deterministic=None)``,
-``expected_edge_density``, ``hard_edge_mask``, ``hard_edge_density``).
+Every mask subclasses the abstract base `Sparsifier` (``expected_density``, ``hard_mask``,
+``hard_density``); edge sparsifiers its abstract `EdgeSparsifier` (``edge_gates(x, senders,
+receivers, deterministic=None)``, ``expected_edge_density``, ``hard_edge_mask``,
+``hard_edge_density``). Abstract or final: the concrete masks are ``@final`` (a new one
+subclasses an abstract base, never a concrete mask).
 
 * gates: `HardConcreteGate`, `sample`, `deterministic`, `prob_nonzero`, `GateLogit`.
 * masks: `EdgeMask` (per edge), `BlockEdgeMask` (per B x B adjacency tile), `EdgeScorer` (MLP

@@ -106,7 +106,7 @@ def random_edge_removal(key: jax.Array, n_edges: int, keep_fraction: float) -> j
 
 
 @final
-class DropEdge(EdgeItems, nnx.Module):
+class DropEdge(EdgeItems):
     """DropEdge (Rong et al., ICLR 2020, ``A_drop = A - A'``): in training every call removes a fresh
     uniformly random set of ``round(rate * E)`` edges; at test time all edges are kept.
 
@@ -312,7 +312,7 @@ class PruneMask(nnx.Variable):
 
 
 @final
-class EdgeWeightMask(EdgeItems, nnx.Module):
+class EdgeWeightMask(EdgeItems):
     """The trainable graph mask of UGS (Chen et al. 2021; objective
     ``L({m_g * A, X}, m_theta * Theta) + gamma_1 ||m_g||_1 + gamma_2 ||m_theta||_1``): a continuous
     per-edge weight ``m_g`` initialized to 1, multiplied into the edge weights, with the L1 penalty
@@ -323,7 +323,7 @@ class EdgeWeightMask(EdgeItems, nnx.Module):
 
     Shapes: ``E = n_edges``; ``edge_gates(...) -> float32 [E] = weight * keep``.
 
-    Protocol: `EdgeSparsifier`. Densities are those of the fixed mask ``keep``: UGS controls
+    Contract: `EdgeSparsifier`. Densities are those of the fixed mask ``keep``: UGS controls
     sparsity by pruning rounds, not by a differentiable density, so ``expected_density()`` is
     a constant (zero gradient) equal to ``mean(keep)``; ``hard_mask()`` = ``keep & (weight != 0)``.
 

@@ -21,11 +21,11 @@ from flax import nnx
 from codesign.kernels.bsr import BlockPattern, with_block_pattern
 from codesign.kernels.coo import CooAdjacency
 from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, prob_nonzero
-from codesign.sparsify.masks import check_count, check_edge_index
+from codesign.sparsify.masks import EdgeSparsifier, check_count, check_edge_index
 
 
 @final
-class BlockEdgeMask(nnx.Module):
+class BlockEdgeMask(EdgeSparsifier):
     """One learnable hard-concrete gate per B x B tile of the (reordered) adjacency.
 
     Tiles are those of ``pattern.bsr``; entry ``j`` of the pattern (the E edges, then, if the
@@ -49,7 +49,7 @@ class BlockEdgeMask(nnx.Module):
       n_edges, n_nodes, block_size, n_tiles, n_gated_tiles, n_always_kept_tiles,
       n_ungated_edges, n_entries (E or E + N, the length of ``pattern.slots``):  ints.
 
-    Protocol: `EdgeSparsifier` (``edge_gates`` ignores ``x``; ``senders`` / ``receivers`` are only
+    Contract: `EdgeSparsifier` (``edge_gates`` ignores ``x``; ``senders`` / ``receivers`` are only
     shape-checked). ``expected_density()`` is the expected kept fraction of the T gated *tiles*;
     ``expected_edge_density()`` that of the E *edges*; ``expected_kept_tiles()`` is the cost
     model's expected ``nnz_blocks``.

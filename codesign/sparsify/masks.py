@@ -1,4 +1,4 @@
-"""Mask layers built on hard-concrete gates, and the sparsifier protocol every mask implements.
+"""Mask layers built on hard-concrete gates, and the sparsifier contract every mask implements.
 
 * `EdgeMask`: one gate per edge (transductive).
 * `FeatureMask`: one gate per input-feature column.
@@ -8,15 +8,19 @@ All three are final wrappers around a `HardConcreteGate` (held as ``.gate``); th
 lives in ``.gate.deterministic`` and is switched by flax NNX ``model.train()`` / ``model.eval()``
 (or ``nnx.view(model, deterministic=...)``) on any model that contains the layer.
 
-The protocols `Sparsifier` and `EdgeSparsifier` below name the methods that models and the cost
-model call; the other edge sparsifiers (`BlockEdgeMask`, `EdgeScorer`, `DropEdge`,
-`EdgeWeightMask`) implement them as well.
+The abstract bases `Sparsifier` and `EdgeSparsifier` below declare the methods that models and
+the cost model call; the other edge sparsifiers (`BlockEdgeMask`, `EdgeScorer`, `DropEdge`,
+`EdgeWeightMask`) subclass them as well. Abstract or final (equinox's pattern, as
+`codesign.quant.Quantizer`): every class here is either abstract (`Sparsifier`, `EdgeSparsifier`,
+`EdgeItems`, `LastAxisMask`) or ``@final``; a concrete mask is never subclassed, and one that
+misses a method cannot be instantiated (``TypeError``).
 """
 
 from __future__ import annotations
 
+import abc
 import numbers
-from typing import Optional, Protocol, final, runtime_checkable
+from typing import Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -25,9 +29,9 @@ from flax import nnx
 from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, prob_nonzero
 
 
-@runtime_checkable
-class Sparsifier(Protocol):
-    """What the cost model reads from any mask (all values float32 scalars / bool arrays).
+class Sparsifier(nnx.Module):
+    """The abstract base of every mask: what the cost model reads from it (all values float32
+    scalars / bool arrays).
 
     * ``expected_density()``: expected kept fraction of what the mask gates, differentiable in the
       gate parameters (the training-time cost term).
@@ -35,16 +39,21 @@ class Sparsifier(Protocol):
     * ``hard_density()``: float32 scalar, the kept fraction of ``hard_mask()``.
     """
 
-    def expected_density(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def expected_density(self) -> jax.Array:
+        """float32 scalar: expected kept fraction (differentiable)."""
 
-    def hard_mask(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def hard_mask(self) -> jax.Array:
+        """bool array: what is kept at test time."""
 
-    def hard_density(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def hard_density(self) -> jax.Array:
+        """float32 scalar: the kept fraction of ``hard_mask()``."""
 
 
-@runtime_checkable
-class EdgeSparsifier(Sparsifier, Protocol):
-    """A `Sparsifier` of edges. Shapes: ``E`` edges (no self-loops), ``N`` nodes, ``F`` features.
+class EdgeSparsifier(Sparsifier):
+    """The abstract base of a `Sparsifier` of edges. Shapes: ``E`` edges (no self-loops), ``N`` nodes, ``F`` features.
 
     * ``edge_gates(x, senders, receivers, deterministic=None) -> float32 [E]``: per-edge multiplier
       in ``[0, 1]`` for the edge weights. ``x`` float [N, F] node features (or the layer's input
@@ -56,13 +65,21 @@ class EdgeSparsifier(Sparsifier, Protocol):
     * ``hard_edge_mask()``: bool [E], edges kept at test time; ``hard_edge_density()`` its mean.
     """
 
-    def edge_gates(self, x=None, senders=None, receivers=None, deterministic: Optional[bool] = None) -> jax.Array: ...
+    @abc.abstractmethod
+    def edge_gates(self, x=None, senders=None, receivers=None, deterministic: Optional[bool] = None) -> jax.Array:
+        """float32 [E]: per-edge multiplier in [0, 1] for the edge weights."""
 
-    def expected_edge_density(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def expected_edge_density(self) -> jax.Array:
+        """float32 scalar: expected kept fraction of the E edges (differentiable)."""
 
-    def hard_edge_mask(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def hard_edge_mask(self) -> jax.Array:
+        """bool [E]: edges kept at test time."""
 
-    def hard_edge_density(self) -> jax.Array: ...
+    @abc.abstractmethod
+    def hard_edge_density(self) -> jax.Array:
+        """float32 scalar: the mean of ``hard_edge_mask()``."""
 
 
 def check_count(value, name: str) -> int:
@@ -88,8 +105,8 @@ def _gate_last_axis(gate: HardConcreteGate, x: jax.Array, deterministic: Optiona
     return x * z.reshape((1,) * (x.ndim - 1) + (n,))
 
 
-class EdgeItems:
-    """Mixin of sparsifiers whose gated items are the graph's edges themselves: the
+class EdgeItems(EdgeSparsifier):
+    """Abstract base of the edge sparsifiers whose gated items are the graph's edges themselves: the
     `EdgeSparsifier` names (``expected_edge_density``, ``hard_edge_mask``,
     ``hard_edge_density``) are their `Sparsifier` ones (``expected_density``, ``hard_mask``,
     ``hard_density``). `BlockEdgeMask` gates tiles and defines its own."""
@@ -108,7 +125,7 @@ class EdgeItems:
 
 
 @final
-class EdgeMask(EdgeItems, nnx.Module):
+class EdgeMask(EdgeItems):
     """Learnable per-edge sparsity: one free hard-concrete gate per edge (transductive).
 
     One free logit per edge of a fixed graph, like the trainable graph mask of UGS (Chen et al.,
@@ -171,19 +188,22 @@ class EdgeMask(EdgeItems, nnx.Module):
         return self.gate.hard_density()
 
 
-class LastAxisMask(nnx.Module):
+class LastAxisMask(Sparsifier):
     """One hard-concrete gate per entry of the last axis: ``__call__(x [..., n]) -> x * z``.
 
-    The one implementation behind `FeatureMask` (input-feature columns) and `ChannelMask` (hidden
-    channels); they differ only in the name of their width (``n_features`` / ``n_channels``), which
-    the errors name. Group sparsity with L0 gates on whole neurons: Louizos et al. (ICLR 2018).
+    Abstract: the one implementation behind the final `FeatureMask` (input-feature columns) and
+    `ChannelMask` (hidden channels), which differ only in the name of their width
+    (``WIDTH_NAME``: ``n_features`` / ``n_channels``), the one thing a subclass must give; the
+    errors name it. Group sparsity with L0 gates on whole neurons: Louizos et al. (ICLR 2018).
 
     Shapes: ``n`` = the width; ``__call__(x [..., n]) -> [..., n]`` (dtype of x),
     ``hard_mask() -> bool [n]``.
     """
 
-    WIDTH_NAME = "n"
-    """The width's name in errors and as an attribute (``n_features`` / ``n_channels``)."""
+    @property
+    @abc.abstractmethod
+    def WIDTH_NAME(self) -> str:  # noqa: N802  a class constant in every final subclass
+        """The width's name in errors and as an attribute (``n_features`` / ``n_channels``)."""
 
     def __init__(self, n: int, *, init_log_alpha: float = 3.0, beta: float = BETA, rngs: nnx.Rngs):
         """Args:

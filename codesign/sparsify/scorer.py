@@ -57,7 +57,7 @@ class ScorerLogits(nnx.Variable):
 
 
 @final
-class EdgeScorer(EdgeItems, nnx.Module):
+class EdgeScorer(EdgeItems):
     """Per-edge hard-concrete gates whose logits an MLP predicts from the endpoint features (PTDNet).
 
     Inductive: the parameters do not depend on the graph, so the scorer applies to any graph

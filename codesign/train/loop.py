@@ -93,7 +93,7 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
               first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
               wrt=nnx.Param) -> TrainStep:
     """The training step of `fit`, for callers that drive or time the epochs themselves
-    (`codesign.bench_train` times exactly this step).
+    (experiments/bench_train.py times exactly this step).
 
     One step: forward, loss = sum of ``terms`` (`codesign.train.objective`), one update of the
     ``wrt`` parameters by ``tx`` (default: the typed-parameter optimizer of ``cfg``,

@@ -1,4 +1,4 @@
-"""``codesign bench train``: full-batch training speed and peak memory of codesign's GCN and GAT
+"""``python experiments/bench_train.py``: full-batch training speed and peak memory of codesign's GCN and GAT
 next to PyG 2.x (CPU torch, in its own virtual environment) on the same graphs, in one run, in
 two PyG configurations; speedups are quoted against the faster one (the best a PyG user would do).
 
@@ -37,7 +37,7 @@ the children the same way (`save_graph_npz`, features dense and uncompressed).
 codesign's side either attaches a `codesign.kernels.CsrPattern` to the adjacency (impl "auto", the
 default: aggregation with ``impl="auto"`` then runs scipy's CSR kernel on CPU where the product is
 large enough, and GAT its CSR path) or not (impl "segment": XLA gather + segment_sum only).
-The PyG side is ``codesign/bench_pyg_child.py``, run by the venv's python, in the
+The PyG side is ``experiments/bench_pyg_child.py``, run by the venv's python, in the
 configurations ``PYG_CONFIGS`` (details in its docstring):
   * ``pyg``: ``GCNConv`` / ``GATConv`` on ``edge_index`` (PyG's examples; normalization on every
     call, gather + scatter aggregation).
@@ -54,6 +54,7 @@ follow each layout's edge order; without dropout the two agree, tests/test_bench
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
 import json
@@ -68,8 +69,13 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from codesign.bench_pyg_child import CONFIGS as PYG_CONFIGS
-from codesign.bench_pyg_child import peak_mib, reset_peak, rss_mib  # one memory definition, both sides
+ROOT = Path(__file__).resolve().parents[1]
+for _path in (ROOT, ROOT / "experiments"):  # codesign, and the PyG child beside this script
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench_pyg_child import CONFIGS as PYG_CONFIGS  # noqa: E402
+from bench_pyg_child import peak_mib, reset_peak, rss_mib  # noqa: E402  one memory definition, both sides
 
 GRAPHS = ("cora", "rmat", "wordnet")
 MODELS = ("gcn", "gat")
@@ -404,7 +410,7 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
     log(pyg_note)
     threads = n_cpus()
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     sides = [("codesign", impl) for impl in impls] + ([("pyg", c) for c in pyg_configs] if pyg_py else [])
     runs, rdiffs = {}, {}
     with tempfile.TemporaryDirectory(prefix="codesign_bench_train_") as tmp:
@@ -421,7 +427,7 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                         if side == "pyg":
                             cmd, spec = [pyg_py, _CHILD_SCRIPT], {**base, "config": conf}
                         else:
-                            cmd, spec = [sys.executable, "-m", "codesign.bench_train", "child"], {**base, "impl": conf}
+                            cmd, spec = [sys.executable, Path(__file__).resolve(), "child"], {**base, "impl": conf}
                         r = _child(cmd, spec, Path(tmp) / "spec.json", env)
                         runs.setdefault((gname, model, side, conf), []).append(r)
                         log(f"round {rnd + 1}/{rounds} {gname} {model} {'codesign/' if side == 'codesign' else ''}"
@@ -493,14 +499,96 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _child_main(argv: Sequence[str]) -> int:
-    if len(argv) != 2 or argv[0] != "child":
-        print("usage: python -m codesign.bench_train child SPEC.json", file=sys.stderr)
+def _names(s: str) -> list[str]:
+    return [v.strip() for v in s.split(",") if v.strip()]
+
+
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _json_path(s: str) -> str:
+    """``-`` (stdout) or a file that can be written (checked before the benchmark runs)."""
+    if s != "-":
+        if os.path.isdir(s):
+            raise argparse.ArgumentTypeError(f"{s!r} is a folder")
+        probe = os.path.dirname(os.path.abspath(s))
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{s!r}: {probe!r} is a file or not writable")
+    return s
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="experiments/bench_train.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", type=_json_path,
+                   help="without PATH: print one JSON object instead of a table; with PATH: also write the result "
+                        "there (atomically)")
+    p.add_argument("--graphs", default=",".join(GRAPHS), help=f"comma-separated, from {', '.join(GRAPHS)}")
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated, from gcn, gat")
+    p.add_argument("--impls", default="auto",
+                   help="codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR where faster), "
+                        "segment (XLA segment_sum only)")
+    p.add_argument("--rounds", type=_positive_int, default=3, help="interleaved repetitions of every configuration")
+    p.add_argument("--epochs", type=_positive_int, default=None,
+                   help="timed epochs per run (default: cora 50, rmat 10, wordnet 10)")
+    p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="virtual environment with torch_geometric")
+    p.add_argument("--create-venv", action="store_true", help="create --pyg-venv if it is missing")
+    p.add_argument("--no-pyg", action="store_true", help="codesign side only")
+    p.add_argument("--pyg-configs", default=",".join(PYG_CONFIGS),
+                   help="PyG side(s), comma-separated: pyg (edge_index), pyg_csr (GCNConv(cached=True) / GATConv on "
+                        "a torch CSR adj_t); speedups are against the fastest")
+    p.add_argument("--data-root", default=None, help="folder holding planetoid/ (Cora) and wordnet/")
+    p.add_argument("--rmat-scale", type=_positive_int, default=17, help="R-MAT graph with 2**scale nodes")
+    p.add_argument("--rmat-draws", type=_positive_int, default=1_100_000,
+                   help="R-MAT edges drawn (before symmetrizing)")
+    p.add_argument("--rmat-features", type=_positive_int, default=64, help="R-MAT feature width")
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``child SPEC.json``: one codesign run (`run_codesign`) printed as one JSON line; otherwise the
+    benchmark (`bench_train`) with the flags of `build_parser`, printed as a table (`format_table`)
+    or JSON. Bad input is one line and status 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["child"]:
+        if len(argv) != 2:
+            print("usage: python experiments/bench_train.py child SPEC.json", file=sys.stderr)
+            return 2
+        print(json.dumps(run_codesign(json.loads(Path(argv[1]).read_text()))))
+        return 0
+    from codesign.results import write_json_atomic
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a flag error, already printed (2)
+        return e.code if isinstance(e.code, int) else 0
+    to_stdout = args.json == "-"
+    log = (lambda s: print(s, file=sys.stderr)) if to_stdout else print
+    try:
+        result = bench_train(graphs=_names(args.graphs), models=_names(args.models), impls=_names(args.impls),
+                             rounds=args.rounds, epochs=args.epochs,
+                             pyg_venv=None if args.no_pyg else Path(args.pyg_venv).expanduser(),
+                             create_venv=args.create_venv, pyg_configs=_names(args.pyg_configs),
+                             data_root=args.data_root,
+                             rmat=RmatSpec(scale=args.rmat_scale, draws=args.rmat_draws, features=args.rmat_features),
+                             log=log)
+    except (ValueError, OSError) as e:
+        print(f"bench_train.py: error: {e}", file=sys.stderr)
         return 2
-    spec = json.loads(Path(argv[1]).read_text())
-    print(json.dumps(run_codesign(spec)))
+    if to_stdout:
+        print(json.dumps(result))
+        return 0
+    print(format_table(result))
+    if args.json:
+        write_json_atomic(args.json, result)
+        print(f"wrote {args.json}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child_main(sys.argv[1:]))
+    sys.exit(main())

@@ -1,9 +1,9 @@
-"""The PyG side of ``codesign bench train``: a standalone script run by the PyG virtual
+"""The PyG side of ``experiments/bench_train.py``: a standalone script run by the PyG virtual
 environment's python (it imports torch, torch_geometric and NumPy only, never codesign).
 
-    <venv>/bin/python codesign/bench_pyg_child.py SPEC.json
+    <venv>/bin/python experiments/bench_pyg_child.py SPEC.json
 
-SPEC.json (written by `codesign.bench_train`): ``graph_npz`` (senders, receivers, x, y,
+SPEC.json (written by `bench_train`): ``graph_npz`` (senders, receivers, x, y,
 train_mask, n_nodes), ``config`` (a `CONFIGS` name), ``model`` ("gcn" | "gat"), ``hidden``,
 ``heads``, ``out_heads``, ``dropout``, ``lr``, ``weight_decay``, ``epochs``, ``seed``,
 ``threads``. Prints one JSON line: ``epoch_s`` (list, s), ``first_step_s``, ``first_loss`` (the
@@ -31,7 +31,7 @@ followed by ``adam``), in one of two configurations (`CONFIGS`):
     gain). ``adj_t`` is built after the memory baseline (a per-graph structure, like codesign's
     ``CsrPattern``) and ``edge_index`` dropped, as ``ToSparseTensor`` does by default.
 
-Timing and memory follow `codesign.bench_train` exactly (`codesign.bench_train` imports the
+Timing and memory follow `bench_train` exactly (`bench_train` imports the
 memory helpers below, so the two sides share one definition): an epoch is forward + backward +
 optimizer step, timed with ``time.perf_counter``; the first epoch is timed apart
 (``first_step_s``); memory is the peak resident set size (VmHWM) over the timed epochs minus the
