@@ -8,19 +8,22 @@
   `TrainConfig` overrides (the ``random_*`` names are random-subgraph references that script builds).
 * `METHODS` / `get_method(name)`: both, by name; `codesign sweep --method NAME` runs any of them
   whose levels are cost weights or a single point.
-* Records (`make_record`): ``{"key", "config", <the trainer's result fields>, "code_version",
-  "time"}``: ``key`` is `codesign.results.config_key` of the identity of the run (`run_key`:
-  dataset, hardware and the `TrainConfig` fields that differ from their defaults, plus any extra
-  identity such as the device count), ``config`` the full configuration, the result fields those
-  of `codesign.results.RUN_RECORD_FIELDS` (accuracies as fractions in [0, 1], ``modeled`` costs in
+* Records (`make_record`): ``{"key", "config", <the trainer's result fields>, "versions",
+  "code_version", "time"}``: ``key`` is `run_key` - a hash of the run's resolved configuration
+  (every `TrainConfig` field, defaults included; dataset, hardware target, scale-out fields) and
+  `versions` (cost-model version, reference definition) - never of a method name; ``config`` the
+  full configuration (with the method's name as a label), the result fields those of
+  `codesign.results.RUN_RECORD_FIELDS` (accuracies as fractions in [0, 1], ``modeled`` costs in
   s, J and bytes), ``code_version`` the git commit, ``time`` the UTC finish time (ISO 8601). Every
-  record is appended through `codesign.results.ResultsStore` (atomic, locked, resumable).
+  record is appended through `codesign.results.ResultsStore` (atomic, locked, resumable);
+  `load_grid` reads a file back as typed `RunRecord`s and refuses one that mixes versions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import re
 from typing import Optional
 
@@ -30,7 +33,8 @@ from codesign.train import TrainConfig
 
 __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
            "RENAMED", "RANDOM",
-           "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys",
+           "METHODS", "get_method", "record_method", "run_key", "make_record", "versions", "COST_MODEL_VERSION",
+           "REFERENCE", "RunRecord", "load_grid", "check_versions", "STALE_REL", "stale_keys",
            "superseded_keys", "scope_base", "parse_part", "take_part"]
 
 
@@ -377,20 +381,142 @@ def superseded_keys(records) -> set[str]:
     return out
 
 
+COST_MODEL_VERSION = 2
+"""The version of the cost model (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
+Bump it in the change that alters what a stored configuration costs; records of another version are
+re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
+
+REFERENCE = "dense_fp32"
+"""The definition of the dense reference a record's ``dense_modeled`` prices (``versions.reference``):
+``"dense_fp32"`` = the same architecture in FP32 with every mask off, features stored as the run's
+``sparse_features`` says. A change of the definition (e.g. the best dense store) gets a new name."""
+
+
+def versions() -> dict:
+    """``{"cost_model": COST_MODEL_VERSION, "reference": REFERENCE}``: what a record's costs mean."""
+    return {"cost_model": COST_MODEL_VERSION, "reference": REFERENCE}
+
+
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:
-    """A run's identity in a results file: dataset, hardware and the `TrainConfig` flat fields
-    (`TrainConfig.flat`) that differ from their defaults (so adding a field with a default keeps old keys valid), plus
-    ``extra`` identity (e.g. devices, link); without ``extra`` the key of `codesign sweep` and
-    `codesign train` since their first results files."""
-    default = TrainConfig().flat()
-    changed = {k: v for k, v in cfg.flat().items() if v != default[k]}
-    return config_key({"dataset": dataset, "hw": hw, **changed, **extra})
+    """A run's identity: `codesign.results.config_key` of its resolved configuration - every
+    `TrainConfig` flat field (`TrainConfig.flat`, defaults included, so a default written out or
+    left implicit is the same run), the dataset, the hardware target, ``extra`` identity (scale-out
+    fields such as devices, link, int8_halo; ``measured_on``) - and `versions` (a record priced by
+    another cost model or against another reference is another record). A method's name is a
+    label stored beside the key, never part of it.
+
+    Raises:
+      ValueError: ``extra`` names a `TrainConfig` field, ``dataset``, ``hw`` or ``versions``.
+    """
+    flat = cfg.flat()
+    clash = sorted(set(extra) & (set(flat) | {"dataset", "hw", "versions"}))
+    if clash:
+        raise ValueError(f"run_key: extra identity field(s) {clash} clash with the configuration")
+    return config_key({"dataset": dataset, "hw": hw, **flat, **extra, "versions": versions()})
 
 
 def make_record(key: str, config: dict, result: dict) -> dict:
-    """One results-file record (the schema in the module docstring)."""
-    return {"key": key, "config": config, **result, "code_version": code_version(),
+    """One results-file record (the schema in the module docstring), stamped with `versions`."""
+    return {"key": key, "config": config, **result, "versions": versions(), "code_version": code_version(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One stored run, typed (`load_grid`).
+
+    Fields: ``key`` (`run_key`), ``dataset``, ``hw`` (target preset name), ``method`` (a label, or
+    None), ``config`` (the stored configuration: `TrainConfig` flat fields plus identity fields),
+    ``seed``, ``test_accuracy`` / ``val_accuracy`` (fractions in [0, 1]), ``modeled`` /
+    ``dense_modeled`` (``{"latency_s": s, "energy_j": J, "dram_bytes": bytes}``), ``densities``
+    (kept fractions), ``bits`` (configured width, 32 for FP32), ``layer_bits`` (hardened width per
+    tensor), ``versions`` (`versions`), ``extra`` (every other stored field, e.g. ``measured``)."""
+
+    key: str
+    dataset: str
+    hw: Optional[str]
+    method: Optional[str]
+    config: dict
+    seed: int
+    test_accuracy: float
+    val_accuracy: float
+    modeled: dict
+    dense_modeled: dict
+    densities: dict
+    bits: int
+    layer_bits: dict
+    versions: dict
+    extra: dict
+
+    def reduction(self, field: str = "energy_j") -> float:
+        """``dense_modeled[field] / modeled[field]`` (x, > 1 = cheaper than the reference)."""
+        return self.dense_modeled[field] / self.modeled[field]
+
+
+_TYPED = ("key", "config", "test_accuracy", "val_accuracy", "modeled", "dense_modeled", "densities", "bits",
+          "layer_bits", "versions")
+
+
+def load_grid(path) -> list[RunRecord]:
+    """The records of one results file as `RunRecord`s, in file order, a later record with the same
+    key replacing an earlier one.
+
+    Raises:
+      FileNotFoundError: ``path`` missing.
+      ValueError: a record lacks a field of `RunRecord` (one line: file, line's key, field), or two
+        records disagree on ``versions.cost_model`` or ``versions.reference`` (one line naming the
+        file and the two versions: re-price them, ``experiments/migrate_records.py``).
+    """
+    from codesign.results import ResultsStore
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load_grid: no results file {path}")
+    latest: dict = {}
+    for rec in ResultsStore(path).records():
+        missing = [f for f in _TYPED if f not in rec]
+        if missing:
+            raise ValueError(f"{path}: record {rec.get('key')!r} lacks {missing[0]} (written before "
+                             f"versioned records; run experiments/migrate_records.py)")
+        latest[rec["key"]] = rec
+    out, first = [], None
+    for rec in latest.values():
+        ver = {k: rec["versions"].get(k) for k in ("cost_model", "reference")}
+        if first is None:
+            first = ver
+        elif ver != first:
+            field = "cost_model" if ver["cost_model"] != first["cost_model"] else "reference"
+            raise ValueError(f"{path}: records disagree on {field} version: {first[field]!r} vs {ver[field]!r}")
+        cfg = rec["config"]
+        out.append(RunRecord(
+            key=rec["key"], dataset=cfg.get("dataset"), hw=cfg.get("hw"), method=cfg.get("method"), config=cfg,
+            seed=int(cfg.get("seed", 0)), test_accuracy=float(rec["test_accuracy"]),
+            val_accuracy=float(rec["val_accuracy"]), modeled=dict(rec["modeled"]),
+            dense_modeled=dict(rec["dense_modeled"]), densities=dict(rec["densities"]), bits=int(rec["bits"]),
+            layer_bits=dict(rec["layer_bits"]), versions=dict(rec["versions"]),
+            extra={k: v for k, v in rec.items() if k not in _TYPED + ("code_version", "time")}))
+    return out
+
+
+def check_versions(path, records) -> None:
+    """Refuses to add today's records to a results file holding records of other `versions`.
+
+    Args:
+      path: the file's path (for the message).
+      records: its record dicts.
+
+    Raises:
+      ValueError: one line naming ``path`` and the stored and today's versions (a record without
+        ``versions`` was written before records carried them: ``experiments/migrate_records.py``).
+    """
+    now = versions()
+    for rec in records:
+        ver = rec.get("versions")
+        if ver is None:
+            raise ValueError(f"{path}: holds records without versions (older cost model); today's are {now}: "
+                             f"write to a fresh --out or run experiments/migrate_records.py")
+        ver = {k: ver.get(k) for k in now}
+        if ver != now:
+            raise ValueError(f"{path}: holds records of versions {ver}, today's are {now}: write to a fresh "
+                             f"--out or run experiments/migrate_records.py")
 
 
 def parse_part(text: Optional[str]) -> Optional[tuple[int, int]]:
