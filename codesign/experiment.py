@@ -4,10 +4,9 @@
   `Method`: its family ("reference" | "codesign" | "baseline"), its `TrainConfig` overrides (and
   the overrides re-chosen for a dataset, `Method.overrides_for`), what its levels are, the models it
   applies to.
-* `ABLATIONS`: the sparsifier / quantizer ablations of `experiments/sparsify_quant.py`, as
-  `TrainConfig` overrides (the ``random_*`` names are random-subgraph references that script builds).
-* `METHODS` / `get_method(name)`: both, by name; `codesign sweep --method NAME` runs any of them
-  whose levels are cost weights or a single point.
+* `METHODS` / `get_method(name)`: them by name; `codesign sweep --method NAME` runs any of them
+  whose levels are cost weights or a single point. Ablation grids live with their script
+  (``experiments/sparsify_quant.py``), plot styles with the figures (``paper_figures/styles.py``).
 * Records (`make_record`): ``{"key", "config", <the trainer's result fields>, "versions",
   "code_version", "time"}``: ``key`` is `run_key` - a hash of the run's resolved configuration
   (every `TrainConfig` field, defaults included; dataset, hardware target, scale-out fields) and
@@ -31,10 +30,9 @@ from codesign.models import MODELS
 from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
-__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
-           "RENAMED", "RANDOM",
-           "METHODS", "get_method", "record_method", "run_key", "make_record", "versions", "COST_MODEL_VERSION",
-           "REFERENCE", "RunRecord", "load_grid", "check_versions", "STALE_REL", "stale_keys",
+__all__ = ["Method", "PAPER_METHODS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
+           "RENAMED", "METHODS", "get_method", "record_method", "run_key", "make_record", "versions",
+           "COST_MODEL_VERSION", "REFERENCE", "RunRecord", "load_grid", "check_versions", "STALE_REL", "stale_keys",
            "superseded_keys", "scope_base", "parse_part", "take_part"]
 
 
@@ -42,13 +40,11 @@ __all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGS
 class Method:
     """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
     `TrainConfig` overrides (flat names), what its levels are ("cost" = cost weights or budgets,
-    "keep", "round", or None for a single point), the models it applies to (None = all), and its
-    plot style in every figure (``label``, matplotlib ``color`` and ``marker``; co-design filled,
-    baselines hollow), and its ``revision``: 0 for a method whose name never meant anything else;
-    a name reused for new overrides gets the next revision, which goes into its records' identity
-    (``config["revision"]``, only when nonzero, so older keys stay valid) and `RENAMED` names the
-    records of the earlier revisions. ``by_dataset``: ``{scope: overrides}`` that replace
-    ``overrides`` in that scope, a dataset (``"wordnet"``) or one model on a dataset (``"cora/gat"``,
+    "keep", "round", or None for a single point), the models it applies to (None = all),
+    and its ``revision``: 0 for a method whose name never meant anything else; a name reused for
+    new overrides gets the next revision, which goes into its records' identity (``config["revision"]``,
+    only when nonzero) and `RENAMED` names the records of the earlier revisions. ``by_dataset``:
+    ``{scope: overrides}`` that replace ``overrides`` in that scope, a dataset (``"wordnet"``) or one model on a dataset (``"cora/gat"``,
     which wins over its dataset's entry): settings re-chosen on that scope's validation split,
     `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them and `settings_id` names them in a record's
     identity."""
@@ -57,9 +53,6 @@ class Method:
     overrides: dict
     levels: Optional[str] = None
     models: Optional[tuple] = None
-    label: Optional[str] = None
-    color: str = "0.4"
-    marker: str = "."
     revision: int = 0
     by_dataset: dict = dataclasses.field(default_factory=dict)
 
@@ -89,10 +82,6 @@ class Method:
         chosen = own(self.by_dataset[key])
         return None if chosen == own(self.overrides) else config_key(chosen)
 
-    def style(self, name: str) -> dict:
-        """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
-        return {"color": self.color, "marker": self.marker, "label": self.label or name}
-
     @property
     def per_hw(self) -> bool:
         """Trained once per hardware target (the cost of that target is in its loss)."""
@@ -115,10 +104,10 @@ FLAGSHIP = dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer=
                 select="best_val", distill_temperature=2.0, **FLAGSHIP_SELECTION)
 """The flagship co-design method's `TrainConfig` overrides (``codesign``): learned edge gates under
 an L0 pressure with self-distillation from the dense FP32 model of the same architecture
-(`ABLATIONS` ``edge_mask_distill_l0.8``), input-feature and hidden-channel gates, learned per-tensor
-bit-widths from 8 bits with pinned ranges and a bit penalty (``learned_bits_pinned_bw0.1``), the
-epoch selected by the validation objective; the target's modeled cost in the loss at the grid's
-cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
+(``edge_mask_distill_l0.8`` of ``experiments/sparsify_quant.py``), input-feature and hidden-channel
+gates, learned per-tensor bit-widths from 8 bits with pinned ranges and a bit penalty
+(``learned_bits_pinned_bw0.1``), the epoch selected by the validation objective; the target's
+modeled cost in the loss at the grid's cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
 
 FLAGSHIP_BY_DATASET: dict = {"wordnet": dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q", edge_l0_weight=0.0),
                               "cora/gat": dict(edge_l0_weight=0.0)}
@@ -155,54 +144,37 @@ _NO_BITS = dict(quantizer="fixed", bits=None, pin_ranges=False, bits_weight=0.0)
 _NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
 
 PAPER_METHODS = {
-    "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
-    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship(),
-                       label="co-design (edge+feature+channel gates, learned bits)", color="#b2182b", marker="o"),
-    "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q"),
-                           label="co-design, A2Q per-node bits", color="#d6604d", marker="8"),
+    "dense": Method("reference", {}),
+    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship()),
+    "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q")),
     # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
     # before the flagship took the name are written "codesign" without a revision (`RENAMED`)
     "codesign_v1": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
-                                           bits=8, gate_optimizer="tensor_adam"), "cost",
-                          label="co-design v1 (edges+features+channels+bits)", color="#f4a582", marker="o"),
-    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost",
-                            label="co-design: features+channels, INT8", color="#ef8a62", marker="h"),
+                                           bits=8, gate_optimizer="tensor_adam"), "cost"),
+    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
     "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, bits=None,
                                             sparse_features=True, objective="latency_s", **DISTILL), "cost",
-                           models=("gcn",),
-                           label="co-design for a CPU: edges+features+channels, FP32, CSR features, distilled",
-                           color="#67001f", marker="p"),
-    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost",
-                        label="co-design: edges only", color="C1", marker="s"),
-    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost",
-                         label="co-design: bits only", color="C6", marker="D"),
+                           models=("gcn",)),
+    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
+    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
     # the flagship with one ingredient dropped (the "what each ingredient buys" ablation)
-    "codesign_no_edges": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_EDGES),
-                                label="codesign − edge gates",
-                                color="#8c510a", marker="s"),
-    "codesign_no_features": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_FEATURES),
-                                   label="codesign − feature/channel gates", color="#bf812d", marker="D"),
-    "codesign_no_bits": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_BITS),
-                               label="codesign − learned bits (FP32)",
-                               color="#35978f", marker="^"),
-    "codesign_no_distill": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_DISTILL),
-                                  label="codesign − distillation", color="#01665e", marker="v"),
-    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",), label="UGS + INT8", color="C0",
-                       marker="P"),
-    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree"), label="Degree-Quant", color="C2",
-                           marker="X"),
+    "codesign_no_edges": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_EDGES)),
+    "codesign_no_features": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_FEATURES)),
+    "codesign_no_bits": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_BITS)),
+    "codesign_no_distill": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_DISTILL)),
+    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",)),
+    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree")),
     # A^2Q (Zhu et al., ICLR 2023) as our quantizer supports it: per-node learned widths on node
     # features (initialised by in-degree), per-tensor on weights, pinned ranges, and a bit penalty
     # in place of the paper's memory penalty; no hardware cost in the loss
     "a2q": Method("baseline", dict(bits=8, quantizer="a2q", pin_ranges=True, bits_weight=0.1, select="best_val"),
-                  models=LEARNED_QUANT_MODELS, label="A2Q (per-node learned bits)", color="C4", marker="d"),
-    "int8": Method("baseline", dict(bits=8), label="INT8 (PTQ/QAT)", color="C7", marker="v"),
-    "int4": Method("baseline", dict(bits=4), label="INT4", color="C5", marker="^"),
-    "random_edges": Method("baseline", {}, "keep", label="random edge removal", color="C8", marker="<"),
-    "random_edges_distill": Method("baseline", dict(DISTILL), "keep", label="random edge removal, distilled",
-                                   color="C8", marker=">"),
+                  models=LEARNED_QUANT_MODELS),
+    "int8": Method("baseline", dict(bits=8)),
+    "int4": Method("baseline", dict(bits=4)),
+    "random_edges": Method("baseline", {}, "keep"),
+    "random_edges_distill": Method("baseline", dict(DISTILL), "keep"),
     "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
-                                        dropedge_rate=0.5), label="DropEdge", color="C9", marker=">"),
+                                        dropedge_rate=0.5)),
 }
 
 
@@ -211,86 +183,9 @@ RENAMED = {("codesign", 0): "codesign_v1"}
 name was later reused (`Method.revision`); `record_method` applies it. No record is rewritten."""
 
 
-RANDOM = re.compile(r"random_(edges|tiles)_([0-9.]+)(_distill\w*)?")
-"""``random_<edges|tiles>_<kept fraction>[_distill...]``: a random-subgraph reference method (its
-`METHODS` entry holds the distillation settings)."""
-
-ABLATIONS = {
-    "fp32": {},
-    "int8_qat": dict(bits=8),
-    "int4_qat": dict(bits=4),
-    "int4_lsq": dict(bits=4, quantizer="lsq"),
-    "int4_degree_quant": dict(bits=4, quantizer="degree"),
-    "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    # pinned ranges (TrainConfig.pin_ranges: weights and hidden features quantized at their data max,
-    # only the widths learned) with and without a bit-width penalty independent of the hardware
-    # model (TrainConfig.bits_weight); epochs by the validation objective; bits_weight 0.1 chosen
-    # on validation accuracy (module docstring).
-    "learned_bits_pinned": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False,
-                                pin_ranges=True, select="best_val"),
-    "learned_bits_pinned_bw0.1": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False,
-                                      feature_mask=False, pin_ranges=True, bits_weight=0.1, select="best_val"),
-    "a2q_bits_pinned_bw0.1": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False,
-                                  pin_ranges=True, bits_weight=0.1, select="best_val"),
-    # learned widths started (and capped) at 4 bits: the cost term then decides which tensors go lower
-    "learned_bits_max4": dict(bits=4, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    # an L0 pressure on the kept edges (TrainConfig.edge_l0_weight), without and with
-    # self-distillation from the dense GCN over all nodes (TrainConfig.distill_weight)
-    "edge_mask_l0": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0),
-    "edge_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0,
-                              distill_weight=1.0, distill_temperature=2.0),
-    "block_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                               edge_l0_weight=1.0, distill_weight=1.0, distill_temperature=2.0),
-    "edge_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.7,
-                                   distill_weight=1.0, distill_temperature=2.0),
-    "edge_mask_distill_l0.8": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.8,
-                                   distill_weight=1.0, distill_temperature=2.0),
-    "block_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                    edge_l0_weight=0.7, distill_weight=1.0, distill_temperature=2.0),
-    # BlockEdgeMask variants around block_mask_distill_l0.7: a stronger distillation weight, per-tensor
-    # gate Adam. Chosen by mean validation accuracy among those keeping <= 50 % of the tiles: w3_l2.1
-    # (val 78.84; l0.7 78.60, w5_l3.5 78.56); for edges, edge_mask_distill_l0.8 (val 79.16; w3_l2.4 78.88).
-    # Random removal under the same loss comes close (random_*_distill_w3 below): most of the gain over
-    # the plain masks is the distillation, not the choice of edges.
-    "block_mask_distill_w3_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=0.7, distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_w3_l2.1": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=2.1, distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_w5_l3.5": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=3.5, distill_weight=5.0, distill_temperature=2.0),
-    "edge_mask_distill_w3_l2.4": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=2.4,
-                                      distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_l0.7_tadam": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                          edge_l0_weight=0.7, distill_weight=1.0, distill_temperature=2.0,
-                                          gate_optimizer="tensor_adam"),
-    "edge_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False),
-    "edge_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False),
-    "block_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
-    "block_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
-    "edge_scorer_cw0.1": dict(cost_weight=0.1, edge_mask=True, feature_mask=False, edge_sparsifier="scorer"),
-    "dropedge_0.5": dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge", dropedge_rate=0.5),
-    "random_edges_0.5": {},
-    # random references at the kept fractions the distilled masks reach (edge_mask_distill_l0.8: 0.48
-    # of the edges; block_mask_distill_l0.7: 0.45 of the tiles), without and with the same distillation
-    "random_edges_0.48": {},
-    "random_edges_0.5_distill": DISTILL,
-    "random_edges_0.48_distill": DISTILL,
-    "random_tiles_0.45": {},
-    "random_tiles_0.45_distill": DISTILL,
-    "random_edges_0.48_distill_w3": dict(DISTILL, distill_weight=3.0),
-    "random_edges_0.44_distill_w3": dict(DISTILL, distill_weight=3.0),  # edge_mask_distill_w3_l2.4 keeps 0.44
-    "random_tiles_0.47": {},  # block_mask_distill_w3_l2.1 keeps 0.47 of the tiles
-    "random_tiles_0.47_distill": DISTILL,
-    "random_tiles_0.47_distill_w3": dict(DISTILL, distill_weight=3.0),  # the loss of block_mask_distill_w3_l2.1
-    "feature_channel_cw1": dict(cost_weight=1.0, edge_mask=False, feature_mask=True, channel_mask=True),
-}
-
-
-METHODS: dict[str, Method] = {**PAPER_METHODS, **{name: Method("ablation", over, "keep" if RANDOM.fullmatch(name) else None)
-                                                  for name, over in ABLATIONS.items()}}
-"""Every method of the paper by name (no name is in both tables); the random-subgraph references
-have levels "keep" (their script draws the subgraph)."""
+METHODS: dict[str, Method] = PAPER_METHODS
+"""Every method of the library by name (`PAPER_METHODS`). The sparsifier / quantizer ablations and
+their random-subgraph references are experiment grids: ``experiments/sparsify_quant.py``."""
 
 
 def get_method(name: str) -> Method:
@@ -386,10 +281,11 @@ COST_MODEL_VERSION = 2
 Bump it in the change that alters what a stored configuration costs; records of another version are
 re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 
-REFERENCE = "dense_fp32"
+REFERENCE = "best_dense_store"
 """The definition of the dense reference a record's ``dense_modeled`` prices (``versions.reference``):
-``"dense_fp32"`` = the same architecture in FP32 with every mask off, features stored as the run's
-``sparse_features`` says. A change of the definition (e.g. the best dense store) gets a new name."""
+``"best_dense_store"`` = the same architecture in FP32 with every mask off, its input features
+stored dense or CSR, whichever the target runs cheaper (`codesign.train.build.dense_reference`).
+A change of the definition gets a new name."""
 
 
 def versions() -> dict:

@@ -3,20 +3,31 @@ record schema, and `codesign sweep --method NAME`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from codesign import cli
-from codesign.experiment import (ABLATIONS, COST_MODEL_VERSION, METHODS, PAPER_METHODS, REFERENCE, RunRecord,
+from codesign.experiment import (COST_MODEL_VERSION, METHODS, PAPER_METHODS, REFERENCE, RunRecord,
                                  get_method, load_grid, make_record, parse_part, run_key, take_part, versions)
 from codesign.models import MODELS
 from codesign.results import ResultsStore
 from codesign.train import FLAT_FIELDS, TrainConfig
+from experiment_modules import load
+
+
+def test_the_library_registry_holds_methods_not_ablation_grids_or_plot_styles():
+    """Ablation grids live in experiments/, plot styles in paper_figures/ (issue 35)."""
+    import codesign.experiment as experiment
+    from paper_figures.styles import STYLES
+    assert not hasattr(experiment, "ABLATIONS") and not hasattr(experiment, "RANDOM")
+    assert not {"label", "color", "marker"} & {f.name for f in dataclasses.fields(experiment.Method)}
+    assert set(METHODS) == set(PAPER_METHODS) and set(STYLES) == set(PAPER_METHODS)
+    assert "edge_mask_distill_l0.8" in load("sparsify_quant").METHODS
 
 
 def test_every_method_builds_a_valid_config_for_every_model_it_applies_to():
-    assert set(PAPER_METHODS) | set(ABLATIONS) == set(METHODS)
     for name, m in METHODS.items():
         for model in (m.models or tuple(MODELS)):
             if m.family == "ablation" and model != "gcn":
@@ -83,8 +94,8 @@ def test_load_grid_refuses_mixed_versions_in_one_line(tmp_path):
         load_grid(path)
     msg = str(err.value)
     assert "\n" not in msg and str(path) in msg and f"{COST_MODEL_VERSION!r} vs 1" in msg and "cost_model" in msg
-    _write(path, [_rec("a"), _rec("b", reference="best_dense_store")])
-    with pytest.raises(ValueError, match=r"reference version: 'dense_fp32' vs 'best_dense_store'"):
+    _write(path, [_rec("a"), _rec("b", reference="dense_fp32")])
+    with pytest.raises(ValueError, match=r"reference version: 'best_dense_store' vs 'dense_fp32'"):
         load_grid(path)
     legacy = _rec("c")
     del legacy["versions"]
