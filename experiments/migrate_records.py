@@ -15,7 +15,13 @@ A record is dropped (and counted, by reason) where the stored numbers do not det
   * ``tiles``: a `BlockEdgeMask` run (which 16 x 16 tiles were kept is not stored);
   * ``layer_bits``: learned widths that differ between tensors (``workload(bits=)`` takes one width)
     or were not stored;
-  * ``fields``: no ``densities`` or ``test_accuracy`` / ``val_accuracy``.
+  * ``fields``: no ``densities`` or ``test_accuracy`` / ``val_accuracy``;
+  * ``superseded``: a tradeoff record trained with settings its method no longer uses on its
+    dataset (stored ``config.settings`` differs from `Method.settings_id` today), so its label
+    would name another training.
+Labels are brought to today's names: a record written ``"codesign"`` without a ``revision`` was the
+joint method of issue 7, `RENAMED_BEFORE` (``codesign_v1``); ``revision`` and ``settings`` leave the
+config (a record's identity is its resolved configuration).
 Where the model prices kept features by their fraction (`workload(densities=)`), a CSR-stored
 input is priced at the kept fraction of its nonzeros (uniform over columns) - an approximation of
 the trained run's exact kept columns; `tests/test_migrate_records.py` checks that a dense-store
@@ -39,8 +45,37 @@ if __package__ in (None, ""):
 
 from codesign.experiment import run_key, versions  # noqa: E402
 
-IDENTITY_EXTRA = ("devices", "link", "int8_halo", "measured_on", "experiment")
-"""Stored config fields that are run identity beyond `TrainConfig` (scale-out, measuring machine)."""
+IDENTITY_EXTRA = ("devices", "link", "int8_halo", "measured_on", "keep", "round", "trained_for_hw")
+"""Stored config fields that are run identity beyond `TrainConfig` (scale-out, measuring machine,
+a grid level that is no `TrainConfig` field: random kept fraction, UGS round, training target);
+``None`` values are left out (`identity_extra`)."""
+
+
+RENAMED_BEFORE = {("codesign", 0): "codesign_v1"}
+"""``(method name written in a record, its revision) -> today's name``: the one name reused for other
+settings (the flagship took ``codesign`` in issue 22)."""
+
+
+def relabel(config: dict):
+    """``config`` with today's method label and without ``revision`` / ``settings``, or None where
+    the record's settings are superseded (module docstring)."""
+    from codesign.experiment import PAPER_METHODS
+    out = {k: v for k, v in config.items() if k not in ("revision", "settings")}
+    name = config.get("method")
+    if not isinstance(name, str):
+        return out
+    name = RENAMED_BEFORE.get((name, int(config.get("revision") or 0)), name)
+    out["method"] = name
+    method = PAPER_METHODS.get(name)
+    if method is not None and config.get("dataset") and "train" in config:
+        if config.get("settings") != method.settings_id(config["dataset"], config.get("model")):
+            return None
+    return out
+
+
+def identity_extra(config: dict) -> dict:
+    """The `IDENTITY_EXTRA` fields of a stored ``config`` that are set (not None)."""
+    return {k: config[k] for k in IDENTITY_EXTRA if config.get(k) is not None}
 
 
 def resolve_config(config: dict):
@@ -48,13 +83,13 @@ def resolve_config(config: dict):
     to today's `TrainConfig` (unknown field names are ignored only when they are labels:
     ``method``, ``revision``, ``settings``, ``dataset``, ``hw``)."""
     from codesign.train import FLAT_FIELDS, TrainConfig
-    fields = {k: v for k, v in config.items() if k in FLAT_FIELDS}
+    # experiments/tradeoff.py stores the TrainConfig under "train", the grid's labels beside it
+    fields = {k: v for k, v in (config.get("train") or config).items() if k in FLAT_FIELDS}
     try:
         cfg = TrainConfig.from_flat(**fields)
     except (ValueError, TypeError):
         return None
-    extra = {k: config[k] for k in IDENTITY_EXTRA if k in config}
-    return cfg, extra
+    return cfg, identity_extra(config)
 
 
 def recost(record: dict, graph, hw):
@@ -80,6 +115,9 @@ def recost(record: dict, graph, hw):
     resolved = resolve_config(config)
     if resolved is None:
         return None, "config"
+    labelled = relabel(config)
+    if labelled is None:
+        return None, "superseded"
     cfg, extra = resolved
     if cfg.flat().get("edge_sparsifier") == "block":
         return None, "tiles"
@@ -98,6 +136,7 @@ def recost(record: dict, graph, hw):
     except ValueError:
         return None, "config"
     new = {k: v for k, v in record.items() if k not in ("breakdown", "dense_breakdown", "by_hw")}
+    new["config"] = labelled
     new.setdefault("layer_bits", {})  # fixed widths: the configured bits, as training writes them
     new.update(key=run_key(config["dataset"], config["hw"], cfg, **extra), modeled=rep.summary(),
                dense_modeled=ref.summary(), feature_store=store, dense_feature_store=ref_store,
