@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import re
 from typing import Optional
 
 from codesign.models import MODELS
@@ -31,29 +30,26 @@ from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
 __all__ = ["Method", "PAPER_METHODS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
-           "RENAMED", "METHODS", "get_method", "record_method", "run_key", "make_record", "versions",
-           "COST_MODEL_VERSION", "REFERENCE", "RunRecord", "load_grid", "check_versions", "STALE_REL", "stale_keys",
-           "superseded_keys", "scope_base", "parse_part", "take_part"]
+           "METHODS", "get_method", "run_key", "make_record", "versions",
+           "COST_MODEL_VERSION", "REFERENCE", "RunRecord", "load_grid", "check_versions", "grid_versions",
+           "scope_base", "parse_part", "take_part"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
     """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
     `TrainConfig` overrides (flat names), what its levels are ("cost" = cost weights or budgets,
-    "keep", "round", or None for a single point), the models it applies to (None = all),
-    and its ``revision``: 0 for a method whose name never meant anything else; a name reused for
-    new overrides gets the next revision, which goes into its records' identity (``config["revision"]``,
-    only when nonzero) and `RENAMED` names the records of the earlier revisions. ``by_dataset``:
-    ``{scope: overrides}`` that replace ``overrides`` in that scope, a dataset (``"wordnet"``) or one model on a dataset (``"cora/gat"``,
+    "keep", "round", or None for a single point), the models it applies to (None = all).
+    ``by_dataset``: ``{scope: overrides}`` that replace ``overrides`` in that scope, a dataset (``"wordnet"``) or
+    one model on a dataset (``"cora/gat"``,
     which wins over its dataset's entry): settings re-chosen on that scope's validation split,
-    `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them and `settings_id` names them in a record's
-    identity."""
+    `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them. A record's identity is the configuration
+    these resolve to (`run_key`), never the method's name."""
 
     family: str
     overrides: dict
     levels: Optional[str] = None
     models: Optional[tuple] = None
-    revision: int = 0
     by_dataset: dict = dataclasses.field(default_factory=dict)
 
     def scope(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
@@ -69,18 +65,6 @@ class Method:
         entry, else ``overrides``."""
         key = self.scope(dataset, model)
         return dict(self.overrides if key is None else self.by_dataset[key])
-
-    def settings_id(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
-        """`codesign.results.config_key` of the overrides re-chosen for ``model`` on ``dataset`` (the
-        fields that differ from `TrainConfig`'s defaults), or None where they configure the same
-        training as ``overrides`` (so the keys of records made before the re-choice stay valid)."""
-        key = self.scope(dataset, model)
-        if key is None:
-            return None
-        default = TrainConfig().flat()
-        own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
-        chosen = own(self.by_dataset[key])
-        return None if chosen == own(self.overrides) else config_key(chosen)
 
     @property
     def per_hw(self) -> bool:
@@ -145,10 +129,9 @@ _NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
 
 PAPER_METHODS = {
     "dense": Method("reference", {}),
-    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship()),
+    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship()),
     "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q")),
-    # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
-    # before the flagship took the name are written "codesign" without a revision (`RENAMED`)
+    # the joint method of issue 7 (no distillation, learned ranges, no bit penalty)
     "codesign_v1": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
                                            bits=8, gate_optimizer="tensor_adam"), "cost"),
     "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
@@ -178,11 +161,6 @@ PAPER_METHODS = {
 }
 
 
-RENAMED = {("codesign", 0): "codesign_v1"}
-"""``(name written in a record, its revision) -> the method it is now``: records of a method whose
-name was later reused (`Method.revision`); `record_method` applies it. No record is rewritten."""
-
-
 METHODS: dict[str, Method] = PAPER_METHODS
 """Every method of the library by name (`PAPER_METHODS`). The sparsifier / quantizer ablations and
 their random-subgraph references are experiment grids: ``experiments/sparsify_quant.py``."""
@@ -197,83 +175,6 @@ def get_method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; choose from {', '.join(METHODS)}")
     return METHODS[name]
-
-
-def record_method(config: dict) -> str:
-    """The method a record's ``config`` (``{"method", ["revision"]}``) belongs to now: its
-    ``method``, or the `RENAMED` name of an earlier revision of that name.
-
-    Raises:
-      ValueError: ``config["method"]`` missing or not a string.
-    """
-    name = config.get("method")
-    if not isinstance(name, str):
-        raise ValueError(f"config.method: must be a method name, got {name!r}")
-    return RENAMED.get((name, int(config.get("revision") or 0)), name)
-
-
-STALE_REL = 0.01
-"""Relative difference of a record's dense FP32 energy from the newest record's (same dataset, model
-and target) above which `stale_keys` calls it costed by another cost model. An assumption: changes of
-the model below 1 % of the dense reference do not move a reduction enough to matter (docs/results.md,
-"Stale records", has the changes seen)."""
-
-
-def stale_keys(records, rel: float = STALE_REL) -> set[str]:
-    """The keys of the tradeoff records costed by another version of the cost model than the newest,
-    and of those trained with superseded settings (`superseded_keys`).
-
-    A record's ``dense_modeled.energy_j`` (the dense FP32 model of its dataset, model and target) is
-    the cost model's fingerprint: the records of one (``config.dataset``, ``config.model``,
-    ``config.hw``) share it exactly while the model is unchanged. The reference is the newest record's
-    (largest ``time``; the later one in ``records`` order on a tie) - an assumption: the newest record
-    was written by today's code. A record whose dense energy differs from it by more than ``rel``
-    (relative) is stale: its reductions came from another model and are not comparable with today's
-    (``experiments/tradeoff.py --rerun-stale`` retrains it; `paper_figures.fronts.load_tradeoff`
-    leaves it out).
-
-    Args:
-      records: record dicts (``key``, ``config``, ``dense_modeled``, ``time``) in file order; a later
-        record with the same ``key`` replaces an earlier one (as `paper_figures.fronts.read_records`);
-        records without a ``config.hw`` or ``dense_modeled`` are ignored.
-      rel: the tolerance (>= 0).
-
-    Raises:
-      ValueError: ``rel`` negative or not a number.
-    """
-    if not isinstance(rel, (int, float)) or not rel >= 0:
-        raise ValueError(f"stale_keys: rel must be a number >= 0, got {rel!r}")
-    latest = {}
-    for rec in records:
-        latest[rec.get("key")] = rec
-    groups: dict = {}
-    for i, rec in enumerate(latest.values()):
-        cfg, dense = rec.get("config") or {}, (rec.get("dense_modeled") or {}).get("energy_j")
-        if not cfg.get("hw") or not isinstance(dense, (int, float)):
-            continue
-        groups.setdefault((cfg.get("dataset"), cfg.get("model"), cfg["hw"]), []).append(
-            (str(rec.get("time", "")), i, float(dense), rec.get("key")))
-    stale = set()
-    for rows in groups.values():
-        ref = max(rows)[2]
-        stale |= {key for _, _, dense, key in rows if abs(dense - ref) > rel * abs(ref)}
-    return stale | superseded_keys(latest.values())
-
-
-def superseded_keys(records) -> set[str]:
-    """The keys of the tradeoff records trained with settings their method no longer uses on their
-    dataset: ``config.settings`` (`Method.settings_id`, absent = the method's ``overrides``) differs
-    from the method's today (e.g. made before `FLAGSHIP_BY_DATASET` re-chose the flagship's settings
-    there). Records of unknown methods or without ``config.dataset`` / ``config.method`` are ignored."""
-    out = set()
-    for rec in records:
-        cfg = rec.get("config") or {}
-        if not isinstance(cfg.get("method"), str) or not cfg.get("dataset"):
-            continue
-        method = PAPER_METHODS.get(record_method(cfg))
-        if method is not None and cfg.get("settings") != method.settings_id(cfg["dataset"], cfg.get("model")):
-            out.add(rec.get("key"))
-    return out
 
 
 COST_MODEL_VERSION = 2
@@ -353,6 +254,25 @@ _TYPED = ("key", "config", "test_accuracy", "val_accuracy", "modeled", "dense_mo
           "layer_bits", "versions")
 
 
+def grid_versions(path, records) -> Optional[dict]:
+    """The `versions` every record of ``records`` (dicts, of the file ``path``) was priced under
+    (a record without ``versions`` counts as ``{"cost_model": None, "reference": None}``), or None
+    for no records.
+
+    Raises:
+      ValueError: two records disagree: one line naming ``path``, the field and the two versions.
+    """
+    first = None
+    for rec in records:
+        ver = {k: (rec.get("versions") or {}).get(k) for k in ("cost_model", "reference")}
+        if first is None:
+            first = ver
+        elif ver != first:
+            field = "cost_model" if ver["cost_model"] != first["cost_model"] else "reference"
+            raise ValueError(f"{path}: records disagree on {field} version: {first[field]!r} vs {ver[field]!r}")
+    return first
+
+
 def load_grid(path) -> list[RunRecord]:
     """The records of one results file as `RunRecord`s, in file order, a later record with the same
     key replacing an earlier one.
@@ -373,14 +293,9 @@ def load_grid(path) -> list[RunRecord]:
             raise ValueError(f"{path}: record {rec.get('key')!r} lacks {missing[0]} (written before "
                              f"versioned records; run experiments/migrate_records.py)")
         latest[rec["key"]] = rec
-    out, first = [], None
+    grid_versions(path, latest.values())
+    out = []
     for rec in latest.values():
-        ver = {k: rec["versions"].get(k) for k in ("cost_model", "reference")}
-        if first is None:
-            first = ver
-        elif ver != first:
-            field = "cost_model" if ver["cost_model"] != first["cost_model"] else "reference"
-            raise ValueError(f"{path}: records disagree on {field} version: {first[field]!r} vs {ver[field]!r}")
         cfg = rec["config"]
         out.append(RunRecord(
             key=rec["key"], dataset=cfg.get("dataset"), hw=cfg.get("hw"), method=cfg.get("method"), config=cfg,

@@ -17,7 +17,7 @@ A record is dropped (and counted, by reason) where the stored numbers do not det
     or were not stored;
   * ``fields``: no ``densities`` or ``test_accuracy`` / ``val_accuracy``;
   * ``superseded``: a tradeoff record trained with settings its method no longer uses on its
-    dataset (stored ``config.settings`` differs from `Method.settings_id` today), so its label
+    dataset (stored ``config.settings`` differs from `settings_id` today), so its label
     would name another training.
 Labels are brought to today's names: a record written ``"codesign"`` without a ``revision`` was the
 joint method of issue 7, `RENAMED_BEFORE` (``codesign_v1``); ``revision`` and ``settings`` leave the
@@ -56,6 +56,22 @@ RENAMED_BEFORE = {("codesign", 0): "codesign_v1"}
 settings (the flagship took ``codesign`` in issue 22)."""
 
 
+def settings_id(method, dataset: str, model=None):
+    """What ``experiments/tradeoff.py`` wrote as ``config.settings`` before records were keyed on
+    their resolved configuration: `codesign.results.config_key` of the overrides re-chosen for
+    ``model`` on ``dataset`` (their fields that differ from `TrainConfig`'s defaults), or None where
+    they configure the same training as ``method.overrides``."""
+    from codesign.results import config_key
+    from codesign.train import TrainConfig
+    scope = method.scope(dataset, model)
+    if scope is None:
+        return None
+    default = TrainConfig().flat()
+    own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
+    chosen = own(method.by_dataset[scope])
+    return None if chosen == own(method.overrides) else config_key(chosen)
+
+
 def relabel(config: dict):
     """``config`` with today's method label and without ``revision`` / ``settings``, or None where
     the record's settings are superseded (module docstring)."""
@@ -68,7 +84,7 @@ def relabel(config: dict):
     out["method"] = name
     method = PAPER_METHODS.get(name)
     if method is not None and config.get("dataset") and "train" in config:
-        if config.get("settings") != method.settings_id(config["dataset"], config.get("model")):
+        if config.get("settings") != settings_id(method, config["dataset"], config.get("model")):
             return None
     return out
 
@@ -92,7 +108,7 @@ def resolve_config(config: dict):
     return cfg, identity_extra(config)
 
 
-def recost(record: dict, graph, hw):
+def recost(record: dict, graph, hw, cache: dict | None = None):
     """``(new record, None)`` re-priced by today's cost model, or ``(None, reason)`` (module
     docstring) where the stored record does not determine its cost.
 
@@ -100,6 +116,8 @@ def recost(record: dict, graph, hw):
       record: a stored run record (``config``, ``densities``, ``layer_bits``, ...).
       graph: its dataset (`codesign.graph.Graph`).
       hw: its target (`codesign.hwmodel.HardwareSpec`).
+      cache: a dict kept across calls (the graph's workload inputs and dense references are computed
+        once per dataset, target and architecture), or None.
     """
     from flax import nnx
 
@@ -128,11 +146,18 @@ def recost(record: dict, graph, hw):
         return None, "layer_bits"
     bits = float(widths.pop()) if widths else None
     try:
+        cache = {} if cache is None else cache
+        sparse = cfg.cost.sparse_features
+        if ("inputs", id(graph), sparse) not in cache:
+            cache["inputs", id(graph), sparse] = workload_inputs(cfg, graph)
+        inputs = cache["inputs", id(graph), sparse]
         model = build_model(cfg, graph, nnx.Rngs(0))
-        inputs = workload_inputs(cfg, graph)
         store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs,
                                                 densities=dict(record["densities"]), bits=bits), cfg.cost.objective)
-        ref_store, ref = dense_reference(cfg, graph, hw, inputs)
+        ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective, sparse)
+        if ref_key not in cache:
+            cache[ref_key] = dense_reference(cfg, graph, hw, inputs)
+        ref_store, ref = cache[ref_key]
     except ValueError:
         return None, "config"
     new = {k: v for k, v in record.items() if k not in ("breakdown", "dense_breakdown", "by_hw")}
@@ -152,7 +177,7 @@ def migrate_file(path: Path, data_root=None, dry_run: bool = False) -> collectio
     from codesign.data import load_dataset
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore, write_text_atomic
-    counts, out, graphs = collections.Counter(), [], {}
+    counts, out, graphs, cache = collections.Counter(), [], {}, {}
     for rec in ResultsStore(path).records():
         if rec.get("versions") == versions():
             counts["current"] += 1
@@ -166,7 +191,7 @@ def migrate_file(path: Path, data_root=None, dry_run: bool = False) -> collectio
             graph, hw = graphs[cfg.get("dataset")], presets.get(cfg["hw"]) if cfg.get("hw") else None
         except (ValueError, KeyError, FileNotFoundError):
             graph = hw = None
-        new, why = recost(rec, graph, hw) if graph is not None and hw is not None else (None, "config")
+        new, why = recost(rec, graph, hw, cache) if graph is not None and hw is not None else (None, "config")
         counts["recosted" if new else f"dropped:{why}"] += 1
         if new:
             out.append(new)

@@ -111,14 +111,16 @@ def test_sweep_refuses_to_append_to_a_file_of_another_version(tmp_path, capsys):
     assert "cora_gcn_h100.jsonl: holds records of versions" in err and "'cost_model': 1" in err
 
 
-def test_stored_records_are_not_resumed_by_todays_keys():
-    """The repository's committed records (older cost model) are never silently resumed: none of their
-    configs keys to a stored key today."""
-    records = ResultsStore("results/cora_gcn_h100.jsonl").records()
-    assert records
-    for r in records:
-        fields = {k: v for k, v in r["config"].items() if k in FLAT_FIELDS}
-        assert run_key(r["config"]["dataset"], r["config"]["hw"], TrainConfig.from_flat(**fields)) != r["key"]
+@pytest.mark.parametrize("name", ["cora_gcn_h100", "cora_gcn_h100_measured", "cora_gcn_h100_edgemask"])
+def test_stored_sweep_records_are_repriced_and_keyed_by_their_configuration(name):
+    """The repository's sweep records were re-priced by experiments/migrate_records.py: one version,
+    today's, and each key is today's run_key of its stored configuration."""
+    grid = load_grid(f"results/{name}.jsonl")
+    assert grid and all(r.versions == versions() for r in grid)
+    for r in grid:
+        fields = {k: v for k, v in r.config.items() if k in FLAT_FIELDS}
+        extra = {k: r.config[k] for k in ("measured_on",) if k in r.config}
+        assert run_key(r.dataset, r.hw, TrainConfig.from_flat(**fields), **extra) == r.key, (name, r.key)
 
 
 def test_parts_split_a_run_list_into_contiguous_slices_that_cover_it():

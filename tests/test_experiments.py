@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from codesign.experiment import stale_keys
+from codesign.experiment import grid_versions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -314,8 +314,9 @@ def test_settings_rechosen_for_a_dataset_apply_there_only_and_enter_the_identity
     cfg = lambda model, ds: mod.train_config(mod.Job(model, "codesign", 1.0, 0, ("h100",), "h100"), ds, None, False)
     assert cfg("gat", "cora").masks.edge is False and cfg("gcn", "cora").masks.edge is True
     assert cfg("gat", "wordnet").masks.edge is True and cfg("gat", "wordnet").distill.weight == 0.0
-    method = mod.METHODS["codesign"]
-    assert method.settings_id("cora", "gcn") is None and method.settings_id("cora", "gat") is not None
+    gat, gcn = (mod.record_key(mod.Job(m, "codesign", 1.0, 0, ("h100",), "h100"), "h100", "cora", None, False)
+                for m in ("gat", "gcn"))
+    assert gat != gcn
     # a model scope refines its dataset's entry: WordNet GAT keeps WordNet's settings under its own
     from codesign.experiment import scope_base
     monkeypatch.setattr("codesign.experiment.FLAGSHIP_BY_DATASET",
@@ -337,14 +338,13 @@ def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
             assert sum(s["share"] for s in b["floor_stages"].values()) <= 1 + 1e-6
     lines = (ROOT / "results" / "cora_tradeoff.jsonl").read_text().splitlines()
     records = list({r["key"]: r for r in map(json.loads, lines)}.values())  # a rerun replaces its key's record
-    stale = stale_keys(records)
+    if grid_versions("cora_tradeoff.jsonl", records)["cost_model"] is None:
+        pytest.skip("results/cora_tradeoff.jsonl not yet re-priced (experiments/migrate_records.py)")
     checked = 0
     for r in records:
         c = r["config"]
-        if r["key"] in stale or c["model"] not in bounds or c["hw"] not in bounds[c["model"]]:
+        if c["model"] not in bounds or c["hw"] not in bounds[c["model"]]:
             continue
-        if c["hw"] == "hygcn":  # stored before hygcn ran aggregate-first only (issue 33): not today's model,
-            continue  # so today's bound does not hold them; they are re-costed or dropped with the stored results
         reduction = r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"]
         assert reduction <= bounds[c["model"]][c["hw"]]["ceiling"] * (1 + 1e-6), (c["method"], c["hw"], reduction)
         checked += 1

@@ -44,4 +44,5 @@ def test_migrate_file_reprices_old_records_and_drops_what_they_cannot_price(cora
     assert counts == {"recosted": 2, "dropped:tiles": 1, "dropped:layer_bits": 1, "dropped:scale_out": 1}
     grid = load_grid(path)  # one version: loads
     assert sorted(r.key for r in grid) == sorted(r["key"] for r in recs)
-    assert {r.key: r.modeled["energy_j"] for r in grid} == pytest.approx({r["key"]: r["modeled"]["energy_j"] for r in recs})
+    want = {r["key"]: r["modeled"]["energy_j"] for r in recs}
+    assert {r.key: r.modeled["energy_j"] for r in grid} == pytest.approx(want)

@@ -76,8 +76,6 @@ def synthetic_records(hws=HWS, runs=RUNS, dataset="cora", model="gcn") -> list[d
                 config = {"experiment": "tradeoff", "dataset": dataset, "model": model, "method": method,
                           "hw": hw, "cost_weight": cw, "budget": None, "seed": seed, "epochs": 10,
                           "edge_target": dens["edge"]}
-                if METHODS[method].revision:  # as experiments/tradeoff.py writes a reused name
-                    config["revision"] = METHODS[method].revision
                 records.append({
                     "key": config_key(config), "config": config, "test_accuracy": acc,
                     "val_accuracy": acc - 0.01, "train_accuracy": 0.99,
