@@ -161,6 +161,9 @@ def _parse(rec: dict, where: str) -> dict:
     for f in ("cost_weight", "budget", "keep", "round"):
         if config.get(f) is not None:
             _number(config[f], f"config.{f}", where)
+    if not isinstance(rec.get("versions"), dict):
+        raise ValueError(f"{where}: record has no 'versions' (priced before records carried the cost-model version; "
+                         f"re-price it with experiments/migrate_records.py)")
     if "test_accuracy" not in rec:
         raise ValueError(f"{where}: record has no field 'test_accuracy'")
     acc = _number(rec["test_accuracy"], "test_accuracy", where, allow_nan=True)
@@ -230,7 +233,7 @@ def load_tradeoff(path: str | Path) -> list[dict]:
     Raises:
         FileNotFoundError: if the file does not exist.
         ValueError: ``"<file>:<line>: ..."`` naming the field, for a garbled line, a record
-            without ``config`` (with string ``dataset``/``model``/``method``/``hw``),
+            without ``versions`` or ``config`` (with string ``dataset``/``model``/``method``/``hw``),
             ``test_accuracy`` (a fraction in [0, 1] or NaN; ``val_accuracy`` a number if present), ``modeled``/``dense_modeled``
             costs (finite, latency and energy > 0), or with a malformed ``breakdown``; or
             ``"<file>: records disagree on <field> version: A vs B"`` (`codesign.experiment.grid_versions`).

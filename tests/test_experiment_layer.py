@@ -12,7 +12,6 @@ from codesign import cli
 from codesign.experiment import (COST_MODEL_VERSION, METHODS, PAPER_METHODS, REFERENCE, RunRecord,
                                  get_method, load_grid, make_record, parse_part, run_key, take_part, versions)
 from codesign.models import MODELS
-from codesign.results import ResultsStore
 from codesign.train import FLAT_FIELDS, TrainConfig
 from experiment_modules import load
 

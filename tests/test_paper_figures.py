@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # make `paper_figures` importable however pytest 
 
 from paper_figures import fronts  # noqa: E402
 
-from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
+from codesign.experiment import versions  # noqa: E402
 from codesign.results import ResultsStore, config_key  # noqa: E402
 
 # --------------------------------------------------------------------------- synthetic inputs
@@ -77,7 +77,7 @@ def synthetic_records(hws=HWS, runs=RUNS, dataset="cora", model="gcn") -> list[d
                           "hw": hw, "cost_weight": cw, "budget": None, "seed": seed, "epochs": 10,
                           "edge_target": dens["edge"]}
                 records.append({
-                    "key": config_key(config), "config": config, "test_accuracy": acc,
+                    "key": config_key(config), "config": config, "versions": versions(), "test_accuracy": acc,
                     "val_accuracy": acc - 0.01, "train_accuracy": 0.99,
                     "modeled": summ, "dense_modeled": dense_sum, "breakdown": bd, "dense_breakdown": dense_bd,
                     "densities": {**dens, "channel": 1.0},

@@ -29,7 +29,8 @@ def _record(method, accs, energy_j, *, cw=0.0, keep=None, measured_ms=None, hw="
     for seed, acc in enumerate(accs):
         config = {"experiment": "tradeoff", "dataset": "cora", "model": "gcn", "method": method, "hw": hw,
                   "cost_weight": cw, "budget": None, "keep": keep, "round": None, "seed": seed}
-        rec = {"key": config_key(config), "config": config, "test_accuracy": acc, "val_accuracy": acc,
+        rec = {"key": config_key(config), "config": config, "versions": versions(), "test_accuracy": acc,
+               "val_accuracy": acc,
                "modeled": {"latency_s": energy_j * 1e-3, "energy_j": energy_j, "dram_bytes": 1.0},
                "dense_modeled": {"latency_s": DENSE_J * 1e-3, "energy_j": DENSE_J, "dram_bytes": 1.0}}
         if measured_ms is not None:
@@ -216,6 +217,10 @@ def test_a_file_of_mixed_cost_model_versions_is_refused_in_one_line(tmp_path):
         fronts.load_tradeoff(path)
     assert str(err.value) == (f"{path}: records disagree on cost_model version: "
                               f"{versions()['cost_model']!r} vs 1")
+    unversioned = [{k: v for k, v in r.items() if k != "versions"} for r in new]
+    path.write_text("".join(json.dumps(r) + "\n" for r in unversioned))
+    with pytest.raises(ValueError, match=r"cora_tradeoff.jsonl:1: record has no 'versions' \(priced before"):
+        fronts.load_tradeoff(path)
 
 
 def test_the_ceiling_beside_the_results_is_stated_under_each_title(tmp_path):
