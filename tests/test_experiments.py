@@ -348,7 +348,7 @@ def test_reduction_bound_is_a_ceiling_no_stored_cora_point_passes(tmp_path):
         reduction = r["dense_modeled"]["energy_j"] / r["modeled"]["energy_j"]
         assert reduction <= bounds[c["model"]][c["hw"]]["ceiling"] * (1 + 1e-6), (c["method"], c["hw"], reduction)
         checked += 1
-    assert checked > 300
+    assert checked > 250  # 288 gcn points of the re-priced file (learned per-tensor widths were dropped)
 
 
 def test_ugs_baseline_quick(tmp_path):
