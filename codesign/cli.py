@@ -385,7 +385,7 @@ def cmd_sweep(args) -> int:
 
     from tqdm import tqdm
 
-    from codesign.experiment import make_record, run_key
+    from codesign.experiment import check_versions, make_record, run_key
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore
     from codesign.train import train_seeds
@@ -397,6 +397,7 @@ def cmd_sweep(args) -> int:
     path = os.path.join(args.out, f"{name}.jsonl")
     store = ResultsStore(path)
     store.check_writable()  # before any loading or training
+    check_versions(path, store.records())  # never mix records priced by another cost model
     args.progress = getattr(args, "progress", None) or _Progress()
     args.progress.store = store
     graph, hw = _load(args), presets.get(args.hw)

@@ -4,59 +4,52 @@
   `Method`: its family ("reference" | "codesign" | "baseline"), its `TrainConfig` overrides (and
   the overrides re-chosen for a dataset, `Method.overrides_for`), what its levels are, the models it
   applies to.
-* `ABLATIONS`: the sparsifier / quantizer ablations of `experiments/sparsify_quant.py`, as
-  `TrainConfig` overrides (the ``random_*`` names are random-subgraph references that script builds).
-* `METHODS` / `get_method(name)`: both, by name; `codesign sweep --method NAME` runs any of them
-  whose levels are cost weights or a single point.
-* Records (`make_record`): ``{"key", "config", <the trainer's result fields>, "code_version",
-  "time"}``: ``key`` is `codesign.results.config_key` of the identity of the run (`run_key`:
-  dataset, hardware and the `TrainConfig` fields that differ from their defaults, plus any extra
-  identity such as the device count), ``config`` the full configuration, the result fields those
-  of `codesign.results.RUN_RECORD_FIELDS` (accuracies as fractions in [0, 1], ``modeled`` costs in
+* `METHODS` / `get_method(name)`: them by name; `codesign sweep --method NAME` runs any of them
+  whose levels are cost weights or a single point. Ablation grids live with their script
+  (``experiments/sparsify_quant.py``), plot styles with the figures (``paper_figures/styles.py``).
+* Records (`make_record`): ``{"key", "config", <the trainer's result fields>, "versions",
+  "code_version", "time"}``: ``key`` is `run_key` - a hash of the run's resolved configuration
+  (every `TrainConfig` field, defaults included; dataset, hardware target, scale-out fields) and
+  `versions` (cost-model version, reference definition) - never of a method name; ``config`` the
+  full configuration (with the method's name as a label), the result fields those of
+  `codesign.results.RUN_RECORD_FIELDS` (accuracies as fractions in [0, 1], ``modeled`` costs in
   s, J and bytes), ``code_version`` the git commit, ``time`` the UTC finish time (ISO 8601). Every
-  record is appended through `codesign.results.ResultsStore` (atomic, locked, resumable).
+  record is appended through `codesign.results.ResultsStore` (atomic, locked, resumable);
+  `load_grid` reads a file back as typed `RunRecord`s and refuses one that mixes versions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import re
+import os
 from typing import Optional
 
 from codesign.models import MODELS
 from codesign.results import code_version, config_key
 from codesign.train import TrainConfig
 
-__all__ = ["Method", "PAPER_METHODS", "ABLATIONS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
-           "RENAMED", "RANDOM",
-           "METHODS", "get_method", "record_method", "run_key", "make_record", "STALE_REL", "stale_keys",
-           "superseded_keys", "scope_base", "parse_part", "take_part"]
+__all__ = ["Method", "PAPER_METHODS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
+           "METHODS", "get_method", "run_key", "make_record", "versions",
+           "COST_MODEL_VERSION", "REFERENCE", "RunRecord", "load_grid", "check_versions", "grid_versions",
+           "scope_base", "parse_part", "take_part"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
     """One method of the tradeoff: ``family`` ("codesign" | "baseline" | "reference"), the
     `TrainConfig` overrides (flat names), what its levels are ("cost" = cost weights or budgets,
-    "keep", "round", or None for a single point), the models it applies to (None = all), and its
-    plot style in every figure (``label``, matplotlib ``color`` and ``marker``; co-design filled,
-    baselines hollow), and its ``revision``: 0 for a method whose name never meant anything else;
-    a name reused for new overrides gets the next revision, which goes into its records' identity
-    (``config["revision"]``, only when nonzero, so older keys stay valid) and `RENAMED` names the
-    records of the earlier revisions. ``by_dataset``: ``{scope: overrides}`` that replace
-    ``overrides`` in that scope, a dataset (``"wordnet"``) or one model on a dataset (``"cora/gat"``,
+    "keep", "round", or None for a single point), the models it applies to (None = all).
+    ``by_dataset``: ``{scope: overrides}`` that replace ``overrides`` in that scope, a dataset (``"wordnet"``) or
+    one model on a dataset (``"cora/gat"``,
     which wins over its dataset's entry): settings re-chosen on that scope's validation split,
-    `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them and `settings_id` names them in a record's
-    identity."""
+    `FLAGSHIP_BY_DATASET`; `overrides_for` resolves them. A record's identity is the configuration
+    these resolve to (`run_key`), never the method's name."""
 
     family: str
     overrides: dict
     levels: Optional[str] = None
     models: Optional[tuple] = None
-    label: Optional[str] = None
-    color: str = "0.4"
-    marker: str = "."
-    revision: int = 0
     by_dataset: dict = dataclasses.field(default_factory=dict)
 
     def scope(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
@@ -72,22 +65,6 @@ class Method:
         entry, else ``overrides``."""
         key = self.scope(dataset, model)
         return dict(self.overrides if key is None else self.by_dataset[key])
-
-    def settings_id(self, dataset: Optional[str], model: Optional[str] = None) -> Optional[str]:
-        """`codesign.results.config_key` of the overrides re-chosen for ``model`` on ``dataset`` (the
-        fields that differ from `TrainConfig`'s defaults), or None where they configure the same
-        training as ``overrides`` (so the keys of records made before the re-choice stay valid)."""
-        key = self.scope(dataset, model)
-        if key is None:
-            return None
-        default = TrainConfig().flat()
-        own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
-        chosen = own(self.by_dataset[key])
-        return None if chosen == own(self.overrides) else config_key(chosen)
-
-    def style(self, name: str) -> dict:
-        """``{"color", "marker", "label"}`` (the label defaults to ``name``)."""
-        return {"color": self.color, "marker": self.marker, "label": self.label or name}
 
     @property
     def per_hw(self) -> bool:
@@ -111,10 +88,10 @@ FLAGSHIP = dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer=
                 select="best_val", distill_temperature=2.0, **FLAGSHIP_SELECTION)
 """The flagship co-design method's `TrainConfig` overrides (``codesign``): learned edge gates under
 an L0 pressure with self-distillation from the dense FP32 model of the same architecture
-(`ABLATIONS` ``edge_mask_distill_l0.8``), input-feature and hidden-channel gates, learned per-tensor
-bit-widths from 8 bits with pinned ranges and a bit penalty (``learned_bits_pinned_bw0.1``), the
-epoch selected by the validation objective; the target's modeled cost in the loss at the grid's
-cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
+(``edge_mask_distill_l0.8`` of ``experiments/sparsify_quant.py``), input-feature and hidden-channel
+gates, learned per-tensor bit-widths from 8 bits with pinned ranges and a bit penalty
+(``learned_bits_pinned_bw0.1``), the epoch selected by the validation objective; the target's
+modeled cost in the loss at the grid's cost weights (`FLAGSHIP_SELECTION`: how the weights were chosen)."""
 
 FLAGSHIP_BY_DATASET: dict = {"wordnet": dict(distill_weight=0.0, quant_lr=0.02, quantizer="a2q", edge_l0_weight=0.0),
                               "cora/gat": dict(edge_l0_weight=0.0)}
@@ -151,142 +128,42 @@ _NO_BITS = dict(quantizer="fixed", bits=None, pin_ranges=False, bits_weight=0.0)
 _NO_DISTILL = dict(distill_weight=0.0, distill_temperature=1.0)
 
 PAPER_METHODS = {
-    "dense": Method("reference", {}, label="dense FP32", color="k", marker="*"),
-    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, revision=1, **_flagship(),
-                       label="co-design (edge+feature+channel gates, learned bits)", color="#b2182b", marker="o"),
-    "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q"),
-                           label="co-design, A2Q per-node bits", color="#d6604d", marker="8"),
-    # the joint method of issue 7 (no distillation, learned ranges, no bit penalty); its records
-    # before the flagship took the name are written "codesign" without a revision (`RENAMED`)
+    "dense": Method("reference", {}),
+    "codesign": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship()),
+    "codesign_a2q": Method("codesign", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(quantizer="a2q")),
+    # the joint method of issue 7 (no distillation, learned ranges, no bit penalty)
     "codesign_v1": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, quantizer="learned",
-                                           bits=8, gate_optimizer="tensor_adam"), "cost",
-                          label="co-design v1 (edges+features+channels+bits)", color="#f4a582", marker="o"),
-    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost",
-                            label="co-design: features+channels, INT8", color="#ef8a62", marker="h"),
+                                           bits=8, gate_optimizer="tensor_adam"), "cost"),
+    "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
     "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, bits=None,
                                             sparse_features=True, objective="latency_s", **DISTILL), "cost",
-                           models=("gcn",),
-                           label="co-design for a CPU: edges+features+channels, FP32, CSR features, distilled",
-                           color="#67001f", marker="p"),
-    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost",
-                        label="co-design: edges only", color="C1", marker="s"),
-    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost",
-                         label="co-design: bits only", color="C6", marker="D"),
+                           models=("gcn",)),
+    "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
+    "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
     # the flagship with one ingredient dropped (the "what each ingredient buys" ablation)
-    "codesign_no_edges": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_EDGES),
-                                label="codesign − edge gates",
-                                color="#8c510a", marker="s"),
-    "codesign_no_features": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_FEATURES),
-                                   label="codesign − feature/channel gates", color="#bf812d", marker="D"),
-    "codesign_no_bits": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_BITS),
-                               label="codesign − learned bits (FP32)",
-                               color="#35978f", marker="^"),
-    "codesign_no_distill": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_DISTILL),
-                                  label="codesign − distillation", color="#01665e", marker="v"),
-    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",), label="UGS + INT8", color="C0",
-                       marker="P"),
-    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree"), label="Degree-Quant", color="C2",
-                           marker="X"),
+    "codesign_no_edges": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_EDGES)),
+    "codesign_no_features": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_FEATURES)),
+    "codesign_no_bits": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_BITS)),
+    "codesign_no_distill": Method("ablation", levels="cost", models=LEARNED_QUANT_MODELS, **_flagship(**_NO_DISTILL)),
+    "ugs_int8": Method("baseline", dict(bits=8), "round", models=("gcn",)),
+    "degree_quant": Method("baseline", dict(bits=4, quantizer="degree")),
     # A^2Q (Zhu et al., ICLR 2023) as our quantizer supports it: per-node learned widths on node
     # features (initialised by in-degree), per-tensor on weights, pinned ranges, and a bit penalty
     # in place of the paper's memory penalty; no hardware cost in the loss
     "a2q": Method("baseline", dict(bits=8, quantizer="a2q", pin_ranges=True, bits_weight=0.1, select="best_val"),
-                  models=LEARNED_QUANT_MODELS, label="A2Q (per-node learned bits)", color="C4", marker="d"),
-    "int8": Method("baseline", dict(bits=8), label="INT8 (PTQ/QAT)", color="C7", marker="v"),
-    "int4": Method("baseline", dict(bits=4), label="INT4", color="C5", marker="^"),
-    "random_edges": Method("baseline", {}, "keep", label="random edge removal", color="C8", marker="<"),
-    "random_edges_distill": Method("baseline", dict(DISTILL), "keep", label="random edge removal, distilled",
-                                   color="C8", marker=">"),
+                  models=LEARNED_QUANT_MODELS),
+    "int8": Method("baseline", dict(bits=8)),
+    "int4": Method("baseline", dict(bits=4)),
+    "random_edges": Method("baseline", {}, "keep"),
+    "random_edges_distill": Method("baseline", dict(DISTILL), "keep"),
     "dropedge": Method("baseline", dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge",
-                                        dropedge_rate=0.5), label="DropEdge", color="C9", marker=">"),
+                                        dropedge_rate=0.5)),
 }
 
 
-RENAMED = {("codesign", 0): "codesign_v1"}
-"""``(name written in a record, its revision) -> the method it is now``: records of a method whose
-name was later reused (`Method.revision`); `record_method` applies it. No record is rewritten."""
-
-
-RANDOM = re.compile(r"random_(edges|tiles)_([0-9.]+)(_distill\w*)?")
-"""``random_<edges|tiles>_<kept fraction>[_distill...]``: a random-subgraph reference method (its
-`METHODS` entry holds the distillation settings)."""
-
-ABLATIONS = {
-    "fp32": {},
-    "int8_qat": dict(bits=8),
-    "int4_qat": dict(bits=4),
-    "int4_lsq": dict(bits=4, quantizer="lsq"),
-    "int4_degree_quant": dict(bits=4, quantizer="degree"),
-    "learned_bits": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    "a2q_bits": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    # pinned ranges (TrainConfig.pin_ranges: weights and hidden features quantized at their data max,
-    # only the widths learned) with and without a bit-width penalty independent of the hardware
-    # model (TrainConfig.bits_weight); epochs by the validation objective; bits_weight 0.1 chosen
-    # on validation accuracy (module docstring).
-    "learned_bits_pinned": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False,
-                                pin_ranges=True, select="best_val"),
-    "learned_bits_pinned_bw0.1": dict(bits=8, quantizer="learned", cost_weight=0.3, edge_mask=False,
-                                      feature_mask=False, pin_ranges=True, bits_weight=0.1, select="best_val"),
-    "a2q_bits_pinned_bw0.1": dict(bits=8, quantizer="a2q", cost_weight=0.3, edge_mask=False, feature_mask=False,
-                                  pin_ranges=True, bits_weight=0.1, select="best_val"),
-    # learned widths started (and capped) at 4 bits: the cost term then decides which tensors go lower
-    "learned_bits_max4": dict(bits=4, quantizer="learned", cost_weight=0.3, edge_mask=False, feature_mask=False),
-    # an L0 pressure on the kept edges (TrainConfig.edge_l0_weight), without and with
-    # self-distillation from the dense GCN over all nodes (TrainConfig.distill_weight)
-    "edge_mask_l0": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0),
-    "edge_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=1.0,
-                              distill_weight=1.0, distill_temperature=2.0),
-    "block_mask_distill": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                               edge_l0_weight=1.0, distill_weight=1.0, distill_temperature=2.0),
-    "edge_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.7,
-                                   distill_weight=1.0, distill_temperature=2.0),
-    "edge_mask_distill_l0.8": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=0.8,
-                                   distill_weight=1.0, distill_temperature=2.0),
-    "block_mask_distill_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                    edge_l0_weight=0.7, distill_weight=1.0, distill_temperature=2.0),
-    # BlockEdgeMask variants around block_mask_distill_l0.7: a stronger distillation weight, per-tensor
-    # gate Adam. Chosen by mean validation accuracy among those keeping <= 50 % of the tiles: w3_l2.1
-    # (val 78.84; l0.7 78.60, w5_l3.5 78.56); for edges, edge_mask_distill_l0.8 (val 79.16; w3_l2.4 78.88).
-    # Random removal under the same loss comes close (random_*_distill_w3 below): most of the gain over
-    # the plain masks is the distillation, not the choice of edges.
-    "block_mask_distill_w3_l0.7": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=0.7, distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_w3_l2.1": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=2.1, distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_w5_l3.5": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                       edge_l0_weight=3.5, distill_weight=5.0, distill_temperature=2.0),
-    "edge_mask_distill_w3_l2.4": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_l0_weight=2.4,
-                                      distill_weight=3.0, distill_temperature=2.0),
-    "block_mask_distill_l0.7_tadam": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block",
-                                          edge_l0_weight=0.7, distill_weight=1.0, distill_temperature=2.0,
-                                          gate_optimizer="tensor_adam"),
-    "edge_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False),
-    "edge_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False),
-    "block_mask_cw0.3": dict(cost_weight=0.3, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
-    "block_mask_cw1": dict(cost_weight=1.0, edge_mask=True, feature_mask=False, edge_sparsifier="block"),
-    "edge_scorer_cw0.1": dict(cost_weight=0.1, edge_mask=True, feature_mask=False, edge_sparsifier="scorer"),
-    "dropedge_0.5": dict(edge_mask=True, feature_mask=False, edge_sparsifier="dropedge", dropedge_rate=0.5),
-    "random_edges_0.5": {},
-    # random references at the kept fractions the distilled masks reach (edge_mask_distill_l0.8: 0.48
-    # of the edges; block_mask_distill_l0.7: 0.45 of the tiles), without and with the same distillation
-    "random_edges_0.48": {},
-    "random_edges_0.5_distill": DISTILL,
-    "random_edges_0.48_distill": DISTILL,
-    "random_tiles_0.45": {},
-    "random_tiles_0.45_distill": DISTILL,
-    "random_edges_0.48_distill_w3": dict(DISTILL, distill_weight=3.0),
-    "random_edges_0.44_distill_w3": dict(DISTILL, distill_weight=3.0),  # edge_mask_distill_w3_l2.4 keeps 0.44
-    "random_tiles_0.47": {},  # block_mask_distill_w3_l2.1 keeps 0.47 of the tiles
-    "random_tiles_0.47_distill": DISTILL,
-    "random_tiles_0.47_distill_w3": dict(DISTILL, distill_weight=3.0),  # the loss of block_mask_distill_w3_l2.1
-    "feature_channel_cw1": dict(cost_weight=1.0, edge_mask=False, feature_mask=True, channel_mask=True),
-}
-
-
-METHODS: dict[str, Method] = {**PAPER_METHODS, **{name: Method("ablation", over, "keep" if RANDOM.fullmatch(name) else None)
-                                                  for name, over in ABLATIONS.items()}}
-"""Every method of the paper by name (no name is in both tables); the random-subgraph references
-have levels "keep" (their script draws the subgraph)."""
+METHODS: dict[str, Method] = PAPER_METHODS
+"""Every method of the library by name (`PAPER_METHODS`). The sparsifier / quantizer ablations and
+their random-subgraph references are experiment grids: ``experiments/sparsify_quant.py``."""
 
 
 def get_method(name: str) -> Method:
@@ -300,97 +177,157 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def record_method(config: dict) -> str:
-    """The method a record's ``config`` (``{"method", ["revision"]}``) belongs to now: its
-    ``method``, or the `RENAMED` name of an earlier revision of that name.
+COST_MODEL_VERSION = 2
+"""The version of the cost model (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
+Bump it in the change that alters what a stored configuration costs; records of another version are
+re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 
-    Raises:
-      ValueError: ``config["method"]`` missing or not a string.
-    """
-    name = config.get("method")
-    if not isinstance(name, str):
-        raise ValueError(f"config.method: must be a method name, got {name!r}")
-    return RENAMED.get((name, int(config.get("revision") or 0)), name)
-
-
-STALE_REL = 0.01
-"""Relative difference of a record's dense FP32 energy from the newest record's (same dataset, model
-and target) above which `stale_keys` calls it costed by another cost model. An assumption: changes of
-the model below 1 % of the dense reference do not move a reduction enough to matter (docs/results.md,
-"Stale records", has the changes seen)."""
+REFERENCE = "best_dense_store"
+"""The definition of the dense reference a record's ``dense_modeled`` prices (``versions.reference``):
+``"best_dense_store"`` = the same architecture in FP32 with every mask off, its input features
+stored dense or CSR, whichever the target runs cheaper (`codesign.train.build.dense_reference`).
+A change of the definition gets a new name."""
 
 
-def stale_keys(records, rel: float = STALE_REL) -> set[str]:
-    """The keys of the tradeoff records costed by another version of the cost model than the newest,
-    and of those trained with superseded settings (`superseded_keys`).
-
-    A record's ``dense_modeled.energy_j`` (the dense FP32 model of its dataset, model and target) is
-    the cost model's fingerprint: the records of one (``config.dataset``, ``config.model``,
-    ``config.hw``) share it exactly while the model is unchanged. The reference is the newest record's
-    (largest ``time``; the later one in ``records`` order on a tie) - an assumption: the newest record
-    was written by today's code. A record whose dense energy differs from it by more than ``rel``
-    (relative) is stale: its reductions came from another model and are not comparable with today's
-    (``experiments/tradeoff.py --rerun-stale`` retrains it; `paper_figures.fronts.load_tradeoff`
-    leaves it out).
-
-    Args:
-      records: record dicts (``key``, ``config``, ``dense_modeled``, ``time``) in file order; a later
-        record with the same ``key`` replaces an earlier one (as `paper_figures.fronts.read_records`);
-        records without a ``config.hw`` or ``dense_modeled`` are ignored.
-      rel: the tolerance (>= 0).
-
-    Raises:
-      ValueError: ``rel`` negative or not a number.
-    """
-    if not isinstance(rel, (int, float)) or not rel >= 0:
-        raise ValueError(f"stale_keys: rel must be a number >= 0, got {rel!r}")
-    latest = {}
-    for rec in records:
-        latest[rec.get("key")] = rec
-    groups: dict = {}
-    for i, rec in enumerate(latest.values()):
-        cfg, dense = rec.get("config") or {}, (rec.get("dense_modeled") or {}).get("energy_j")
-        if not cfg.get("hw") or not isinstance(dense, (int, float)):
-            continue
-        groups.setdefault((cfg.get("dataset"), cfg.get("model"), cfg["hw"]), []).append(
-            (str(rec.get("time", "")), i, float(dense), rec.get("key")))
-    stale = set()
-    for rows in groups.values():
-        ref = max(rows)[2]
-        stale |= {key for _, _, dense, key in rows if abs(dense - ref) > rel * abs(ref)}
-    return stale | superseded_keys(latest.values())
-
-
-def superseded_keys(records) -> set[str]:
-    """The keys of the tradeoff records trained with settings their method no longer uses on their
-    dataset: ``config.settings`` (`Method.settings_id`, absent = the method's ``overrides``) differs
-    from the method's today (e.g. made before `FLAGSHIP_BY_DATASET` re-chose the flagship's settings
-    there). Records of unknown methods or without ``config.dataset`` / ``config.method`` are ignored."""
-    out = set()
-    for rec in records:
-        cfg = rec.get("config") or {}
-        if not isinstance(cfg.get("method"), str) or not cfg.get("dataset"):
-            continue
-        method = PAPER_METHODS.get(record_method(cfg))
-        if method is not None and cfg.get("settings") != method.settings_id(cfg["dataset"], cfg.get("model")):
-            out.add(rec.get("key"))
-    return out
+def versions() -> dict:
+    """``{"cost_model": COST_MODEL_VERSION, "reference": REFERENCE}``: what a record's costs mean."""
+    return {"cost_model": COST_MODEL_VERSION, "reference": REFERENCE}
 
 
 def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:
-    """A run's identity in a results file: dataset, hardware and the `TrainConfig` flat fields
-    (`TrainConfig.flat`) that differ from their defaults (so adding a field with a default keeps old keys valid), plus
-    ``extra`` identity (e.g. devices, link); without ``extra`` the key of `codesign sweep` and
-    `codesign train` since their first results files."""
-    default = TrainConfig().flat()
-    changed = {k: v for k, v in cfg.flat().items() if v != default[k]}
-    return config_key({"dataset": dataset, "hw": hw, **changed, **extra})
+    """A run's identity: `codesign.results.config_key` of its resolved configuration - every
+    `TrainConfig` flat field (`TrainConfig.flat`, defaults included, so a default written out or
+    left implicit is the same run), the dataset, the hardware target, ``extra`` identity (scale-out
+    fields such as devices, link, int8_halo; ``measured_on``) - and `versions` (a record priced by
+    another cost model or against another reference is another record). A method's name is a
+    label stored beside the key, never part of it.
+
+    Raises:
+      ValueError: ``extra`` names a `TrainConfig` field, ``dataset``, ``hw`` or ``versions``.
+    """
+    flat = cfg.flat()
+    clash = sorted(set(extra) & (set(flat) | {"dataset", "hw", "versions"}))
+    if clash:
+        raise ValueError(f"run_key: extra identity field(s) {clash} clash with the configuration")
+    return config_key({"dataset": dataset, "hw": hw, **flat, **extra, "versions": versions()})
 
 
 def make_record(key: str, config: dict, result: dict) -> dict:
-    """One results-file record (the schema in the module docstring)."""
-    return {"key": key, "config": config, **result, "code_version": code_version(),
+    """One results-file record (the schema in the module docstring), stamped with `versions`."""
+    return {"key": key, "config": config, **result, "versions": versions(), "code_version": code_version(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One stored run, typed (`load_grid`).
+
+    Fields: ``key`` (`run_key`), ``dataset``, ``hw`` (target preset name), ``method`` (a label, or
+    None), ``config`` (the stored configuration: `TrainConfig` flat fields plus identity fields),
+    ``seed``, ``test_accuracy`` / ``val_accuracy`` (fractions in [0, 1]), ``modeled`` /
+    ``dense_modeled`` (``{"latency_s": s, "energy_j": J, "dram_bytes": bytes}``), ``densities``
+    (kept fractions), ``bits`` (configured width, 32 for FP32), ``layer_bits`` (hardened width per
+    tensor), ``versions`` (`versions`), ``extra`` (every other stored field, e.g. ``measured``)."""
+
+    key: str
+    dataset: str
+    hw: Optional[str]
+    method: Optional[str]
+    config: dict
+    seed: int
+    test_accuracy: float
+    val_accuracy: float
+    modeled: dict
+    dense_modeled: dict
+    densities: dict
+    bits: int
+    layer_bits: dict
+    versions: dict
+    extra: dict
+
+    def reduction(self, field: str = "energy_j") -> float:
+        """``dense_modeled[field] / modeled[field]`` (x, > 1 = cheaper than the reference)."""
+        return self.dense_modeled[field] / self.modeled[field]
+
+
+_TYPED = ("key", "config", "test_accuracy", "val_accuracy", "modeled", "dense_modeled", "densities", "bits",
+          "layer_bits", "versions")
+
+
+def grid_versions(path, records) -> Optional[dict]:
+    """The `versions` every record of ``records`` (dicts, of the file ``path``) was priced under
+    (a record without ``versions`` counts as ``{"cost_model": None, "reference": None}``), or None
+    for no records.
+
+    Raises:
+      ValueError: two records disagree: one line naming ``path``, the field and the two versions.
+    """
+    first = None
+    for rec in records:
+        ver = {k: (rec.get("versions") or {}).get(k) for k in ("cost_model", "reference")}
+        if first is None:
+            first = ver
+        elif ver != first:
+            field = "cost_model" if ver["cost_model"] != first["cost_model"] else "reference"
+            raise ValueError(f"{path}: records disagree on {field} version: {first[field]!r} vs {ver[field]!r}")
+    return first
+
+
+def load_grid(path) -> list[RunRecord]:
+    """The records of one results file as `RunRecord`s, in file order, a later record with the same
+    key replacing an earlier one.
+
+    Raises:
+      FileNotFoundError: ``path`` missing.
+      ValueError: a record lacks a field of `RunRecord` (one line: file, line's key, field), or two
+        records disagree on ``versions.cost_model`` or ``versions.reference`` (one line naming the
+        file and the two versions: re-price them, ``experiments/migrate_records.py``).
+    """
+    from codesign.results import ResultsStore
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load_grid: no results file {path}")
+    latest: dict = {}
+    for rec in ResultsStore(path).records():
+        missing = [f for f in _TYPED if f not in rec]
+        if missing:
+            raise ValueError(f"{path}: record {rec.get('key')!r} lacks {missing[0]} (written before "
+                             f"versioned records; run experiments/migrate_records.py)")
+        latest[rec["key"]] = rec
+    grid_versions(path, latest.values())
+    out = []
+    for rec in latest.values():
+        cfg = rec["config"]
+        out.append(RunRecord(
+            key=rec["key"], dataset=cfg.get("dataset"), hw=cfg.get("hw"), method=cfg.get("method"), config=cfg,
+            seed=int(cfg.get("seed", 0)), test_accuracy=float(rec["test_accuracy"]),
+            val_accuracy=float(rec["val_accuracy"]), modeled=dict(rec["modeled"]),
+            dense_modeled=dict(rec["dense_modeled"]), densities=dict(rec["densities"]), bits=int(rec["bits"]),
+            layer_bits=dict(rec["layer_bits"]), versions=dict(rec["versions"]),
+            extra={k: v for k, v in rec.items() if k not in _TYPED + ("code_version", "time")}))
+    return out
+
+
+def check_versions(path, records) -> None:
+    """Refuses to add today's records to a results file holding records of other `versions`.
+
+    Args:
+      path: the file's path (for the message).
+      records: its record dicts.
+
+    Raises:
+      ValueError: one line naming ``path`` and the stored and today's versions (a record without
+        ``versions`` was written before records carried them: ``experiments/migrate_records.py``).
+    """
+    now = versions()
+    for rec in records:
+        ver = rec.get("versions")
+        if ver is None:
+            raise ValueError(f"{path}: holds records without versions (older cost model); today's are {now}: "
+                             f"write to a fresh --out or run experiments/migrate_records.py")
+        ver = {k: ver.get(k) for k in now}
+        if ver != now:
+            raise ValueError(f"{path}: holds records of versions {ver}, today's are {now}: write to a fresh "
+                             f"--out or run experiments/migrate_records.py")
 
 
 def parse_part(text: Optional[str]) -> Optional[tuple[int, int]]:

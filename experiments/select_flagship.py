@@ -3,7 +3,7 @@
 The flagship (``codesign`` in `codesign.experiment.PAPER_METHODS`) combines distilled edge gates, feature
 and channel gates and learned bit-widths with pinned ranges. On Cora (``--dataset cora``, the default)
 four of its settings come from the isolated experiments and are chosen here again in combination: the
-edge L0 weight with the distillation weight (the two pairs validated in isolation, `ABLATIONS`
+edge L0 weight with the distillation weight (the two pairs validated in isolation, ``experiments/sparsify_quant.py``
 ``edge_mask_distill_l0.8`` and ``edge_mask_distill_w3_l2.4``), the bit penalty ``bits_weight`` (0.1, the
 isolated choice, or 0.3), the gate optimizer (per-element or per-tensor Adam) and the granularity of the
 learned bit-widths (``quantizer``: "learned", one width per tensor, or "a2q", A²Q-style per-node widths

@@ -14,13 +14,11 @@ Methods (`codesign.experiment.PAPER_METHODS`; the default ``--methods`` is `GRID
                 gates; learned per-tensor bit-widths from 8 bits with ranges pinned to the data max and a
                 bit penalty; the epoch chosen on the validation objective; the target's modeled cost in the
                 loss. Settings chosen on validation accuracy by experiments/select_flagship.py (Cora's
-                choice everywhere, except where `FLAGSHIP_BY_DATASET` holds a dataset's or a model's own: then
-                its records carry ``"settings"``, `Method.settings_id`, in their identity).
+                choice everywhere, except where `FLAGSHIP_BY_DATASET` holds a dataset's or a model's own).
   codesign_a2q  the same with A2Q-style per-node bit-widths on node features.
   codesign_no_* the flagship with one ingredient dropped (edges, features, bits, distill): the ablation.
   codesign_v1   the joint method of issue 7 (no distillation, learned ranges, no bit penalty; per-tensor
-                gate Adam); its records before the flagship took the name read ``"method": "codesign"``
-                without ``revision`` (`codesign.experiment.RENAMED`).
+                gate Adam).
   codesign_int8, edge_only, quant_only, codesign_cpu: earlier co-design variants (run when named).
   ugs_int8      UGS-style iterative magnitude pruning of edges and weights with rewinding
                 (`codesign.baselines.ugs.ugs_prune`, Chen et al. ICML 2021), trained with INT8 fake
@@ -38,8 +36,11 @@ that target's); baselines do not see the hardware, so each is trained once and i
 costed on every target. Every (model, method, level, seed) gives one record per target in
 ``results/<dataset>_tradeoff.jsonl``, appended atomically with the full config and the code version
 as soon as the run finishes (resumable: finished runs are skipped, an interrupted run restarts from
-scratch; with ``--rerun-stale`` the runs whose records were costed by an older cost model,
-`codesign.experiment.stale_keys`, are retrained and their new records replace the old ones). Each
+scratch). A record's key is `codesign.experiment.run_key` of its resolved `TrainConfig`, dataset,
+target, grid level outside the config (keep, round, training target) and the cost-model and
+reference versions (`record_key`): a method renamed or re-chosen to the same training keeps its
+records, a change of the cost model makes every key new (re-price the stored records with
+``experiments/migrate_records.py`` instead of retraining). Each
 record holds test / validation accuracy, the modeled cost of the hardened model and of the dense FP32
 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
 With ``--measure`` every GCN trained on the full graph is also deployed (`codesign.deploy.measure_model`,
@@ -91,7 +92,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from codesign.experiment import PAPER_METHODS as METHODS, record_method, stale_keys  # noqa: E402
+from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
 
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
@@ -135,15 +136,10 @@ def level_name(method: str, budget_mode: bool) -> Optional[str]:
 
 
 def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget_mode: bool) -> dict:
-    """The identity of one record (its key is `config_key` of this dict)."""
+    """The labels of one record (method, level, target; its key is `record_key`)."""
     cfg = {"experiment": "tradeoff", "dataset": dataset, "model": job.model, "method": job.method, "hw": hw,
            "cost_weight": 0.0, "budget": None, "keep": None, "round": None, "seed": job.seed, "epochs": epochs,
            "trained_for_hw": job.train_hw}
-    if METHODS[job.method].revision:  # a reused name: the revision is part of the identity (Method.revision)
-        cfg["revision"] = METHODS[job.method].revision
-    settings = METHODS[job.method].settings_id(dataset, job.model)
-    if settings is not None:  # settings re-chosen for this dataset (Method.by_dataset) are part of the identity
-        cfg["settings"] = settings
     name = level_name(job.method, budget_mode)
     if name is not None:
         cfg[name] = job.level
@@ -184,13 +180,23 @@ def part(jobs: list, k: int, n: int) -> list:
     return take_part(jobs, k, n)
 
 
+def record_key(job: Job, hw: str, dataset, epochs, budget_mode) -> str:
+    """The key of ``job``'s record on ``hw``: `codesign.experiment.run_key` of its resolved
+    `TrainConfig` (`train_config`), dataset and target, plus the grid fields that are no
+    `TrainConfig` field (random kept fraction, UGS round, the target it was trained for); the
+    method's name is a label in the record's config, not identity."""
+    from codesign.experiment import run_key
+    config = record_config(job, hw, dataset, epochs, budget_mode)
+    extra = {k: config[k] for k in ("keep", "round", "trained_for_hw") if config.get(k) is not None}
+    return run_key(dataset, hw, train_config(job, dataset, epochs, budget_mode), **extra)
+
+
 def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
-    """Keys of every record ``job`` writes (ugs_int8: one per round and target)."""
-    from codesign.results import config_key
+    """Keys of every record ``job`` writes (ugs_int8: one per round and target; `record_key`)."""
     if job.method == "ugs_int8":
-        return [config_key(record_config(dataclasses.replace(job, level=k), hw, dataset, epochs, budget_mode))
+        return [record_key(dataclasses.replace(job, level=k), hw, dataset, epochs, budget_mode)
                 for k in range(int(job.level) + 1) for hw in job.hws]
-    return [config_key(record_config(job, hw, dataset, epochs, budget_mode)) for hw in job.hws]
+    return [record_key(job, hw, dataset, epochs, budget_mode) for hw in job.hws]
 
 
 def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
@@ -288,7 +294,7 @@ def summarize(records: list[dict]) -> list[dict]:
     groups: dict = {}
     for r in records:
         c = r["config"]
-        method = record_method(c)
+        method = c["method"]
         kind = METHODS[method].levels
         field = ("budget" if c.get("budget") is not None else "cost_weight") if kind == "cost" else kind
         level = None if field is None else c[field]
@@ -343,7 +349,7 @@ def main(argv=None) -> list[dict]:
 
     from codesign.hwmodel import presets
     from codesign.experiment import make_record, parse_part
-    from codesign.results import ResultsStore, config_key
+    from codesign.results import ResultsStore
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora", help=f"one of {', '.join(DATASETS)}")
     p.add_argument("--models", default=",".join(MODELS))
@@ -359,8 +365,6 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
     p.add_argument("--measure", action="store_true", help="deploy every GCN trained on the full graph and time it "
                    "next to the dense FP32 program on this CPU (codesign.deploy.measure_model)")
-    p.add_argument("--rerun-stale", action="store_true", help="retrain the runs whose records were costed by "
-                   "another version of the cost model (codesign.experiment.stale_keys); the new record replaces it")
     p.add_argument("--reps", type=int, default=20, help="with --measure: timed inferences of each program")
     p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), "
                    "random_edges_distill; 2 targets, 1 seed, 3 epochs, measured (2 reps)")
@@ -394,11 +398,6 @@ def main(argv=None) -> list[dict]:
     if which is not None:
         jobs = part(jobs, *which)
     keys_of = {j: job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs}
-    if args.rerun_stale:  # a job with a stale record is rerun whole: all its targets' records from one model
-        stale = stale_keys(store.records())
-        for keys in keys_of.values():
-            if stale.intersection(keys):
-                done.difference_update(keys)
     todo = [j for j in jobs if not all(k in done for k in keys_of[j])]
     print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
     measure = None
@@ -408,16 +407,15 @@ def main(argv=None) -> list[dict]:
     for job in tqdm(todo, desc="tradeoff", unit="run"):
         for point, hw, fields in run_job(job, graph, args.dataset, args.epochs, budget_mode, measure):
             config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
-            key = config_key(config)
+            key = record_key(point, hw, args.dataset, args.epochs, budget_mode)
             if key in done:
                 continue
             cfg = train_config(point, args.dataset, args.epochs, budget_mode)
             store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
             done.add(key)
     wanted = {k for keys in keys_of.values() for k in keys}
-    latest = {r["key"]: r for r in store.records()}  # a rerun record replaces the stale one of its key
-    stale = stale_keys(latest.values())
-    rows = summarize([r for k, r in latest.items() if k in wanted and k not in stale])
+    latest = {r["key"]: r for r in store.records()}  # a later record replaces an earlier one of its key
+    rows = summarize([r for k, r in latest.items() if k in wanted])
     print(f"\n{'model':6s}{'hw':8s}{'method':22s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
           f"{'latency':>9s}{'measured x':>11s}")
     for r in rows:

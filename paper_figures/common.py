@@ -208,8 +208,8 @@ def dedupe_legend(handles: Sequence, labels: Sequence[str]) -> tuple[list, list[
 
 
 def method_style(method: str) -> dict:
-    """``{"color", "marker", "label"}`` of a method: its `codesign.experiment.METHODS` entry's
-    style (a grey dot labelled by name if unknown)."""
-    from codesign.experiment import METHODS
+    """``{"color", "marker", "label"}`` of a method (`paper_figures.styles.method_style`: its
+    `STYLES` entry, a grey dot labelled by name if unknown)."""
+    from paper_figures.styles import method_style as style
 
-    return METHODS[method].style(method) if method in METHODS else dict(color="0.4", marker=".", label=method)
+    return style(method)

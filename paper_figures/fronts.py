@@ -13,8 +13,9 @@ run per line::
      "densities": {...}, "layer_bits": {...}, ...,
      "measured": {"latency_s": ..}, "dense_measured": {"latency_s": ..}}   # optional (--measure): this CPU
 
-A record's method is `codesign.experiment.record_method` of its config: records of a method name that
-was later reused (``codesign`` before the flagship took it) load under their new name (``codesign_v1``).
+A record's method is the label in its config. A file whose records disagree on the cost-model or
+reference version (``versions``, `codesign.experiment.grid_versions`) is refused in one line; re-price
+old records with ``experiments/migrate_records.py``.
 
 Runs that differ only in ``seed`` (also in nested config objects) are one point (mean ± std over seeds). Accuracies of points
 are in percent; costs are modeled (J, s, bytes) and ``*_ratio`` is cost / dense FP32 cost on the
@@ -31,12 +32,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from codesign.experiment import PAPER_METHODS, record_method, stale_keys
+from codesign.experiment import PAPER_METHODS, grid_versions
 from codesign.results import ResultsStore, config_key
 from paper_figures.pareto import pareto_front
 
 __all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "FLAGSHIP", "COSTS", "family", "read_records", "load_tradeoff",
-           "load_or_exit", "stale_runs", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
+           "load_or_exit", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
            "best_reduction_within", "representatives", "min_bits"]
 
 CODESIGN_METHODS = tuple(n for n, m in PAPER_METHODS.items() if m.family == "codesign")
@@ -160,6 +161,9 @@ def _parse(rec: dict, where: str) -> dict:
     for f in ("cost_weight", "budget", "keep", "round"):
         if config.get(f) is not None:
             _number(config[f], f"config.{f}", where)
+    if not isinstance(rec.get("versions"), dict):
+        raise ValueError(f"{where}: record has no 'versions' (priced before records carried the cost-model version; "
+                         f"re-price it with experiments/migrate_records.py)")
     if "test_accuracy" not in rec:
         raise ValueError(f"{where}: record has no field 'test_accuracy'")
     acc = _number(rec["test_accuracy"], "test_accuracy", where, allow_nan=True)
@@ -167,12 +171,6 @@ def _parse(rec: dict, where: str) -> dict:
         raise ValueError(f"{where}: field 'test_accuracy' must be a fraction in [0, 1], got {acc!r}")
     val = rec.get("val_accuracy")
     val = math.nan if val is None else _number(val, "val_accuracy", where, allow_nan=True)
-    try:
-        method = record_method(config)
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from err
-    if method != config["method"]:
-        config = {**config, "method": method, "method_as_written": config["method"]}
     measured = None
     if rec.get("measured") is not None:
         measured = {name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where, positive=True)
@@ -211,17 +209,11 @@ def _mean_dict(items: list[dict]) -> dict[str, float]:
     return {k: float(np.mean([d[k] for d in items if k in d])) for k in keys}
 
 
-def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
+def load_tradeoff(path: str | Path) -> list[dict]:
     """Read a tradeoff JSONL and group its runs into points (one per config without ``seed``).
-
-    Records costed by an older version of the cost model (`codesign.experiment.stale_keys`: their
-    dense FP32 energy differs from the newest record's of the same dataset, model and target), or
-    trained with settings their method no longer uses on their dataset (`codesign.experiment.superseded_keys`), are
-    left out unless ``keep_stale``: their reductions are not comparable with today's.
 
     Args:
         path: a JSONL file in the format of the module docstring.
-        keep_stale: also load the stale records.
 
     Returns:
         One dict per point, in file order of first appearance: ``dataset``, ``model``, ``hw``,
@@ -241,17 +233,16 @@ def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
     Raises:
         FileNotFoundError: if the file does not exist.
         ValueError: ``"<file>:<line>: ..."`` naming the field, for a garbled line, a record
-            without ``config`` (with string ``dataset``/``model``/``method``/``hw``),
+            without ``versions`` or ``config`` (with string ``dataset``/``model``/``method``/``hw``),
             ``test_accuracy`` (a fraction in [0, 1] or NaN; ``val_accuracy`` a number if present), ``modeled``/``dense_modeled``
-            costs (finite, latency and energy > 0), or with a malformed ``breakdown``.
+            costs (finite, latency and energy > 0), or with a malformed ``breakdown``; or
+            ``"<file>: records disagree on <field> version: A vs B"`` (`codesign.experiment.grid_versions`).
     """
     path = Path(path)
     groups: dict[str, dict] = {}
     records = read_records(path)
-    stale = set() if keep_stale else stale_keys([rec for _, rec in records])
+    grid_versions(path, [rec for _, rec in records])
     for lineno, rec in records:
-        if rec.get("key") in stale:
-            continue
         run = _parse(rec, f"{path}:{lineno}")
         base = _without_seed(run["config"])
         g = groups.setdefault(config_key(base), {"config": base, "runs": [], "lines": [], "seeds": []})
@@ -295,26 +286,6 @@ def load_tradeoff(path: str | Path, keep_stale: bool = False) -> list[dict]:
         p["measured_latency_ratio"] = p["measured_latency_s"] / p["dense_measured_latency_s"] if meas else None
         points.append(p)
     return points
-
-
-def stale_runs(path: str | Path) -> list[dict]:
-    """The configs of the records of ``path`` that `load_tradeoff` leaves out as costed by an older
-    cost model or trained with superseded settings (`codesign.experiment.stale_keys`), in file
-    order, ``method`` under its current name.
-
-    Raises:
-        FileNotFoundError / ValueError: as `read_records`.
-    """
-    records = [rec for _, rec in read_records(path)]
-    stale = stale_keys(records)
-    out = []
-    for rec in records:
-        if rec.get("key") in stale:
-            config = rec.get("config") or {}
-            if isinstance(config.get("method"), str):  # under its current name (`record_method`)
-                config = {**config, "method": record_method(config)}
-            out.append(config)
-    return out
 
 
 def load_or_exit(path: Path, prog: str) -> list[dict]:

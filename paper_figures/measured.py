@@ -19,7 +19,6 @@ Output: ``<out>/<dataset>_measured.{png,pdf}``; `agreement` returns the numbers 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -40,33 +39,35 @@ def find_inputs(results: Path) -> list[Path]:
 
 
 def load_points(paths: Sequence[Path]) -> list[dict]:
-    """One dict per measured record: ``dataset``, ``label`` (method / cost weight / bits),
-    ``accuracy``, ``speedup``, ``energy_reduction``, and the four latencies (s)
-    ``measured_s``, ``dense_measured_s``, ``modeled_s``, ``dense_modeled_s``.
+    """One dict per measured record (read by `codesign.experiment.load_grid`, the typed loader):
+    ``dataset``, ``label`` (method / cost weight / bits), ``accuracy``, ``speedup``,
+    ``energy_reduction``, and the four latencies (s) ``measured_s``, ``dense_measured_s``,
+    ``modeled_s``, ``dense_modeled_s``.
 
     Raises:
-      ValueError: a record without one of the measured fields (names the file and line).
+      ValueError: a record without one of the measured fields (names the file and the record's key),
+        or a file whose records disagree on the cost-model or reference version (`load_grid`).
     """
+    from codesign.experiment import load_grid
+
     points = []
     for path in paths:
-        for i, line in enumerate(Path(path).read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            rec = json.loads(line)
-            missing = [f for f in _FIELDS if f not in rec]
+        for rec in load_grid(path):
+            missing = [f for f in _FIELDS + ("speedup",) if f not in rec.extra]
             if missing:
-                raise ValueError(f"{path}:{i}: record has no {missing} (not written by codesign sweep --measure)")
-            cfg = rec["config"]
+                raise ValueError(f"{path}: record {rec.key!r} has no {missing} (not written by codesign sweep "
+                                 f"--measure)")
+            cfg, ex = rec.config, rec.extra
             dense = not cfg.get("bits") and not cfg.get("cost_weight")
-            label = "dense FP32" if dense else f"{cfg.get('method') or 'sweep'} cw {cfg.get('cost_weight', 0):g}"
+            label = "dense FP32" if dense else f"{rec.method or 'sweep'} cw {cfg.get('cost_weight', 0):g}"
             points.append({
-                "dataset": cfg["dataset"], "label": label,
-                "accuracy": float(rec["test_accuracy"]), "speedup": float(rec["speedup"]),
-                "energy_reduction": float(rec["dense_modeled"]["energy_j"]) / float(rec["modeled"]["energy_j"]),
-                "measured_s": float(rec["measured"]["latency_s"]),
-                "dense_measured_s": float(rec["dense_measured"]["latency_s"]),
-                "modeled_s": float(rec["modeled_local"]["latency_s"]),
-                "dense_modeled_s": float(rec["dense_modeled_local"]["latency_s"])})
+                "dataset": rec.dataset, "label": label,
+                "accuracy": rec.test_accuracy, "speedup": float(ex["speedup"]),
+                "energy_reduction": rec.reduction("energy_j"),
+                "measured_s": float(ex["measured"]["latency_s"]),
+                "dense_measured_s": float(ex["dense_measured"]["latency_s"]),
+                "modeled_s": float(ex["modeled_local"]["latency_s"]),
+                "dense_modeled_s": float(ex["dense_modeled_local"]["latency_s"])})
     return points
 
 

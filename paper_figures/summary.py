@@ -31,7 +31,6 @@ import json
 import math
 import re
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
@@ -287,11 +286,6 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def _count_by(configs: list[dict]) -> list[tuple[str, int]]:
-    """``("<model>/<method>", count)`` of ``configs``, in first-seen order."""
-    return list(Counter(f"{c.get('model')}/{c.get('method')}" for c in configs).items())
-
-
 def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> str:
     """The summary markdown of the points of each input file.
 
@@ -314,14 +308,6 @@ def render(inputs: Sequence[tuple[Path, list[dict]]], loss_pts: float = 1.0) -> 
              "FP32 model's cost on the same hardware / the model's cost (higher is cheaper). \"Within "
              f"{loss_pts:g} pt\": mean accuracy >= dense mean − {loss_pts:g} percentage point(s). "
              "Co-design family: " + ", ".join(f"`{m}`" for m in fronts.CODESIGN_METHODS) + ".", ""]
-    for path, _ in inputs:
-        stale = fronts.stale_runs(path)
-        if stale:
-            lines += [f"Left out of `{_rel(path)}`: {len(stale)} records costed by an older version of the cost "
-                      "model (their dense FP32 energy differs from the newest record's) or trained with settings "
-                      "their method no longer uses there (`codesign.experiment.stale_keys`): "
-                      + ", ".join(f"{m} {n}" for m, n in _count_by(stale)) + ". "
-                      "`python experiments/tradeoff.py --rerun-stale ...` retrains them.", ""]
     all_points = [p for _, pts in inputs for p in pts]
     ceilings: dict = {}
     for bound in dict.fromkeys(Path(path).parent / "reduction_bound.json" for path, _ in inputs):

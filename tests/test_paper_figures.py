@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:  # make `paper_figures` importable however pytest 
 
 from paper_figures import fronts  # noqa: E402
 
-from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
+from codesign.experiment import versions  # noqa: E402
 from codesign.results import ResultsStore, config_key  # noqa: E402
 
 # --------------------------------------------------------------------------- synthetic inputs
@@ -76,10 +76,8 @@ def synthetic_records(hws=HWS, runs=RUNS, dataset="cora", model="gcn") -> list[d
                 config = {"experiment": "tradeoff", "dataset": dataset, "model": model, "method": method,
                           "hw": hw, "cost_weight": cw, "budget": None, "seed": seed, "epochs": 10,
                           "edge_target": dens["edge"]}
-                if METHODS[method].revision:  # as experiments/tradeoff.py writes a reused name
-                    config["revision"] = METHODS[method].revision
                 records.append({
-                    "key": config_key(config), "config": config, "test_accuracy": acc,
+                    "key": config_key(config), "config": config, "versions": versions(), "test_accuracy": acc,
                     "val_accuracy": acc - 0.01, "train_accuracy": 0.99,
                     "modeled": summ, "dense_modeled": dense_sum, "breakdown": bd, "dense_breakdown": dense_bd,
                     "densities": {**dens, "channel": 1.0},
@@ -481,11 +479,13 @@ def test_prefer_quick_or_full(tmp_path):
 
 
 def _measured_record(dataset, cw, acc, measured, dense_measured, modeled, dense_modeled, energy=(1.0, 1.0)):
-    return {"key": f"{dataset}{cw}", "config": {"dataset": dataset, "cost_weight": cw, "bits": 8 if cw else None},
-            "test_accuracy": acc, "speedup": dense_measured / measured,
-            "modeled": {"energy_j": energy[0]}, "dense_modeled": {"energy_j": energy[1]},
-            "measured": {"latency_s": measured}, "dense_measured": {"latency_s": dense_measured},
-            "modeled_local": {"latency_s": modeled}, "dense_modeled_local": {"latency_s": dense_modeled}}
+    from codesign.experiment import make_record
+    return make_record(f"{dataset}{cw}", {"dataset": dataset, "cost_weight": cw, "bits": 8 if cw else None},
+                       {"test_accuracy": acc, "val_accuracy": acc, "speedup": dense_measured / measured,
+                        "modeled": {"energy_j": energy[0]}, "dense_modeled": {"energy_j": energy[1]},
+                        "densities": {}, "bits": 8 if cw else 32, "layer_bits": {},
+                        "measured": {"latency_s": measured}, "dense_measured": {"latency_s": dense_measured},
+                        "modeled_local": {"latency_s": modeled}, "dense_modeled_local": {"latency_s": dense_modeled}})
 
 
 def test_measured_agreement_by_hand_and_figure(tmp_path):
@@ -506,6 +506,14 @@ def test_measured_agreement_by_hand_and_figure(tmp_path):
     assert all(p.stat().st_size > 0 for p in written)
     bad = tmp_path / "bad" / "x_measured.jsonl"
     bad.parent.mkdir()
-    bad.write_text(json.dumps({"config": {"dataset": "cora"}, "test_accuracy": 0.5}) + "\n")
-    with pytest.raises(ValueError, match=r"x_measured\.jsonl:1: record has no"):
+    rec = _measured_record("cora", 0.0, 0.5, 1e-3, 1e-3, 1e-3, 1e-3)
+    del rec["dense_measured"]
+    bad.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match=r"x_measured\.jsonl: record 'cora0.0' has no \['dense_measured'\]"):
+        measured.load_points([bad])
+    old = _measured_record("cora", 1.0, 0.5, 1e-3, 1e-3, 1e-3, 1e-3)
+    old["versions"] = {**old["versions"], "cost_model": -1}
+    new = _measured_record("cora", 0.0, 0.5, 1e-3, 1e-3, 1e-3, 1e-3)
+    bad.write_text(json.dumps(new) + "\n" + json.dumps(old) + "\n")
+    with pytest.raises(ValueError, match=r"x_measured\.jsonl: records disagree on cost_model version"):
         measured.load_points([bad])

@@ -17,21 +17,20 @@ if str(ROOT) not in sys.path:
 
 from paper_figures import fronts, summary  # noqa: E402
 
-from codesign.experiment import stale_keys  # noqa: E402
+from codesign.experiment import versions  # noqa: E402
 from codesign.results import config_key  # noqa: E402
 
 DENSE_J, DENSE_MS = 100.0, 10.0
 
 
-def _record(method, accs, energy_j, *, cw=0.0, keep=None, measured_ms=None, revision=None, hw="h100"):
+def _record(method, accs, energy_j, *, cw=0.0, keep=None, measured_ms=None, hw="h100"):
     """One record per seed: modeled energy ``energy_j`` (dense: `DENSE_J`), latency proportional."""
     out = []
     for seed, acc in enumerate(accs):
         config = {"experiment": "tradeoff", "dataset": "cora", "model": "gcn", "method": method, "hw": hw,
                   "cost_weight": cw, "budget": None, "keep": keep, "round": None, "seed": seed}
-        if revision is not None:
-            config["revision"] = revision
-        rec = {"key": config_key(config), "config": config, "test_accuracy": acc, "val_accuracy": acc,
+        rec = {"key": config_key(config), "config": config, "versions": versions(), "test_accuracy": acc,
+               "val_accuracy": acc,
                "modeled": {"latency_s": energy_j * 1e-3, "energy_j": energy_j, "dram_bytes": 1.0},
                "dense_modeled": {"latency_s": DENSE_J * 1e-3, "energy_j": DENSE_J, "dram_bytes": 1.0}}
         if measured_ms is not None:
@@ -44,11 +43,11 @@ def _record(method, accs, energy_j, *, cw=0.0, keep=None, measured_ms=None, revi
 # dense accuracy 80.0 %; within 1 pt: >= 79.0; the dominance levels: >= 78.0
 RECORDS = (
     _record("dense", (0.80, 0.80), DENSE_J, measured_ms=DENSE_MS)
-    + _record("codesign", (0.80, 0.80), 8.0, cw=0.1, measured_ms=4.0, revision=1)      # 80.0, 12.5x, 2.5x
-    + _record("codesign", (0.80, 0.79), 5.0, cw=0.3, measured_ms=2.0, revision=1)      # 79.5, 20x, 5x
-    + _record("codesign", (0.78, 0.78), 2.0, cw=1.0, measured_ms=1.0, revision=1)      # 78.0: not within 1 pt
-    + _record("codesign", (0.60, 0.60), 1.0, cw=3.0, revision=1)                       # collapsed
-    + _record("codesign", (0.81, 0.81), 50.0, cw=0.3)  # no revision: the joint method before issue 22
+    + _record("codesign", (0.80, 0.80), 8.0, cw=0.1, measured_ms=4.0)      # 80.0, 12.5x, 2.5x
+    + _record("codesign", (0.80, 0.79), 5.0, cw=0.3, measured_ms=2.0)      # 79.5, 20x, 5x
+    + _record("codesign", (0.78, 0.78), 2.0, cw=1.0, measured_ms=1.0)      # 78.0: not within 1 pt
+    + _record("codesign", (0.60, 0.60), 1.0, cw=3.0)                       # collapsed
+    + _record("codesign_v1", (0.81, 0.81), 50.0, cw=0.3)  # the joint method before issue 22
     + _record("int4", (0.80, 0.80), 10.0)                                               # 80.0, 10x, not measured
     + _record("a2q", (0.795, 0.795), 4.0, measured_ms=5.0)                             # 79.5, 25x, 2x
     + _record("random_edges", (0.70, 0.70), DENSE_J, keep=0.5)                          # nothing within 2 pt
@@ -97,7 +96,7 @@ def test_build_numbers_by_hand(points):
                                       "accuracy": 79.5, "energy_point_measured_latency_reduction": 2.0})
     assert e["random_edges"] == {"modeled_energy_reduction": None, "measured_latency_reduction": None,
                                  "accuracy": None, "energy_point_measured_latency_reduction": None}
-    # the record written "codesign" without a revision is the earlier joint method, under its new name
+    # the joint method of issue 7, under its own name
     assert e["codesign_v1"] == pytest.approx({"modeled_energy_reduction": 2.0, "measured_latency_reduction": None,
                                               "accuracy": 81.0, "energy_point_measured_latency_reduction": None})
     for m in ("codesign", "codesign_v1", "int4", "a2q", "random_edges"):
@@ -206,34 +205,22 @@ def test_measured_fronts_figure_only_where_records_were_measured(tmp_path):
     assert tradeoff.draw([p for p in pts if p["method"] == "int4"], "measured", out, "none") == []
 
 
-def _timed(recs, time, dense_j=DENSE_J):
-    return [dict(r, time=time, dense_modeled=dict(r["dense_modeled"], energy_j=dense_j)) for r in recs]
-
-
-def test_stale_records_are_those_of_another_cost_model(tmp_path):
-    """`stale_keys`: the newest record's dense energy is the reference of its (dataset, model, target);
-    records more than 1 % off are stale, left out of the points and counted in summary.md."""
-    old = _timed(_record("int4", (0.80, 0.80), 10.0), "2026-11-22T10:00:00+00:00", dense_j=80.0)
-    near = _timed(_record("int8", (0.80,), 20.0), "2026-11-22T11:00:00+00:00", dense_j=DENSE_J * 1.005)
-    other_hw = _timed(_record("int4", (0.80,), 10.0, hw="gnnear"), "2026-11-22T10:00:00+00:00", dense_j=80.0)
-    new = _timed(_record("dense", (0.80,), DENSE_J) + _record("codesign", (0.80,), 5.0, revision=1),
-                 "2026-11-25T10:00:00+00:00")
-    records = old + near + other_hw + new
-    assert stale_keys(records) == {r["key"] for r in old}  # gnnear: its own reference; int8 within 1 %
-    assert stale_keys(records, rel=0.001) == {r["key"] for r in old + near}
-    # a later record of the same key replaces the stale one
-    fresh = _timed(old[:1], "2026-11-25T11:00:00+00:00")
-    assert stale_keys(records + fresh) == {old[1]["key"]}
-    with pytest.raises(ValueError, match="rel"):
-        stale_keys(records, rel=-1)
+def test_a_file_of_mixed_cost_model_versions_is_refused_in_one_line(tmp_path):
+    """Records priced by two versions of the cost model are never mixed on one front."""
+    new = [dict(r, versions=versions()) for r in _record("dense", (0.80,), DENSE_J) + _record("int4", (0.8,), 10.0)]
+    old = [dict(r, versions={**versions(), "cost_model": 1}) for r in _record("int8", (0.80,), 20.0)]
     path = tmp_path / "cora_tradeoff.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    methods = {(p["method"], p["hw"]) for p in fronts.load_tradeoff(path)}
-    assert ("int4", "h100") not in methods and {("int8", "h100"), ("int4", "gnnear")} <= methods
-    assert ("int4", "h100") in {(p["method"], p["hw"]) for p in fronts.load_tradeoff(path, keep_stale=True)}
-    assert [c["method"] for c in fronts.stale_runs(path)] == ["int4", "int4"]
-    md = summary.render([(path, fronts.load_tradeoff(path))])
-    assert "2 records costed by an older version of the cost model" in md and "gcn/int4 2" in md
+    path.write_text("".join(json.dumps(r) + "\n" for r in new))
+    assert {p["method"] for p in fronts.load_tradeoff(path)} == {"dense", "int4"}
+    path.write_text("".join(json.dumps(r) + "\n" for r in new + old))
+    with pytest.raises(ValueError) as err:
+        fronts.load_tradeoff(path)
+    assert str(err.value) == (f"{path}: records disagree on cost_model version: "
+                              f"{versions()['cost_model']!r} vs 1")
+    unversioned = [{k: v for k, v in r.items() if k != "versions"} for r in new]
+    path.write_text("".join(json.dumps(r) + "\n" for r in unversioned))
+    with pytest.raises(ValueError, match=r"cora_tradeoff.jsonl:1: record has no 'versions' \(priced before"):
+        fronts.load_tradeoff(path)
 
 
 def test_the_ceiling_beside_the_results_is_stated_under_each_title(tmp_path):

@@ -1,0 +1,228 @@
+"""Re-price stored run records with today's cost model, or drop them.
+
+A record keeps what training decided - its hardened kept fractions (``densities``) and bit-widths
+(``bits``, ``layer_bits``) - so its modeled cost can be recomputed without training: `recost`
+builds the record's model from its configuration, prices it on its target through the same entry
+point as training (`codesign.train.store_costs` with the stored ``densities`` as the what-if
+densities, the cheaper feature store by the run's objective, `codesign.train.cheapest_store`), and
+its best dense reference (`codesign.train.dense_reference`); the record gets today's `run_key`
+and `codesign.experiment.versions`, and ``recosted_from`` (the code version that trained it).
+
+A record is dropped (and counted, by reason) where the stored numbers do not determine its cost:
+  * ``config``: its configuration does not resolve to today's `TrainConfig` (an unknown field or
+    value), or it has no ``config.dataset`` / ``config.hw``;
+  * ``scale_out``: a partitioned run (``devices`` > 1: its halo traffic is not stored);
+  * ``tiles``: a `BlockEdgeMask` run (which 16 x 16 tiles were kept is not stored);
+  * ``layer_bits``: learned widths that differ between tensors (``workload(bits=)`` takes one width)
+    or were not stored;
+  * ``fields``: no ``densities`` or ``test_accuracy`` / ``val_accuracy``;
+  * ``superseded``: a tradeoff record trained with settings its method no longer uses on its
+    dataset (stored ``config.settings`` differs from `settings_id` today), so its label
+    would name another training.
+Labels are brought to today's names: a record written ``"codesign"`` without a ``revision`` was the
+joint method of issue 7, `RENAMED_BEFORE` (``codesign_v1``); ``revision`` and ``settings`` leave the
+config (a record's identity is its resolved configuration).
+Where the model prices kept features by their fraction (`workload(densities=)`), a CSR-stored
+input is priced at the kept fraction of its nonzeros (uniform over columns) - an approximation of
+the trained run's exact kept columns; `tests/test_migrate_records.py` checks that a dense-store
+record's re-priced cost equals the one training wrote.
+
+    python experiments/migrate_records.py [--results results] [--dry-run]
+rewrites every ``<results>/*.jsonl`` whose records carry a ``config`` and ``modeled`` (atomically,
+`codesign.results.write_text_atomic`) and prints per file: re-priced, dropped by reason, kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from codesign.experiment import run_key, versions  # noqa: E402
+
+IDENTITY_EXTRA = ("devices", "link", "int8_halo", "measured_on", "keep", "round", "trained_for_hw")
+"""Stored config fields that are run identity beyond `TrainConfig` (scale-out, measuring machine,
+a grid level that is no `TrainConfig` field: random kept fraction, UGS round, training target);
+``None`` values are left out (`identity_extra`)."""
+
+
+RENAMED_BEFORE = {("codesign", 0): "codesign_v1"}
+"""``(method name written in a record, its revision) -> today's name``: the one name reused for other
+settings (the flagship took ``codesign`` in issue 22)."""
+
+
+def settings_id(method, dataset: str, model=None):
+    """What ``experiments/tradeoff.py`` wrote as ``config.settings`` before records were keyed on
+    their resolved configuration: `codesign.results.config_key` of the overrides re-chosen for
+    ``model`` on ``dataset`` (their fields that differ from `TrainConfig`'s defaults), or None where
+    they configure the same training as ``method.overrides``."""
+    from codesign.results import config_key
+    from codesign.train import TrainConfig
+    scope = method.scope(dataset, model)
+    if scope is None:
+        return None
+    default = TrainConfig().flat()
+    own = lambda over: {k: v for k, v in over.items() if v != default.get(k, object())}
+    chosen = own(method.by_dataset[scope])
+    return None if chosen == own(method.overrides) else config_key(chosen)
+
+
+def relabel(config: dict):
+    """``config`` with today's method label and without ``revision`` / ``settings``, or None where
+    the record's settings are superseded (module docstring)."""
+    from codesign.experiment import PAPER_METHODS
+    out = {k: v for k, v in config.items() if k not in ("revision", "settings")}
+    name = config.get("method")
+    if not isinstance(name, str):
+        return out
+    name = RENAMED_BEFORE.get((name, int(config.get("revision") or 0)), name)
+    out["method"] = name
+    method = PAPER_METHODS.get(name)
+    if method is not None and config.get("dataset") and "train" in config:
+        if config.get("settings") != settings_id(method, config["dataset"], config.get("model")):
+            return None
+    return out
+
+
+def identity_extra(config: dict) -> dict:
+    """The `IDENTITY_EXTRA` fields of a stored ``config`` that are set (not None)."""
+    return {k: config[k] for k in IDENTITY_EXTRA if config.get(k) is not None}
+
+
+def resolve_config(config: dict):
+    """``(TrainConfig, extra identity)`` of a stored ``config``, or None where it does not resolve
+    to today's `TrainConfig` (unknown field names are ignored only when they are labels:
+    ``method``, ``revision``, ``settings``, ``dataset``, ``hw``)."""
+    from codesign.train import FLAT_FIELDS, TrainConfig
+    # experiments/tradeoff.py stores the TrainConfig under "train", the grid's labels beside it
+    fields = {k: v for k, v in (config.get("train") or config).items() if k in FLAT_FIELDS}
+    try:
+        cfg = TrainConfig.from_flat(**fields)
+    except (ValueError, TypeError):
+        return None
+    return cfg, identity_extra(config)
+
+
+def recost(record: dict, graph, hw, cache: dict | None = None):
+    """``(new record, None)`` re-priced by today's cost model, or ``(None, reason)`` (module
+    docstring) where the stored record does not determine its cost.
+
+    Args:
+      record: a stored run record (``config``, ``densities``, ``layer_bits``, ...).
+      graph: its dataset (`codesign.graph.Graph`).
+      hw: its target (`codesign.hwmodel.HardwareSpec`).
+      cache: a dict kept across calls (the graph's workload inputs and dense references are computed
+        once per dataset, target and architecture), or None.
+    """
+    from flax import nnx
+
+    from codesign.train import build_model, cheapest_store, dense_reference, store_costs
+    from codesign.train.build import workload_inputs
+    config = record.get("config") or {}
+    if not config.get("dataset") or not config.get("hw"):
+        return None, "config"
+    if any(k not in record for k in ("densities", "test_accuracy", "val_accuracy")):
+        return None, "fields"
+    if int(config.get("devices") or 1) > 1:
+        return None, "scale_out"
+    resolved = resolve_config(config)
+    if resolved is None:
+        return None, "config"
+    labelled = relabel(config)
+    if labelled is None:
+        return None, "superseded"
+    cfg, extra = resolved
+    if cfg.flat().get("edge_sparsifier") == "block":
+        return None, "tiles"
+    if "layer_bits" not in record and cfg.flat().get("quantizer") not in (None, "fixed"):
+        return None, "layer_bits"  # learned widths, not stored
+    widths = set((record.get("layer_bits") or {}).values())
+    if len(widths) > 1:
+        return None, "layer_bits"
+    bits = float(widths.pop()) if widths else None
+    try:
+        cache = {} if cache is None else cache
+        sparse = cfg.cost.sparse_features
+        if ("inputs", id(graph), sparse) not in cache:
+            cache["inputs", id(graph), sparse] = workload_inputs(cfg, graph)
+        inputs = cache["inputs", id(graph), sparse]
+        model = build_model(cfg, graph, nnx.Rngs(0))
+        store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs,
+                                                densities=dict(record["densities"]), bits=bits), cfg.cost.objective)
+        ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective, sparse)
+        if ref_key not in cache:
+            cache[ref_key] = dense_reference(cfg, graph, hw, inputs)
+        ref_store, ref = cache[ref_key]
+    except ValueError:
+        return None, "config"
+    new = {k: v for k, v in record.items() if k not in ("breakdown", "dense_breakdown", "by_hw")}
+    new["config"] = labelled
+    new.setdefault("layer_bits", {})  # fixed widths: the configured bits, as training writes them
+    new.update(key=run_key(config["dataset"], config["hw"], cfg, **extra), modeled=rep.summary(),
+               dense_modeled=ref.summary(), feature_store=store, dense_feature_store=ref_store,
+               final_cost_ratio=float(rep.energy_j / ref.energy_j), versions=versions(),
+               recosted_from=record.get("code_version"))
+    return new, None
+
+
+def migrate_file(path: Path, data_root=None, dry_run: bool = False) -> collections.Counter:
+    """Re-prices or drops every record of ``path`` (`recost`); returns the counts (``recosted``,
+    ``dropped:<reason>``); rewrites the file atomically unless ``dry_run``. Records already of
+    today's `versions` are kept as they are (``current``)."""
+    from codesign.data import load_dataset
+    from codesign.hwmodel import presets
+    from codesign.results import ResultsStore, write_text_atomic
+    counts, out, graphs, cache = collections.Counter(), [], {}, {}
+    for rec in ResultsStore(path).records():
+        if rec.get("versions") == versions():
+            counts["current"] += 1
+            out.append(rec)
+            continue
+        cfg = rec.get("config") or {}
+        try:
+            if cfg.get("dataset") not in graphs:
+                graphs[cfg.get("dataset")] = load_dataset(cfg["dataset"], root=data_root) if cfg.get("dataset") \
+                    else None
+            graph, hw = graphs[cfg.get("dataset")], presets.get(cfg["hw"]) if cfg.get("hw") else None
+        except (ValueError, KeyError, FileNotFoundError):
+            graph = hw = None
+        new, why = recost(rec, graph, hw, cache) if graph is not None and hw is not None else (None, "config")
+        counts["recosted" if new else f"dropped:{why}"] += 1
+        if new:
+            out.append(new)
+    if not dry_run:
+        write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in out))
+    return counts
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--files", default=None, help="comma-separated file names under --results (default: every "
+                   "*.jsonl whose first record has config and modeled)")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--dry-run", action="store_true", help="count, do not rewrite")
+    args = p.parse_args(argv)
+    if args.files:
+        paths = [args.results / f for f in args.files.split(",")]
+    else:
+        paths = []
+        for path in sorted(args.results.glob("*.jsonl")):
+            first = next((json.loads(line) for line in path.read_text().splitlines() if line.strip()), {})
+            if "config" in first and "modeled" in first:
+                paths.append(path)
+    report = {}
+    for path in paths:
+        counts = migrate_file(path, args.data_root, args.dry_run)
+        report[path.name] = dict(counts)
+        print(f"{path.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
