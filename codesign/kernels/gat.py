@@ -169,7 +169,7 @@ def gat_aggregate(graph: GraphLike, h: jax.Array, s_src: jax.Array, s_dst: jax.A
                        for name, v in (("h", h), ("s_src", s_src), ("s_dst", s_dst)))
     _validate(graph, h, s_src, s_dst, "gat_aggregate")
     on_gpu = jax.default_backend() == "gpu"
-    name = _auto_impl(graph, h, heads=h.shape[1], allowed=("reference", "pallas")) if impl == "auto" else impl
+    name = _auto_impl(graph, h, op="attention", heads=h.shape[1], allowed=("reference", "pallas")) if impl == "auto" else impl
     if name == "reference":
         return gat_aggregate_reference(graph, h, s_src, s_dst, negative_slope=negative_slope)
     csr = graph if isinstance(graph, CsrByReceiver) else csr_by_receiver(graph)
