@@ -5,15 +5,17 @@ attention dropout 0.6) on Cora and on an R-MAT graph (2^15 nodes, `codesign.data
     OMP_NUM_THREADS=1 python experiments/backend_chooser_bench.py [--reps 15] [--graphs cora rmat]
     # writes results/backend_chooser_bench.json
 
-"before" runs the same models with the old rules patched in for ``impl="auto"`` (copied below:
-`aggregate` took scipy's CSR kernel when a `CsrPattern` was attached, on CPU, and E x F >= 2^20
-(`CSR_AUTO_MIN_WORK`), else segment_sum; GAT's attention took the CSR path whenever the
-adjacency carried a `CsrPattern` on CPU, else the reference); "after" runs ``impl="auto"`` as it
-is now. Both sides get the adjacency with a `CsrPattern` over edges + self-loops attached (as
+"before" runs the code without the chooser (``--before-root``, default /work/main: there
+``impl="auto"`` meant fixed rules: scipy's CSR kernel for `aggregate` when a `CsrPattern` was
+attached, on CPU, and E x F >= 2^20, else segment_sum; GAT's multi-head CSR path whenever the
+adjacency carried a `CsrPattern` on CPU, else its reference / head-expanded edge path); "after"
+this checkout (`codesign.kernels.auto_impl` by modeled cost; GATConv through its vertex program).
+Both sides get the adjacency with a `CsrPattern` over edges + self-loops attached (as
 `experiments/vertex_bench.py` does), the same init, data and Adam; one full-batch step (forward,
-backward, update) is an epoch. Both steps are compiled first, then ``--reps`` epochs alternate
-before / after in one process; per side the median, min and max, the backends it resolved
-(recorded at trace time, `codesign.kernels.recorded_choices`), and the median ratio after / before.
+backward, update) is an epoch. Sides alternate by process (``--rounds`` rounds, each a fresh
+process per side: compile, one untimed step, ``--reps`` timed epochs); per side the median, min
+and max over all timed epochs, the backends "after" resolved (recorded at trace time,
+`codesign.kernels.recorded_choices`), and the median ratio after / before.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,42 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vertex_bench import GAT_HIDDEN, HEADS, data, load_problem  # noqa: E402
 
 from codesign import kernels  # noqa: E402
-from codesign.kernels import api  # noqa: E402
-from codesign.kernels.coo import CooAdjacency  # noqa: E402
-from codesign.kernels.csr_cpu import CsrPattern  # noqa: E402
 from codesign.models import GAT, GCN  # noqa: E402
-from codesign.models import gat as gat_module  # noqa: E402
-
-OLD_CSR_AUTO_MIN_WORK = 1 << 20
-
-
-def old_auto_impl(adj, x, *, op="spmm", heads=1, hw=None, allowed=None):
-    """The rules before the chooser (kernels/api.py, kernels/gat.py, models/gat.py `_uses_csr`)."""
-    cpu = jax.default_backend() == "cpu"
-    if op == "attention":
-        name = "csr" if isinstance(getattr(adj, "pattern", None), CsrPattern) and cpu else "reference"
-        name = name if allowed is None or name in allowed else "reference"
-    else:
-        name = api.candidates(adj, x, op)[0]
-        if isinstance(adj, CooAdjacency):
-            big = adj.n_edges * (x.shape[1] if x.ndim == 2 else 1) >= OLD_CSR_AUTO_MIN_WORK
-            name = "csr_scipy" if isinstance(adj.pattern, CsrPattern) and cpu and big else "segment"
-    api._note("aggregate" if op == "spmm" else op, name)
-    return name
-
-
-@contextlib.contextmanager
-def rules(side: str):
-    if side == "after":
-        yield
-        return
-    saved = api.auto_impl, gat_module.auto_impl
-    api.auto_impl = gat_module.auto_impl = old_auto_impl
-    try:
-        yield
-    finally:
-        api.auto_impl, gat_module.auto_impl = saved
-
 
 def build(model: str, p, side: str):
     n_cls, f = int(p.y.max()) + 1, p.x.shape[1]
@@ -96,30 +64,46 @@ def build(model: str, p, side: str):
         opt.update(mm, grads)
         return nnx.state((mm, opt)), loss
 
-    with rules(side), kernels.recorded_choices() as chosen:
+    rec = getattr(kernels, "recorded_choices", None)  # absent in the "before" code
+    with (rec() if rec else contextlib.nullcontext({})) as chosen:
         compiled = jax.jit(step, donate_argnums=0).lower(state, *data(p)).compile()
     return compiled, state, chosen
 
 
-def time_pair(model: str, p, reps: int) -> dict:
-    sides = {}
-    for side in ("before", "after"):
-        compiled, state, chosen = build(model, p, side)
-        state, _ = jax.block_until_ready(compiled(state, *data(p)))
-        sides[side] = dict(compiled=compiled, state=state, chosen=chosen, times=[])
+def child(graph: str, model: str, reps: int, rmat_scale: int, rmat_draws: int) -> dict:
+    """One side in this process: compile, one untimed step, then ``reps`` timed epochs."""
+    p = load_problem(graph, False, rmat_scale, rmat_draws)
+    compiled, state, chosen = build(model, p, "")
+    state, _ = jax.block_until_ready(compiled(state, *data(p)))
+    times = []
     for _ in range(reps):
-        for side in ("before", "after"):
-            s = sides[side]
-            t0 = time.perf_counter()
-            s["state"], loss = jax.block_until_ready(s["compiled"](s["state"], *data(p)))
-            s["times"].append(time.perf_counter() - t0)
-    out = {}
+        t0 = time.perf_counter()
+        state, _ = jax.block_until_ready(compiled(state, *data(p)))
+        times.append(time.perf_counter() - t0)
+    return {"backend": chosen, "epoch_s": times, "n_nodes": int(p.x.shape[0]), "n_edges": int(p.adj.n_edges)}
+
+
+def time_pair(graph: str, model: str, a) -> dict:
+    """Alternating processes: "before" with the code at ``--before-root`` on PYTHONPATH, "after"
+    with this checkout's; ``--rounds`` rounds of ``--reps`` epochs each."""
+    here = str(Path(__file__).resolve().parents[1])
+    sides = {"before": {"times": []}, "after": {"times": []}}
+    for _ in range(a.rounds):
+        for side, root in (("before", a.before_root), ("after", here)):
+            env = {**os.environ, "PYTHONPATH": root}
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child", graph, model, "--reps", str(a.reps),
+                   "--rmat-scale", str(a.rmat_scale), "--rmat-draws", str(a.rmat_draws)]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=root)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            sides[side]["times"] += r["epoch_s"]
+            sides[side]["backend"] = r["backend"]
+            graph_size = {"n_nodes": r["n_nodes"], "n_edges": r["n_edges"]}
+    out = {"graph": graph_size}
     for side, s in sides.items():
         t = np.asarray(s["times"])
-        out[side] = {"backend": s["chosen"], "epoch_s_median": float(np.median(t)), "epoch_s_min": float(t.min()),
+        out[side] = {"backend": s["backend"], "epoch_s_median": float(np.median(t)), "epoch_s_min": float(t.min()),
                      "epoch_s_max": float(t.max()), "epoch_s": [float(v) for v in t]}
     out["ratio_after_over_before"] = out["after"]["epoch_s_median"] / out["before"]["epoch_s_median"]
-    out["same_backends"] = out["after"]["backend"] == out["before"]["backend"]
     return out
 
 
@@ -130,20 +114,24 @@ def main(argv=None) -> dict:
     ap.add_argument("--models", nargs="+", default=["gcn", "gat"])
     ap.add_argument("--rmat-scale", type=int, default=15)
     ap.add_argument("--rmat-draws", type=int, default=280_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--before-root", default="/work/main", help="checkout with the code before the chooser")
     ap.add_argument("--out", default="results/backend_chooser_bench.json")
+    ap.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(*a.child, a.reps, a.rmat_scale, a.rmat_draws)))
+        return {}
     res = {"what": __doc__.strip().splitlines()[0], "command": "OMP_NUM_THREADS=1 python experiments/backend_chooser_bench.py "
            + " ".join(argv if argv is not None else sys.argv[1:]),
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "host": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "jax": jax.__version__,
                     "backend": jax.default_backend(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")},
-           "load_before": os.getloadavg(), "reps": a.reps, "callback_overhead_s": api.callback_overhead_s(),
-           "preset": api.device_preset().name, "runs": {}}
+           "load_before": os.getloadavg(), "reps": a.reps, "rounds": a.rounds, "before_root": a.before_root,
+           "before_commit": subprocess.run(["git", "-C", a.before_root, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),  "runs": {}}
     for g in a.graphs:
-        p = load_problem(g, False, a.rmat_scale, a.rmat_draws)
         for model in a.models:
-            r = time_pair(model, p, a.reps)
-            r["graph"] = {"n_nodes": int(p.x.shape[0]), "n_edges": int(p.adj.n_edges)}
+            r = time_pair(g, model, a)
             res["runs"][f"{g}/{model}"] = r
             print(g, model, {k: (v["backend"], round(v["epoch_s_median"], 4)) for k, v in r.items()
                              if k in ("before", "after")}, "ratio", round(r["ratio_after_over_before"], 3), flush=True)
