@@ -19,7 +19,6 @@ they read. Each program is the layer's equation for one vertex ``v``; the dense 
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import jax
@@ -29,7 +28,7 @@ from codesign.kernels import CooAdjacency
 from codesign.vertex import trace as vx
 from codesign.vertex.program import Program, program
 
-__all__ = ["gcn", "gat", "gat_attention", "rgcn", "weighted_sum", "appnp_step", "degree_norm"]
+__all__ = ["gcn", "gat", "rgcn", "weighted_sum", "appnp_step", "degree_norm"]
 
 
 @program
@@ -41,29 +40,6 @@ def gcn(v):
 def gat(v):
     s = [vx.leaky_relu(u.el + v.er, 0.2) for u in v.in_nbrs]
     return vx.sum(a * u.h for a, u in zip(vx.softmax(s), v.in_nbrs))
-
-
-@functools.lru_cache(maxsize=None)
-def gat_attention(negative_slope: float = 0.2, edge_scale: bool = False) -> Program:
-    """The `gat` program with LeakyReLU slope ``negative_slope`` (a Python float) and, with
-    ``edge_scale``, each normalized coefficient multiplied by an edge input ``keep`` float [E]
-    (attention dropout's mask / (1 - rate), Velickovic et al. 2018, sec. 3.3): ``sum_{(u, e)}
-    softmax_u(LeakyReLU(el_u + er_v)) keep_e h_u``. What `codesign.models.GATConv` runs, one head,
-    heads by `jax.vmap`. Without ``edge_scale`` and without gates the attention lowers to the fused
-    kernel (`codesign.vertex.lower`); with them to an edge softmax and one SpMM."""
-    slope = float(negative_slope)
-    if edge_scale:
-        @program
-        def gat_keep(v):
-            s = [vx.leaky_relu(u.el + v.er, slope) for u in v.in_nbrs]
-            return vx.sum(a * e.keep * u.h for a, (u, e) in zip(vx.softmax(s), v.in_edges))
-        return gat_keep
-
-    @program
-    def gat_slope(v):
-        s = [vx.leaky_relu(u.el + v.er, slope) for u in v.in_nbrs]
-        return vx.sum(a * u.h for a, u in zip(vx.softmax(s), v.in_nbrs))
-    return gat_slope
 
 
 @program

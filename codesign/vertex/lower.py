@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,15 +36,12 @@ forms [E, H, F] messages), "pallas" (the fused online-softmax kernel; interprete
 class EdgeContext:
     """The graph a program runs on: ``adj`` (`CooAdjacency`, E edges over N nodes, its pattern
     passed to the kernels), ``gates`` float [E] or None, and the kernel choices ``impl`` (of
-    `codesign.kernels.aggregate`) and ``attention_impl`` (`ATTENTION_IMPLS`); ``aggregate_fn`` runs
-    the fused weighted sums (``aggregate_fn(adj, x, impl=...)``, the signature of
-    `codesign.kernels.aggregate`, the default; a model's injected aggregation)."""
+    `codesign.kernels.aggregate`) and ``attention_impl`` (`ATTENTION_IMPLS`)."""
 
     adj: CooAdjacency
     gates: Optional[jax.Array]
     impl: str = "auto"
     attention_impl: str = "auto"
-    aggregate_fn: Callable = aggregate
 
 
 def attention_mode(adj: CooAdjacency, attention_impl: str, h: Optional[jax.Array] = None, heads: int = 1) -> str:
@@ -240,7 +237,7 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
             x = value(f.args[0])
             x2 = x.reshape(n, -1)
             w = None if w is None else w.astype(x.dtype)
-            out = ctx.aggregate_fn(adj.with_weight(w), x2, impl=ctx.impl).reshape(x.shape)
+            out = aggregate(adj.with_weight(w), x2, impl=ctx.impl).reshape(x.shape)
         return out / _per_edge(count(), out) if kind == "mean" else out
 
     def fused_attention(p: AttentionPlan):
