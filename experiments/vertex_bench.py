@@ -180,8 +180,9 @@ def largest_edge_array(hlo_text: str, n_edges: int, factors: tuple) -> int:
 
 
 def ehf_check(p: Problem, compiled: dict) -> dict:
-    """The GAT [E', heads, F] check on the compiled train steps: ``compiled["vertex"]`` and
-    ``compiled["hand"]`` (attention_impl "auto"), and the vertex step on the reference path
+    """The GAT [E', heads, F] check on the compiled train steps: the vertex step on the fused CSR
+    path (attention_impl "csr", compiled here; "auto" picks by modeled cost, which may be the
+    reference on small graphs), ``compiled["hand"]`` (as timed), and the vertex step on the reference path
     (compiled here: its XLA gather + segment ops do form the tensor, which shows the check bites).
     Per step: XLA's temporaries (``memory_analysis``), the largest edge-sized array in the
     optimized HLO (`largest_edge_array`) and whether it is below E' x heads x F elements, and any
@@ -191,7 +192,7 @@ def ehf_check(p: Problem, compiled: dict) -> dict:
     shapes = sorted({f"f32[{e},{HEADS},{GAT_HIDDEN}]", f"f32[{HEADS},{e},{GAT_HIDDEN}]",
                      f"f32[{e * HEADS},{GAT_HIDDEN}]", f"f32[{e},{GAT_HIDDEN},{HEADS}]"})
     out = {"edges_with_loops": e, "ehf_elements": ehf}
-    steps = {"vertex": compiled["vertex"], "vertex_reference": build("gat", p, "vertex", "reference")[0],
+    steps = {"vertex": build("gat", p, "vertex", "csr")[0], "vertex_reference": build("gat", p, "vertex", "reference")[0],
              "hand": compiled["hand"]}
     for name, step in steps.items():
         text = step.as_text()

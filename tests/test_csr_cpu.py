@@ -12,7 +12,7 @@ from jax.test_util import check_grads
 
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_pattern, csr_spmm, segment_spmm, with_csr_pattern
 from codesign.kernels import csr_cpu
-from codesign.kernels.api import CSR_AUTO_MIN_WORK
+from codesign.kernels.api import callback_overhead_s, device_preset, modeled_cost_s
 from codesign.kernels.csr_cpu import csr_aggregate
 from codesign.models import GAT, GCN
 
@@ -116,17 +116,26 @@ def test_one_thread_and_many_agree(getkey, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_auto_picks_csr_with_a_pattern_on_large_products(getkey, monkeypatch):
+def test_auto_runs_csr_where_the_model_prices_it_lower(getkey, monkeypatch):
     calls = []
     spmm_host = csr_cpu._spmm_host
     monkeypatch.setattr(csr_cpu, "_spmm_host", lambda *a: calls.append(1) or spmm_host(*a))
-    big = random_adj(getkey(), 1000, 20000)
-    x = jax.random.normal(getkey(), (1000, 64))  # 20000 x 64 >= CSR_AUTO_MIN_WORK
-    assert big.n_edges * 64 >= CSR_AUTO_MIN_WORK
-    np.testing.assert_allclose(aggregate(with_csr_pattern(big), x), aggregate(big, x), rtol=1e-4, atol=1e-4)
-    assert len(calls) == 1  # the "auto" call with a pattern; the other ran segment_sum
+    hw = device_preset()
+    big = with_csr_pattern(random_adj(getkey(), 1000, 20000))
+    x = jax.random.normal(getkey(), (1000, 64))
     small = with_csr_pattern(random_adj(getkey(), 10, 30))
-    aggregate(small, x[:10])  # too small: segment_sum despite the pattern
+    assert callback_overhead_s() > 0  # the measured record: a callback costs more than a 10-node product
+    assert modeled_cost_s("csr_scipy", small, x[:10], hw) > modeled_cost_s("segment", small, x[:10], hw)
+    aggregate(small, x[:10])
+    assert not calls
+    # a preset without scipy's per-row cost prices CSR below segment_sum (no message buffer) ...
+    monkeypatch.setattr("codesign.kernels.api.device_preset", lambda: hw.replace(row_overhead_s=0.0))
+    monkeypatch.setattr("codesign.kernels.api.callback_overhead_s", lambda: 0.0)
+    np.testing.assert_allclose(aggregate(big, x), aggregate(big, x, impl="segment"), rtol=1e-4, atol=1e-4)
+    assert len(calls) == 1  # the "auto" call ran scipy; the other segment_sum
+    # ... one with a millisecond per row does not
+    monkeypatch.setattr("codesign.kernels.api.device_preset", lambda: hw.replace(row_overhead_s=1e-3))
+    aggregate(big, x)
     assert len(calls) == 1
     jax.vmap(lambda x: aggregate(small, x, impl="csr_scipy"))(jnp.stack([x[:10], 2 * x[:10]]))  # batching works
     assert len(calls) == 3
@@ -157,6 +166,14 @@ def test_errors_name_the_field(getkey):
     assert isinstance(cadj.pattern, CsrPattern)
 
 
+def _prefer_csr(monkeypatch):
+    """A preset on which scipy's CSR kernel is the cheaper backend even on a tiny graph (no
+    per-row or per-callback cost), so that ``impl="auto"`` takes the CSR paths."""
+    hw = device_preset().replace(row_overhead_s=0.0)
+    monkeypatch.setattr("codesign.kernels.api.device_preset", lambda: hw)
+    monkeypatch.setattr("codesign.kernels.api.callback_overhead_s", lambda: 0.0)
+
+
 def _grads_close(a, b):
     for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_allclose(u, v, rtol=2e-4, atol=2e-5)
@@ -164,10 +181,11 @@ def _grads_close(a, b):
 
 @pytest.mark.parametrize("model_cls,kw,edge_mask", [(GCN, {"impl": "csr_scipy"}, True), (GAT, {"heads": 2}, False),
                                                     (GAT, {"heads": 2}, True)])
-def test_models_match_the_reference_path(getkey, model_cls, kw, edge_mask):
+def test_models_match_the_reference_path(getkey, monkeypatch, model_cls, kw, edge_mask):
     """Eval mode (no dropout, deterministic gates): the CSR path gives the values and parameter
     (and gate-logit) gradients of the segment / reference path (GAT without an edge mask: of the
     fused `gat_aggregate` reference; with one: of the head-expanded edge path)."""
+    _prefer_csr(monkeypatch)
     adj = simple_adj(getkey(), 40, 200)
     cadj = with_csr_pattern(adj, self_loops=True)
     x = jax.random.uniform(getkey(), (40, 12))
@@ -185,6 +203,7 @@ def test_gat_training_path_runs_through_scipy(getkey, monkeypatch):
     calls = []
     bwd_host = csr_cpu._bwd_host
     monkeypatch.setattr(csr_cpu, "_bwd_host", lambda *a: calls.append(a[1]) or bwd_host(*a))
+    _prefer_csr(monkeypatch)
     adj = simple_adj(getkey(), 30, 120)
     cadj = with_csr_pattern(adj, self_loops=True)
     m = GAT(6, 4, 3, heads=2, dropout=0.5, rngs=nnx.Rngs(0))  # training: attention dropout active

@@ -190,11 +190,14 @@ def test_work_items_cover_every_edge_once(degrees, budget_chunks, rows):
     np.testing.assert_array_equal(slots[:, 4], np.arange(slots.shape[0]))
 
 
-def test_auto_picks_the_csr_kernel_only_on_a_gpu():
+def test_auto_considers_the_csr_kernel_only_on_a_gpu():
     from codesign.kernels import auto_impl
+    from codesign.kernels.api import candidates, device_preset, modeled_cost_s
     adj = with_csr_chunks(make_graph(10), SIZES)
     x = jnp.ones((N_NODES, F), jnp.float32)
-    assert auto_impl(adj, x) == ("pallas_csr" if ON_GPU else "segment")
+    assert candidates(adj, x) == (("segment", "pallas_csr") if ON_GPU else ("segment",))
+    costs = {c: modeled_cost_s(c, adj, x, device_preset()) for c in candidates(adj, x)}
+    assert auto_impl(adj, x) == min(costs, key=costs.get)
     assert auto_impl(make_graph(10), x) == "segment"  # no CsrChunks attached
 
 

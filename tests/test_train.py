@@ -30,6 +30,7 @@ def test_zero_cost_weight_has_no_masks_and_dense_cost(cora):
     r = train(cora, TrainConfig.from_flat(seed=0, epochs=2), presets.get("cpu"))
     assert r["densities"] == {"edge": 1.0, "feature": 1.0}
     assert r["modeled"] == r["dense_modeled"]
+    assert r["backend"] == {"aggregate": "segment"}  # what impl="auto" resolved to (no CsrPattern attached)
 
 
 @pytest.mark.parametrize("field,value", [("cost_weight", -1.0), ("epochs", 0), ("lr", 0.0),

@@ -2,7 +2,7 @@
 scipy CSR, XLA references, Pallas), joined by one ``(format, impl)`` dispatch table (`api.IMPLS`)
 behind one entry point, `aggregate`; `auto_impl` is the only place that picks a backend."""
 
-from codesign.kernels.api import IMPLS, aggregate, auto_impl
+from codesign.kernels.api import IMPLS, aggregate, auto_impl, recorded_choices
 from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency, with_block_pattern
 from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
 from codesign.kernels.tiling import REORDERINGS
@@ -18,7 +18,7 @@ from codesign.kernels.reorder import apply_permutation, metis_permutation, rcm_p
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
 __all__ = [
-    "aggregate", "auto_impl", "IMPLS", "CooAdjacency", "BlockPattern", "with_block_pattern", "REORDERINGS", "segment_spmm", "dense_spmm",
+    "aggregate", "auto_impl", "recorded_choices", "IMPLS", "CooAdjacency", "BlockPattern", "with_block_pattern", "REORDERINGS", "segment_spmm", "dense_spmm",
     "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference",
     "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
     "rcm_permutation", "metis_permutation", "apply_permutation",

@@ -12,16 +12,27 @@
     CondensedRowWindows  condensed_xla   `condensed_spmm_reference`                                 n_pad
     CondensedRowWindows  pallas          Triton condensed SpMM (`condensed_spmm`)                   n_pad
 
-``impl="auto"`` is resolved by `auto_impl`, the only place that chooses a backend.
+``impl="auto"`` is resolved by `auto_impl`, the only place that chooses a backend (for these
+SpMMs and for the GAT attention of `gat_aggregate` / `codesign.vertex.lower`): among the
+`candidates` that the format, the attached pattern and the JAX backend allow, the one with the
+lowest modeled cost (`modeled_cost_s`) on the preset of the device it runs on (`device_preset`).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Union
+import contextlib
+import contextvars
+import functools
+import json
+import math
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from codesign import hwmodel
 
 from codesign.kernels.bsr import BlockPattern, BlockSparseAdjacency
 from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_reference
@@ -32,15 +43,10 @@ from codesign.kernels.pallas_csr import CsrChunks, csr_chunk_aggregate
 from codesign.kernels.pallas_spmm import bsr_spmm, bsr_spmm_reference
 from codesign.kernels.segment import dense_spmm, segment_spmm
 
-__all__ = ["aggregate", "auto_impl", "feature_dtype", "IMPLS", "CSR_AUTO_MIN_WORK"]
+__all__ = ["aggregate", "auto_impl", "candidates", "modeled_cost_s", "device_preset", "feature_dtype", "IMPLS",
+           "ATTENTION_BACKENDS", "CALLBACK_FIT", "recorded_choices"]
 
 Adjacency = Union[CooAdjacency, BlockSparseAdjacency, CondensedRowWindows]
-
-# Below this many entries x feature columns, "auto" keeps segment_sum even with a CsrPattern: the
-# callback's fixed cost outweighs the gain (Cora GCN, 13k entries x 16: 13 ms vs 10 ms per training
-# epoch; R-MAT GCN, 2.2M entries x 64 and x 8: 0.54 s vs 0.70 s; 2-core CPU under load, 2026-11-22).
-CSR_AUTO_MIN_WORK = 1 << 20
-
 
 def _coo_on_blocks(kernel: Callable) -> Callable:
     """A BSR backend run on a `CooAdjacency` with a `BlockPattern`: the edge weights are scattered
@@ -67,22 +73,189 @@ IMPLS: dict[tuple[type, str], Callable] = {
 """The dispatch table: ``(format class, impl name) -> backend(adj, x)``."""
 
 
-def auto_impl(adj: Adjacency, x: jax.Array) -> str:
-    """The backend ``impl="auto"`` runs: Pallas for the block formats on a GPU, their XLA references
-    elsewhere; for a `CooAdjacency` the Pallas CSR kernel where a `CsrChunks` is attached, the
-    backend is a GPU and x is float32 / bfloat16, scipy's CSR kernel where a `CsrPattern` is attached, the backend is the CPU
-    and E x F >= `CSR_AUTO_MIN_WORK`, else segment_sum."""
-    gpu = jax.default_backend() == "gpu"
-    if isinstance(adj, CooAdjacency) and isinstance(adj.pattern, CsrChunks) and gpu \
-            and x.dtype in (jnp.float32, jnp.bfloat16):
-        return "pallas_csr"
+ATTENTION_BACKENDS = ("reference", "pallas", "csr")
+"""The GAT attention backends `auto_impl` chooses among (``op="attention"``): "reference" (XLA
+gather + segment ops, forms [E, H, F] messages), "pallas" (the fused online-softmax kernel, GPU),
+"csr" (XLA edge softmax + scipy CSR SpMM through a host callback; needs a `CsrPattern` of the
+adjacency's E edges, CPU)."""
+
+CALLBACK_FIT = Path(__file__).resolve().parents[1] / "hwmodel" / "fits" / "cpu_callback.json"
+"""The measured fixed cost of one jitted scipy CSR product (``host_callback_overhead_s``, seconds
+per call, over XLA's dispatch), written by ``experiments/measure_callback_overhead.py``."""
+
+
+@functools.lru_cache(maxsize=None)
+def callback_overhead_s() -> float:
+    """Seconds per `jax.pure_callback` scipy product beyond an XLA kernel's dispatch, from
+    `CALLBACK_FIT` (MEASURED on this CPU; see that record's ``date``, ``host``, ``command``).
+
+    Raises:
+      FileNotFoundError: no record (re-measure with the command above).
+      ValueError: ``host_callback_overhead_s`` missing or not a finite number >= 0.
+    """
+    v = json.loads(CALLBACK_FIT.read_text()).get("host_callback_overhead_s")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"{CALLBACK_FIT}: host_callback_overhead_s must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+@functools.lru_cache(maxsize=None)
+def _preset_for(backend: str, device_kind: str) -> hwmodel.HardwareSpec:
+    from codesign.hwmodel import presets
+    if backend == "gpu":
+        return presets.a100_fitted() if "A100" in device_kind else presets.h100_fitted()
+    return presets.cpu()
+
+
+def device_preset() -> hwmodel.HardwareSpec:
+    """The validated `codesign.hwmodel` preset of the device JAX runs on: ``a100-fitted`` on an
+    A100, ``h100-fitted`` on any other GPU (the H100 fit, `presets.h100_fitted`), ``cpu`` (this
+    host's fit, `presets.cpu`) otherwise."""
+    d = jax.devices()[0]
+    return _preset_for(jax.default_backend(), str(getattr(d, "device_kind", "")))
+
+
+def candidates(adj: Adjacency, x: jax.Array, op: str = "spmm") -> tuple[str, ...]:
+    """The backends ``impl="auto"`` may pick for ``adj`` and ``x`` on the current JAX backend.
+
+    ``op="spmm"`` (`aggregate`): Pallas for the block formats on a GPU, their XLA reference
+    elsewhere; for a `CooAdjacency` "segment", plus "pallas_csr" with an attached `CsrChunks` on a
+    GPU for float32 / bfloat16 x, plus "csr_scipy" with a `CsrPattern` on the CPU. ``op="attention"``
+    (`ATTENTION_BACKENDS`): "pallas" on a GPU, else "reference", plus "csr" with a `CsrPattern` of
+    the adjacency's E edges on the CPU.
+
+    Raises:
+      ValueError: unknown ``op``.
+    """
+    backend = jax.default_backend()
+    if op == "attention":
+        if backend == "gpu":
+            return ("pallas",)
+        pattern = getattr(adj, "pattern", None)  # a CsrByReceiver carries none
+        has_csr = isinstance(pattern, CsrPattern) and pattern.n_entries == adj.n_edges
+        return ("reference", "csr") if has_csr and backend == "cpu" else ("reference",)
+    if op != "spmm":
+        raise ValueError(f"auto_impl: op must be 'spmm' or 'attention', got {op!r}")
     if isinstance(adj, BlockSparseAdjacency):
-        return "pallas" if gpu else "bsr_xla"
+        return ("pallas",) if backend == "gpu" else ("bsr_xla",)
     if isinstance(adj, CondensedRowWindows):
-        return "pallas" if gpu else "condensed_xla"
-    big = adj.n_edges * (x.shape[1] if x.ndim == 2 else 1) >= CSR_AUTO_MIN_WORK
-    return "csr_scipy" if isinstance(adj.pattern, CsrPattern) and jax.default_backend() == "cpu" and big \
-        else "segment"
+        return ("pallas",) if backend == "gpu" else ("condensed_xla",)
+    out = ["segment"]
+    if isinstance(adj.pattern, CsrChunks) and backend == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16):
+        out.append("pallas_csr")
+    if isinstance(adj.pattern, CsrPattern) and backend == "cpu":
+        out.append("csr_scipy")
+    return tuple(out)
+
+
+def _stages(name: str, n: int, nnz: int, width: int, bits: float, heads: int) -> tuple:
+    """The `hwmodel` stages of backend ``name`` over N rows, nnz entries, ``width`` columns."""
+    if name in ("segment", "bsr_xla", "condensed_xla", "dense"):
+        return hwmodel.segment_spmm_stages(n, nnz, width, bits, bits)
+    if name == "csr_scipy":
+        return (hwmodel.spmm_stage(n, nnz, width, bits, bits),)
+    if name in ("pallas_csr", "pallas") and heads == 0:
+        return hwmodel.csr_chunk_spmm_stages(n, nnz, width, bits, bits)
+    # attention: score SDDMM + softmax + attention-weighted SpMM; the reference's SpMM is XLA's
+    # gather + segment_sum (message buffer [E, H*F]), "csr" scipy's loop, "pallas" the fused kernel's
+    sddmm, softmax, spmm = hwmodel.attention_stages(n, nnz, heads, width // max(heads, 1), bits, bits)
+    if name == "reference":
+        return (sddmm, softmax) + hwmodel.segment_spmm_stages(n, nnz, width, bits, bits)
+    return sddmm, softmax, spmm
+
+
+def modeled_cost_s(name: str, adj: Adjacency, x: jax.Array, hw: hwmodel.HardwareSpec, op: str = "spmm",
+                   heads: int = 1) -> float:
+    """Modeled seconds of one forward call of backend ``name`` on ``hw`` (`hwmodel.stage_cost`
+    over the backend's stages, from static shapes and dtypes only, so it runs under jit):
+
+      segment / XLA references: `hwmodel.segment_spmm_stages` (gather + message buffer + scatter);
+      csr_scipy: `hwmodel.spmm_stage` (scipy's per-output-row loop) + `callback_overhead_s`;
+      pallas_csr / pallas (BSR, condensed): `hwmodel.csr_chunk_spmm_stages`;
+      attention (``op="attention"``, ``x`` = h with ``heads * F`` columns per node): SDDMM +
+        softmax (`hwmodel.attention_stages`) + the SpMM above of the backend ("reference": the
+        segment one, "csr": scipy's + `callback_overhead_s`, "pallas": the fused kernel's).
+
+    Counts: N = ``x.shape[0]``, nnz = the adjacency's stored entries (``n_edges``; block formats:
+    their stored tiles' entries), width = the product of ``x.shape[1:]``; bits = ``x``'s float
+    width (32 for integer / bool x, which `aggregate` converts to float32)."""
+    n = int(x.shape[0])
+    width = int(np.prod(x.shape[1:])) if x.ndim > 1 else 1
+    dt = jnp.dtype(x.dtype)
+    bits = float(dt.itemsize * 8) if jnp.issubdtype(dt, jnp.floating) else 32.0
+    nnz = _stored_entries(adj)
+    with jax.ensure_compile_time_eval():
+        stages = _stages(name, n, nnz, width, bits, heads if op == "attention" else 0)
+        total = sum(float(hwmodel.stage_cost(s, hw).latency_s) for s in stages)
+    if name in ("csr_scipy", "csr"):
+        total += callback_overhead_s()
+    return total
+
+
+def _stored_entries(adj) -> int:
+    """Static count of stored entries: edges of a COO / CSR-by-receiver graph, tiles x B^2 else."""
+    if isinstance(adj, (BlockSparseAdjacency, CondensedRowWindows)):
+        data = adj.data if isinstance(adj, BlockSparseAdjacency) else adj.tile_data
+        return int(np.prod(data.shape))
+    return int(adj.n_edges)
+
+
+def auto_impl(adj: Adjacency, x: jax.Array, *, op: str = "spmm", heads: int = 1,
+              hw: Optional[hwmodel.HardwareSpec] = None, allowed: Optional[Sequence[str]] = None) -> str:
+    """The backend ``impl="auto"`` runs: of the `candidates` (restricted to ``allowed`` if given),
+    the one with the lowest `modeled_cost_s` on ``hw`` (default `device_preset`, the validated
+    preset of the device JAX runs on); ties go to the first candidate. Decides from shapes,
+    dtypes and the attached pattern's type only, so it gives the same answer under jit.
+
+    Args:
+      adj: `CooAdjacency`, `BlockSparseAdjacency` or `CondensedRowWindows`.
+      x: the features [N, ...] (``op="attention"``: h [N, H, F] or [N, H*F]).
+      op: "spmm" (`aggregate`) or "attention" (the GAT attention, `ATTENTION_BACKENDS`).
+      heads: attention heads (``op="attention"``).
+      hw: the preset to cost on.
+      allowed: the backends the caller can run (e.g. `gat_aggregate`: no "csr").
+
+    Returns: a backend name of the `IMPLS` table (``op="spmm"``) or of `ATTENTION_BACKENDS`.
+
+    Raises:
+      ValueError: unknown ``op``; no candidate left in ``allowed``.
+    """
+    names = candidates(adj, x, op)
+    if allowed is not None:
+        names = tuple(c for c in names if c in allowed)
+        if not names:
+            raise ValueError(f"auto_impl: no {op} backend of {list(allowed)} runs here; candidates are "
+                             f"{list(candidates(adj, x, op))}")
+    if len(names) > 1:
+        hw = device_preset() if hw is None else hw
+        costs = [modeled_cost_s(c, adj, x, hw, op, heads) for c in names]
+        names = (names[int(np.argmin(costs))],)
+    _note("aggregate" if op == "spmm" else op, names[0])
+    return names[0]
+
+
+_RECORDERS: contextvars.ContextVar[tuple] = contextvars.ContextVar("codesign_backend_recorders", default=())
+
+
+def _note(key: str, name: str) -> None:
+    for rec in _RECORDERS.get():
+        seen = rec.setdefault(key, [])
+        if name not in seen:
+            seen.append(name)
+
+
+@contextlib.contextmanager
+def recorded_choices():
+    """Collects what `auto_impl` picks inside the ``with`` block (Python-side: at trace time under
+    jit, so a cached jitted function records nothing): yields a dict ``{"aggregate": [names],
+    "attention": [names]}`` (keys only for ops resolved; names distinct, in first-use order),
+    filled when the block runs. Nested blocks each collect."""
+    rec: dict = {}
+    token = _RECORDERS.set(_RECORDERS.get() + (rec,))
+    try:
+        yield rec
+    finally:
+        _RECORDERS.reset(token)
 
 
 def _impls_of(fmt: type) -> list[str]:

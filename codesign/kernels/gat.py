@@ -25,6 +25,7 @@ from typing import Optional, Union
 import jax
 import jax.numpy as jnp
 
+from codesign.kernels.api import auto_impl as _auto_impl
 from codesign.kernels.api import feature_dtype
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.pallas_gat import GatKernelConfig, gat_pallas
@@ -149,7 +150,8 @@ def gat_aggregate(graph: GraphLike, h: jax.Array, s_src: jax.Array, s_dst: jax.A
       h: float, integer or bool [N, H, F]; s_src, s_dst: float, integer or bool [N, H] (see
         `gat_aggregate_reference`).
       negative_slope: LeakyReLU slope (0.2 in the paper).
-      impl: "auto" ("pallas" on GPU, else "reference"), "reference" (XLA gather + segment ops) or
+      impl: "auto" (`codesign.kernels.auto_impl`, ``op="attention"``: the lower modeled cost of
+        the two on the device's preset; "pallas" is a candidate on GPU only), "reference" (XLA gather + segment ops) or
         "pallas" (fused kernel + recomputing custom_vjp).
       interpret: run Pallas in interpret mode; None means "when the default backend is not GPU".
       config: `GatKernelConfig` for the Pallas path (default: ``GatKernelConfig()``).
@@ -167,7 +169,7 @@ def gat_aggregate(graph: GraphLike, h: jax.Array, s_src: jax.Array, s_dst: jax.A
                        for name, v in (("h", h), ("s_src", s_src), ("s_dst", s_dst)))
     _validate(graph, h, s_src, s_dst, "gat_aggregate")
     on_gpu = jax.default_backend() == "gpu"
-    name = ("pallas" if on_gpu else "reference") if impl == "auto" else impl
+    name = _auto_impl(graph, h, op="attention", heads=h.shape[1], allowed=("reference", "pallas")) if impl == "auto" else impl
     if name == "reference":
         return gat_aggregate_reference(graph, h, s_src, s_dst, negative_slope=negative_slope)
     csr = graph if isinstance(graph, CsrByReceiver) else csr_by_receiver(graph)

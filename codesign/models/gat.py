@@ -18,7 +18,8 @@ Two paths compute the attention-weighted aggregation, with the same result when 
     one SpMM over a head-expanded adjacency (node ``n``, head ``h`` -> row ``n * H + h``). Used
     whenever the model has an edge mask (training and inference) or attention dropout is active.
   * CSR path (CPU, when the adjacency carries a `codesign.kernels.CsrPattern` built with
-    ``self_loops=True`` and ``impl="auto"``): the edge path computed over the edges in CSR order
+    ``self_loops=True``, ``impl="auto"`` and `codesign.kernels.auto_impl` models it cheaper than the
+    reference for the layer's shapes on the device's preset): the edge path computed over the edges in CSR order
     (sorted by receiver, so the segment reductions run on sorted ids), with the H-head SpMM and
     its backward run by scipy's CSR kernel (`codesign.kernels.csr_spmm`). Used in training and
     inference. Same values as the other paths up to summation order; attention dropout draws its
@@ -57,7 +58,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.graph import add_self_loops
-from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
+from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
@@ -122,8 +123,9 @@ class GATConv(Layer):
       in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
       signed_input: quantize the input on a signed grid (ELU outputs can be negative).
       attn_dropout: dropout rate on the normalized attention coefficients (training only; paper 0.6).
-      impl: `gat_aggregate` implementation of the fused path ("auto", "reference", "pallas");
-        "auto" also takes the CSR path on CPU when ``loops.pattern`` is a `CsrPattern`.
+      impl: the attention backend: "reference", "pallas" (`gat_aggregate`) or "auto"
+        (`attention_backend`: `codesign.kernels.auto_impl` picks by modeled cost, the CSR path
+        among the candidates on CPU when ``loops.pattern`` is a `CsrPattern`).
       aggregate_fn: the edge path's SpMM, ``aggregate_fn(adj, x, impl="auto")`` over the
         head-expanded adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
         The fused and the CSR path run their own kernels (`gat_aggregate`, `csr_spmm`): the
@@ -164,7 +166,7 @@ class GATConv(Layer):
         """``loops``: the edges with self-loops (receivers = rows); ``gate``: float [E'] or None;
         ``fused_graph``: what to hand `gat_aggregate` (a `CsrByReceiver` built once per forward
         for the Pallas path; None = ``loops``). A `CsrPattern` in ``loops.pattern`` (E' entries)
-        selects the CSR path on CPU with ``impl="auto"``. ``dropout`` (optional) is applied to the
+        makes the CSR path a candidate of `attention_backend` on CPU with ``impl="auto"``. ``dropout`` (optional) is applied to the
         *quantized* input (as `GCNConv` does: a learned step size is fitted to what inference
         sees). ``channel_gate``: float [H*F] or None, multiplies the projected features before the
         attention scores and the aggregation (the model's channel mask)."""
@@ -179,14 +181,15 @@ class GATConv(Layer):
         s_src = jnp.sum(h * self.att_src[...], axis=-1)  # [N, H]; an einsum here transposes h on CPU
         s_dst = jnp.sum(h * self.att_dst[...], axis=-1)
         dropout_active = not self.attn_dropout.deterministic and self.attn_dropout.rate > 0
-        if self._uses_csr(loops):
+        mode = self.attention_backend(loops, h)
+        if mode == "csr":
             p = loops.pattern
             alpha = edge_attention(p.indices, p.rows, n, s_src, s_dst, None if gate is None else gate[p.perm],
                                    negative_slope=self.negative_slope, indices_are_sorted=True)
             out = csr_spmm(p, self.attn_dropout(alpha), h)
         elif gate is None and not dropout_active:
             out = gat_aggregate(loops if fused_graph is None else fused_graph, h, s_src, s_dst,
-                                negative_slope=self.negative_slope, impl=self.impl)
+                                negative_slope=self.negative_slope, impl=mode)
         else:
             alpha = edge_attention(loops.senders, loops.receivers, n, s_src, s_dst, gate,
                                    negative_slope=self.negative_slope)
@@ -230,13 +233,21 @@ class GATConv(Layer):
         stages = gemm + attention.combine_first
         return (hwmodel.LayerWorkload(name, stages, stages, elem + attention.elementwise),)
 
-    def _uses_csr(self, loops: CooAdjacency) -> bool:
-        if not isinstance(loops.pattern, CsrPattern) or self.impl != "auto" or jax.default_backend() != "cpu":
-            return False
-        if loops.pattern.n_entries != loops.n_edges:
+    def attention_backend(self, loops: CooAdjacency, h: jax.Array) -> str:
+        """The attention backend this layer runs on ``loops`` for h [N, H, F]: ``impl`` if not
+        "auto", else `codesign.kernels.auto_impl` (``op="attention"``: the lowest modeled cost on
+        the device's preset among "reference" / "pallas" / "csr" where they run).
+
+        Raises:
+          ValueError: ``loops.pattern`` is a `CsrPattern` whose entry count is not ``loops``'
+            edges (built without ``self_loops=True``).
+        """
+        if isinstance(loops.pattern, CsrPattern) and loops.pattern.n_entries != loops.n_edges:
             raise ValueError(f"GATConv: loops.pattern has {loops.pattern.n_entries} entries for {loops.n_edges} "
                              f"edges with self-loops: build it with with_csr_pattern(adj, self_loops=True)")
-        return True
+        if self.impl != "auto":
+            return self.impl
+        return auto_impl(loops, h, op="attention", heads=self.heads)
 
 
 class GAT(GNN):
@@ -263,8 +274,9 @@ class GAT(GNN):
       dropout: dropout rate on each layer's input (paper: 0.6).
       heads: first-layer heads (paper: 8); out_heads: output-layer heads, averaged (paper: 1).
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
-      impl: `gat_aggregate` implementation ("auto": Pallas on GPU, reference otherwise; on CPU the
-        CSR path when ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
+      impl: attention backend of both layers (`GATConv.attention_backend`; "auto": the lowest
+        modeled cost, `codesign.kernels.auto_impl`; the CSR path is a candidate on CPU when
+        ``adj.pattern`` is a `CsrPattern` built with ``self_loops=True``).
       aggregate_fn: the edge path's aggregation in both layers (`GATConv`; default
         `codesign.kernels.aggregate`).
 

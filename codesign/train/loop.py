@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from codesign import hwmodel
+from codesign import hwmodel, kernels
 from codesign.graph import Graph
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
@@ -408,7 +408,9 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       ``layer_bits``, ``final_loss``, ``final_cost_ratio``, ``multiplier``, ``train_time_s``,
       ``selected_epoch``; plus ``breakdown`` / ``dense_breakdown`` (per-stage costs), ``tiles``
       (`BlockEdgeMask` models) and ``by_hw`` (the same costs for ``hw`` and every ``also_cost``
-      target); with distillation ``teacher_accuracy``; with ``return_logits`` ``logits``; with
+      target), ``backend`` (what ``impl="auto"`` resolved to in the hardened forward,
+      `codesign.kernels.recorded_choices`: e.g. ``{"aggregate": "segment", "attention": "csr"}``,
+      a list where layers differ); with distillation ``teacher_accuracy``; with ``return_logits`` ``logits``; with
       ``return_model`` ``model``.
     """
     run = _prepare(graph, cfg, hw, teacher_logits)
@@ -542,7 +544,8 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
     dense_store = run.dense_store
     n, e = graph.n_nodes, graph.n_edges
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
-    logits = _eval_logits(model, graph.x, adj)
+    with kernels.recorded_choices() as backend:  # what impl="auto" resolved to, per op
+        logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
         store, rep = cheapest_store(store_costs(model, n, e, target, inputs), cfg.cost.objective)
@@ -571,6 +574,7 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
         "multiplier": fitted.multiplier, "train_time_s": fitted.train_time_s,
         "selected_epoch": fitted.selected_epoch,
         "by_hw": by_hw,
+        "backend": {k: v[0] if len(v) == 1 else v for k, v in backend.items()},
     }
 
 

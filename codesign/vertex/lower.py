@@ -19,7 +19,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from codesign.kernels import CooAdjacency, CsrPattern, aggregate, csr_by_receiver, csr_spmm, gat_aggregate
+from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl, csr_by_receiver, csr_spmm, gat_aggregate
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
 from codesign.vertex.ir import ProgramGraph
 
@@ -28,8 +28,8 @@ __all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_soft
 ATTENTION_IMPLS = ("auto", "reference", "pallas", "csr")
 """``attention_impl`` of a call: "reference" (`gat_aggregate_reference`: XLA gather + segment ops;
 forms [E, H, F] messages), "pallas" (the fused online-softmax kernel; interpreter off GPU), "csr"
-(edge softmax + scipy CSR SpMM, needs a `CsrPattern` on the adjacency; CPU), "auto" (pallas on
-GPU, csr on CPU when the adjacency carries a `CsrPattern`, else reference)."""
+(edge softmax + scipy CSR SpMM, needs a `CsrPattern` on the adjacency; CPU), "auto"
+(`codesign.kernels.auto_impl`: the lowest modeled cost among those that run here)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +44,10 @@ class EdgeContext:
     attention_impl: str = "auto"
 
 
-def attention_mode(adj: CooAdjacency, attention_impl: str) -> str:
-    """The attention backend that ``attention_impl`` resolves to on this machine and adjacency.
+def attention_mode(adj: CooAdjacency, attention_impl: str, h: Optional[jax.Array] = None, heads: int = 1) -> str:
+    """The attention backend that ``attention_impl`` resolves to on this machine and adjacency:
+    itself if not "auto", else `codesign.kernels.auto_impl` (``op="attention"``: the lowest
+    modeled cost for h [N, ...] (default: one column per node) on the device's preset).
 
     Raises:
       ValueError: unknown ``attention_impl``, or "csr" without a `CsrPattern` of E entries.
@@ -58,9 +60,8 @@ def attention_mode(adj: CooAdjacency, attention_impl: str) -> str:
                          "(codesign.kernels.with_csr_pattern(adj))")
     if attention_impl != "auto":
         return attention_impl
-    if jax.default_backend() == "gpu":
-        return "pallas"
-    return "csr" if has_csr and jax.default_backend() == "cpu" else "reference"
+    h = jax.ShapeDtypeStruct((adj.n_nodes, 1), jnp.float32) if h is None else h
+    return auto_impl(adj, h, op="attention", heads=heads)
 
 
 def _segment_softmax(x, receivers, n, gates=None, indices_are_sorted=False):
@@ -241,7 +242,7 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
 
     def fused_attention(p: AttentionPlan):
         h = value(p.h)
-        mode = attention_mode(adj, ctx.attention_impl)
+        mode = attention_mode(adj, ctx.attention_impl, h.reshape(n, -1))
         structure = adj.pattern if mode == "csr" else (s, r)  # only what the kernel reads
         out = _attention_op(mode, float(p.slope))(structure, h.reshape(n, -1), value(p.el).reshape(n),
                                                   value(p.er).reshape(n))
