@@ -108,8 +108,8 @@ def _preset_for(backend: str, device_kind: str) -> hwmodel.HardwareSpec:
 
 
 def device_preset() -> hwmodel.HardwareSpec:
-    """The validated `codesign.hwmodel` preset of the device JAX runs on: ``a100-fitted`` on an
-    A100, ``h100-fitted`` on any other GPU (the H100 fit, `presets.h100_fitted`), ``cpu`` (this
+    """The validated `codesign.hwmodel` preset of the device JAX runs on: ``a100`` on an
+    A100, ``h100`` on any other GPU (the H100 fit, `presets.h100_fitted`), ``cpu`` (this
     host's fit, `presets.cpu`) otherwise."""
     d = jax.devices()[0]
     return _preset_for(jax.default_backend(), str(getattr(d, "device_kind", "")))
