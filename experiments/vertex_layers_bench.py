@@ -12,7 +12,8 @@ model (paper widths of `codesign.models` defaults: hidden 16 for GCN / R-GCN, 64
 jits one full-batch training step (forward, backward, Adam), compiles it, runs 2 warm-up steps
 and times ``--epochs`` steps (``block_until_ready``); it reports the median step time, XLA's
 ``memory_analysis()`` of the compiled step (temporaries, arguments, outputs) and the process's
-peak RSS (VmHWM). The parent reports, per side, the median over rounds of the per-child medians,
+peak RSS (VmHWM), and a hash of the compiled step's optimized HLO with metadata and names
+stripped (equal hashes: old and new compile to the same program). The parent reports, per side, the median over rounds of the per-child medians,
 their min and max, and the new / old ratio of the medians. R-GCN gets 3 relations (edge type =
 edge index mod 3). Threads are pinned (one intra-op thread) so that the shared machine's load
 moves both sides alike; ``uptime`` is recorded before and after.
@@ -21,8 +22,10 @@ moves both sides alike; ``uptime`` is recorded before and after.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -79,6 +82,16 @@ def _child(args) -> None:
 
     compiled = jax.jit(step, donate_argnums=0).lower(state, g.x).compile()
     ma = compiled.memory_analysis()
+    # the optimized HLO without metadata (op names, source lines) and instruction / computation
+    # names: equal hashes mean old and new compile to the same program
+    hlo = re.sub(r", metadata=\{[^}]*\}", "", compiled.as_text())
+    hlo = re.sub(r"%[\w.\-]+", "%", hlo)
+    hlo = re.sub(r",? ?stack_frame_id=\d+", "", hlo)
+    hlo = "\n".join(ln for ln in hlo.splitlines() if ln.lstrip().startswith(("%", "ROOT", "ENTRY", "}")))
+    hlo_sha = hashlib.sha256(hlo.encode()).hexdigest()[:16]
+    if args.dump_hlo:
+        with open(args.dump_hlo, "w") as fh:
+            fh.write(hlo)
     state = jax.tree.map(jnp.copy, state)
     for _ in range(2):
         state, loss = compiled(state, g.x)
@@ -95,7 +108,7 @@ def _child(args) -> None:
             if line.startswith("VmHWM:"):
                 hwm = float(line.split()[1]) / 1024.0
     print(json.dumps({"codesign": codesign.__file__, "s_per_epoch": statistics.median(times),
-                      "s_min": min(times), "s_max": max(times), "loss": float(loss),
+                      "s_min": min(times), "s_max": max(times), "loss": float(loss), "hlo_sha": hlo_sha,
                       "temp_bytes": int(ma.temp_size_in_bytes), "argument_bytes": int(ma.argument_size_in_bytes),
                       "output_bytes": int(ma.output_size_in_bytes), "peak_rss_mib": hwm,
                       "n_nodes": int(g.n_nodes), "n_edges": int(g.n_edges)}))
@@ -116,7 +129,7 @@ def _summary(runs: list) -> dict:
             "peak_rss_mib_median": statistics.median(r["peak_rss_mib"] for r in runs),
             "peak_rss_mib_min": min(r["peak_rss_mib"] for r in runs),
             "peak_rss_mib_max": max(r["peak_rss_mib"] for r in runs), "loss": runs[0]["loss"],
-            "codesign": runs[0]["codesign"]}
+            "codesign": runs[0]["codesign"], "hlo_sha": runs[0]["hlo_sha"]}
 
 
 def main() -> None:
@@ -131,6 +144,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--model")
     ap.add_argument("--graph")
+    ap.add_argument("--dump-hlo", help="(child) write the stripped optimized HLO here")
     args = ap.parse_args()
     if args.child:
         return _child(args)
@@ -153,14 +167,14 @@ def main() -> None:
                    "time_ratio": n["s_per_epoch_median"] / o["s_per_epoch_median"],
                    "temp_ratio": n["temp_bytes"] / max(o["temp_bytes"], 1),
                    "rss_ratio": n["peak_rss_mib_median"] / o["peak_rss_mib_median"],
-                   "loss_abs_diff": abs(n["loss"] - o["loss"])}
+                   "loss_abs_diff": abs(n["loss"] - o["loss"]), "same_hlo": n["hlo_sha"] == o["hlo_sha"]}
             rows.append(row)
             print(f"{graph:7s} {model:6s} old {o['s_per_epoch_median'] * 1e3:8.2f} ms "
                   f"[{o['s_per_epoch_min'] * 1e3:.2f}, {o['s_per_epoch_max'] * 1e3:.2f}]  new "
                   f"{n['s_per_epoch_median'] * 1e3:8.2f} ms [{n['s_per_epoch_min'] * 1e3:.2f}, "
                   f"{n['s_per_epoch_max'] * 1e3:.2f}]  ratio {row['time_ratio']:.3f}  temp {o['temp_bytes']}"
                   f" -> {n['temp_bytes']}  rss {o['peak_rss_mib_median']:.0f} -> {n['peak_rss_mib_median']:.0f} MiB"
-                  f"  |dloss| {row['loss_abs_diff']:.2e}", flush=True)
+                  f"  |dloss| {row['loss_abs_diff']:.2e}  same HLO {row['same_hlo']}", flush=True)
     load.append(os.getloadavg())
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as fh:
