@@ -145,8 +145,6 @@ EXCEPTIONS = {
                                     "(the tests' small labelled graphs)",
     "codesign.data.synthetic.edge_homophily": "measures the homophily csbm takes as its knob",
     "codesign.data.synthetic.hetero_sbm": "the typed-relation graph generator for R-GCN (README's Data bullet)",
-    "codesign.models.rgcn.relation_adjacencies": "the only way to give RGCN typed relations (codesign.train passes "
-                                                "one untyped adjacency; models/__init__.py says so)",
     "codesign.kernels.pallas_csr.with_csr_chunks": "the only way to opt a CooAdjacency into aggregate's "
                                                   "'pallas_csr' impl (api.py dispatches on an attached CsrChunks)",
     "codesign.kernels.pallas_csr.gcn_scales": "GCN normalization as csr_chunk_spmm's row/col scales "
