@@ -1,6 +1,7 @@
-"""Vertex programs (`codesign.vertex`): the GCN, GAT, R-GCN and APPNP layers of `codesign.models`
-written as vertex programs give the hand-written layers' outputs and gradients (random graphs,
-hypothesis); fused lowering equals a per-edge numpy loop; derived workloads equal the
+"""Vertex programs (`codesign.vertex`): the conv layers of `codesign.models` run their vertex
+program (GCN, SAGE, GIN, APPNP, R-GCN through the injected aggregation); the GCN and GAT layers
+and R-GCN's one-kernel schedule written as standalone programs give the models' outputs and
+gradients (random graphs, hypothesis); fused lowering equals a per-edge numpy loop; derived workloads equal the
 hand-written `workload()` stages (differences spelled out); trace-time errors name the line."""
 
 from __future__ import annotations
@@ -208,53 +209,61 @@ def test_rgcn_program_matches_the_model_in_outputs_and_gradients(g, bases):
              lambda m, x, s, r: vertex_rgcn(m, x, adjs(s, r)), lambda m, x, s, r: m(x, adjs(s, r)), x, s, r)
 
 
-def test_weighted_sum_is_the_per_relation_aggregation_rgcn_runs():
-    """`weighted_sum` is one fused SpMM, and as each relation's ``aggregate_fn`` it gives the
-    model's outputs and gradients (both layer orders: 5 -> 6 widens, 6 -> 3 narrows): the schedule
-    `RGCNConv.workload` costs from it is the one `RGCNConv` runs."""
+def test_weighted_sum_is_one_fused_spmm():
+    """`weighted_sum`, the program the conv layers run, plans as one fused SpMM (an empty
+    relation included) and costs as one "spmm" stage with nothing outside it."""
     rng = np.random.default_rng(7)
-    n, sizes = 10, (14, 0, 9)  # an empty relation included
-    adjs = tuple(_adj(rng.integers(0, n, k).astype(np.int32), rng.integers(0, n, k).astype(np.int32), n)
-                 for k in sizes)
-    x = jax.random.normal(jax.random.key(1), (n, 5))
-
-    def per_relation(adj, h, impl="auto"):
-        return weighted_sum(adj, nodes={"h": h}, edges={"w": adj.edge_weight}, impl=impl)
-
-    models = [RGCN(5, 6, 3, n_relations=3, n_bases=2, aggregate_fn=per_relation, rngs=nnx.Rngs(0)),
-              RGCN(5, 6, 3, n_relations=3, n_bases=2, rngs=nnx.Rngs(0))]  # same seed: same weights
-
-    def loss_and_grad(m):
-        graphdef, params, rest = nnx.split(m, nnx.Param, ...)
-        return jax.value_and_grad(lambda p: jnp.sum(jnp.tanh(nnx.merge(graphdef, p, rest)(x, adjs))))(params)
-
-    (lv, gv), (lh, gh) = (loss_and_grad(m) for m in models)
-    np.testing.assert_allclose(models[0](x, adjs), models[1](x, adjs), **TOL)
-    np.testing.assert_allclose(lv, lh, **TOL)
-    for a, b in zip(jax.tree_util.tree_leaves(gv), jax.tree_util.tree_leaves(gh)):
-        np.testing.assert_allclose(a, b, **TOL)
-    (p,) = [q for q in plan(weighted_sum.ir(adjs[0], nodes={"h": x}, edges={"w": jnp.ones(sizes[0])}), False).values()
-            if q is not None]
-    assert isinstance(p, SpmmPlan) and not p.indexed
-    wl = weighted_sum.workload(n, sizes[0], {"h": 5}).layers[0]
+    n = 10
+    for k in (14, 0):
+        adj = _adj(rng.integers(0, n, k).astype(np.int32), rng.integers(0, n, k).astype(np.int32), n)
+        x = jax.random.normal(jax.random.key(1), (n, 5))
+        (p,) = [q for q in plan(weighted_sum.ir(adj, nodes={"h": x}, edges={"w": jnp.ones(k)}), False).values()
+                if q is not None]
+        assert isinstance(p, SpmmPlan) and not p.indexed
+    wl = weighted_sum.workload(n, 14, {"h": 5}).layers[0]
     assert [s.kind for s in wl.combine_first] == ["spmm"] and wl.elementwise == ()
 
 
-def vertex_appnp(m: APPNP, x, adj):
-    a_hat = gcn_normalize(adj)
-    step = appnp_step(m.alpha)
-    h = m.mlp(x)
-    z = jax.lax.fori_loop(0, m.k_hops, lambda _, z: step(a_hat, nodes={"z": z, "h": h}, edges={"w": a_hat.edge_weight}), h)
-    return z
+def test_conv_layers_run_their_program_through_the_injected_aggregation(monkeypatch):
+    """GCN, GraphSAGE (mean), GIN, APPNP and R-GCN have no hand-written aggregation: every
+    aggregation of their forward is a `Program` run whose fused SpMM calls the layer's
+    ``aggregate_fn``, and the programs run are the ones their ``workload`` costs."""
+    from codesign.kernels import aggregate
+    from codesign.models import GIN, GraphSAGE
+    from codesign.models.rgcn import RELATION_PROGRAM
+    from codesign.vertex.program import Program
 
+    ran, called = [], []
+    original = Program.__call__
 
-@FAST
-@given(g=graphs())
-def test_appnp_program_matches_the_model_in_outputs_and_gradients(g):
-    s, r, n, seed = g
-    x = jax.random.normal(jax.random.key(seed), (n, 5))
-    _compare(("appnp",), _model("appnp"), lambda m, x, s, r: vertex_appnp(m, x, _adj(s, r, n)),
-             lambda m, x, s, r: m(x, _adj(s, r, n)), x, s, r)
+    def spy_program(self, *args, **kw):
+        ran.append(self)
+        return original(self, *args, **kw)
+
+    def spy_aggregate(adj, x, impl="auto"):
+        called.append(x.shape)
+        return aggregate(adj, x, impl=impl)
+
+    monkeypatch.setattr(Program, "__call__", spy_program)
+    rng = np.random.default_rng(3)
+    n, e = 12, 40
+    s_, r_ = rng.integers(0, n, e).astype(np.int32), rng.integers(0, n, e).astype(np.int32)
+    x = jax.random.normal(jax.random.key(0), (n, 5))
+    kw = dict(aggregate_fn=spy_aggregate, rngs=nnx.Rngs(0))
+    cases = [(GCN(5, 6, 3, dropout=0.0, **kw), _adj(s_, r_, n), 2, weighted_sum),
+             (GraphSAGE(5, 6, 3, dropout=0.0, **kw), _adj(s_, r_, n), 2, weighted_sum),
+             (GIN(5, 6, 3, dropout=0.0, **kw), _adj(s_, r_, n), 2, weighted_sum),
+             (APPNP(5, 6, 3, dropout=0.0, k_hops=3, alpha=0.1, **kw), _adj(s_, r_, n), 1, appnp_step(0.1)),  # one scan body
+             (RGCN(5, 6, 3, n_relations=2, **kw), (_adj(s_[:20], r_[:20], n), _adj(s_[20:], r_[20:], n)), 4,
+              RELATION_PROGRAM)]
+    for model, adj, runs, prog in cases:
+        ran.clear(), called.clear()
+        model.eval()
+        jax.block_until_ready(model(x, adj))
+        assert len(ran) == runs and all(p is prog for p in ran), (type(model).__name__, ran)
+        assert len(called) == runs, type(model).__name__
+    assert GCN(5, 6, 3, rngs=nnx.Rngs(0)).conv1.PROGRAM is weighted_sum
+    assert APPNP(5, 6, 3, alpha=0.1, rngs=nnx.Rngs(0)).propagation.program is appnp_step(0.1)
 
 
 # ------------------------------------------------------------- fused lowering vs a numpy loop

@@ -172,6 +172,24 @@ class HaloAdjacency:
     int8: bool = False
     remat: bool = True
 
+    # what a vertex program reads of the adjacency it runs on (`codesign.vertex.Program.__call__`
+    # with ``aggregate=sar_gcn_aggregate``: `GCNConv` runs its program on this view)
+    @property
+    def n_nodes(self) -> int:
+        return self.inv_sqrt_deg.shape[0]
+
+    @property
+    def n_edges(self) -> int:
+        return self.senders.shape[0]
+
+    @property
+    def edge_weight(self) -> jax.Array:
+        return self.weight
+
+    def with_weight(self, edge_weight: jax.Array) -> "HaloAdjacency":
+        """The same halo layout with new edge values ``edge_weight`` [S]."""
+        return dataclasses.replace(self, weight=edge_weight)
+
 
 def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
     """``D^-1/2 (A + I) D^-1/2 x`` for this device's rows, with the signature of

@@ -40,6 +40,9 @@ class Propagation(Layer):
     """K steps of approximate personalized PageRank (Klicpera et al. 2019, eq. 5):
     ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``, each ``A_hat Z`` one
     ``aggregate_fn(adj, Z, impl=impl)`` call; fp32 (not quantized). ``alpha = 1`` is ``Z = H``.
+    Each step is the `codesign.vertex.layers.appnp_step` program (``program``), run by the
+    forward (its fused SpMM calls ``aggregate_fn``; ``1 - alpha`` folded into the edge weights)
+    and costed by `workload`.
 
     Args:
       width: C, the columns propagated (the logits).
@@ -52,11 +55,14 @@ class Propagation(Layer):
     def __init__(self, width: int, k_hops: int, alpha: float, *, impl: str = "auto",
                  aggregate_fn: Callable = aggregate):
         self.width, self.k_hops, self.alpha, self.impl, self.aggregate_fn = width, k_hops, float(alpha), impl, aggregate_fn
+        self.program = appnp_step(self.alpha)  # one step: the forward runs it, `workload` costs it
 
     def __call__(self, h: jax.Array, adj: CooAdjacency) -> jax.Array:
         if self.alpha == 1.0:  # Z = H exactly
             return h
-        step = lambda _, z: (1.0 - self.alpha) * self.aggregate_fn(adj, z, impl=self.impl) + self.alpha * h
+        w = jnp.ones(adj.senders.shape, h.dtype) if adj.edge_weight is None else adj.edge_weight
+        step = lambda _, z: self.program(adj, nodes={"z": z, "h": h}, edges={"w": w}, impl=self.impl,
+                                         aggregate=self.aggregate_fn)
         return jax.lax.fori_loop(0, self.k_hops, step, h)  # static trip count: a scan, differentiable
 
     def input_bits(self, hard: bool = False) -> jax.Array:
@@ -73,7 +79,7 @@ class Propagation(Layer):
         ``in_dim``, ``out_dim``, ``out_bits`` and ``bits`` are not used."""
         if self.alpha == 1.0:
             return ()
-        step = derived_aggregation(appnp_step(self.alpha), name, graph, {"z": self.width, "h": self.width},
+        step = derived_aggregation(self.program, name, graph, {"z": self.width, "h": self.width},
                                    out_bits=FP32_BITS, blocks=False)
         return tuple(dataclasses.replace(step, name=f"{name}{k}") for k in range(self.k_hops))
 

@@ -21,7 +21,8 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    input_nnz, make_quantizer, mask_densities, override_bits, quant_bits)
+                                    input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
+                                    run_weighted_sum)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -36,7 +37,13 @@ class GCNConv(Layer):
     is the aggregation (default `codesign.kernels.aggregate`), injected as in jraph's
     ``GraphConvolution(aggregate_nodes_fn=...)``, so another aggregation (a fused or a
     distributed one) runs the same layer.
+
+    The aggregation is the `PROGRAM` vertex program (`codesign.vertex.layers.weighted_sum` over
+    A_hat's weights): the forward runs its lowering (`run_weighted_sum`, whose fused SpMM calls
+    ``aggregate_fn``) and `workload` derives the SpMM stages from the same program.
     """
+
+    PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, out_features: int, *, bits: Optional[int] = None,
                  quantizer: str = "fixed", in_degree=None, impl: str = "auto",
@@ -66,10 +73,8 @@ class GCNConv(Layer):
         x, w = self.quant_x(x), self.quant_w(self.kernel[...])
         if dropout is not None:
             x = dropout(x)
-        if self.combine_first:
-            out = self.aggregate_fn(adj, x @ w, impl=self.impl)
-        else:
-            out = self.aggregate_fn(adj, x, impl=self.impl) @ w
+        agg = lambda h: run_weighted_sum(self.PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
+        out = agg(x @ w) if self.combine_first else agg(x) @ w
         return out + self.bias[...]
 
     def input_bits(self, hard: bool = False) -> jax.Array:
@@ -82,7 +87,7 @@ class GCNConv(Layer):
         aggregate-first = SpMM over ``in_dim`` columns at the input bits, then the GEMM
         N x in_dim x out_dim; combine-first = the GEMM, then SpMM over ``out_dim`` columns at
         ``out_bits``; + bias (one elementwise op per output). The SpMMs are derived from the
-        `codesign.vertex.layers.gcn` program (`derived_aggregation`: nnz = kept edges + N
+        layer's `PROGRAM` (the one its forward runs; `derived_aggregation`: nnz = kept edges + N
         self-loops, the BSR kernel over the kept tiles with a `BlockEdgeMask`); edge weights are
         taken as given (A_hat's normalization, `gcn_normalize`, is not costed). The GEMM and the
         bias stay hand-written (dense, outside the program). ``in_nnz``: stored nonzeros of the
@@ -97,7 +102,7 @@ class GCNConv(Layer):
         elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
         if graph.training:
             gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
-        layer = derived_message_passing(vertex_layers.gcn, name, graph, gemm, elem,
+        layer = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
                                         widths=(self.in_features, self.out_features), kept=(k, f),
                                         bits=(x_bits, out_bits), combine_first_only=in_nnz is not None)
         return (layer,)

@@ -3,8 +3,8 @@ Networks?", ICLR 2019) for node classification in Flax NNX, with co-design hooks
 
 A GIN layer (eq. 4.1, GIN-eps) is ``h_i' = MLP((1 + eps) h_i + sum_{j in N(i)} h_j)`` with a
 learnable scalar ``eps`` and a two-layer MLP ``Linear -> ReLU -> Linear``. The sum and the
-``(1 + eps)`` self term are one `codesign.kernels.aggregate` call over the adjacency with
-self-loops of weight ``1 + eps``; an edge mask's gates multiply the edge weights (a removed edge
+``(1 + eps)`` self term are one run of the `codesign.vertex.layers.weighted_sum` program (one
+`codesign.kernels.aggregate` call) over the adjacency with self-loops of weight ``1 + eps``; an edge mask's gates multiply the edge weights (a removed edge
 contributes nothing, the self term stays).
 
 This module also holds `QuantLinear`, the fake-quantized dense layer that GIN, GraphSAGE and
@@ -25,7 +25,9 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities,
-                                    input_nnz, override_bits, quant_bits)
+                                    input_nnz, override_bits, quant_bits, derived_message_passing,
+                                    run_weighted_sum)
+from codesign.vertex import layers as vertex_layers
 from codesign.sparsify import EdgeMask, FeatureMask
 
 
@@ -54,8 +56,14 @@ class GINConv(Layer):
     ``aggregate_fn(adj, x, impl=...)`` is the sum aggregation (default `codesign.kernels.aggregate`),
     injected as in `GCNConv`.
 
+    The sum is the `PROGRAM` vertex program (`codesign.vertex.layers.weighted_sum` over
+    ``A + (1 + eps) I``, `gin_adjacency`): the forward runs its lowering and `workload` derives
+    the aggregation's stages from it.
+
     Shapes: ``x [N, in_features], adj`` (E edges, no self-loops) ``-> [N, out_features]``.
     """
+
+    PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, hidden: int, out_features: int, *, bits: Optional[int] = None,
                  impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
@@ -67,10 +75,9 @@ class GINConv(Layer):
 
     def __call__(self, x: jax.Array, adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> jax.Array:
         a = gin_adjacency(adj, self.eps[...], edge_weight)
-        if self.hidden <= self.in_features:  # combine first: aggregate the narrower matrix
-            h = self.aggregate_fn(a, self.lin1.combine(x), impl=self.impl)
-        else:
-            h = self.lin1.combine(self.aggregate_fn(a, x, impl=self.impl))
+        agg = lambda h: run_weighted_sum(self.PROGRAM, a, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
+        # combine first: aggregate the narrower matrix
+        h = agg(self.lin1.combine(x)) if self.hidden <= self.in_features else self.lin1.combine(agg(x))
         return self.lin2(jax.nn.relu(self.lin1.add_bias(h)))
 
     def input_bits(self, hard: bool = False) -> jax.Array:
@@ -84,15 +91,21 @@ class GINConv(Layer):
         ``((1+eps) X + A X) W1 = (1+eps) X W1 + A (X W1)``):
 
           ``name``:        SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
-                           both orders, + bias/ReLU (`hwmodel.message_passing_layer`); the hidden
+                           both orders, + bias/ReLU (the SpMMs derived from `PROGRAM`,
+                           `derived_message_passing`); the hidden
                            activations are stored at ``lin2``'s input bits;
           ``name.mlp``:    ``lin2``'s GEMM N x hidden x out + bias (`QuantLinear.workload`).
         """
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.lin1.quant_w, hard))
         mid_bits = self.lin2.input_bits(hard) if bits is None else bits
-        agg = hwmodel.message_passing_layer(name, graph.n_nodes, graph.kept_edges + graph.n_nodes,
-                                            self.in_features if in_dim is None else in_dim, self.hidden, x_bits,
-                                            w_bits, mid_bits, **graph.aggregation(blocks=False), in_nnz=in_nnz)
+        n, k = graph.n_nodes, self.in_features if in_dim is None else in_dim
+        gemm = (hwmodel.input_gemm_stage(n, k, self.hidden, x_bits, w_bits, mid_bits, in_nnz),)
+        elem = (hwmodel.elementwise_stage(n, self.hidden, mid_bits),)
+        if graph.training:
+            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
+        agg = derived_message_passing(self.PROGRAM, name, graph, gemm, elem, widths=(self.in_features, self.hidden),
+                                      kept=(k, self.hidden), bits=(x_bits, mid_bits),
+                                      combine_first_only=in_nnz is not None, blocks=False)
         return (agg,) + self.lin2.workload(f"{name}.mlp", graph, out_dim=out_dim, out_bits=out_bits, hard=hard,
                                            bits=bits)
 
@@ -144,7 +157,7 @@ class GIN(GNN):
         """The `hwmodel.Workload` (arguments as `GCN.workload`, ``feature_nnz`` too). Per GIN layer ``l``:
 
           ``layer{l}``:     SpMM over ``A + (1+eps) I`` (nnz = kept edges + N) and ``lin1``'s GEMM,
-                            both orders, + bias/ReLU (`hwmodel.message_passing_layer`);
+                            both orders, + bias/ReLU (`GINConv.workload`);
           ``layer{l}.mlp``: ``lin2``'s GEMM N x hidden x out + bias (and ReLU).
         The logits (``layer1.mlp``) are fp32.
         """

@@ -220,6 +220,19 @@ def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple,
     return hwmodel.LayerWorkload(name, agg_first.combine_first + gemm + agg_first.elementwise, combine_then, elem)
 
 
+def run_weighted_sum(program, adj, x: jax.Array, *, impl: str, aggregate_fn) -> jax.Array:
+    """A conv layer's aggregation as its vertex program: ``program`` (a
+    `codesign.vertex.layers.weighted_sum`-shaped `codesign.vertex.Program`, nodes ``h``, edges
+    ``w``) on ``adj`` with ``h = x`` [N, F] and ``w`` = the adjacency's edge weights [E] (ones
+    when it has none); its fused SpMM calls ``aggregate_fn(adj, x, impl=impl)`` (the layer's
+    injected aggregation). The layer's ``workload`` derives its stages from the same program
+    (`derived_message_passing`), so forward and cost cannot drift apart. Returns [N, F]."""
+    w = adj.edge_weight
+    if w is None:
+        w = jnp.ones(adj.senders.shape, x.dtype)
+    return program(adj, nodes={"h": x}, edges={"w": w}, impl=impl, aggregate=aggregate_fn)
+
+
 def input_nnz(model, feature_nnz, densities: Optional[dict], d: dict, hard: bool) -> Optional[jax.Array]:
     """float32 scalar: the stored nonzeros of a model's input features when they are stored CSR,
     for its ``workload(feature_nnz=...)`` (None when ``feature_nnz`` is None: stored dense).

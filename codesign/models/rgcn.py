@@ -34,10 +34,14 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    input_nnz, mask_densities, override_bits, quant_bits)
+                                    input_nnz, mask_densities, override_bits, quant_bits, run_weighted_sum)
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
+
+RELATION_PROGRAM = vertex_layers.weighted_sum
+"""The vertex program of one relation's aggregation: `RGCNConv` runs it per relation and
+`rgcn_layer_workloads` costs each relation from it."""
 
 Adjacencies = Union[CooAdjacency, Sequence[CooAdjacency]]
 
@@ -139,11 +143,15 @@ class RGCNConv(Layer):
         w = self.quant_w(jnp.concatenate([self.kernel[...][None], self.relation_weights()]))  # [R+1, in, out]
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
             xw = jnp.einsum("nk,rkf->rnf", x, w)
-            out = xw[0] + sum(self.aggregate_fn(adj, xw[r + 1], impl=self.impl) for r, adj in enumerate(adjs))
+            out = xw[0] + sum(self._relation(adj, xw[r + 1]) for r, adj in enumerate(adjs))
         else:
-            agg = jnp.stack([x] + [self.aggregate_fn(adj, x, impl=self.impl) for adj in adjs])
+            agg = jnp.stack([x] + [self._relation(adj, x) for adj in adjs])
             out = jnp.einsum("rnk,rkf->nf", agg, w)
         return out + self.bias[...]
+
+    def _relation(self, adj, h: jax.Array) -> jax.Array:
+        """One relation's aggregation: `RELATION_PROGRAM` on its normalized adjacency."""
+        return run_weighted_sum(RELATION_PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
 
     def input_bits(self, hard: bool = False) -> jax.Array:
         """float32 scalar: the bits of its input features (``quant_x``)."""
@@ -212,7 +220,7 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     layers = []
     for r, nnz in enumerate(relation_nnz):
         rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
-        layers.append(derived_message_passing(vertex_layers.weighted_sum, f"{name}/rel{r}", rel, gemm, (),
+        layers.append(derived_message_passing(RELATION_PROGRAM, f"{name}/rel{r}", rel, gemm, (),
                                               widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
                                               combine_first_only=in_nnz is not None, blocks=False, self_loops=False))
     elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))

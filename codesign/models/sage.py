@@ -7,8 +7,8 @@ two, as PyG's ``SAGEConv`` does (no self-loops; no output l2-normalization, whic
 for unsupervised embeddings and PyG turns off by default).
 
 Aggregators (``aggr``):
-  * ``"mean"``: ``sum_j g_ij h_j / sum_j g_ij`` — a weighted SpMM through
-    `codesign.kernels.aggregate`; with an edge mask the gates ``g`` weight the mean, so a removed
+  * ``"mean"``: ``sum_j g_ij h_j / sum_j g_ij`` — the `codesign.vertex.layers.weighted_sum`
+    program over the row-normalized adjacency (one weighted SpMM, `codesign.kernels.aggregate`); with an edge mask the gates ``g`` weight the mean, so a removed
     edge also leaves the degree (without a mask ``g = 1``: the plain mean).
   * ``"max"``: element-wise ``max_{j: g_ij > 0} g_ij h_j`` (0 for a node without kept
     neighbours). `aggregate` computes sums ``A @ X`` only (the (+, x) semiring of SpMM), and a
@@ -45,8 +45,10 @@ from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
-                                    input_nnz, override_bits, quant_bits)
+                                    input_nnz, override_bits, quant_bits, derived_message_passing,
+                                    run_weighted_sum)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
+from codesign.vertex import layers as vertex_layers
 
 AGGREGATORS = ("mean", "max")
 
@@ -103,7 +105,16 @@ class SAGEConv(Layer):
 
     Parameters: ``kernel_neigh``, ``kernel_root`` float32 [K, F] (Glorot-uniform), ``bias`` [F]
     (zeros). Shapes: ``x [N, in_features], adj (E edges, no self-loops) -> [N, out_features]``.
+
+    The mean aggregation is the `PROGRAM` vertex program (`codesign.vertex.layers.weighted_sum`
+    over the row-normalized adjacency, `mean_adjacency`): the forward runs its lowering and
+    `workload` derives the aggregation's stages from it. The max aggregation stays
+    `max_aggregate`: it excludes zero-weight (pruned) edges from the maximum, which
+    ``vx.max`` over gated messages cannot express (a gate multiplies the message, so a pruned
+    edge would still contribute 0 to the maximum).
     """
+
+    PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, out_features: int, *, aggr: str = "mean",
                  bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, impl: str = "auto",
@@ -133,10 +144,9 @@ class SAGEConv(Layer):
             neigh = max_aggregate(adj, x, edge_weight) @ w_neigh
         else:
             a = mean_adjacency(adj, edge_weight)
-            if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
-                neigh = self.aggregate_fn(a, x @ w_neigh, impl=self.impl)
-            else:
-                neigh = self.aggregate_fn(a, x, impl=self.impl) @ w_neigh
+            agg = lambda h: run_weighted_sum(self.PROGRAM, a, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
+            # combine first: aggregate the narrower matrix
+            neigh = agg(x @ w_neigh) if self.out_features <= self.in_features else agg(x) @ w_neigh
         return neigh + root + self.bias[...]
 
     def layer_bits(self, hard: bool = False) -> dict:
@@ -154,7 +164,7 @@ class SAGEConv(Layer):
 
           ``name``:      the neighbour aggregation over the kept edges (nnz = kept edges, no
                          self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
-                         orders (`hwmodel.message_passing_layer`; with a `BlockEdgeMask` the BSR
+                         orders, the SpMMs derived from `PROGRAM` (`derived_message_passing`; with a `BlockEdgeMask` the BSR
                          kernel over the kept tiles). Max: aggregate-first only (a max does not
                          commute with the GEMM); its "spmm" stage counts one compare per gathered
                          element where a SpMM counts one MAC.
@@ -171,9 +181,15 @@ class SAGEConv(Layer):
         f = self.out_features if out_dim is None else out_dim
         x_bits, wn, wr = lb["x"], lb["w_neigh"], lb["w_root"]
         n, nnz, training = graph.n_nodes, graph.kept_edges, graph.training
-        if self.aggr == "mean":
-            neigh = hwmodel.message_passing_layer(name, n, nnz, k, f, x_bits, wn, out_bits, **graph.aggregation(),
-                                                  in_nnz=in_nnz)
+        if self.aggr == "mean":  # derived from the program the forward runs (no self-loops)
+            gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wn, out_bits, in_nnz),)
+            elem = (hwmodel.elementwise_stage(n, f, out_bits),)
+            if training:
+                gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
+            neigh = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
+                                            widths=(self.in_features, self.out_features), kept=(k, f),
+                                            bits=(x_bits, out_bits), combine_first_only=in_nnz is not None,
+                                            self_loops=False)
         elif in_nnz is not None:
             raise ValueError("SAGEConv.workload(in_nnz): the max aggregation reads its input rows dense; "
                              "a CSR-stored input is costed for aggr='mean' only")

@@ -3,22 +3,28 @@ they read. Each program is the layer's equation for one vertex ``v``; the dense 
 (the GEMM ``X W``, the attention score terms, bias, activation) stay ordinary JAX around the call.
 
     gcn     ``sum_{u in N(v)} h_u norm_u * norm_v``, norm = deg^-1/2 (Kipf & Welling, ICLR 2017, eq. 2;
-            `codesign.models.GCNConv` over `codesign.models.norm.gcn_normalize`)
+            the user-facing example with the normalization inside the program;
+            `codesign.models.GCNConv` runs `weighted_sum` over `codesign.models.norm.gcn_normalize`'s
+            A_hat, whose weights are these products)
     gat     ``sum_u softmax_u(LeakyReLU(el_u + er_v)) h_u`` for one head; heads by `jax.vmap` over a
             leading axis of h, el, er (Velickovic et al., ICLR 2018, eq. 1-4; `codesign.models.GATConv`)
     rgcn    ``sum_{(u, e)} h_u[type_e] w_e + self_v``, ``h [N, R, F]`` the per-relation ``X W_r``,
             ``w = 1 / c_{v,r}`` (Schlichtkrull et al., ESWC 2018, eq. 2): the whole layer's relation
             sum as one segment kernel over all edges (the user-facing example; not the schedule
             `codesign.models.RGCNConv` runs)
-    weighted_sum   ``sum_{(u, e) in in_edges(v)} h_u w_e``: one relation r of R-GCN's eq. 2 over its
-            adjacency (no self-loops, ``w = 1 / c_{v,r}``, `codesign.models.rgcn.relation_mean_normalize`);
-            `codesign.models.RGCNConv` runs one such SpMM per relation and costs each from this program
+    weighted_sum   ``sum_{(u, e) in in_edges(v)} h_u w_e``: the aggregation the conv layers run as
+            their forward and cost as their workload (`codesign.models.layers.run_weighted_sum`,
+            `derived_message_passing`): `GCNConv` over A_hat, `SAGEConv` (mean) over D^-1 A, `GINConv`
+            over A + (1 + eps) I, and `RGCNConv` once per relation r of eq. 2 (no self-loops,
+            ``w = 1 / c_{v,r}``, `codesign.models.rgcn.relation_mean_normalize`)
     appnp_step(alpha)   ``(1 - alpha) sum_{(u, e)} z_u w_e + alpha h_v`` (Klicpera et al., ICLR 2019,
-            eq. 5; one step of `codesign.models.APPNP.propagate`, w = the normalized edge weights)
+            eq. 5; one step of `codesign.models.Propagation`, which runs and costs it;
+            w = the normalized edge weights)
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import jax
@@ -58,13 +64,15 @@ def weighted_sum(v):
     """One relation of R-GCN (eq. 2): ``sum_{(u, e) in in_edges(v)} h_u w_e``. Inputs: nodes ``h``
     float [N, F] (X, or ``X W_r`` when the layer combines first), edges ``w`` float [E_r] (relation
     r's mean-normalization weights ``1 / c_{v,r}``, edge gates multiplied in; the adjacency holds
-    relation r's edges only, no self-loops). Returns [N, F]. One fused SpMM (rule 1):
-    `codesign.models.RGCNConv` runs one per relation (`codesign.kernels.aggregate`) and
-    `RGCNConv.workload` takes each relation's SpMM stages from this program
-    (`codesign.models.layers.derived_aggregation` with ``self_loops=False``)."""
+    relation r's edges only, no self-loops). Returns [N, F]. One fused SpMM (rule 1) through the
+    caller's ``aggregate`` (`codesign.kernels.aggregate` by default). The forward of `GCNConv`,
+    `SAGEConv` (mean), `GINConv` and `RGCNConv` (one run per relation), with ``w`` the layer's
+    normalized edge weights; their ``workload`` takes the SpMM stages from this program
+    (`codesign.models.layers.derived_message_passing`)."""
     return vx.sum(u.h * e.w for u, e in v.in_edges)
 
 
+@functools.lru_cache(maxsize=None)
 def appnp_step(alpha: float) -> Program:
     """One APPNP propagation step with teleport probability ``alpha`` (a Python float in [0, 1]).
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -35,13 +35,18 @@ forms [E, H, F] messages), "pallas" (the fused online-softmax kernel; interprete
 @dataclasses.dataclass(frozen=True)
 class EdgeContext:
     """The graph a program runs on: ``adj`` (`CooAdjacency`, E edges over N nodes, its pattern
-    passed to the kernels), ``gates`` float [E] or None, and the kernel choices ``impl`` (of
-    `codesign.kernels.aggregate`) and ``attention_impl`` (`ATTENTION_IMPLS`)."""
+    passed to the kernels; or the adjacency type of ``aggregate``), ``gates`` float [E] or None,
+    the kernel choices ``impl`` (of `codesign.kernels.aggregate`) and ``attention_impl``
+    (`ATTENTION_IMPLS`), and ``aggregate``: the weighted sum every fused SpMM calls,
+    ``aggregate(adj.with_weight(w), x [N, F], impl=impl) -> [N, F]`` (default
+    `codesign.kernels.aggregate`; a layer injects another one, e.g. the distributed halo
+    exchange, and runs the same program)."""
 
     adj: CooAdjacency
     gates: Optional[jax.Array]
     impl: str = "auto"
     attention_impl: str = "auto"
+    aggregate: Callable = aggregate
 
 
 def attention_mode(adj: CooAdjacency, attention_impl: str, h: Optional[jax.Array] = None, heads: int = 1) -> str:
@@ -237,7 +242,7 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
             x = value(f.args[0])
             x2 = x.reshape(n, -1)
             w = None if w is None else w.astype(x.dtype)
-            out = aggregate(adj.with_weight(w), x2, impl=ctx.impl).reshape(x.shape)
+            out = ctx.aggregate(adj.with_weight(w), x2, impl=ctx.impl).reshape(x.shape)
         return out / _per_edge(count(), out) if kind == "mean" else out
 
     def fused_attention(p: AttentionPlan):

@@ -19,6 +19,7 @@ import numpy as np
 from codesign import hwmodel
 from codesign.graph import Graph as DataGraph
 from codesign.kernels import CooAdjacency
+from codesign.kernels import aggregate as kernel_aggregate
 from codesign.quant import Quantizer
 from codesign.sparsify import EdgeSparsifier
 from codesign.vertex import cost
@@ -139,7 +140,7 @@ class Program:
 
     # ------------------------------------------------------------------------------ executing
     def __call__(self, adj, nodes: Optional[Mapping] = None, edges: Optional[Mapping] = None, *,
-                 impl: str = "auto", attention_impl: str = "auto") -> Any:
+                 impl: str = "auto", attention_impl: str = "auto", aggregate: Callable = kernel_aggregate) -> Any:
         """Runs the program on every vertex of ``adj``.
 
         Args:
@@ -150,6 +151,10 @@ class Program:
           edges: ``{name: array [E, ...]}`` read as ``e.name``.
           impl: `codesign.kernels.aggregate` backend of the fused weighted sums.
           attention_impl: backend of the fused attention (`codesign.vertex.lower.ATTENTION_IMPLS`).
+          aggregate: the weighted sum the fused SpMMs call, ``aggregate(adj.with_weight(w), x,
+            impl=impl)`` (default `codesign.kernels.aggregate`). With another one, ``adj`` may be
+            of the type it takes: anything with ``senders``, ``receivers`` int [E], ``n_nodes``,
+            ``n_edges`` and ``with_weight`` (`codesign.distributed.HaloAdjacency`).
 
         Returns:
           What the function returns, each traced vertex value an array [N, ...].
@@ -160,7 +165,7 @@ class Program:
             not real (complex), naming it; gates of the wrong length; an unknown ``attention_impl``.
           VertexProgramError: the program cannot be traced (naming the user's line).
         """
-        adj = _adjacency(adj)
+        adj = _adjacency(adj, custom=aggregate is not kernel_aggregate)
         node_specs = _specs({} if nodes is None else nodes, adj.n_nodes, "nodes", "N")
         edge_specs = _specs({} if edges is None else edges, adj.n_edges, "edges", "E")
         nodes, edges = dict(nodes or {}), dict(edges or {})
@@ -171,7 +176,7 @@ class Program:
             where[name] = q(where[name])
         graph = self.trace(node_specs, edge_specs)
         gates = self._gates(adj)
-        return run(graph, EdgeContext(adj, gates, impl, attention_impl), nodes, edges)
+        return run(graph, EdgeContext(adj, gates, impl, attention_impl, aggregate), nodes, edges)
 
     def _gates(self, adj: CooAdjacency) -> Optional[jax.Array]:
         g = self.edge_gates
@@ -325,8 +330,12 @@ def _gated_edges(g, n_edges: int, n_nodes: int) -> int:
     return k
 
 
-def _adjacency(adj) -> CooAdjacency:
+def _adjacency(adj, custom: bool = False) -> CooAdjacency:
+    """``adj`` as a `CooAdjacency`; ``custom``: an injected aggregation's own adjacency type is
+    passed through when it has what the lowering reads (`Program.__call__`)."""
     if isinstance(adj, CooAdjacency):
+        return adj
+    if custom and all(hasattr(adj, a) for a in ("senders", "receivers", "n_nodes", "n_edges", "with_weight")):
         return adj
     if isinstance(adj, DataGraph):
         return CooAdjacency(adj.senders, adj.receivers, None, adj.n_nodes)
