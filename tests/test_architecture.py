@@ -201,21 +201,7 @@ CONCRETE_BASES = {
 }
 """Concrete classes of codesign/ that other classes of codesign/ subclass: ``{qualified name: why}``."""
 
-NOT_YET_FINAL = {
-    **dict.fromkeys(["codesign.models.appnp.APPNP", "codesign.models.appnp.Propagation", "codesign.models.gat.GAT",
-                     "codesign.models.gat.GATConv", "codesign.models.gcn.GCN", "codesign.models.gcn.GCNConv",
-                     "codesign.models.gin.GIN", "codesign.models.gin.GINConv", "codesign.models.layers.QuantLinear",
-                     "codesign.models.rgcn.RGCN", "codesign.models.rgcn.RGCNConv", "codesign.models.sage.GraphSAGE",
-                     "codesign.models.sage.SAGEConv"],
-                    "implements models.base.GNN / models.layers.Layer; its file is being rewritten (issue 35 "
-                    "part 1: a layer is its vertex program), which marks it @final"),
-    **dict.fromkeys([f"codesign.train.config.{n}Config" for n in ("Cost", "Distill", "Mask", "Model", "Optim",
-                                                                   "Quant")], "a section of _Section (above)"),
-    **dict.fromkeys(["codesign.data.planetoid._CsrArray", "codesign.data.planetoid._CsrMatrix"],
-                    "subclasses _NoInit (above)"),
-    **dict.fromkeys([f"codesign.vertex.trace._{n}" for n in ("Vertex", "Neighbour", "Edge")],
-                    "subclasses _Proxy (above)"),
-}
+NOT_YET_FINAL: dict[str, str] = {}
 """Concrete subclasses of a codesign class not yet marked ``@final``: ``{qualified name: why}``."""
 
 OVERRIDDEN_DEFAULTS = {

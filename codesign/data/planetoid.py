@@ -8,6 +8,8 @@ Geometric's ``Planetoid(split="public")`` (``read_planetoid_data``) node for nod
 
 from __future__ import annotations
 
+from typing import final
+
 import hashlib
 import importlib
 import itertools
@@ -200,10 +202,12 @@ class _NoInit:
         raise pickle.UnpicklingError(f"refusing to call {type(self).__mro__[2].__name__}(...) from a pickle")
 
 
+@final
 class _CsrMatrix(_NoInit, sp.csr_matrix):
     pass
 
 
+@final
 class _CsrArray(_NoInit, sp.csr_array):
     pass
 

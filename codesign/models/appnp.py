@@ -19,7 +19,7 @@ none and its Cora benchmark uses none).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,7 @@ from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex.layers import appnp_step
 
 
+@final
 class Propagation(Layer):
     """K steps of approximate personalized PageRank (Klicpera et al. 2019, eq. 5):
     ``Z <- (1 - alpha) A_hat Z + alpha H`` from ``Z = H``, each ``A_hat Z`` one
@@ -84,6 +85,7 @@ class Propagation(Layer):
         return tuple(dataclasses.replace(step, name=f"{name}{k}") for k in range(self.k_hops))
 
 
+@final
 class APPNP(GNN):
     """MLP (``dropout -> lin1 -> ReLU -> dropout -> lin2``) followed by K personalized-PageRank
     propagation steps, with optional edge mask, feature mask and N-bit fake quantization of the

@@ -50,7 +50,7 @@ the edges they hold.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +108,7 @@ def head_adjacency(senders: jax.Array, receivers: jax.Array, n_nodes: int, alpha
                         alpha.reshape(-1), n_nodes * heads)
 
 
+@final
 class GATConv(Layer):
     """One multi-head graph attention layer (Veličković et al. 2018, eq. 4 / eq. 6).
 
@@ -250,6 +251,7 @@ class GATConv(Layer):
         return auto_impl(loops, h, op="attention", heads=self.heads)
 
 
+@final
 class GAT(GNN):
     """Two-layer GAT for node classification (the paper's transductive architecture) with
     optional edge sparsifier, feature mask, channel mask and quantizers:

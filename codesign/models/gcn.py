@@ -9,7 +9,7 @@ The edge sparsifier's gates (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`,
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ from codesign.vertex import layers as vertex_layers
 
 
 
+@final
 class GCNConv(Layer):
     """``H' = A_hat @ Q(H) @ Q(W) + b`` (Kipf & Welling 2017, eq. 2) with fake quantization Q.
 
@@ -117,6 +118,7 @@ def hidden_elementwise_ops(channel_gate: bool, hidden_bits) -> jax.Array:
     return 2.0 + float(channel_gate) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)
 
 
+@final
 class GCN(GNN):
     """Two-layer GCN for node classification with optional edge sparsifier, feature mask, channel
     mask and quantizers.

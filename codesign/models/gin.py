@@ -13,7 +13,7 @@ APPNP share.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,7 @@ def gin_adjacency(adj: CooAdjacency, eps: jax.Array, edge_weight: Optional[jax.A
     return CooAdjacency(senders, receivers, w, adj.n_nodes)
 
 
+@final
 class GINConv(Layer):
     """``h' = lin2(ReLU(lin1((1 + eps) h_i + sum_j h_j)))`` (Xu et al. 2019, eq. 4.1).
 
@@ -110,6 +111,7 @@ class GINConv(Layer):
                                            bits=bits)
 
 
+@final
 class GIN(GNN):
     """Two GIN-eps layers for node classification with optional edge mask, feature mask and
     N-bit fake quantization: ``GINConv(in, hidden, hidden) -> ReLU -> dropout ->

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -294,6 +294,7 @@ class Layer(nnx.Module):
         """The stages of one forward of this layer on ``graph``."""
 
 
+@final
 class QuantLinear(Layer):
     """``y = Q(x) @ Q(W) + b`` with per-tensor fake quantization Q (`FakeQuant`).
 

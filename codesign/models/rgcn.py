@@ -21,7 +21,7 @@ narrower result is aggregated; otherwise the R aggregations of X come first and 
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union, final
 
 import jax
 import jax.numpy as jnp
@@ -102,6 +102,7 @@ def relation_mean_normalize(adjs: Sequence[CooAdjacency], edge_weight: Optional[
     return tuple(out)
 
 
+@final
 class RGCNConv(Layer):
     """One R-GCN layer with fake quantization Q of its input and (composed) weights.
 
@@ -231,6 +232,7 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     return tuple(layers)
 
 
+@final
 class RGCN(GNN):
     """Two-layer R-GCN for node classification (Schlichtkrull et al. 2018, entity classification)
     with optional edge mask, feature mask and N-bit fake quantization.

@@ -34,7 +34,7 @@ the kept edges.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +83,7 @@ def max_aggregate(adj: CooAdjacency, x: jax.Array, edge_weight: Optional[jax.Arr
     return jnp.where(jnp.isfinite(out), out, 0.0)
 
 
+@final
 class SAGEConv(Layer):
     """``h' = Q(h) @ Q(W_root) + AGG(Q(h)) @ Q(W_neigh) + b`` (Hamilton et al. 2017, Alg. 1).
 
@@ -206,6 +207,7 @@ class SAGEConv(Layer):
         return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
 
 
+@final
 class GraphSAGE(GNN):
     """Two-layer GraphSAGE for node classification with optional edge sparsifier, feature mask,
     channel mask and quantizers: [feature mask] -> dropout -> SAGEConv -> ReLU [-> channel mask]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, final
 
 from codesign.kernels import REORDERINGS
 from codesign.models import MODEL_DEFAULTS, MODELS
@@ -105,6 +105,7 @@ class _Section:
         pass
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(_Section):
     """The architecture (defaults: Kipf & Welling 2017's GCN on Cora).
@@ -135,6 +136,7 @@ class ModelConfig(_Section):
                 raise ValueError(f"TrainConfig.model.{name}: model {self.name!r} has no option {name!r}")
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class MaskConfig(_Section):
     """The learned sparsifiers and their optimizer.
@@ -166,6 +168,7 @@ class MaskConfig(_Section):
     edge_l0_weight: float = setting(0.0, _NON_NEGATIVE)
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class QuantConfig(_Section):
     """Quantization.
@@ -199,6 +202,7 @@ class QuantConfig(_Section):
                                  f"({' or '.join(map(repr, LEARNED_BITS))}), got quantizer={self.quantizer!r}")
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class CostConfig(_Section):
     """The hardware cost in the loss (`codesign.train.objective`, `codesign.train.budget`).
@@ -239,6 +243,7 @@ class CostConfig(_Section):
         return self.weight > 0 or self.budget is not None
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class OptimConfig(_Section):
     """The weights' optimizer and the schedule (defaults: Kipf & Welling 2017).
@@ -258,6 +263,7 @@ class OptimConfig(_Section):
     select: str = setting("last", OneOf(SELECTIONS))
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class DistillConfig(_Section):
     """Self-distillation from a dense FP32 teacher of the same architecture (Hinton, Vinyals and

@@ -23,7 +23,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import jax
 import jax.numpy as jnp
@@ -294,6 +294,7 @@ class _Proxy:
     __bool__ = _control_flow
 
 
+@final
 class _Vertex(_Proxy):
     """``v``: attributes are node inputs (``v.h`` -> ``nodes["h"]``)."""
 
@@ -311,6 +312,7 @@ class _Vertex(_Proxy):
         return self._tracer.input("node_input", name)
 
 
+@final
 class _Neighbour(_Proxy):
     """``u``: attributes are node inputs read at the sender of the in-edge."""
 
@@ -323,6 +325,7 @@ class _Neighbour(_Proxy):
         return self._tracer.add("gather_src", (x.id,), "edge", x.shape, x.dtype)
 
 
+@final
 class _Edge(_Proxy):
     """``e``: attributes are edge inputs (``e.w`` -> ``edges["w"]``)."""
 
