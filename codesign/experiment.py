@@ -177,8 +177,8 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-COST_MODEL_VERSION = 2
-"""The version of the cost model (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
+COST_MODEL_VERSION = 3
+"""The version of the cost model (3: h100 / a100 are the fitted presets) (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
 Bump it in the change that alters what a stored configuration costs; records of another version are
 re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 
