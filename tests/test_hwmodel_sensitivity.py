@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from codesign.experiment import versions
 from codesign.hwmodel import estimate, measure_locality, presets
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE
 from codesign.results import config_key
@@ -60,7 +61,7 @@ def record(method, seed, acc, design, hw="gnnear", model="gcn", scale=1.0, bits_
     rec = {"key": config_key(cfg), "config": cfg, "test_accuracy": acc,
            "densities": {"edge": e, "feature": f, "channel": c},
            "modeled": {"energy_j": en * scale, "latency_s": lat, "dram_bytes": 1.0},
-           "dense_modeled": {"energy_j": den, "latency_s": dlat, "dram_bytes": 1.0}}
+           "dense_modeled": {"energy_j": den, "latency_s": dlat, "dram_bytes": 1.0}, "versions": versions()}
     if bits_field:
         rec["layer_bits"] = dict.fromkeys(BITS, b)
     return rec

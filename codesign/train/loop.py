@@ -544,8 +544,9 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
     dense_store = run.dense_store
     n, e = graph.n_nodes, graph.n_edges
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
-    with kernels.recorded_choices() as backend:  # what impl="auto" resolved to, per op
-        logits = _eval_logits(model, graph.x, adj)
+    with kernels.recorded_choices() as backend:  # what impl="auto" resolved to, per op: traced afresh
+        nnx.eval_shape(lambda m: m(graph.x, adj), model)  # (the cached jit below may not trace at all)
+    logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
         store, rep = cheapest_store(store_costs(model, n, e, target, inputs), cfg.cost.objective)
