@@ -38,7 +38,6 @@ GRAPHS = ("cora", "rmat15")
 def _child(args) -> None:
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import optax
     from flax import nnx
 

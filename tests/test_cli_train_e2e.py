@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 from codesign import cli
 from codesign.results import RUN_RECORD_FIELDS, ResultsStore

@@ -148,7 +148,7 @@ def test_sparsify_quant_random_edges_keeps_the_asked_fraction(cora):
 
 def test_sparsify_quant_random_tiles_distill_keeps_the_asked_tiles_and_uses_the_full_graph_teacher(cora):
     from codesign.hwmodel import presets
-    from codesign.train import TrainConfig, dense_teacher
+    from codesign.train import dense_teacher
     mod = load("sparsify_quant")
     hw = presets.get("h100")
     cfg, r = mod.run_one(cora, "random_tiles_0.45_distill", 0, hw, epochs=2)

@@ -47,7 +47,6 @@ def _cost(hw: str, edge: float, feature: float, bits: int) -> tuple[dict, dict]:
     from flax import nnx
 
     from codesign.hwmodel import estimate, presets
-    from codesign.models import GCN
 
     spec = presets.get(hw)
     wl = _gcn().workload(2708, 10556, bits=bits, densities={"edge": edge, "feature": feature})

@@ -23,7 +23,6 @@ from codesign import vertex as vx
 from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, with_csr_pattern
 from codesign.models import APPNP, GAT, GCN, RGCN
-from codesign.models.norm import gcn_normalize
 from codesign.models.rgcn import relation_mean_normalize
 from codesign.quant import FakeQuant
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan

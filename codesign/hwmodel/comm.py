@@ -27,7 +27,6 @@ All counts may be JAX arrays (``width`` = channel density x hidden, ``bits`` a l
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
