@@ -164,8 +164,7 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
     new["config"] = labelled
     new.setdefault("layer_bits", {})  # fixed widths: the configured bits, as training writes them
     new.update(key=run_key(config["dataset"], config["hw"], cfg, **extra), modeled=rep.summary(),
-               dense_modeled=ref.summary(), feature_store=store, dense_feature_store=ref_store,
-               final_cost_ratio=float(rep.energy_j / ref.energy_j), versions=versions(),
+               dense_modeled=ref.summary(), feature_store=store, dense_feature_store=ref_store, versions=versions(),
                recosted_from=record.get("code_version"))
     return new, None
 
