@@ -249,11 +249,12 @@ def cmd_train(args) -> int:
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
-    from codesign.experiment import make_record, run_key
+    from codesign.experiment import check_versions, make_record, run_key
     from codesign.results import check_run_record
     from codesign.train import train_seeds
     hw = presets.get(args.hw)
     store = _train_store(args)  # an unwritable --out fails here, before any training
+    check_versions(store.path, store.records())  # never add to a file priced by another cost model
     args.progress = getattr(args, "progress", None) or _Progress()
     args.progress.store = store
     graph = _load(args)
@@ -383,9 +384,7 @@ def sweep_configs(args) -> list:
 def cmd_sweep(args) -> int:
     import os
 
-    from tqdm import tqdm
-
-    from codesign.experiment import check_versions, make_record, run_key
+    from codesign.experiment import GridPoint, check_versions, run_grid, run_key
     from codesign.hwmodel import presets
     from codesign.results import ResultsStore
     from codesign.train import train_seeds
@@ -419,19 +418,24 @@ def cmd_sweep(args) -> int:
         from codesign.deploy import measure_model
         from codesign.hwmodel import measure_locality
         local_hw, locality = presets.get("cpu_numpy"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    points = {}  # the seeds of a point, trained together (codesign.train.train_seeds)
+    grouped = {}  # the seeds of a point, trained together (codesign.train.train_seeds)
     for cfg, config in todo:
-        points.setdefault(cfg.replace(seed=0), []).append((cfg, config))
-    with tqdm(total=len(todo), desc="sweep", unit="run") as bar:
-        for runs in points.values():
+        grouped.setdefault(cfg.replace(seed=0), []).append((cfg, config))
+
+    def runner(runs):
+        def run():
             for (cfg, config), result in zip(runs, train_seeds(graph, [cfg for cfg, _ in runs], hw,
                                                                return_model=args.measure)):
                 result.pop("by_hw")  # one target: the same numbers as modeled / breakdown
                 if args.measure:
                     result.update(measure_model(result.pop("model"), graph, local_hw, reps=args.reps,
                                                 locality=locality))
-                store.append(make_record(run_key(args.dataset, args.hw, cfg, **measured), config, result))
-                bar.update()
+                yield run_key(args.dataset, args.hw, cfg, **measured), config, result
+        return run
+
+    points = [GridPoint(tuple(run_key(args.dataset, args.hw, cfg, **measured) for cfg, _ in runs), runner(runs))
+              for runs in grouped.values()]
+    run_grid(store, points, desc=f"sweep {name}")  # the one grid runner of experiments/tradeoff.py too
     print(path)
     return 0
 

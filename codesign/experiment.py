@@ -16,6 +16,9 @@
   s, J and bytes), ``code_version`` the git commit, ``time`` the UTC finish time (ISO 8601). Every
   record is appended through `codesign.results.ResultsStore` (atomic, locked, resumable);
   `load_grid` reads a file back as typed `RunRecord`s and refuses one that mixes versions.
+* `run_grid`: the one resumable grid runner (``codesign sweep`` and ``experiments/tradeoff.py``):
+  `GridPoint` s, each the seeds of one configuration trained together, their records appended as
+  each finishes, the points whose records are all stored skipped.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from codesign.models import MODELS
 from codesign.results import code_version, config_key
@@ -32,7 +35,7 @@ from codesign.train import TrainConfig
 __all__ = ["Method", "PAPER_METHODS", "DISTILL", "FLAGSHIP", "FLAGSHIP_SELECTION", "FLAGSHIP_BY_DATASET",
            "METHODS", "get_method", "run_key", "make_record", "versions",
            "COST_MODEL_VERSION", "REFERENCE", "RunRecord", "load_grid", "check_versions", "grid_versions",
-           "scope_base", "parse_part", "take_part"]
+           "scope_base", "parse_part", "take_part", "GridPoint", "run_grid"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,3 +361,53 @@ def take_part(items: list, k: int, n: int) -> list:
     if not 1 <= k <= n:
         raise ValueError(f"--part: need 1 <= K <= N, got {k}/{n}")
     return items[(k - 1) * len(items) // n:k * len(items) // n]
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+    """One point of a grid for `run_grid`: ``keys`` (every record key it writes: one per seed and
+    target, `run_key`) and ``run`` (a callable that trains the point's seeds - together where
+    `codesign.train.train_seeds` allows - and yields ``(key, config, result)`` per record as soon as
+    it is finished; ``config`` the record's stored configuration, ``result`` its result fields)."""
+
+    keys: tuple
+    run: Callable[[], Iterable[tuple[str, dict, dict]]]
+
+
+def run_grid(store, points: Sequence[GridPoint], desc: str = "grid", on_record=None) -> int:
+    """Runs the points of a grid whose records are not all in ``store`` yet (resumable: a point
+    interrupted mid-way runs again from scratch; its finished records are kept and not rewritten),
+    appending each record (`make_record`) through ``store`` (a `codesign.results.ResultsStore`:
+    atomic, locked) as soon as it is yielded.
+
+    Args:
+      store: the results file.
+      points: `GridPoint` s, run in order.
+      desc: the progress bar's label.
+      on_record: optional callback with each appended record.
+
+    Returns:
+      The number of records appended.
+
+    Raises:
+      ValueError: ``store`` holds records of other `versions` (`check_versions`: one line).
+    """
+    import sys
+
+    from tqdm import tqdm
+    check_versions(store.path, store.records())
+    done = store.done_keys()
+    todo = [p for p in points if not all(k in done for k in p.keys)]
+    print(f"{desc}: {len(todo)} of {len(points)} points to do; results in {store.path}", file=sys.stderr)
+    written = 0
+    for point in tqdm(todo, desc=desc, unit="point"):
+        for key, config, result in point.run():
+            if key in done:
+                continue
+            record = make_record(key, config, result)
+            store.append(record)
+            done.add(key)
+            written += 1
+            if on_record is not None:
+                on_record(record)
+    return written

@@ -82,7 +82,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -92,6 +91,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from codesign.experiment import DISTILL as DISTILL_BASELINE  # noqa: E402
 from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
 
 HWS = ("h100", "gnnear", "hygcn")
@@ -108,6 +108,22 @@ GRID_METHODS = ("dense", "codesign", "codesign_a2q", "int8", "int4", "degree_qua
 """The methods of the paper's grid (the default ``--methods``): the flagship, its A2Q variant, every
 baseline of issue 22 and the flagship's one-ingredient ablations. The other `PAPER_METHODS`
 (``codesign_v1``, ``codesign_int8``, ``edge_only``, ``quant_only``, ``codesign_cpu``) run when named."""
+CANDIDATES: dict[str, tuple[dict, ...]] = {
+    "dense": tuple(dict(select="best_val", lr=lr, weight_decay=wd) for lr in (0.01, 0.005) for wd in (5e-4, 5e-3)),
+    "ugs_int8": tuple(dict(lr=lr, weight_decay=wd) for lr in (0.008, 0.01) for wd in (8e-5, 5e-4)),
+    **{m: tuple(dict(select="best_val", lr=lr, **d) for lr in (0.01, 0.005)
+                for d in ({}, DISTILL_BASELINE))
+       for m in ("int8", "int4", "degree_quant", "a2q", "random_edges", "dropedge")},
+}
+"""Each baseline's own small search (issue 34: the same tuning treatment as the flagship), chosen on
+validation accuracy by ``paper_figures/summary.py``: 4 `TrainConfig` override sets per method, on
+top of the method's own, every one with the epoch chosen on validation (``select="best_val"``, as
+the flagship). The dense FP32 reference tries two step sizes x two weight decays; the quantized
+and edge-dropping baselines two step sizes x with / without self-distillation from the dense model
+(``DISTILL_BASELINE``, the flagship's mechanism); UGS (its own trainer, best-validation epoch of each
+round built in) UGS's Cora step size and weight decay (0.008, 8e-5) and this package's GCN defaults
+(0.01, 5e-4), crossed. Methods not listed (the co-design family: its cost weights are its levels,
+its settings chosen by experiments/select_flagship.py on 16 candidates) have one candidate."""
 MEASURED_METHODS_SKIP = ("random_edges", "random_edges_distill", "ugs_int8", "degree_quant")
 """Methods whose records ``--measure`` leaves unmeasured: their models are not trained on the full
 graph by `codesign.train.train` (a random subgraph; UGS's own trainer), so `codesign.deploy.measure_model`
@@ -125,6 +141,12 @@ class Job:
     seed: int
     hws: tuple
     train_hw: Optional[str] = None  # the target in the loss (codesign family), else None
+    candidate: int = 0  # index into CANDIDATES[method] (0 where the method has none)
+
+
+def candidates(method: str) -> tuple[dict, ...]:
+    """The `TrainConfig` override sets of ``method``'s search (`CANDIDATES`; one empty set if none)."""
+    return CANDIDATES.get(method, ({},))
 
 
 def level_name(method: str, budget_mode: bool) -> Optional[str]:
@@ -139,7 +161,7 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
     """The labels of one record (method, level, target; its key is `record_key`)."""
     cfg = {"experiment": "tradeoff", "dataset": dataset, "model": job.model, "method": job.method, "hw": hw,
            "cost_weight": 0.0, "budget": None, "keep": None, "round": None, "seed": job.seed, "epochs": epochs,
-           "trained_for_hw": job.train_hw}
+           "trained_for_hw": job.train_hw, "candidate": job.candidate}
     name = level_name(job.method, budget_mode)
     if name is not None:
         cfg[name] = job.level
@@ -148,9 +170,9 @@ def record_config(job: Job, hw: str, dataset: str, epochs: Optional[int], budget
 
 def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
     """Every job of the grid, seed-major (every job of seed 0, then of seed 1, ...; within a seed in
-    ``models`` then ``methods`` order), so that a leading part of it (`part`) is a whole grid at fewer
-    seeds. ``levels``: ``{"cost": [...], "keep": [...], "round": [...]}``; ugs_int8 is one job per
-    seed whose rounds 0..max are its points (``level`` = last round)."""
+    ``models`` then ``methods`` order, then the method's `candidates`), so that a leading part of it
+    (`part`) is a whole grid at fewer seeds. ``levels``: ``{"cost": [...], "keep": [...], "round": [...]}``;
+    ugs_int8 is one job per seed and candidate whose rounds 0..max are its points (``level`` = last round)."""
     jobs = []
     for seed in range(seeds):
         for model in models:
@@ -158,15 +180,25 @@ def plan(models, methods, hws, seeds, levels: dict) -> list[Job]:
                 m = METHODS[method]
                 if m.models is not None and model not in m.models:
                     continue
-                if m.levels == "cost":
-                    jobs += [Job(model, method, lv, seed, (hw,), hw) for hw in hws for lv in levels["cost"]]
-                elif m.levels == "keep":
-                    jobs += [Job(model, method, lv, seed, tuple(hws)) for lv in levels["keep"]]
-                elif m.levels == "round":
-                    jobs.append(Job(model, method, levels["round"], seed, tuple(hws)))
-                else:
-                    jobs.append(Job(model, method, None, seed, tuple(hws)))
+                for c in range(len(candidates(method))):
+                    if m.levels == "cost":
+                        jobs += [Job(model, method, lv, seed, (hw,), hw, c) for hw in hws for lv in levels["cost"]]
+                    elif m.levels == "keep":
+                        jobs += [Job(model, method, lv, seed, tuple(hws), None, c) for lv in levels["keep"]]
+                    elif m.levels == "round":
+                        jobs.append(Job(model, method, levels["round"], seed, tuple(hws), None, c))
+                    else:
+                        jobs.append(Job(model, method, None, seed, tuple(hws), None, c))
     return jobs
+
+
+def points_of(jobs: list[Job]) -> list[list[Job]]:
+    """``jobs`` grouped into points (every field but the seed equal), in order of first appearance:
+    a point's seeds are trained together (`codesign.train.train_seeds`)."""
+    out: dict = {}
+    for j in jobs:
+        out.setdefault(dataclasses.replace(j, seed=0), []).append(j)
+    return list(out.values())
 
 
 def part(jobs: list, k: int, n: int) -> list:
@@ -202,7 +234,7 @@ def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
 def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
     """The `TrainConfig` of ``job`` on ``dataset`` (the method's `Method.overrides_for` it)."""
     from codesign.train import TrainConfig
-    over = METHODS[job.method].overrides_for(dataset, job.model)
+    over = {**METHODS[job.method].overrides_for(dataset, job.model), **candidates(job.method)[job.candidate]}
     name = level_name(job.method, budget_mode)
     if name in ("cost_weight", "budget"):
         over[name] = job.level
@@ -262,7 +294,7 @@ def run_job(job: Job, graph, dataset: str, epochs, budget_mode: bool,
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
         kw = {} if epochs is None else {"epochs": epochs}
         rounds = ugs_prune(graph, int(job.level), seed=job.seed, hidden=cfg.model.hidden, bits=8, hw=targets[0], net="gcn",
-                           **kw)
+                           lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, **kw)
         shell = GCN(graph.n_features, cfg.model.hidden, graph.n_classes, bits=8, rngs=nnx.Rngs(0))
         out = []
         for rec in rounds:
@@ -273,15 +305,32 @@ def run_job(job: Job, graph, dataset: str, epochs, budget_mode: bool,
             point = dataclasses.replace(job, level=rec["round"])
             out += [(point, hw.name, {**fields, **_costs(shell, graph, hw, cfg, locality, dens)}) for hw in targets]
         return out
+    return run_point([job], graph, dataset, epochs, budget_mode, measure)
+
+
+def run_point(jobs: list[Job], graph, dataset: str, epochs, budget_mode: bool,
+              measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
+    """`run_job` of the seeds of one point (`points_of`): random-keep and UGS jobs one after the
+    other, any other method's seeds together in one compiled program (`codesign.train.train_seeds`:
+    each seed's record as that seed trained alone, to float rounding)."""
+    from codesign.hwmodel import presets
+    from codesign.train import train_seeds
+    job = jobs[0]
+    if METHODS[job.method].levels in ("keep", "round"):
+        return [out for j in jobs for out in run_job(j, graph, dataset, epochs, budget_mode, measure)]
+    cfgs = [train_config(j, dataset, epochs, budget_mode) for j in jobs]
+    targets = [presets.get(h) for h in job.hws]
     measuring = measure is not None and job.model == "gcn" and job.method not in MEASURED_METHODS_SKIP
-    r = train(graph, cfg, targets[0], also_cost=targets[1:], return_model=measuring)
-    common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"], "tiles": r["tiles"],
-              "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
-    if measuring:
-        from codesign.deploy import measure_model
-        common.update(measure_model(r.pop("model"), graph, presets.get("cpu_numpy"), reps=measure["reps"],
-                                    locality=measure["locality"]), measured_on="cpu")
-    return [(job, hw.name, {**common, **r["by_hw"][hw.name]}) for hw in targets]
+    out = []
+    for j, r in zip(jobs, train_seeds(graph, cfgs, targets[0], also_cost=targets[1:], return_model=measuring)):
+        common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"],
+                  "tiles": r["tiles"], "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
+        if measuring:
+            from codesign.deploy import measure_model
+            common.update(measure_model(r.pop("model"), graph, presets.get("cpu_numpy"), reps=measure["reps"],
+                                        locality=measure["locality"]), measured_on="cpu")
+        out += [(j, hw.name, {**common, **r["by_hw"][hw.name]}) for hw in targets]
+    return out
 
 
 def _accuracy_fields(r: dict) -> dict:
@@ -298,19 +347,20 @@ def summarize(records: list[dict]) -> list[dict]:
         kind = METHODS[method].levels
         field = ("budget" if c.get("budget") is not None else "cost_weight") if kind == "cost" else kind
         level = None if field is None else c[field]
-        groups.setdefault((c["model"], c["hw"], method, level), []).append(r)
+        groups.setdefault((c["model"], c["hw"], method, level, c.get("candidate", 0)), []).append(r)
     rows = []
-    for (model, hw, method, level), rs in groups.items():
+    for (model, hw, method, level, cand), rs in groups.items():
         acc = np.array([r["test_accuracy"] for r in rs])
         ratio = lambda f: float(np.mean([r["modeled"][f] / r["dense_modeled"][f] for r in rs]))
         meas = [r for r in rs if "measured" in r]
-        rows.append(dict(model=model, hw=hw, method=method, level=level, seeds=len(rs),
-                         test_accuracy=float(acc.mean()), test_accuracy_std=float(acc.std()),
+        rows.append(dict(model=model, hw=hw, method=method, level=level, candidate=cand, seeds=len(rs),
+                         test_accuracy=float(acc.mean()), test_accuracy_std=float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
                          energy_ratio=ratio("energy_j"), latency_ratio=ratio("latency_s"),
                          measured_speedup=float(np.mean([r["dense_measured"]["latency_s"] / r["measured"]["latency_s"]
                                                          for r in meas])) if meas else None))
     order = {m: i for i, m in enumerate(METHODS)}
-    rows.sort(key=lambda r: (r["model"], r["hw"], order[r["method"]], -1 if r["level"] is None else r["level"]))
+    rows.sort(key=lambda r: (r["model"], r["hw"], order[r["method"]], -1 if r["level"] is None else r["level"],
+                             r["candidate"]))
     return rows
 
 
@@ -345,10 +395,8 @@ def load_graph(dataset: str):
 
 
 def main(argv=None) -> list[dict]:
-    from tqdm import tqdm
-
     from codesign.hwmodel import presets
-    from codesign.experiment import make_record, parse_part
+    from codesign.experiment import GridPoint, parse_part, run_grid
     from codesign.results import ResultsStore
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora", help=f"one of {', '.join(DATASETS)}")
@@ -360,6 +408,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--budgets", default=None, help="budget mode for the codesign family, e.g. 0.1,0.2")
     p.add_argument("--keeps", default=",".join(map(str, KEEPS)), help="random_edges kept fractions")
     p.add_argument("--ugs-rounds", type=int, default=UGS_ROUNDS)
+    p.add_argument("--candidates", type=int, default=None,
+                   help="only the first N of each method's CANDIDATES (default: all)")
     p.add_argument("--epochs", type=int, default=None, help="override every model's epochs")
     p.add_argument("--out", default="results")
     p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
@@ -372,12 +422,12 @@ def main(argv=None) -> list[dict]:
     if args.quick:
         args.models, args.methods, args.hws = "gcn", "dense,codesign,ugs_int8,random_edges_distill", "h100,gnnear"
         args.seeds, args.epochs, args.cost_weights, args.keeps, args.ugs_rounds = 1, 3, "1", "0.5", 0
-        args.measure, args.reps = True, 2
+        args.measure, args.reps, args.candidates = True, 2, 1
     models = _names(args.models, MODELS, "models")
     methods = _names(args.methods, METHODS, "methods")
     hws = _names(args.hws, presets.names(), "hws")
-    if args.seeds < 1 or args.ugs_rounds < 0 or args.reps < 1:
-        raise SystemExit("--seeds and --reps must be >= 1 and --ugs-rounds >= 0")
+    if args.seeds < 1 or args.ugs_rounds < 0 or args.reps < 1 or (args.candidates is not None and args.candidates < 1):
+        raise SystemExit("--seeds, --reps and --candidates must be >= 1 and --ugs-rounds >= 0")
     try:
         which = parse_part(args.part)
     except ValueError as err:
@@ -393,35 +443,43 @@ def main(argv=None) -> list[dict]:
     graph = load_graph(args.dataset)
     name = f"{args.dataset}_tradeoff{'_budget' if budget_mode else ''}{'_quick' if args.quick else ''}"
     store = ResultsStore(Path(args.out) / f"{name}.jsonl")
-    done = store.done_keys()
     jobs = plan(models, methods, hws, args.seeds, levels)
+    if args.candidates is not None:
+        jobs = [j for j in jobs if j.candidate < args.candidates]
     if which is not None:
         jobs = part(jobs, *which)
     keys_of = {j: job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs}
-    todo = [j for j in jobs if not all(k in done for k in keys_of[j])]
-    print(f"{len(todo)} of {len(jobs)} runs to do; results in {store.path}", file=sys.stderr)
     measure = None
     if args.measure:  # the graph's locality once for every measured run
         from codesign.hwmodel import measure_locality
         measure = {"reps": args.reps, "locality": measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
-    for job in tqdm(todo, desc="tradeoff", unit="run"):
-        for point, hw, fields in run_job(job, graph, args.dataset, args.epochs, budget_mode, measure):
-            config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
-            key = record_key(point, hw, args.dataset, args.epochs, budget_mode)
-            if key in done:
-                continue
-            cfg = train_config(point, args.dataset, args.epochs, budget_mode)
-            store.append(make_record(key, {**config, "train": cfg.flat()}, fields))
-            done.add(key)
+
+    def runner(group):
+        def run():
+            for point, hw, fields in run_point(group, graph, args.dataset, args.epochs, budget_mode, measure):
+                config = record_config(point, hw, args.dataset, args.epochs, budget_mode)
+                cfg = train_config(point, args.dataset, args.epochs, budget_mode)
+                yield (record_key(point, hw, args.dataset, args.epochs, budget_mode), {**config, "train": cfg.flat()},
+                       fields)
+        return run
+
+    # the one grid runner (`codesign sweep`'s too): a point's seeds together, each record as it finishes
+    done = store.done_keys()  # a point interrupted mid-way trains only its seeds still missing
+    points = [GridPoint(tuple(k for j in group for k in keys_of[j]), runner(group))
+              for group in points_of([j for j in jobs if not all(k in done for k in keys_of[j])])]
+    try:
+        run_grid(store, points, desc="tradeoff")
+    except ValueError as err:  # a results file of other cost-model versions
+        raise SystemExit(str(err)) from None
     wanted = {k for keys in keys_of.values() for k in keys}
     latest = {r["key"]: r for r in store.records()}  # a later record replaces an earlier one of its key
     rows = summarize([r for k, r in latest.items() if k in wanted])
-    print(f"\n{'model':6s}{'hw':8s}{'method':22s}{'level':>7s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
+    print(f"\n{'model':6s}{'hw':8s}{'method':22s}{'level':>7s}{'cand':>5s}{'seeds':>6s}{'test acc %':>16s}{'energy':>9s}"
           f"{'latency':>9s}{'measured x':>11s}")
     for r in rows:
         lv = "" if r["level"] is None else f"{r['level']:g}"
         ms = "" if r["measured_speedup"] is None else f"{r['measured_speedup']:.2f}"
-        print(f"{r['model']:6s}{r['hw']:8s}{r['method']:22s}{lv:>7s}{r['seeds']:6d}"
+        print(f"{r['model']:6s}{r['hw']:8s}{r['method']:22s}{lv:>7s}{r['candidate']:5d}{r['seeds']:6d}"
               f"{100 * r['test_accuracy']:10.2f} +-{100 * r['test_accuracy_std']:4.2f}"
               f"{r['energy_ratio']:9.4f}{r['latency_ratio']:9.4f}{ms:>11s}")
     return rows

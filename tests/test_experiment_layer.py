@@ -108,6 +108,11 @@ def test_sweep_refuses_to_append_to_a_file_of_another_version(tmp_path, capsys):
     assert cli.main(["sweep", "--seeds", "1", "--epochs", "1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "cora_gcn_h100.jsonl: holds records of versions" in err and "'cost_model': 1" in err
+    # codesign train too, before any training
+    _write(tmp_path / "train_cora_gcn_h100.jsonl", [_rec("b", cost_model=1)])
+    assert cli.main(["train", "--seeds", "1", "--epochs", "1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "train_cora_gcn_h100.jsonl: holds records of versions" in err and "'cost_model': 1" in err
 
 
 @pytest.mark.parametrize("name", ["cora_gcn_h100", "cora_gcn_h100_measured", "cora_gcn_h100_edgemask"])
