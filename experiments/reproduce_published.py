@@ -303,6 +303,16 @@ def host_rows() -> list[dict]:
     return out
 
 
+def hbm_pim_gemv_ceiling() -> float:
+    """The most an `hbm-pim` GEMV could gain over its `mi100` host in the model: a GEMV streams its
+    matrix once, so the ratio is all PCUs' internal bandwidth over the host's (the PCUs' FP16 MAC
+    rate, 1 MAC per 2 bytes, keeps pace with it). Not a costed row: estimate maps only aggregation
+    stages onto near-memory units."""
+    from codesign.hwmodel import presets
+    pim, host = presets.get("hbm-pim"), presets.host_of("hbm-pim")
+    return pim.nmp.units * pim.nmp.internal_bw_bytes_per_s / host.dram_bw_bytes_per_s
+
+
 def markdown(result: dict) -> str:
     """The docs/hwmodel.md tables of a result of `main` (generated; tests/test_hwmodel_published.py
     checks the docs hold them)."""
@@ -335,8 +345,10 @@ def main() -> list[dict]:
     write_json_atomic(OUT, {"band": BAND, "rows": table, "baseline_check": baseline_check(), "pyg_check": pyg_check(),
                             "hosts": host_rows(),
                             "not_reproduced": {
-                                "HBM-PIM (Kim et al., IEEE Micro 2022)": "8.9x GEMV / 3.5x speech recognition, >60 % "
-                                "less energy: the model maps only aggregation stages onto PIM units",
+                                "HBM-PIM (Kim et al., IEEE Micro 2022)": ("8.9x GEMV / 3.5x speech recognition, >60 % "
+                                "less energy: the model maps only aggregation stages onto PIM units; the hbm-pim "
+                                f"preset's bandwidth ceiling for a GEMV is {hbm_pim_gemv_ceiling():.2f}x "
+                                "(hbm_pim_gemv_ceiling)"),
                                 "UPMEM (Gomez-Luna et al. 2022; PyGim)": "no GNN comparison found in the stored material",
                                 "HyGCN / GNNear vs their Xeons": "1509x / 30.8x: not costed (no CPU software "
                                 "efficiency with an independent source)"}})

@@ -147,3 +147,11 @@ def test_pyg_workload_fixes_pygs_order_and_adds_its_message_buffer():
     # the Reddit rows' buffers exceed a V100's memory (stored so the reader sees it)
     row = next(r for r in json.loads(mod.OUT.read_text())["rows"] if r["baseline"] == "v100-pyg")
     assert row["baseline_message_buffer_gb"]["gcn/reddit"] > 32 > row["baseline_message_buffer_gb"]["gcn/pubmed"]
+
+
+def test_hbm_pim_gemv_ceiling_is_the_bandwidth_ratio_and_stored():
+    """512 PCUs x 4 x 307 GB/s / 128 over the MI100's 1.2288 TB/s = 4.0x, as the JSON's note says."""
+    mod = _module()
+    assert mod.hbm_pim_gemv_ceiling() == pytest.approx(512 * 4 * 307e9 / 128 / 1.2288e12)
+    note = json.loads(mod.OUT.read_text())["not_reproduced"]["HBM-PIM (Kim et al., IEEE Micro 2022)"]
+    assert f"{mod.hbm_pim_gemv_ceiling():.2f}x" in note
