@@ -99,7 +99,7 @@ COMPARISONS = (
 )
 
 
-def build(model: str, dataset: str, training: bool):
+def build(model: str, dataset: str, training: bool, hidden=None):
     """The `hwmodel.Workload` of ``model`` (gcn / sage / gin / gat with one head, two layers) on
     ``dataset``, from the models' own ``workload`` builders: training workloads are GNNear's
     (`GNNEAR_DATASETS`, `GNNEAR_HIDDEN` wide, self-loops added), inference ones HyGCN's
@@ -114,7 +114,7 @@ def build(model: str, dataset: str, training: bool):
         (n, e, f, c), hidden = GNNEAR_DATASETS[dataset], GNNEAR_HIDDEN
         e = e + n  # DGL add_self_loop
     else:
-        (n, e, f, c), hidden = DATASETS[dataset], HIDDEN
+        (n, e, f, c), hidden = DATASETS[dataset], HIDDEN if hidden is None else hidden
     if model == "gat":
         return GAT(f, hidden, c, heads=1, rngs=nnx.Rngs(0)).workload(n, e, training=training)
     cls = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN}[model]
@@ -303,6 +303,36 @@ def host_rows() -> list[dict]:
     return out
 
 
+def hygcn_sensitivity() -> dict:
+    """How HyGCN's two means over `v100-pyg` move with what is not pinned by a source (diagnostic,
+    never fed back): the PyG launch cost calibrated on each published GCN epoch of `PYG_CALIBRATION`
+    / `PYG_CHECKS` instead of Cora's; the assumed hidden width (16 / 64 / 256 for `HIDDEN`); and the
+    mean without Reddit (whose PyG form exceeds a V100's memory). ``{case: [speedup, energy]}``."""
+    from codesign.hwmodel import estimate, presets
+    v, hy = presets.get("v100"), presets.get("hygcn")
+
+    def launch_s(model, dataset, hidden, t):
+        wl = _pyg_training(model, dataset, hidden)
+        t0 = float(estimate(wl, v.replace(stage_overhead_s=0.0)).latency_s)
+        return (t - t0) / sum(float(s.launches) for layer in wl.layers for s in layer.combine_first + layer.elementwise)
+
+    def means(launch, hidden=None, datasets=("cora", "citeseer", "pubmed", "reddit")):
+        pv = v.replace(stage_overhead_s=launch)
+        sp, en = [], []
+        for m, d in HYGCN_WORKLOADS:
+            if d in datasets:
+                wl = build(m, d, False, hidden)
+                a, b = estimate(wl, hy), estimate(pyg_workload(wl, m), pv)
+                sp.append(float(b.latency_s) / float(a.latency_s))
+                en.append(float(b.energy_j) / float(a.energy_j))
+        return [round(sum(sp) / len(sp), 3), round(sum(en) / len(en), 3)]
+
+    out = {f"launch cost from gcn/{c[1]}": means(launch_s(*c)) for c in (PYG_CALIBRATION,) + PYG_CHECKS}
+    out.update({f"hidden {h}": means(presets.V100_PYG_LAUNCH_S, h) for h in (16, 64, 256)})
+    out["without reddit"] = means(presets.V100_PYG_LAUNCH_S, datasets=("cora", "citeseer", "pubmed"))
+    return out
+
+
 def hbm_pim_gemv_ceiling() -> float:
     """The most an `hbm-pim` GEMV could gain over its `mi100` host in the model: a GEMV streams its
     matrix once, so the ratio is all PCUs' internal bandwidth over the host's (the PCUs' FP16 MAC
@@ -328,6 +358,9 @@ def markdown(result: dict) -> str:
     lines += ["", "The `v100-pyg` preset against PyG's published GCN training epochs (hidden 16): " + "; ".join(
         f"{k} {1e3 * v['published_s']:.2f} ms published, {1e3 * v['modeled_s']:.2f} ms modeled ({v['role']})"
         for k, v in p["per_task"].items()) + "."]
+    lines += ["", "HyGCN's two means (speedup, energy) over `v100-pyg` under what no source pins "
+              "(`hygcn_sensitivity`, diagnostic): " + "; ".join(
+                  f"{k} {v[0]:.2f}x / {v[1]:.1f}x" for k, v in result["hygcn_sensitivity"].items()) + "."]
     b = result["baseline_check"]
     lines += ["", f"The `v100` preset against GNNear's published V100 DGL training times ({b['n']} tasks): MAPE "
               f"{100 * b['mape']:.0f} %, Spearman {b['spearman']:.2f}, median modeled / published "
@@ -343,6 +376,7 @@ def main() -> list[dict]:
     from codesign.results import write_json_atomic
     table = rows()
     write_json_atomic(OUT, {"band": BAND, "rows": table, "baseline_check": baseline_check(), "pyg_check": pyg_check(),
+                            "hygcn_sensitivity": hygcn_sensitivity(),
                             "hosts": host_rows(),
                             "not_reproduced": {
                                 "HBM-PIM (Kim et al., IEEE Micro 2022)": ("8.9x GEMV / 3.5x speech recognition, >60 % "
