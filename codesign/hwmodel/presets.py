@@ -5,7 +5,8 @@
 The per-row software overheads (``row_gather_overhead_s``, ``row_overhead_s``) and the
 ``stage_overhead_s`` are fitted for the measured `cpu` preset and for `h100` on public
 device timings (`load_gpu_fit`; `a100` and the papers' baseline `v100` take them scaled by
-the datasheet); the datasheet GPU presets `h100-datasheet` / `a100-datasheet` / `mi100`, the Xeon
+the datasheet; `v100-pyg` is `v100` with PyTorch / PyG's host time per launch, set from a
+published PyG time); the datasheet GPU presets `h100-datasheet` / `a100-datasheet` / `mi100`, the Xeon
 presets and the accelerator presets (`hygcn`, `gnnear`) leave them at 0 (no timing to fit them
 on). `host_of(name)` is a near-memory preset's host, a preset of its own. `evidence(name)` says what each preset was checked against.
 """
@@ -78,16 +79,16 @@ ASSUMPTIONS = {
                                               "software factors (fitted on FlashSparse's public H100 cuSPARSE timings, "
                                               "independent of the papers' ratios) scaled to 80 SMs x 1.53 GHz as "
                                               "A100_SCALES_AS_SM_CLOCK; one value for every comparison against a V100"),
-    "V100_PYG_LAUNCH_S": (9.302e-05, None, "v100-pyg: host time per modeled kernel launch of PyTorch eager + PyG 1.x "
-                                           "on a V100 (replaces the device per-call cost): the one value that prices "
-                                           "PyG's GCN / Cora training epoch (hidden 16) at its published 2.39 ms (DGL "
-                                           "v0.4.3 benchmark; experiments/reproduce_published.py pyg_launch_s), not set "
-                                           "from any HyGCN ratio; the optimizer's and the loss's ops are spread over "
-                                           "the modeled launches (an upper bound for inference)"),
-    "PYG_BENCHMARK_ON_V100": (None, None, "the DGL v0.4.3 benchmark table (PyG vs DGL, 200 epochs) does not name its "
-                                          "GPU: taken as DGL's published testbed, an AWS p3.2xlarge V100 (dmlc/dgl "
-                                          "examples/pytorch/README.md); its DGL GCN / Cora epoch (3.3 ms) is in the "
-                                          "range of DGL's own V100 figures there (3.1-4.2 ms)"),
+    "V100_PYG_LAUNCH_S": (9.302e-05, None, (
+        "v100-pyg: host time per modeled kernel launch of PyTorch eager + PyG 1.x on a V100 (replaces the device "
+        "per-call cost): the one value that prices PyG's GCN / Cora training epoch (hidden 16) at its published "
+        "2.39 ms (DGL v0.4.3 benchmark; experiments/reproduce_published.py pyg_launch_s), not set from any HyGCN "
+        "ratio; the optimizer's and the loss's ops are spread over the modeled launches (an upper bound for "
+        "inference)")),
+    "PYG_BENCHMARK_ON_V100": (None, None, (
+        "the DGL v0.4.3 benchmark table (PyG vs DGL, 200 epochs) does not name its GPU: taken as DGL's published "
+        "testbed, an AWS p3.2xlarge V100 (dmlc/dgl examples/pytorch/README.md); its DGL GCN / Cora epoch (3.3 ms) "
+        "is in the range of DGL's own V100 figures there (3.1-4.2 ms)")),
     "HYGCN_HBM_7PJ_PER_BIT": (HYGCN_HBM_PJ_PER_BYTE, (3.9 * 8, 7.0 * 8), "hygcn HBM pJ/byte: HyGCN's evaluation prices an HBM access "
                                                           "at 7 pJ/bit (as the issue 33 brief and a public DRAM-energy "
                                                           "survey README in the stored code corpus report; the paper's "
@@ -871,6 +872,12 @@ def evidence(name: str) -> dict:
         fitted = key == "h100"
         return {"preset": key, "level": EVIDENCE_LEVELS[1] if fitted else EVIDENCE_LEVELS[3],
                 "checked_against": what, "error": err if fitted else None, "date": rec.get("fitted_date")}
+    if key == "v100-pyg" and PUBLISHED.exists():
+        import json
+        check = json.loads(PUBLISHED.read_text())["pyg_check"]["per_task"]
+        return {"preset": key, "level": EVIDENCE_LEVELS[1], "checked_against": _DATASHEET_ONLY[key],
+                "error": {f"{k} ({v['role']}) modeled / published": v["modeled_over_published"] for k, v in check.items()},
+                "date": None}
     published = _published_rows(key)
     if published:
         err = {f"{r['comparison']} ({r['baseline']})": r["ratio"] for r in published}
