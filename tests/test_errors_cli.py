@@ -217,7 +217,7 @@ def test_help_lists_choices_and_defaults(command):
     from codesign.data import DATASETS
     from codesign.hwmodel import presets
     from codesign.models import MODELS
-    text = _subparsers(cli.build_parser())[command].format_help()
+    text = " ".join(_subparsers(cli.build_parser())[command].format_help().split())  # argparse wraps lines
     assert "{" + ",".join(DATASETS) + "}" in text
     assert "{" + ",".join(sorted(MODELS)) + "}" in text
     assert all(name in text for name in presets.names())
