@@ -37,6 +37,15 @@ MODELS = ("gcn", "sage", "gin", "appnp", "rgcn", "gat", "gat_csr")
 GRAPHS = ("cora", "rmat15")
 
 
+def _load_graph(graph: str):
+    """Cora, or the R-MAT graph (scale 15, 16 x 2^15 draws, 64 features, 8 classes, seed 0)."""
+    from codesign.data import load_dataset
+    from codesign.data.synthetic import rmat_graph
+    if graph == "cora":
+        return load_dataset("cora")
+    return rmat_graph(15, 16 * 2 ** 15, n_features=64, n_classes=8, seed=0)
+
+
 def _child(args) -> None:
     import jax
     import jax.numpy as jnp
@@ -44,16 +53,11 @@ def _child(args) -> None:
     from flax import nnx
 
     import codesign
-    from codesign.data import load_dataset
-    from codesign.data.synthetic import rmat_graph
     from codesign.kernels import CooAdjacency, with_csr_pattern
     from codesign.models import APPNP, GAT, GCN, GIN, RGCN, GraphSAGE
     from codesign.models.rgcn import relation_adjacencies
 
-    if args.graph == "cora":
-        g = load_dataset("cora")
-    else:
-        g = rmat_graph(15, 16 * 2 ** 15, n_features=64, n_classes=8, seed=0)
+    g = _load_graph(args.graph)
     rngs = nnx.Rngs(0)
     f, c = g.n_features, g.n_classes
     if args.model == "rgcn":

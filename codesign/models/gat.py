@@ -9,8 +9,10 @@ Per layer and head (paper eq. 1-4), over the graph with self-loops added:
     h_i'     = ||_heads sum_j alpha_ij h_j + b     (concat)   or   mean_heads(...) + b
 
 One mechanism computes the attention-weighted aggregation: `GATConv` runs the vertex program
-`codesign.vertex.layers.gat_attention` (the `gat` program with the layer's slope; one head,
-`jax.vmap` over the H heads) through its lowering (`codesign.vertex.lower`), and `GATConv.workload`
+`codesign.vertex.layers.gat_attention` (the `gat` program with the layer's slope; one head;
+the H heads a `jax.vmap` axis, which the fused kernels and scipy's CSR take as their head axis,
+or, on the XLA reference, H disjoint copies of the graph, node n's head h at row n * H + h, so
+that XLA's scatters keep contiguous rows) through its lowering (`codesign.vertex.lower`), and `GATConv.workload`
 derives the attention stages from the same program. `codesign.kernels.auto_impl`
 (``op="attention"``, the layer's H heads and shapes) picks the backend (or ``impl`` names it); the
 lowering then runs:
@@ -144,8 +146,10 @@ class GATConv(Layer):
 
     def __call__(self, x: jax.Array, loops: CooAdjacency, gate: Optional[jax.Array] = None,
                  dropout: Optional[nnx.Module] = None, channel_gate: Optional[jax.Array] = None) -> jax.Array:
-        """Runs `program` (one head, `jax.vmap` over the H heads; ``gate`` attached with
-        ``with_edge_gates``) through its lowering (backend `attention_backend`). ``loops``: the edges with
+        """Runs `program` (one head; ``gate`` attached with ``with_edge_gates``) through its
+        lowering, on the backend `attention_backend` picks: the H heads as a `jax.vmap` axis (the
+        fused kernels and scipy's CSR run it as their head axis) or, for the XLA reference, as H
+        disjoint copies of the graph (rows ``n * H + h``). ``loops``: the edges with
         self-loops (receivers = rows); ``gate``: float [E'] or None. A `CsrPattern` in
         ``loops.pattern`` (E' entries) makes the CSR kernels candidates on CPU with ``impl="auto"``.
         ``dropout`` (optional) is applied to the *quantized* input (as `GCNConv` does: a learned
@@ -166,18 +170,31 @@ class GATConv(Layer):
         mode = self.attention_backend(loops, h)
         # attention dropout: its mask / (1 - rate) per edge and head, an edge input of the program
         keep = self.attn_dropout(jnp.ones((loops.n_edges, self.heads), jnp.float32)) if dropout_active else None
-        prog = self.program(dropout_active)
-        prog = prog if gate is None else prog.with_edge_gates(gate)
-        # the SpMM of the unfused lowering: the kernel of the chosen attention backend
-        run = functools.partial(prog, loops, impl=_SPMM_OF_ATTENTION.get(mode, "auto"), attention_impl=mode,
-                                aggregate=self.aggregate_fn)
-
-        def one_head(hh, el, er, k):
-            return run(nodes={"h": hh, "el": el, "er": er}, edges={} if k is None else {"keep": k})
-
-        out = jax.vmap(one_head, in_axes=(1, 1, 1, None if keep is None else 1), out_axes=1)(h, s_src, s_dst, keep)
+        heads, f = self.heads, self.out_features
+        if mode == "reference":
+            # XLA's segment ops have no head axis (vmapped, heads become a leading, strided batch
+            # axis of every scatter: 1.4-1.6x slower on CPU): heads run as H disjoint copies of the
+            # graph, node n's head h at row n * H + h, one program run
+            offs = jnp.arange(heads, dtype=loops.senders.dtype)
+            copies = CooAdjacency((loops.senders[:, None] * heads + offs).reshape(-1),
+                                  (loops.receivers[:, None] * heads + offs).reshape(-1), None, n * heads)
+            g = None if gate is None else jnp.broadcast_to(gate[:, None], (loops.n_edges, heads)).reshape(-1)
+            out = self._run(copies, g, mode, h.reshape(n * heads, f), s_src.reshape(-1), s_dst.reshape(-1),
+                            None if keep is None else keep.reshape(-1)).reshape(n, heads, f)
+        else:  # the fused kernels and scipy's CSR take a vmapped axis as their head axis (one call)
+            out = jax.vmap(functools.partial(self._run, loops, gate, mode), in_axes=(1, 1, 1, None if keep is None else 1),
+                           out_axes=1)(h, s_src, s_dst, keep)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
+
+    def _run(self, adj, gate, mode, h, el, er, keep):
+        """`program` on ``adj`` for one head (h [N, F], el / er [N], keep [E] or None); ``gate``
+        [E] or None attached with ``with_edge_gates``. The unfused lowering's SpMM (gates or
+        attention dropout) runs the kernel of the attention backend ``mode``."""
+        prog = self.program(keep is not None)
+        prog = prog if gate is None else prog.with_edge_gates(gate)
+        return prog(adj, nodes={"h": h, "el": el, "er": er}, edges={} if keep is None else {"keep": keep},
+                    impl=_SPMM_OF_ATTENTION.get(mode, "auto"), attention_impl=mode, aggregate=self.aggregate_fn)
 
     def input_bits(self, hard: bool = False) -> jax.Array:
         """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
