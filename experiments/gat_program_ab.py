@@ -11,7 +11,8 @@ scipy's CSR kernels, the adjacency carrying a `CsrPattern` of edges + self-loops
 XLA gather + segment ops). Prints (and with ``--out`` appends to a JSON list) the median of
 per-epoch times of each side, their min / max, the median of the paired ratios program / hand,
 the same for the process CPU time of each epoch (all threads: less moved by other processes'
-load than wall time), XLA's temp bytes of each compiled step, and the load before and after.
+load than wall time), XLA's temp bytes of each compiled step, and the load before and after. ``--vs-impl B``: the
+"hand" side is the program with ``impl=B`` instead (backend against backend).
 Run it with one XLA thread (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``).
 """
 
@@ -88,18 +89,26 @@ def main() -> None:
     ap.add_argument("--graph", default="cora", choices=("cora", "rmat15"))
     ap.add_argument("--impl", default="auto", choices=("auto", "csr", "reference"))
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--vs-impl", choices=("csr", "reference"),
+                    help="instead of the hand-written side, the program on this backend (a CsrPattern attached)")
     ap.add_argument("--out")
     a = ap.parse_args()
     load = [os.getloadavg()]
     g = _load_graph(a.graph)
     adj = CooAdjacency(g.senders, g.receivers, None, g.n_nodes)
-    if a.impl in ("auto", "csr"):
+    if a.impl in ("auto", "csr") or a.vs_impl:
         adj = with_csr_pattern(adj, self_loops=True)
     m = GAT(g.n_features, 8, g.n_classes, heads=8, impl=a.impl, rngs=nnx.Rngs(params=0, dropout=1))
     m.train()
+    if a.vs_impl:  # the same parameters, another backend
+        other = GAT(g.n_features, 8, g.n_classes, heads=8, impl=a.vs_impl, rngs=nnx.Rngs(params=0, dropout=1))
+        other.train()
+        hand = lambda mm, x, ad: nnx.merge(nnx.graphdef(other), nnx.state(mm))(x, ad)
+    else:
+        hand = hand_gat
     y, mask = g.y, g.train_mask.astype(jnp.float32)
     steps, states, temps = {}, {}, {}
-    for side, fwd in (("hand", hand_gat), ("program", lambda mm, x, ad: mm(x, ad))):
+    for side, fwd in (("hand", hand), ("program", lambda mm, x, ad: mm(x, ad))):
         graphdef, state = nnx.split((m, nnx.Optimizer(m, optax.adam(0.005), wrt=nnx.Param)))
 
         def step(state, x, adj, graphdef=graphdef, fwd=fwd):
@@ -129,7 +138,7 @@ def main() -> None:
     load.append(os.getloadavg())
     ratios = [p / h for p, h in zip(times["program"], times["hand"])]
     cpu_ratios = [p / h for p, h in zip(cpu["program"], cpu["hand"])]
-    row = {"graph": a.graph, "impl": a.impl, "reps": a.reps, "n_nodes": int(g.n_nodes), "n_edges": int(g.n_edges),
+    row = {"graph": a.graph, "impl": a.impl, "hand_side": a.vs_impl and f"program impl={a.vs_impl}", "reps": a.reps, "n_nodes": int(g.n_nodes), "n_edges": int(g.n_edges),
            **{f"{s}_s_median": statistics.median(t) for s, t in times.items()},
            **{f"{s}_s_min": min(t) for s, t in times.items()}, **{f"{s}_s_max": max(t) for s, t in times.items()},
            "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),
