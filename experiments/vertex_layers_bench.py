@@ -1,5 +1,5 @@
 """Issue 35 part 1: the conv layers run their vertex program's lowering. Training s/epoch and
-memory of GCN, GraphSAGE (mean), GIN, APPNP and R-GCN before (hand-written forward, the code at
+memory of GCN, GraphSAGE (mean), GIN, APPNP, R-GCN and GAT before (hand-written forward, the code at
 ``--base``) and after (this checkout), on Cora and an R-MAT graph (scale 15).
 
     python experiments/vertex_layers_bench.py --base /tmp/vl-base       # writes results/vertex_layers_bench.json
@@ -15,7 +15,9 @@ and times ``--epochs`` steps (``block_until_ready``); it reports the median step
 peak RSS (VmHWM), and a hash of the compiled step's optimized HLO with metadata and names
 stripped (equal hashes: old and new compile to the same program). The parent reports, per side, the median over rounds of the per-child medians,
 their min and max, and the new / old ratio of the medians. R-GCN gets 3 relations (edge type =
-edge index mod 3). Threads are pinned (one intra-op thread) so that the shared machine's load
+edge index mod 3). GAT: the paper's 8 heads x 8, dropout and attention dropout 0.6 (the
+default `GAT`); "gat" on the plain edge list (as `codesign.train` runs it), "gat_csr" with a
+`CsrPattern` of edges + self-loops attached (scipy's CSR kernels candidates of the chooser). Threads are pinned (one intra-op thread) so that the shared machine's load
 moves both sides alike; ``uptime`` is recorded before and after.
 """
 
@@ -31,8 +33,17 @@ import subprocess
 import sys
 import time
 
-MODELS = ("gcn", "sage", "gin", "appnp", "rgcn")
+MODELS = ("gcn", "sage", "gin", "appnp", "rgcn", "gat", "gat_csr")
 GRAPHS = ("cora", "rmat15")
+
+
+def _load_graph(graph: str):
+    """Cora, or the R-MAT graph (scale 15, 16 x 2^15 draws, 64 features, 8 classes, seed 0)."""
+    from codesign.data import load_dataset
+    from codesign.data.synthetic import rmat_graph
+    if graph == "cora":
+        return load_dataset("cora")
+    return rmat_graph(15, 16 * 2 ** 15, n_features=64, n_classes=8, seed=0)
 
 
 def _child(args) -> None:
@@ -42,16 +53,11 @@ def _child(args) -> None:
     from flax import nnx
 
     import codesign
-    from codesign.data import load_dataset
-    from codesign.data.synthetic import rmat_graph
-    from codesign.kernels import CooAdjacency
-    from codesign.models import APPNP, GCN, GIN, RGCN, GraphSAGE
+    from codesign.kernels import CooAdjacency, with_csr_pattern
+    from codesign.models import APPNP, GAT, GCN, GIN, RGCN, GraphSAGE
     from codesign.models.rgcn import relation_adjacencies
 
-    if args.graph == "cora":
-        g = load_dataset("cora")
-    else:
-        g = rmat_graph(15, 16 * 2 ** 15, n_features=64, n_classes=8, seed=0)
+    g = _load_graph(args.graph)
     rngs = nnx.Rngs(0)
     f, c = g.n_features, g.n_classes
     if args.model == "rgcn":
@@ -61,8 +67,12 @@ def _child(args) -> None:
         model = RGCN(f, 16, c, n_relations=3, rngs=rngs)
     else:
         adj = CooAdjacency(g.senders, g.receivers, g.edge_weight, g.n_nodes)
+        if args.model == "gat_csr":  # scipy's CSR kernels become candidates of the backend chooser
+            adj = with_csr_pattern(adj, self_loops=True)
         model = {"gcn": lambda: GCN(f, 16, c, rngs=rngs), "sage": lambda: GraphSAGE(f, 64, c, rngs=rngs),
-                 "gin": lambda: GIN(f, 64, c, rngs=rngs), "appnp": lambda: APPNP(f, 64, c, rngs=rngs)}[args.model]()
+                 "gin": lambda: GIN(f, 64, c, rngs=rngs), "appnp": lambda: APPNP(f, 64, c, rngs=rngs),
+                 "gat": lambda: GAT(f, 8, c, heads=8, rngs=rngs),
+                 "gat_csr": lambda: GAT(f, 8, c, heads=8, rngs=rngs)}[args.model]()
     model.train()
     opt = nnx.Optimizer(model, optax.adam(0.01), wrt=nnx.Param)
     graphdef, state = nnx.split((model, opt))

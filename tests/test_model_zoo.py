@@ -10,13 +10,13 @@ import pytest
 from flax import nnx
 
 from codesign import cli, hwmodel
-from codesign.kernels import CooAdjacency, gat_aggregate_reference
 from codesign.graph import add_self_loops
+from codesign.kernels import CooAdjacency
 from codesign.models import APPNP, GAT, GIN, MODEL_DEFAULTS, MODELS, GATConv, GraphSAGE
-from codesign.models.gat import edge_attention
 from codesign.models.sage import max_aggregate
 from codesign.sparsify import GateLogit
 from codesign.train import TrainConfig, train
+from codesign.vertex.layers import gat_attention
 
 N_NODES, IN, HIDDEN, CLASSES = 20, 12, 8, 3
 
@@ -75,28 +75,36 @@ def test_forward_gradients_and_eval_determinism(name, graph):
 
 
 def test_gat_attention_rows_sum_to_one(graph, getkey):
+    """The attention of GATConv's program (`gat_attention`, heads by vmap) applied to h = 1 gives
+    each row's sum of coefficients: 1 on rows with edges (0 on empty ones), also gated; a zero
+    gate removes its edge exactly; gates of 1 are the plain softmax."""
     adj, _ = graph
     heads = 3
     s_src, s_dst = jax.random.normal(getkey(), (2, N_NODES, heads)) * 5.0
+    h = jax.random.normal(getkey(), (N_NODES, heads, 2))
     gate = jax.random.uniform(getkey(), (adj.n_edges,)).at[0].set(0.0)
+    rest = CooAdjacency(adj.senders[1:], adj.receivers[1:], None, N_NODES)
+    prog = gat_attention(0.2)
+
+    def attend(p, a, hh):
+        return jax.vmap(lambda x, el, er: p(a, nodes={"h": x, "el": el, "er": er}), in_axes=1, out_axes=1)(
+            hh, s_src, s_dst)
 
     @jax.jit
-    def attention(s_src, s_dst, gate):
-        rows = gat_aggregate_reference(adj, jnp.ones((N_NODES, heads, 1)), s_src, s_dst)[..., 0]  # sum_j alpha_ij
-        alpha = edge_attention(adj.senders, adj.receivers, N_NODES, s_src, s_dst, gate)
-        ungated = edge_attention(adj.senders, adj.receivers, N_NODES, s_src, s_dst)
-        ones = edge_attention(adj.senders, adj.receivers, N_NODES, s_src, s_dst, jnp.ones_like(gate))
-        return rows, alpha, jax.ops.segment_sum(alpha, adj.receivers, num_segments=N_NODES), ungated, ones
+    def attention(gate):
+        ones = jnp.ones((N_NODES, heads, 1))
+        return (attend(prog, adj, ones)[..., 0], attend(prog.with_edge_gates(gate), adj, ones)[..., 0],
+                attend(prog.with_edge_gates(gate), adj, h), attend(prog.with_edge_gates(gate[1:]), rest, h),
+                attend(prog.with_edge_gates(jnp.ones_like(gate)), adj, h), attend(prog, adj, h))
 
-    rows, alpha, sums, ungated, ones = attention(s_src, s_dst, gate)
+    rows, gated_rows, gated, without_edge0, ones, plain = attention(gate)
     has_edges = np.bincount(np.asarray(adj.receivers), minlength=N_NODES) > 0
     np.testing.assert_allclose(np.asarray(rows)[has_edges], 1.0, rtol=1e-5)
     np.testing.assert_array_equal(np.asarray(rows)[~has_edges], 0.0)
-    # the gated edge softmax: rows still sum to 1, a zero gate removes the edge exactly
     rows_kept = np.bincount(np.asarray(adj.receivers), weights=np.asarray(gate) > 0, minlength=N_NODES) > 0
-    np.testing.assert_allclose(np.asarray(sums)[rows_kept], 1.0, rtol=1e-5)
-    np.testing.assert_array_equal(alpha[0], 0.0)
-    np.testing.assert_allclose(ones, ungated, rtol=1e-6)  # gates of 1 = the plain softmax
+    np.testing.assert_allclose(np.asarray(gated_rows)[rows_kept], 1.0, rtol=1e-5)
+    np.testing.assert_allclose(gated, without_edge0, rtol=1e-5, atol=1e-6)  # a zero gate = the edge removed
+    np.testing.assert_allclose(ones, plain, rtol=1e-5, atol=1e-6)  # gates of 1 = the plain softmax
 
 
 def test_gat_edge_path_matches_fused_path(graph):

@@ -8,23 +8,24 @@ Per layer and head (paper eq. 1-4), over the graph with self-loops added:
     alpha_ij = g_ij exp(e_ij) / sum_{k in N(i)} g_ik exp(e_ik)          (g = 1 without an edge mask)
     h_i'     = ||_heads sum_j alpha_ij h_j + b     (concat)   or   mean_heads(...) + b
 
-Two paths compute the attention-weighted aggregation, with the same result when they both apply:
-  * fused: `codesign.kernels.gat_aggregate` (Pallas kernel on GPU, its plain-JAX reference on
-    CPU) — used when there are neither edge gates nor active attention dropout (inference without
-    an edge mask, or training with ``attn_dropout = 0``). The kernel takes per-node score terms
-    only, so it can carry neither a per-edge gate nor a dropout mask on the coefficients.
-  * edge path (`edge_attention` + `codesign.kernels.aggregate`): numerically stable edge softmax
-    in plain JAX, then the paper's dropout on the normalized coefficients (training only), then
-    one SpMM over a head-expanded adjacency (node ``n``, head ``h`` -> row ``n * H + h``). Used
-    whenever the model has an edge mask (training and inference) or attention dropout is active.
-  * CSR path (CPU, when the adjacency carries a `codesign.kernels.CsrPattern` built with
-    ``self_loops=True``, ``impl="auto"`` and `codesign.kernels.auto_impl` models it cheaper than the
-    reference for the layer's shapes on the device's preset): the edge path computed over the edges in CSR order
-    (sorted by receiver, so the segment reductions run on sorted ids), with the H-head SpMM and
-    its backward run by scipy's CSR kernel (`codesign.kernels.csr_spmm`). Used in training and
-    inference. Same values as the other paths up to summation order; attention dropout draws its
-    mask over the CSR-ordered [E', H] array, so for one seed it drops other coefficients than the
-    edge path does.
+One mechanism computes the attention-weighted aggregation: `GATConv` runs the vertex program
+`codesign.vertex.layers.gat_attention` (the `gat` program with the layer's slope; one head;
+the H heads a `jax.vmap` axis, which the fused kernels and scipy's CSR take as their head axis,
+or, on the XLA reference, H disjoint copies of the graph, node n's head h at row n * H + h, so
+that XLA's scatters keep contiguous rows) through its lowering (`codesign.vertex.lower`), and `GATConv.workload`
+derives the attention stages from the same program. `codesign.kernels.auto_impl`
+(``op="attention"``, the layer's H heads and shapes) picks the backend (or ``impl`` names it); the
+lowering then runs:
+  * no edge gates, no active attention dropout: the fused attention (rule 2 of
+    `codesign.vertex.fusion`): "pallas" (the online-softmax kernel, GPU), "reference" (XLA gather
+    + segment ops) or "csr" (edge softmax + one multi-head scipy CSR SpMM, CPU, when the adjacency
+    carries a `codesign.kernels.CsrPattern` built with ``self_loops=True``); the vmapped heads run
+    as one H-head kernel.
+  * edge gates or active attention dropout: an edge softmax with the gates multiplying ``exp``,
+    the dropout mask / (1 - rate) (an edge input ``keep`` [E', H]) on the normalized coefficients,
+    then one fused SpMM through ``aggregate_fn`` (rule 1) with the kernel that backend implies
+    ("csr": scipy's CSR, "reference": segment_sum; one host call for all heads).
+Same values on every path up to summation order.
 
 Edge sparsifier (any `codesign.sparsify.EdgeSparsifier`: `EdgeMask`, `BlockEdgeMask`,
 `EdgeScorer`, `DropEdge`, `EdgeWeightMask`): the gate of edge ``j -> i`` multiplies its
@@ -50,6 +51,7 @@ the edges they hold.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional, final
 
 import jax
@@ -58,54 +60,30 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.graph import add_self_loops
-from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl, csr_by_receiver, csr_spmm, gat_aggregate
+from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_aggregation, graph_counts, make_quantizer,
-                                    input_nnz, mask_densities, override_bits, quant_bits)
+from codesign.models.layers import (
+    FP32_BITS,
+    GraphCounts,
+    Layer,
+    derived_aggregation,
+    graph_counts,
+    input_nnz,
+    make_quantizer,
+    mask_densities,
+    override_bits,
+    quant_bits,
+)
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
 NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
 
-
-def edge_attention(senders: jax.Array, receivers: jax.Array, n_nodes: int, s_src: jax.Array, s_dst: jax.Array,
-                   gate: Optional[jax.Array] = None, *, negative_slope: float = NEGATIVE_SLOPE,
-                   indices_are_sorted: bool = False) -> jax.Array:
-    """Attention coefficients ``alpha [E, H]``: a gated, numerically stable softmax over each
-    receiver's incoming edges (the row maximum is subtracted before ``exp``).
-
-    Args:
-      senders, receivers: int32 [E].
-      n_nodes: N.
-      s_src, s_dst: float [N, H] score terms ``<a_src, h_j>`` and ``<a_dst, h_i>``.
-      gate: float [E] in [0, 1] or None (= 1); multiplies ``exp(e_ij)`` before normalizing.
-      indices_are_sorted: ``receivers`` is non-decreasing (CSR order); passed to the segment ops.
-
-    Returns:
-      float32 [E, H]; every row with a positive total weight sums to 1, other rows are 0.
-    """
-    z = s_dst[receivers].astype(jnp.float32) + s_src[senders].astype(jnp.float32)  # [E, H]
-    e = jnp.where(z > 0, z, negative_slope * z)
-    seg = dict(num_segments=n_nodes, indices_are_sorted=indices_are_sorted)
-    e_max = jax.ops.segment_max(e, receivers, **seg)  # -inf on empty rows
-    e_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(e_max), e_max, 0.0))  # shift-invariant
-    p = jnp.exp(e - e_max[receivers])
-    if gate is not None:
-        p = p * gate[:, None].astype(p.dtype)
-    denom = jax.ops.segment_sum(p, receivers, **seg)
-    denom = jnp.where(denom > 0, denom, 1.0)
-    return p / denom[receivers]
-
-
-def head_adjacency(senders: jax.Array, receivers: jax.Array, n_nodes: int, alpha: jax.Array) -> CooAdjacency:
-    """Block-diagonal adjacency over ``N * H`` rows (row ``n * H + h`` = node ``n``, head ``h``)
-    whose entry for edge ``e`` and head ``h`` is ``alpha[e, h]``, so that one `aggregate` over
-    ``x.reshape(N * H, F)`` applies every head's attention. ``alpha``: float [E, H]."""
-    heads = alpha.shape[1]
-    offs = jnp.arange(heads, dtype=senders.dtype)
-    return CooAdjacency((senders[:, None] * heads + offs).reshape(-1), (receivers[:, None] * heads + offs).reshape(-1),
-                        alpha.reshape(-1), n_nodes * heads)
+_SPMM_OF_ATTENTION = {"csr": "csr_scipy", "reference": "segment"}
+"""The `codesign.kernels.aggregate` backend of the unfused lowering's SpMM for each attention
+backend (scipy's CSR kernel for "csr", segment_sum for the XLA reference, the SpMM chooser
+otherwise)."""
 
 
 @final
@@ -127,10 +105,10 @@ class GATConv(Layer):
       impl: the attention backend: "reference", "pallas" (`gat_aggregate`) or "auto"
         (`attention_backend`: `codesign.kernels.auto_impl` picks by modeled cost, the CSR path
         among the candidates on CPU when ``loops.pattern`` is a `CsrPattern`).
-      aggregate_fn: the edge path's SpMM, ``aggregate_fn(adj, x, impl="auto")`` over the
-        head-expanded adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
-        The fused and the CSR path run their own kernels (`gat_aggregate`, `csr_spmm`): the
-        softmax is fused into them.
+      aggregate_fn: the SpMM of the unfused lowering (edge gates or attention dropout),
+        ``aggregate_fn(adj, x [N, F], impl=...)`` per head (default `codesign.kernels.aggregate`;
+        injected as in `GCNConv`; the program's `EdgeContext.aggregate`). The fused attention runs
+        its own kernels (`gat_aggregate`, `csr_spmm`): the softmax is fused into them.
 
     Raises:
       ValueError: from `make_quantizer` (unknown ``quantizer``; "degree" / "a2q" without
@@ -161,16 +139,23 @@ class GATConv(Layer):
     def out_width(self) -> int:
         return self.heads * self.out_features if self.concat else self.out_features
 
+    def program(self, dropout_active: bool = False):
+        """The layer's vertex program, one head (`codesign.vertex.layers.gat_attention` with its
+        slope; with the attention-dropout edge input when ``dropout_active``)."""
+        return vertex_layers.gat_attention(float(self.negative_slope), dropout_active)
+
     def __call__(self, x: jax.Array, loops: CooAdjacency, gate: Optional[jax.Array] = None,
-                 fused_graph=None, dropout: Optional[nnx.Module] = None,
-                 channel_gate: Optional[jax.Array] = None) -> jax.Array:
-        """``loops``: the edges with self-loops (receivers = rows); ``gate``: float [E'] or None;
-        ``fused_graph``: what to hand `gat_aggregate` (a `CsrByReceiver` built once per forward
-        for the Pallas path; None = ``loops``). A `CsrPattern` in ``loops.pattern`` (E' entries)
-        makes the CSR path a candidate of `attention_backend` on CPU with ``impl="auto"``. ``dropout`` (optional) is applied to the
-        *quantized* input (as `GCNConv` does: a learned step size is fitted to what inference
-        sees). ``channel_gate``: float [H*F] or None, multiplies the projected features before the
-        attention scores and the aggregation (the model's channel mask)."""
+                 dropout: Optional[nnx.Module] = None, channel_gate: Optional[jax.Array] = None) -> jax.Array:
+        """Runs `program` (one head; ``gate`` attached with ``with_edge_gates``) through its
+        lowering, on the backend `attention_backend` picks: the H heads as a `jax.vmap` axis (the
+        fused kernels and scipy's CSR run it as their head axis) or, for the XLA reference, as H
+        disjoint copies of the graph (rows ``n * H + h``). ``loops``: the edges with
+        self-loops (receivers = rows); ``gate``: float [E'] or None. A `CsrPattern` in
+        ``loops.pattern`` (E' entries) makes the CSR kernels candidates on CPU with ``impl="auto"``.
+        ``dropout`` (optional) is applied to the *quantized* input (as `GCNConv` does: a learned
+        step size is fitted to what inference sees). ``channel_gate``: float [H*F] or None,
+        multiplies the projected features before the attention scores and the aggregation (the
+        model's channel mask)."""
         n = x.shape[0]
         x = self.quant_x(x)
         if dropout is not None:
@@ -183,22 +168,33 @@ class GATConv(Layer):
         s_dst = jnp.sum(h * self.att_dst[...], axis=-1)
         dropout_active = not self.attn_dropout.deterministic and self.attn_dropout.rate > 0
         mode = self.attention_backend(loops, h)
-        if mode == "csr":
-            p = loops.pattern
-            alpha = edge_attention(p.indices, p.rows, n, s_src, s_dst, None if gate is None else gate[p.perm],
-                                   negative_slope=self.negative_slope, indices_are_sorted=True)
-            out = csr_spmm(p, self.attn_dropout(alpha), h)
-        elif gate is None and not dropout_active:
-            out = gat_aggregate(loops if fused_graph is None else fused_graph, h, s_src, s_dst,
-                                negative_slope=self.negative_slope, impl=mode)
-        else:
-            alpha = edge_attention(loops.senders, loops.receivers, n, s_src, s_dst, gate,
-                                   negative_slope=self.negative_slope)
-            alpha = self.attn_dropout(alpha)
-            a = head_adjacency(loops.senders, loops.receivers, n, alpha)
-            out = self.aggregate_fn(a, h.reshape(n * self.heads, self.out_features), impl="auto").reshape(h.shape)
+        # attention dropout: its mask / (1 - rate) per edge and head, an edge input of the program
+        keep = self.attn_dropout(jnp.ones((loops.n_edges, self.heads), jnp.float32)) if dropout_active else None
+        heads, f = self.heads, self.out_features
+        if mode == "reference":
+            # XLA's segment ops have no head axis (vmapped, heads become a leading, strided batch
+            # axis of every scatter: 1.4-1.6x slower on CPU): heads run as H disjoint copies of the
+            # graph, node n's head h at row n * H + h, one program run
+            offs = jnp.arange(heads, dtype=loops.senders.dtype)
+            copies = CooAdjacency((loops.senders[:, None] * heads + offs).reshape(-1),
+                                  (loops.receivers[:, None] * heads + offs).reshape(-1), None, n * heads)
+            g = None if gate is None else jnp.broadcast_to(gate[:, None], (loops.n_edges, heads)).reshape(-1)
+            out = self._run(copies, g, mode, h.reshape(n * heads, f), s_src.reshape(-1), s_dst.reshape(-1),
+                            None if keep is None else keep.reshape(-1)).reshape(n, heads, f)
+        else:  # the fused kernels and scipy's CSR take a vmapped axis as their head axis (one call)
+            out = jax.vmap(functools.partial(self._run, loops, gate, mode), in_axes=(1, 1, 1, None if keep is None else 1),
+                           out_axes=1)(h, s_src, s_dst, keep)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
+
+    def _run(self, adj, gate, mode, h, el, er, keep):
+        """`program` on ``adj`` for one head (h [N, F], el / er [N], keep [E] or None); ``gate``
+        [E] or None attached with ``with_edge_gates``. The unfused lowering's SpMM (gates or
+        attention dropout) runs the kernel of the attention backend ``mode``."""
+        prog = self.program(keep is not None)
+        prog = prog if gate is None else prog.with_edge_gates(gate)
+        return prog(adj, nodes={"h": h, "el": el, "er": er}, edges={} if keep is None else {"keep": keep},
+                    impl=_SPMM_OF_ATTENTION.get(mode, "auto"), attention_impl=mode, aggregate=self.aggregate_fn)
 
     def input_bits(self, hard: bool = False) -> jax.Array:
         """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
@@ -223,7 +219,7 @@ class GATConv(Layer):
         k = self.in_features if in_dim is None else in_dim
         hf = self.heads * self.out_features if out_dim is None else out_dim
         width = hf if self.concat else self.out_features
-        attention = derived_aggregation(vertex_layers.gat, name, graph, {"h": self.out_features},
+        attention = derived_aggregation(self.program(), name, graph, {"h": self.out_features},
                                         kept_widths={"h": hf / self.heads}, bits={"h": out_bits}, out_bits=out_bits,
                                         heads=self.heads, blocks=False)
         gemm = (hwmodel.input_gemm_stage(n, k, hf, x_bits, w_bits, out_bits, in_nnz),)
@@ -314,9 +310,6 @@ class GAT(GNN):
         self.conv1 = GATConv(in_features, hidden, heads, concat=True, **q)
         self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, signed_input=True, **q)
 
-    def _fused_uses_pallas(self) -> bool:
-        return self.impl == "pallas" or (self.impl == "auto" and jax.default_backend() == "gpu")
-
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:
         check_input("GAT", x, self.in_features, adj.n_nodes)
         senders, receivers = add_self_loops(adj.senders, adj.receivers, adj.n_nodes)
@@ -326,16 +319,15 @@ class GAT(GNN):
         if self.edge_mask is not None:
             g = self.edge_mask.edge_gates(x, adj.senders, adj.receivers).astype(jnp.float32)
             gate = jnp.concatenate([g, jnp.ones((adj.n_nodes,), jnp.float32)])
-        fused = csr_by_receiver(loops) if gate is None and self._fused_uses_pallas() else None
         if self.feature_mask is not None:
             x = self.feature_mask(x)
         z = None
         if self.channel_mask is not None:  # one sample, used before the scores and after ELU
             z = self.channel_mask(jnp.ones((self.channel_mask.n_channels,), jnp.float32))
-        h = jax.nn.elu(self.conv1(x, loops, gate, fused, self.dropout, z))
+        h = jax.nn.elu(self.conv1(x, loops, gate, self.dropout, z))
         if z is not None:
             h = h * z[None, :]
-        return self.conv2(h, loops, gate, fused, self.dropout)
+        return self.conv2(h, loops, gate, self.dropout)
 
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask),

@@ -7,7 +7,9 @@ they read. Each program is the layer's equation for one vertex ``v``; the dense 
             `codesign.models.GCNConv` runs `weighted_sum` over `codesign.models.norm.gcn_normalize`'s
             A_hat, whose weights are these products)
     gat     ``sum_u softmax_u(LeakyReLU(el_u + er_v)) h_u`` for one head; heads by `jax.vmap` over a
-            leading axis of h, el, er (Velickovic et al., ICLR 2018, eq. 1-4; `codesign.models.GATConv`)
+            leading axis of h, el, er (Velickovic et al., ICLR 2018, eq. 1-4); `gat_attention(slope,
+            edge_scale)` the same with another slope and attention dropout's per-edge scale, the
+            forward of `codesign.models.GATConv`
     rgcn    ``sum_{(u, e)} h_u[type_e] w_e + self_v``, ``h [N, R, F]`` the per-relation ``X W_r``,
             ``w = 1 / c_{v,r}`` (Schlichtkrull et al., ESWC 2018, eq. 2): the whole layer's relation
             sum as one segment kernel over all edges (the user-facing example; not the schedule
@@ -34,7 +36,7 @@ from codesign.kernels import CooAdjacency
 from codesign.vertex import trace as vx
 from codesign.vertex.program import Program, program
 
-__all__ = ["gcn", "gat", "rgcn", "weighted_sum", "appnp_step", "degree_norm"]
+__all__ = ["gcn", "gat", "gat_attention", "rgcn", "weighted_sum", "appnp_step", "degree_norm"]
 
 
 @program
@@ -42,10 +44,31 @@ def gcn(v):
     return vx.sum(u.h * u.norm for u in v.in_nbrs) * v.norm
 
 
-@program
-def gat(v):
-    s = [vx.leaky_relu(u.el + v.er, 0.2) for u in v.in_nbrs]
-    return vx.sum(a * u.h for a, u in zip(vx.softmax(s), v.in_nbrs))
+@functools.cache
+def gat_attention(negative_slope: float = 0.2, edge_scale: bool = False) -> Program:
+    """GAT's attention for one head with LeakyReLU slope ``negative_slope`` (a Python float):
+    ``sum_u softmax_u(LeakyReLU(el_u + er_v)) h_u``; with ``edge_scale``, each normalized
+    coefficient is multiplied by an edge input ``keep`` float [E] (attention dropout's mask /
+    (1 - rate), Velickovic et al. 2018, sec. 3.3). Inputs: nodes ``h`` [N, F], ``el``, ``er`` [N].
+    What `codesign.models.GATConv` runs, heads by `jax.vmap`. Without ``edge_scale`` and edge gates
+    the attention lowers to the fused kernel (rule 2); with either, to an edge softmax and one
+    fused SpMM (rule 1). ``gat`` is ``gat_attention(0.2)``."""
+    slope = float(negative_slope)
+    if edge_scale:
+        @program
+        def gat_keep(v):
+            s = [vx.leaky_relu(u.el + v.er, slope) for u in v.in_nbrs]
+            return vx.sum(a * e.keep * u.h for a, (u, e) in zip(vx.softmax(s), v.in_edges))
+        return gat_keep
+
+    @program
+    def gat(v):
+        s = [vx.leaky_relu(u.el + v.er, slope) for u in v.in_nbrs]
+        return vx.sum(a * u.h for a, u in zip(vx.softmax(s), v.in_nbrs))
+    return gat
+
+
+gat = gat_attention(0.2)
 
 
 @program

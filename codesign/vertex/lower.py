@@ -70,14 +70,16 @@ def attention_mode(adj: CooAdjacency, attention_impl: str, h: Optional[jax.Array
 
 
 def _segment_softmax(x, receivers, n, gates=None, indices_are_sorted=False):
-    """Softmax of x [E, ...] over each receiver's edges; gates [E] multiply exp (renormalized)."""
+    """Softmax of x [E, ...] over each receiver's edges. With gates [E], edge e counts g_e times
+    (an edge of multiplicity g_e): ``exp(x_e) / sum_k g_k exp(x_k)``; the aggregation that
+    consumes the coefficients weights each term by g_e, so a gated attention sums
+    ``g_e exp(x_e) / sum_k g_k exp(x_k)`` (the gate applied once; rows still sum to 1)."""
     seg = dict(num_segments=n, indices_are_sorted=indices_are_sorted)
     m = jax.ops.segment_max(x, receivers, **seg)
     m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))  # softmax is shift-invariant
     p = jnp.exp(x - m[receivers])
-    if gates is not None:
-        p = p * _per_edge(gates, p).astype(p.dtype)
-    denom = jax.ops.segment_sum(p, receivers, **seg)
+    gp = p if gates is None else p * _per_edge(gates, p).astype(p.dtype)
+    denom = jax.ops.segment_sum(gp, receivers, **seg)
     return p / jnp.where(denom > 0, denom, 1.0)[receivers]
 
 

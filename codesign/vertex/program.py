@@ -194,7 +194,7 @@ class Program:
     # ------------------------------------------------------------------------------ hooks
     def with_edge_gates(self, gates) -> "Program":
         """The same program with every aggregation gated per edge (`codesign.vertex.lower`):
-        sums and means weight edge e's term by g_e, softmaxes multiply exp by g_e and renormalize,
+        sums and means weight edge e's term by g_e, softmaxes count edge e g_e times in their denominator,
         max takes g_e * term.
 
         Args:
