@@ -8,6 +8,7 @@
 * ``--regen``: rewrite stored reference outputs from the current code instead of comparing with
   them (``pytest tests/test_hwmodel.py -k reference --regen``; the regenerating test skips, saying
   so); review the diff before committing it.
+* ``JAX_COMPILATION_CACHE_DIR``: a fresh persistent compilation cache per pytest process (below).
 
 Strict dtype/rank promotion is deliberately not switched on globally; tests that want it use
 ``jax.numpy_rank_promotion("raise")`` / ``jax.numpy_dtype_promotion("strict")`` as context managers.
