@@ -65,23 +65,35 @@ def _flag(argv: list[str], flag: str, default=None):
     return values[-1] if values else default
 
 
+SAVE = next(c for c in COMMANDS if c.startswith("codesign train") and "--save" in c)
+"""README's ``codesign train ... --save ckpt``, which makes the checkpoint ``codesign deploy`` restores."""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
+    """`SAVE` (shortened) run once, and its working directory: its test checks what it printed, the
+    deploy command's test deploys the checkpoint it saved there."""
+    cwd = tmp_path_factory.mktemp("saved")
+    return _run(shlex.split(SAVE)[1:] + SHORT, cwd), cwd
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs(command, cora, tmp_path):
+def test_readme_command_runs(command, cora, tmp_path, request):
     data = os.environ.get("CODESIGN_DATA", str(ROOT.parent / "shared" / "data"))
     argv = shlex.split(command.replace("<name>", "gat").replace("$CODESIGN_DATA", data))[1:]
+    cwd = tmp_path
     if argv[0] == "train":
         argv += SHORT
     elif argv[0] == "sweep":
         argv += ["--cost-weights", "0.1", *SHORT, "--out", str(tmp_path)]
     elif argv[:2] == ["bench", "cost"]:
         argv += ["--points", "10", "--reps", "1"]
-    elif argv[0] == "deploy":  # the checkpoint it names, made as README's preceding `train --save` does
-        folder = str(pathlib.PurePath(argv[1]).parent)
-        made = _run(["train", "--bits", "8", "--feature-mask", "on", "--cost-weight", "3", *SHORT,
-                     "--out", str(tmp_path), "--save", folder], tmp_path)
+    elif argv[0] == "deploy":  # the checkpoint it names, made by README's preceding `train --save`
+        made, cwd = request.getfixturevalue("saved")
         assert made.returncode == 0, made.stderr[-3000:]
+        assert _flag(shlex.split(SAVE), "--save") == str(pathlib.PurePath(argv[1]).parent)
         argv += ["--reps", "2"]
-    r = _run(argv, tmp_path)
+    r = request.getfixturevalue("saved")[0] if command == SAVE else _run(argv, cwd)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
 

@@ -217,11 +217,29 @@ def test_spec_field_of_wrong_type():
 # ---------------------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _totals():
-    """jit of (latency, energy, dram bytes) on every preset for a given workload (one compile)."""
+def _report():
+    """jit of, on every preset for a given workload, the totals [presets, (latency_s, energy_j, dram_bytes)]
+    and each layer's chosen mapping [presets, (aggregate-first flags..., on-NMP flags...)]: one compile
+    per workload structure (inference / training) for both property tests. The XLA backend's
+    optimization passes are off: they take a quarter of this large program's compile time and the
+    tests check the cost model's values, not the code XLA generates for them."""
     hws = [presets.get(n) for n in PRESETS]
-    return jax.jit(lambda wl: jnp.stack([jnp.stack(
-        [(r := hwmodel.estimate(wl, hw)).latency_s, r.energy_j, r.dram_bytes]) for hw in hws]))
+
+    def one(wl, hw):
+        r = hwmodel.estimate(wl, hw)
+        return (jnp.stack([r.latency_s, r.energy_j, r.dram_bytes]),
+                jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()]))
+
+    def every(wl):
+        totals, flags = zip(*(one(wl, hw) for hw in hws))
+        return jnp.stack(totals), jnp.stack(flags)
+    return jax.jit(every, compiler_options={"xla_backend_optimization_level": 0})
+
+
+def _cost(wl) -> tuple[np.ndarray, np.ndarray]:
+    """``(totals, mappings)`` of ``wl`` on every preset (`_report`)."""
+    totals, mappings = _report()(wl)
+    return np.asarray(totals), np.asarray(mappings)
 
 
 densities_in = st.floats(0.0, 1.0)
@@ -235,7 +253,7 @@ bits_in = st.floats(1.0, 32.0)
 def test_inside_the_domain_cost_is_finite_and_nonnegative(bits, edge, feature, channel, training):
     wl = model().workload(N, E, bits=bits, training=training,
                           densities={"edge": edge, "feature": feature, "channel": channel})  # validated, concrete
-    totals = np.asarray(_totals()(wl))  # [presets, (latency_s, energy_j, dram_bytes)]
+    totals, _ = _cost(wl)  # [presets, (latency_s, energy_j, dram_bytes)]
     assert np.isfinite(totals).all() and (totals >= 0).all(), dict(zip(PRESETS, totals.tolist()))
     assert (totals[:, 0] > 0).all()  # the dense fp32 logits GEMM is always there
 
@@ -260,17 +278,6 @@ def test_outside_the_domain_bits_are_refused(bits):
         model().workload(N, E, bits=bits)
 
 
-@functools.lru_cache(maxsize=None)
-def _mappings():
-    """jit of each layer's chosen mapping (aggregate-first flag, on-NMP flag) on every preset."""
-    hws = [presets.get(n) for n in PRESETS]
-
-    def flags(wl, hw):
-        r = hwmodel.estimate(wl, hw)
-        return jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()])
-    return jax.jit(lambda wl: jnp.stack([flags(wl, hw) for hw in hws]))
-
-
 @PROPERTY
 @given(lo=densities_in, hi=densities_in, bits=st.sampled_from([4.0, 8.0, 16.0, 32.0]))
 @example(lo=0.75, hi=1.0, bits=32.0)  # upmem: layer 1 moves onto the DPUs at 0.75 (faster, 0.8 % more energy)
@@ -281,7 +288,7 @@ def test_cost_non_increasing_as_edges_are_removed(lo, hi, bits):
     the faster mapping may cost more energy: the estimator chooses by latency (`estimate`)."""
     lo, hi = min(lo, hi), max(lo, hi)
     wls = [model().workload(N, E, bits=bits, densities={"edge": e}) for e in (lo, hi)]
-    (a, b), (ma, mb) = (np.asarray(_totals()(w)) for w in wls), (np.asarray(_mappings()(w)) for w in wls)
+    (a, ma), (b, mb) = (_cost(w) for w in wls)
     np.testing.assert_array_less(a[:, 0], b[:, 0] * (1 + 1e-5) + 1e-30)  # latency, every preset
     same = (ma == mb).all(axis=1)
     np.testing.assert_array_less(a[same, 1], b[same, 1] * (1 + 1e-5) + 1e-30)  # energy, same mapping
