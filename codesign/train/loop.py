@@ -35,7 +35,7 @@ from codesign.train.optim import optimizer
 from codesign.train.select import BestVal, selection_terms, track_best, track_best_seeds
 
 __all__ = ["Problem", "FitResult", "TrainStep", "make_step", "make_batched_step", "fit", "fit_seeds", "graph_forward",
-           "graph_evaluate", "train", "train_seeds", "seeds_batchable", "dense_teacher", "check_budget_feasible"]
+           "graph_evaluate", "graph_data", "train", "train_seeds", "seeds_batchable", "dense_teacher", "check_budget_feasible"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,19 +360,40 @@ def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> 
             f"{cost}, bits={cfg.quant.bits or 32}, quantizer={cfg.quant.quantizer}, seed={cfg.seed}")
 
 
+# The densest input features `train` gives a model as their nonzeros (`SparseFeatures`, where
+# `GNN.takes_sparse_input`), per JAX backend (absent: always dense). XLA:CPU's gather +
+# segment_sum costs about 20x a dense GEMM per stored entry (Cora, [2708, 1433] @ [1433, 16]:
+# 0.7 ms over the 49k nonzeros against 2.9 ms dense, both ways of the product, 2026-11-26).
+SPARSE_INPUT_MAX_DENSITY = {"cpu": 0.05}
+
+
+def graph_data(graph: Graph, adj, model) -> tuple:
+    """A node-classification `Problem`'s ``data``: ``(graph, adj, x)``, ``x`` the features the model
+    reads: ``graph.x``'s nonzeros (`codesign.kernels.sparse_features`) where ``model`` takes them
+    (`GNN.takes_sparse_input`) and their density is at most `SPARSE_INPUT_MAX_DENSITY` of the
+    backend, else ``graph.x``. The model's logits are the same either way, to float rounding."""
+    limit = SPARSE_INPUT_MAX_DENSITY.get(jax.default_backend())
+    x = graph.x
+    if limit is not None and model.takes_sparse_input():
+        dense = np.asarray(x)
+        if np.count_nonzero(dense) <= limit * dense.size:
+            x = kernels.sparse_features(dense)
+    return graph, adj, x
+
+
 def graph_forward(m, data):
-    """A node-classification `Problem`'s forward: ``data = (graph, adj)`` -> ``(logits float [N, C],
-    mean cross-entropy over graph.train_mask)`` of ``m(graph.x, adj)``."""
-    graph, adj = data
-    logits = m(graph.x, adj)
+    """A node-classification `Problem`'s forward: ``data = (graph, adj, x)`` (`graph_data`) ->
+    ``(logits float [N, C], mean cross-entropy over graph.train_mask)`` of ``m(x, adj)``."""
+    graph, adj, x = data
+    logits = m(x, adj)
     return logits, masked_cross_entropy(logits, graph.y, graph.train_mask)
 
 
 def graph_evaluate(m, data):
     """A node-classification `Problem`'s evaluate: ``(val accuracy, val cross-entropy)`` of
-    ``m(graph.x, adj)`` for ``data = (graph, adj)``."""
-    graph, adj = data
-    logits = m(graph.x, adj)
+    ``m(x, adj)`` for ``data = (graph, adj, x)`` (`graph_data`)."""
+    graph, adj, x = data
+    logits = m(x, adj)
     return (masked_accuracy(logits, graph.y, graph.val_mask),
             masked_cross_entropy(logits, graph.y, graph.val_mask))
 
@@ -534,7 +555,8 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
         costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
         return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
 
-    problem = Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher)
+    data = graph_data(graph, adj, model) if like is None else like.problem.data
+    problem = Problem(data, graph_forward, cost_ratio, graph_evaluate, targets=teacher)
     return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, dense_store, teacher_accuracy)
 
 
