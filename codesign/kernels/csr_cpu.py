@@ -175,61 +175,111 @@ def _row_blocks(indptr: np.ndarray, n_blocks: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _spmm_host(indptr, indices, data, x, src_perm=None):
-    """``out[i, h] = sum_{e in row i} data'[h, e] x[indices[e], h]`` with ``data' = data[:, src_perm]``
-    (``src_perm`` None: ``data`` itself). data [H, E] (head-major: each head's values contiguous,
-    so the per-head gathers and slices stay in one array), x [N, H, F] -> [N_rows, H, F]."""
-    indptr, indices, data, x = (np.asarray(a) for a in (indptr, indices, data, x))
-    src_perm = None if src_perm is None else np.asarray(src_perm)
-    n_rows, (n_cols, heads, f) = indptr.shape[0] - 1, x.shape
-    out = np.zeros((n_rows, heads, f), x.dtype)
-    blocks = _row_blocks(indptr, max(1, -(-n_host_threads() // heads)))
+def _spmm_pieces(indptr, indices, n_cols, pieces, src_perm, dtype) -> None:
+    """Run ``out = A(vals) @ x`` for every ``(vals [E], x_of () -> [N, F'], out [R, F'])`` in
+    ``pieces`` (one CSR structure, values per piece), split into row blocks over the thread pool.
+    ``x_of`` is called inside the job, so its copy (a strided head slice) runs on the pool too."""
+    blocks = _row_blocks(indptr, max(1, -(-n_host_threads() // len(pieces))))
 
-    def job(h, r0, r1):
+    def job(vals_all, x_of, out, r0, r1):
         lo, hi = int(indptr[r0]), int(indptr[r1])
         if hi == lo:
             return
-        vals = data[h, lo:hi] if src_perm is None else np.take(data[h], src_perm[lo:hi])
-        vals = np.ascontiguousarray(vals, x.dtype)
+        vals = vals_all[lo:hi] if src_perm is None else np.take(vals_all, src_perm[lo:hi])
+        vals = np.ascontiguousarray(vals, dtype)
         a = sp.csr_matrix((vals, indices[lo:hi], indptr[r0:r1 + 1] - lo), shape=(r1 - r0, n_cols))
-        out[r0:r1, h] = a @ np.ascontiguousarray(x[:, h])
+        out[r0:r1] = a @ np.ascontiguousarray(x_of())
 
-    _run([functools.partial(job, h, r0, r1) for h in range(heads) for r0, r1 in blocks])
+    _run([functools.partial(job, *piece, r0, r1) for piece in pieces for r0, r1 in blocks])
+
+
+def _spmm_host(indptr, indices, data, x, src_perm=None):
+    """``out[..., i, h] = sum_{e in row i} data'[..., h, e] x[..., indices[e], h]`` with
+    ``data' = data[..., src_perm]`` (``src_perm`` None: ``data`` itself). data [*Bd, H, E]
+    (head-major: each head's values contiguous), x [*Bx, N, H, F] -> [*B, N_rows, H, F], where the
+    leading batch axes (from ``jax.vmap``, ``vmap_method="expand_dims"``: size 1 where an operand
+    is not batched) broadcast to B. One host call for the whole batch: values shared by the batch
+    fold its axis into the features (one wider product per head); batched values are more heads."""
+    indptr, indices, data, x = (np.asarray(a) for a in (indptr, indices, data, x))
+    src_perm = None if src_perm is None else np.asarray(src_perm)
+    n_rows, (n_cols, heads, f), n_e = indptr.shape[0] - 1, x.shape[-3:], data.shape[-1]
+    batch = np.broadcast_shapes(data.shape[:-2], x.shape[:-3])
+    if all(d == 1 for d in data.shape[:-2]):  # values shared: x's batch becomes features
+        xb, d2 = x.reshape(-1, n_cols, heads, f), data.reshape(heads, n_e)
+        nb = xb.shape[0]
+        out = np.zeros((n_rows, heads, nb * f), x.dtype)
+        pieces = [(d2[h], functools.partial(lambda h: np.moveaxis(xb[:, :, h], 0, 1).reshape(n_cols, nb * f), h),
+                   out[:, h]) for h in range(heads)]
+        _spmm_pieces(indptr, indices, n_cols, pieces, src_perm, x.dtype)
+        if nb == 1:
+            return out.reshape(*batch, n_rows, heads, f)
+        return np.ascontiguousarray(np.moveaxis(out.reshape(n_rows, heads, nb, f), 2, 0)).reshape(
+            *batch, n_rows, heads, f)
+    dv = np.broadcast_to(data, (*batch, heads, n_e))  # views: indexing one batch element copies nothing
+    xv = np.broadcast_to(x, (*batch, n_cols, heads, f))
+    out = np.zeros((*batch, n_rows, heads, f), x.dtype)
+    pieces = []
+    for b in np.ndindex(*batch):
+        pieces += [(dv[b][h], functools.partial(lambda b, h: xv[b][:, h], b, h), out[b][:, h]) for h in range(heads)]
+    _spmm_pieces(indptr, indices, n_cols, pieces, src_perm, x.dtype)
     return out
 
 
 def _sddmm_host(rows, indices, g, x):
-    """``out[e, h] = <g[rows[e], h], x[indices[e], h]>``: g [N, H, F], x [N, H, F] -> [E, H]."""
+    """``out[..., e, h] = <g[..., rows[e], h], x[..., indices[e], h]>``: g [*Bg, N, H, F],
+    x [*Bx, N, H, F] -> [*B, E, H] (leading batch axes broadcast to B, as in `_spmm_host`; a
+    batch is folded into the heads)."""
     rows, indices, g, x = (np.asarray(a) for a in (rows, indices, g, x))
-    n_edges, (_, heads, f) = rows.shape[0], x.shape
-    out = np.empty((n_edges, heads), x.dtype)
+    n_edges, (n, heads, f) = rows.shape[0], x.shape[-3:]
+    batch = np.broadcast_shapes(g.shape[:-3], x.shape[:-3])
+    nb = int(np.prod(batch, dtype=np.int64))
+
+    def heads_last(a):  # [*B', N, H, F] -> [N, nb * H * F], batch folded into the heads
+        if nb == 1:
+            return a.reshape(n, heads * f)
+        a = np.broadcast_to(a, (*batch, n, heads, f)).reshape(nb, n, heads * f)
+        return np.ascontiguousarray(np.moveaxis(a, 0, 1)).reshape(n, nb * heads * f)
+
+    x2, g2, k = heads_last(x), heads_last(g), nb * heads
+    out = np.empty((n_edges, k), x.dtype)
     ones = np.ones((f,), x.dtype)
-    x2, g2 = x.reshape(x.shape[0], heads * f), g.reshape(g.shape[0], heads * f)
 
     def job(start, stop):  # one contiguous range per thread, in cache-sized blocks
         for lo in range(start, stop, _SDDMM_CHUNK):
             hi = min(lo + _SDDMM_CHUNK, stop)
             prod = np.take(x2, indices[lo:hi], axis=0)
             prod *= np.take(g2, rows[lo:hi], axis=0)
-            out[lo:hi] = (prod.reshape(-1, f) @ ones).reshape(-1, heads)  # BLAS gemv: fast sum over F
+            out[lo:hi] = (prod.reshape(-1, f) @ ones).reshape(-1, k)  # BLAS gemv: fast sum over F
 
     cuts = np.linspace(0, n_edges, n_host_threads() + 1).astype(np.int64)
     _run([functools.partial(job, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
-    return out
+    if nb == 1:
+        return out.reshape(*batch, n_edges, heads)
+    return np.ascontiguousarray(np.moveaxis(out.reshape(n_edges, nb, heads), 1, 0)).reshape(*batch, n_edges, heads)
 
 
 def _callback(fn, result_shape_dtypes, *args):
-    return jax.pure_callback(fn, result_shape_dtypes, *args, vmap_method="sequential")
+    # expand_dims: under jax.vmap the host functions get the batch as leading axes (size 1 on
+    # unbatched operands) and handle it in one call, instead of one callback per batch element
+    return jax.pure_callback(fn, result_shape_dtypes, *args, vmap_method="expand_dims")
 
 
 def _bwd_host(host: HostCsr, need_data: bool, need_x: bool, g, *args):
     """The cotangents asked for in one callback, so ``g`` crosses to the host once. ``args``:
-    ``x`` [N, H, F] if ``need_data``, then ``data`` [H, E] if ``need_x``."""
-    args, out = list(args), []
+    ``x`` [*B, N, H, F] if ``need_data``, then ``data`` [*B, H, E] if ``need_x`` (leading batch
+    axes as in `_spmm_host`; each cotangent has the batch shape of all operands together)."""
+    g, args = np.asarray(g), [np.asarray(a) for a in args]
+    x = args.pop(0) if need_data else None
+    data = args.pop(0) if need_x else None
+    batch = np.broadcast_shapes(g.shape[:-3], *([] if x is None else [x.shape[:-3]]),
+                                *([] if data is None else [data.shape[:-2]]))
+    out = []
     if need_data:
-        out.append(_sddmm_host(host.rows, host.indices, g, args.pop(0)))
+        d = _sddmm_host(host.rows, host.indices, g, x)
+        out.append(np.broadcast_to(d, (*batch, *d.shape[-2:])))
     if need_x:
-        out.append(_spmm_host(host.t_indptr, host.t_indices, args.pop(0), g, host.t_perm))
+        d = _spmm_host(host.t_indptr, host.t_indices, data, g, host.t_perm)
+        out.append(np.broadcast_to(d, (*batch, *d.shape[-3:])))
     return tuple(out)
 
 
