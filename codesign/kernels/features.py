@@ -1,13 +1,11 @@
 """`SparseFeatures`: a node-feature matrix stored by its nonzeros, and its product with a dense
 weight matrix (`features_matmul`), for training a model whose input is mostly zeros.
 
-Why: Cora's bag-of-words features are 1.27 % nonzero. A GCN's first layer spends its training
-step on the dense [2708, 1433] input: dropout's hashed mask over every element (2.9 ms) and the
-GEMM ``X @ W`` and its transpose ``Xᵀ @ dY`` (1.5 ms each way) on this project's 2-core CPU,
-against 0.5 ms for the product over the 49k nonzeros (measured 2026-11-26, /tmp profiling of
-experiments/bench_seeds.py's step). Under `jax.vmap` over seeds (`codesign.train.train_seeds`)
-the dense path is worse still: XLA:CPU's batched dot and the [S, N, F] mask cost 6-20x the single
-seed's, the sparse one 5x.
+Why: Cora's bag-of-words features are 1.27 % nonzero, and a GCN's training step spent most of
+its time on the dense [2708, 1433] input: dropout's hashed mask over every element and the GEMM
+``X @ W`` and its transpose, where the product over the nonzeros reads 1.27 % of it. Under
+`jax.vmap` over seeds (`codesign.train.train_seeds`) the dense path was worse still (XLA:CPU's
+batched dot and an [S, N, F] mask); results/bench_seeds.json has the timings.
 
 The values are exact: an element-wise op that maps 0 to 0 (dropout, an unquantized input, a
 column gate) gives the dense result's nonzeros, so the product equals the dense one up to the
@@ -104,9 +102,9 @@ def sparse_features(x) -> SparseFeatures:
 
 def _materialized(v: jax.Array) -> jax.Array:
     """``v`` [nnz], computed once into its own buffer: XLA:CPU otherwise fuses the entries'
-    producer (dropout's integer hash) into the [nnz, K] product and recomputes it K times (0.6 of
-    1.0 ms for Cora's first layer, K = 16). A scatter is never fused into its consumers; this one
-    writes each entry to its own place. (``jax.lax.optimization_barrier`` is dropped before
+    producer (dropout's integer hash) into the [nnz, K] product and recomputes it K times (more
+    than half of Cora's first-layer product, K = 16). A scatter is never fused into its
+    consumers; this one writes each entry to its own place. (``jax.lax.optimization_barrier`` is dropped before
     XLA:CPU's fusion.)"""
     index = jnp.arange(v.shape[-1])
     return jnp.zeros_like(v).at[index].set(v, indices_are_sorted=True, unique_indices=True)

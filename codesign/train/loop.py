@@ -146,9 +146,9 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
 
 # `fit_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
 # seeds run one after the other on one compiled step (0): with the input's nonzeros (`graph_data`)
-# 5 Cora GCN seeds took 1.72x one seed's wall time so, 1.92x vmapped and 2.01x mapped inside one
-# program (1, `jax.lax.map`), whose larger programs compile longer than their steps save
-# (experiments/bench_seeds.py, results/bench_seeds.json).
+# that was the fastest way to train 5 Cora GCN seeds; vmapped (None) or mapped inside one program
+# (1, `jax.lax.map`) the larger program compiles longer than its steps save
+# (experiments/bench_seeds.py -> results/bench_seeds.json).
 SEED_BATCH = {"cpu": 0}
 
 
@@ -362,9 +362,9 @@ def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> 
 
 
 # The densest input features `train` gives a model as their nonzeros (`SparseFeatures`, where
-# `GNN.takes_sparse_input`), per JAX backend (absent: always dense). XLA:CPU's gather +
-# segment_sum costs about 20x a dense GEMM per stored entry (Cora, [2708, 1433] @ [1433, 16]:
-# 0.7 ms over the 49k nonzeros against 2.9 ms dense, both ways of the product, 2026-11-26).
+# `GNN.takes_sparse_input`), per JAX backend (absent: always dense): on XLA:CPU the gather +
+# segment_sum product costs about 20x a dense GEMM per stored entry (timed on Cora's
+# [2708, 1433] @ [1433, 16], 2026-11-26), so it pays below about 5 % nonzeros.
 SPARSE_INPUT_MAX_DENSITY = {"cpu": 0.05}
 
 
