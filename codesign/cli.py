@@ -278,7 +278,7 @@ def cmd_train(args) -> int:
             from codesign.distributed import train_distributed
             results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
                                          on_epoch=progress) for cfg, _ in todo)
-        else:  # the seeds as one vmapped program where the model allows (codesign.train.train_seeds)
+        else:  # the seeds on one compiled step where the model allows (codesign.train.train_seeds)
             results = train_seeds(graph, [cfg for cfg, _ in todo], hw, on_epoch=progress, return_model=bool(to_save))
         for (cfg, key), result in zip(todo, results):
             result.pop("by_hw", None)  # one target: the same numbers as modeled / breakdown

@@ -11,7 +11,9 @@ modes alternate (rotated order per repeat), after one untimed warm-up round (one
 the dense reference, the evaluation, ...); medians of ``--repeats``. Per mode also the steady
 per-epoch time (between the first and the last epoch of each fit, both waited for) and the rest
 (``overhead_s``: set-up, compile, first epoch, hardening and costing). The load average (1 min)
-is recorded before each call: compare ratios, not absolute times, on a shared machine.
+is recorded before each call: compare ratios, not absolute times, on a shared machine; ``cpu_s``
+(the process's CPU seconds, every thread) moves less with the other processes' load than wall.
+``sparse_input``: whether the model trained on its input's nonzeros (`codesign.train.graph_data`).
 
     python experiments/bench_seeds.py            # -> results/bench_seeds.json
 """
@@ -27,11 +29,13 @@ import time
 from pathlib import Path
 
 import jax
+from flax import nnx
 
 from codesign.data import load_dataset
 from codesign.hwmodel import presets
 from codesign.results import write_json_atomic
-from codesign.train import TrainConfig, train, train_seeds
+from codesign.kernels import SparseFeatures
+from codesign.train import TrainConfig, adjacency, build_model, graph_data, train, train_seeds
 from codesign.train.loop import SEED_BATCH
 
 OUT = Path(__file__).resolve().parent.parent / "results" / "bench_seeds.json"
@@ -47,15 +51,15 @@ def _timed(run, epochs: int) -> dict:
             jax.block_until_ready(values["loss"])
             marks.append((epoch, time.perf_counter()))
     load = os.getloadavg()[0]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     run(on_epoch)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     starts = [t for e, t in marks if e == 0]
     ends = [t for e, t in marks if e == epochs - 1]
     steady = sum(b - a for a, b in zip(starts, ends))
     n_steady = len(starts) * (epochs - 1)
     return {"wall_s": wall, "fits": len(starts), "epoch_ms": 1e3 * steady / n_steady if n_steady else None,
-            "overhead_s": wall - steady, "load_1min": load}
+            "overhead_s": wall - steady, "cpu_s": cpu, "load_1min": load}
 
 
 def main(argv=None) -> int:
@@ -88,6 +92,9 @@ def main(argv=None) -> int:
         # one after the other, each its own epoch loop, all on one compiled step (no recompile)
         f"{s}_reused": lambda cb: list(train_seeds(graph, cfgs, hw, on_epoch=cb, batch_size=0)),
     }
+    # whether the model trains on its input's nonzeros here (codesign.train.graph_data: SparseFeatures)
+    sparse_input = isinstance(graph_data(graph, adjacency(graph), build_model(cfgs[0], graph, nnx.Rngs(0)))[2],
+                              SparseFeatures)
     warm = [c.replace(epochs=2) for c in cfgs]  # one-time compiles (dense reference, evaluation, costing)
     train(graph, warm[0], hw)
     list(train_seeds(graph, warm, hw, batch_size=None))
@@ -99,21 +106,25 @@ def main(argv=None) -> int:
         for name in names[r % len(names):] + names[:r % len(names)]:  # rotated order: no mode always first
             runs[name].append(_timed(modes[name], epochs))
             t = runs[name][-1]
-            print(f"repeat {r} {name:>14s}: {t['wall_s']:7.2f} s  epoch {t['epoch_ms']:6.2f} ms  "
+            print(f"repeat {r} {name:>14s}: {t['wall_s']:7.2f} s  cpu {t['cpu_s']:7.2f} s  epoch {t['epoch_ms']:6.2f} ms  "
                   f"overhead {t['overhead_s']:6.2f} s  load {t['load_1min']:.2f}", file=sys.stderr, flush=True)
-    med = {name: {k: statistics.median(t[k] for t in ts) for k in ("wall_s", "epoch_ms", "overhead_s")}
+    med = {name: {k: statistics.median(t[k] for t in ts) for k in ("wall_s", "epoch_ms", "overhead_s", "cpu_s")}
            for name, ts in runs.items()}
+    spread = {name: {k: [min(t[k] for t in ts), max(t[k] for t in ts)] for k in ("wall_s", "cpu_s")}
+              for name, ts in runs.items()}
     one = med["1"]["wall_s"]
     out = {
         "what": f"{args.model} on {args.dataset}, default config ({epochs} epochs), hw {args.hw}: 1 seed vs {s} seeds "
                 f"in one program (train_seeds: vmapped, or mapped one after the other) vs {s} seeds sequential "
                 f"(train each), one process",
-        "config": cfgs[0].flat(), "seeds": s, "epochs": epochs, "repeats": args.repeats,
-        "median": med,
+        "config": cfgs[0].flat(), "sparse_input": sparse_input, "seeds": s, "epochs": epochs, "repeats": args.repeats,
+        "median": med, "min_max": spread,
         "ratio_vmap_to_one": med[f"{s}_vmap"]["wall_s"] / one,
         "ratio_sequential_to_one": med[f"{s}_sequential"]["wall_s"] / one,
         "ratio_mapped_to_one": med[f"{s}_mapped"]["wall_s"] / one,
         "ratio_reused_to_one": med[f"{s}_reused"]["wall_s"] / one,
+        # the same by process CPU seconds (all threads): less moved by other processes on a shared machine
+        "cpu_ratio_to_one": {name: med[name]["cpu_s"] / med["1"]["cpu_s"] for name in med if name != "1"},
         "target_ratio": 2.0,
         # what `codesign train --seeds` runs here (train_seeds' batch_size="auto", codesign.train.loop.SEED_BATCH)
         "cli_mode": {None: f"{s}_vmap", 0: f"{s}_reused", 1: f"{s}_mapped"}.get(SEED_BATCH.get(jax.default_backend())),

@@ -329,7 +329,7 @@ def test_distillation_teacher_is_a_step_argument_not_a_program_constant(cora):
     model = build_model(cfg, cora, nnx.Rngs(params=0, dropout=1, gates=2, quant=3))
     model.train()
     unit = lambda m, hard: jnp.ones((), jnp.float32)
-    problem = Problem((cora, adjacency(cora)), graph_forward, unit, targets=jnp.zeros((n, c), jnp.float32))
+    problem = Problem((cora, adjacency(cora), cora.x), graph_forward, unit, targets=jnp.zeros((n, c), jnp.float32))
     ts = make_step(model, problem, cfg, objective(cfg))
     text = ts.step.lower(ts.state, problem.data, ts.controller.init(), problem.targets).as_text()
     shape = f"tensor<{n}x{c}xf32>"

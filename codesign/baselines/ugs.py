@@ -218,8 +218,8 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
 def _val_accuracy(m, data):
     """UGS's selection key: the validation accuracy alone (loss 0, so an equal accuracy never
     replaces the first epoch that reached it: UGS's strictly improving best)."""
-    graph, adj = data
-    return masked_accuracy(m(graph.x, adj), graph.y, graph.val_mask), jnp.zeros((), jnp.float32)
+    graph, adj, x = data
+    return masked_accuracy(m(x, adj), graph.y, graph.val_mask), jnp.zeros((), jnp.float32)
 
 
 def _l1_term(weight: float, which: int) -> LossTerm:
@@ -248,7 +248,7 @@ def fit(model: UGSGCN, graph: Graph, *, train_masks: bool, epochs: int, lr: floa
     tx = optax.chain(optax.add_decayed_weights(cfg.optim.weight_decay), optax.adam(cfg.optim.lr))
     terms = [task_term, _l1_term(s1, 0), _l1_term(s2, 1)] if train_masks else [task_term]
     adj = adjacency(graph)
-    problem = Problem((graph, adj), graph_forward, lambda m, hard: jnp.ones((), jnp.float32), _val_accuracy)
+    problem = Problem((graph, adj, graph.x), graph_forward, lambda m, hard: jnp.ones((), jnp.float32), _val_accuracy)
     model.train()
     result = train_fit(model, problem, cfg, terms, tx=tx, wrt=model.trainable(train_masks))
     model.eval()

@@ -9,6 +9,7 @@ from codesign.kernels.tiling import REORDERINGS
 from codesign.kernels.config import BlockSizes, CsrBlockSizes
 from codesign.kernels.coo import CooAdjacency
 from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, with_csr_pattern
+from codesign.kernels.features import SparseFeatures, features_matmul, sparse_features
 from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
 from codesign.kernels.pallas_condensed import condensed_spmm
 from codesign.kernels.pallas_csr import (CsrChunks, csr_chunk_aggregate, csr_chunk_spmm, csr_chunk_spmm_int8,
@@ -22,6 +23,7 @@ __all__ = [
     "BlockSparseAdjacency", "CondensedRowWindows", "condensed_spmm_reference",
     "BlockSizes", "bsr_spmm", "bsr_spmm_int8", "bsr_spmm_reference", "bsr_spmm_int8_reference",
     "rcm_permutation", "metis_permutation", "apply_permutation",
+    "SparseFeatures", "sparse_features", "features_matmul",
     "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
     "condensed_spmm",
     "CsrPattern", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate",

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
 from codesign.models.layers import Layer, quant_bits
 from codesign.quant import Quantizer
 
@@ -41,14 +42,14 @@ def check_input(owner: str, x: jax.Array, in_features: int, n_nodes: int) -> Non
 
     Args:
       owner: the model's name, used in the message.
-      x: the node features given to the model.
+      x: the node features given to the model (an array or `codesign.kernels.SparseFeatures`).
       in_features: the width the model was built for.
       n_nodes: the adjacency's N.
 
     Raises:
       ValueError: ``"x: GCN expects 1433 input features, got 100"`` (or the wrong row count / rank).
     """
-    shape = np.shape(x)
+    shape = x.shape if isinstance(x, SparseFeatures) else np.shape(x)
     if len(shape) != 2:
         raise ValueError(f"x: {owner} expects node features [N, {in_features}], got shape {shape}")
     if x.shape[1] != in_features:
@@ -107,6 +108,13 @@ class GNN(nnx.Module):
         (expected, or deployed with ``hard``)."""
         return {"/".join(map(str, path)): quant_bits(node, hard)
                 for path, node in nnx.iter_graph(self) if isinstance(node, Quantizer)}
+
+    def takes_sparse_input(self) -> bool:
+        """Whether ``__call__`` takes its ``x`` as `codesign.kernels.SparseFeatures` (the
+        nonzeros of a mostly-zero input, `codesign.train` then trains on them) with the logits
+        it gives for the dense ``x`` (to float rounding). False here; a model whose first layer
+        only applies zero-preserving element-wise ops before its input product says when."""
+        return False
 
     @classmethod
     def accepts(cls, name: str) -> bool:

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
+
 GOLDEN = 0x9E3779B9
 M1, M2 = 0x7FEB352D, 0x846CA68B
 
@@ -88,8 +90,13 @@ class HashDropout(nnx.Module):
         keep = h >= jnp.uint32(int(self.rate * 2**32))
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
 
-    def __call__(self, x: jax.Array, *, deterministic: bool | None = None) -> jax.Array:
+    def __call__(self, x, *, deterministic: bool | None = None):
+        """``x`` (an array, or `codesign.kernels.SparseFeatures`: its stored entries are dropped
+        by their flat indices in the dense matrix, so they get the dense tensor's mask) with this
+        call's mask."""
         det = self.deterministic if deterministic is None else deterministic
         if det or self.rate == 0.0:
             return x
+        if isinstance(x, SparseFeatures):
+            return x.with_values(self.apply(x.values, self.draw_seed(), x.flat_index()))
         return self.apply(x, self.draw_seed())

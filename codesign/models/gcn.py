@@ -17,14 +17,15 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign.hwmodel.workload import FAKE_QUANT_OPS
-from codesign.kernels import CooAdjacency, aggregate
+from codesign.kernels import CooAdjacency, SparseFeatures, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
                                     input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
                                     run_weighted_sum)
 from codesign.models.norm import gcn_normalize
-from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
+from codesign.quant import FakeQuant
+from codesign.sparsify import ChannelMask, EdgeMask, EdgeScorer, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
 
@@ -65,13 +66,20 @@ class GCNConv(Layer):
         ``out_features`` if so, else ``in_features``."""
         return self.out_features <= self.in_features
 
-    def __call__(self, x: jax.Array, adj, dropout: Optional[Callable] = None) -> jax.Array:
-        """``adj``: whatever ``aggregate_fn`` takes (the normalized `CooAdjacency` for the default).
+    def __call__(self, x, adj, dropout: Optional[Callable] = None) -> jax.Array:
+        """``x``: float32 [N, in_features], or its nonzeros as `SparseFeatures` (combine-first
+        only: ``x @ W`` is then `codesign.kernels.features_matmul`; the input quantizer runs on the
+        stored entries, exact for a per-tensor `FakeQuant`, `GCN.takes_sparse_input`).
+        ``adj``: whatever ``aggregate_fn`` takes (the normalized `CooAdjacency` for the default).
         ``dropout`` (optional, a callable ``x -> x``) is applied to the *quantized* input: a
         learned step size is then fitted to the un-scaled values that inference sees (dropout's
         1/(1-p) scaling before the quantizer made LSQ steps rounding test-time features to zero on
         Cora)."""
-        x, w = self.quant_x(x), self.quant_w(self.kernel[...])
+        if isinstance(x, SparseFeatures) and not self.combine_first:
+            raise ValueError(f"x: GCNConv takes SparseFeatures only combine-first (out_features <= in_features), "
+                             f"got {self.in_features} -> {self.out_features}")
+        w = self.quant_w(self.kernel[...])
+        x = x.with_values(self.quant_x(x.values)) if isinstance(x, SparseFeatures) else self.quant_x(x)
         if dropout is not None:
             x = dropout(x)
         agg = lambda h: run_weighted_sum(self.PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
@@ -140,7 +148,8 @@ class GCN(GNN):
         (UGS's ``net_gcn``, Chen et al. ICML 2021).
       aggregate_fn: the aggregation both layers run (`GCNConv`; default `codesign.kernels.aggregate`).
 
-    Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``.
+    Shapes: ``__call__(x float32 [N, in_features], adj CooAdjacency E edges) -> logits [N, n_classes]``;
+    ``x`` may be `SparseFeatures` where `takes_sparse_input` says so.
     """
 
     HOOKS = frozenset({"edge_sparsifier", "channel_mask", "quantizer"})
@@ -173,6 +182,15 @@ class GCN(GNN):
         if self.channel_mask is not None:
             h = self.channel_mask(h)
         return self.conv2(h, adj, self.dropout)
+
+    def takes_sparse_input(self) -> bool:
+        """`GNN.takes_sparse_input`: True when the first layer runs combine-first (``X @ W``
+        first), has no feature mask and a per-tensor `FakeQuant` input quantizer (fp32 or fixed
+        bits: zero stays zero and the scale, ``max(x, 0) / qmax``, is the nonzeros' maximum) and no
+        `EdgeScorer` (it scores edges from the features); the learned and node-wise quantizers
+        read every element or row."""
+        return (self.feature_mask is None and self.conv1.combine_first and type(self.conv1.quant_x) is FakeQuant
+                and not isinstance(self.edge_mask, EdgeScorer))
 
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask;

@@ -21,7 +21,7 @@ from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS
                                    LEARNED_BITS, OBJECTIVES, SECTIONS, SELECTIONS, CostConfig, DistillConfig,
                                    Interval, MaskConfig, ModelConfig, OneOf, OptimConfig, QuantConfig, TrainConfig)
 from codesign.train.loop import (FitResult, Problem, TrainStep, check_budget_feasible, dense_teacher, fit,
-                                 fit_seeds, graph_evaluate, graph_forward, make_batched_step, make_step,
+                                 fit_seeds, graph_data, graph_evaluate, graph_forward, make_batched_step, make_step,
                                  seeds_batchable, train, train_seeds)
 from codesign.train.objective import (LossContext, LossTerm, bits_penalty, cost_constraint, cost_penalty, distill_kl,
                                       distillation, edge_l0, masked_accuracy, masked_cross_entropy, objective,
@@ -34,7 +34,7 @@ __all__ = [
     "SECTIONS", "FLAT_FIELDS", "FIELD_DOMAINS", "Interval", "OneOf", "OBJECTIVES", "SELECTIONS", "DECAY_SCOPES",
     "GATE_OPTIMIZERS", "EDGE_SPARSIFIERS", "LEARNED_BITS",
     "train", "train_seeds", "seeds_batchable", "fit", "fit_seeds", "make_step", "make_batched_step", "graph_forward",
-    "graph_evaluate",
+    "graph_evaluate", "graph_data",
     "TrainStep", "Problem", "FitResult",
     "dense_teacher", "check_budget_feasible",
     "build_model", "adjacency", "dense_cost", "dense_reference", "store_costs", "cheapest_store", "teacher_config",

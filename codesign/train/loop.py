@@ -35,7 +35,7 @@ from codesign.train.optim import optimizer
 from codesign.train.select import BestVal, selection_terms, track_best, track_best_seeds
 
 __all__ = ["Problem", "FitResult", "TrainStep", "make_step", "make_batched_step", "fit", "fit_seeds", "graph_forward",
-           "graph_evaluate", "train", "train_seeds", "seeds_batchable", "dense_teacher", "check_budget_feasible"]
+           "graph_evaluate", "graph_data", "train", "train_seeds", "seeds_batchable", "dense_teacher", "check_budget_feasible"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,9 +145,10 @@ def make_batched_step(models: Sequence, problem: Problem, cfg: TrainConfig, term
 
 
 # `fit_seeds`'s "auto" batch size per JAX backend (absent: None, vmap every seed). On XLA:CPU the
-# vmapped Cora GCN step costs more per seed than the single step (its dots get batch dimensions and
-# leave the fast unbatched path), and so does the step inside `jax.lax.map`'s loop
-# (experiments/bench_seeds.py): there the seeds run one after the other (0), on one compiled step.
+# seeds run one after the other on one compiled step (0): with the input's nonzeros (`graph_data`)
+# that was the fastest way to train 5 Cora GCN seeds; vmapped (None) or mapped inside one program
+# (1, `jax.lax.map`) the larger program compiles longer than its steps save
+# (experiments/bench_seeds.py -> results/bench_seeds.json).
 SEED_BATCH = {"cpu": 0}
 
 
@@ -360,19 +361,40 @@ def _divergence_message(cfg: TrainConfig, final_loss: float, first_bad: int) -> 
             f"{cost}, bits={cfg.quant.bits or 32}, quantizer={cfg.quant.quantizer}, seed={cfg.seed}")
 
 
+# The densest input features `train` gives a model as their nonzeros (`SparseFeatures`, where
+# `GNN.takes_sparse_input`), per JAX backend (absent: always dense): on XLA:CPU the gather +
+# segment_sum product costs about 20x a dense GEMM per stored entry (timed on Cora's
+# [2708, 1433] @ [1433, 16], 2026-11-26), so it pays below about 5 % nonzeros.
+SPARSE_INPUT_MAX_DENSITY = {"cpu": 0.05}
+
+
+def graph_data(graph: Graph, adj, model) -> tuple:
+    """A node-classification `Problem`'s ``data``: ``(graph, adj, x)``, ``x`` the features the model
+    reads: ``graph.x``'s nonzeros (`codesign.kernels.sparse_features`) where ``model`` takes them
+    (`GNN.takes_sparse_input`) and their density is at most `SPARSE_INPUT_MAX_DENSITY` of the
+    backend, else ``graph.x``. The model's logits are the same either way, to float rounding."""
+    limit = SPARSE_INPUT_MAX_DENSITY.get(jax.default_backend())
+    x = graph.x
+    if limit is not None and model.takes_sparse_input():
+        dense = np.asarray(x)
+        if np.count_nonzero(dense) <= limit * dense.size:
+            x = kernels.sparse_features(dense)
+    return graph, adj, x
+
+
 def graph_forward(m, data):
-    """A node-classification `Problem`'s forward: ``data = (graph, adj)`` -> ``(logits float [N, C],
-    mean cross-entropy over graph.train_mask)`` of ``m(graph.x, adj)``."""
-    graph, adj = data
-    logits = m(graph.x, adj)
+    """A node-classification `Problem`'s forward: ``data = (graph, adj, x)`` (`graph_data`) ->
+    ``(logits float [N, C], mean cross-entropy over graph.train_mask)`` of ``m(x, adj)``."""
+    graph, adj, x = data
+    logits = m(x, adj)
     return logits, masked_cross_entropy(logits, graph.y, graph.train_mask)
 
 
 def graph_evaluate(m, data):
     """A node-classification `Problem`'s evaluate: ``(val accuracy, val cross-entropy)`` of
-    ``m(graph.x, adj)`` for ``data = (graph, adj)``."""
-    graph, adj = data
-    logits = m(graph.x, adj)
+    ``m(x, adj)`` for ``data = (graph, adj, x)`` (`graph_data`)."""
+    graph, adj, x = data
+    logits = m(x, adj)
     return (masked_accuracy(logits, graph.y, graph.val_mask),
             masked_cross_entropy(logits, graph.y, graph.val_mask))
 
@@ -467,11 +489,12 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
                          on_epoch=on_epoch)
             yield _finish(run, fitted, also_cost, return_logits, return_model)
         return
+    shared = {}  # what `_finish` computes once for all the seeds
     if _seed_batch(batch_size) == 0:  # one seed after the other on one compiled step: each yielded as it finishes
         fits = _fit_in_turn(models, [run.problem for run in runs], cfgs[0], objective(cfgs[0]),
                             models[0].FIRST_LAYER, on_epoch, None, nnx.Param)
         for run, fit_i in zip(runs, fits):
-            yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model)
+            yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model, shared)
         return
     teachers = [run.problem.targets for run in runs]
     problem = runs[0].problem  # data, forward and cost are the same for every seed; the teacher is not
@@ -480,7 +503,7 @@ def train_seeds(graph: Graph, cfgs: Sequence[TrainConfig], hw: hwmodel.HardwareS
     fitted = fit_seeds(models, problem, cfgs[0], objective(cfgs[0]), first_layer=models[0].FIRST_LAYER,
                        on_epoch=on_epoch, batched_targets=teachers[0] is not None, batch_size=batch_size)
     for run, fit_i in zip(runs, fitted):
-        yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model)
+        yield _finish(run, _finite(run.cfg, fit_i), also_cost, return_logits, return_model, shared)
 
 
 def seeds_batchable(cfgs: Sequence[TrainConfig]) -> bool:
@@ -534,23 +557,35 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
         costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
         return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
 
-    problem = Problem((graph, adj), graph_forward, cost_ratio, graph_evaluate, targets=teacher)
+    data = graph_data(graph, adj, model) if like is None else like.problem.data
+    problem = Problem(data, graph_forward, cost_ratio, graph_evaluate, targets=teacher)
     return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, dense_store, teacher_accuracy)
 
 
-def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return_model: bool) -> dict:
-    """`train` after its `fit`: harden, evaluate and cost the run's model; the result dict."""
+def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return_model: bool,
+            shared: Optional[dict] = None) -> dict:
+    """`train` after its `fit`: harden, evaluate and cost the run's model; the result dict.
+    ``shared``: a dict kept across the seeds of one `train_seeds` batch (same config but the
+    seed), which holds what does not depend on the seed once computed: the backends ``impl="auto"``
+    resolved to (from shapes, dtypes and pattern types only, `codesign.kernels.auto_impl`) and
+    the dense references on the ``also_cost`` targets."""
     graph, cfg, hw, model, adj, inputs, dense = run.graph, run.cfg, run.hw, run.model, run.adj, run.inputs, run.dense
     dense_store = run.dense_store
+    shared = {} if shared is None else shared
     n, e = graph.n_nodes, graph.n_edges
     model.eval()  # harden: deterministic gates, exact zeros for pruned edges/features
-    with kernels.recorded_choices() as backend:  # what impl="auto" resolved to, per op: traced afresh
-        nnx.eval_shape(lambda m: m(graph.x, adj), model)  # (the cached jit below may not trace at all)
+    if "backend" not in shared:
+        with kernels.recorded_choices() as backend:  # what impl="auto" resolved to, per op: traced afresh
+            nnx.eval_shape(lambda m: m(graph.x, adj), model)  # (the cached jit below may not trace at all)
+        shared["backend"] = backend
+    backend = shared["backend"]
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
         store, rep = cheapest_store(store_costs(model, n, e, target, inputs), cfg.cost.objective)
-        ref_store, ref = (dense_store, dense) if target is hw else dense_reference(cfg, graph, target, inputs)
+        if target is not hw and ("ref", target.name) not in shared:
+            shared["ref", target.name] = dense_reference(cfg, graph, target, inputs)
+        ref_store, ref = (dense_store, dense) if target is hw else shared["ref", target.name]
         by_hw[target.name] = {"modeled": rep.summary(), "dense_modeled": ref.summary(),
                               "breakdown": rep.breakdown(target), "dense_breakdown": ref.breakdown(target),
                               "feature_store": store, "dense_feature_store": ref_store}
