@@ -179,6 +179,7 @@ def test_lsa_features_deterministic_and_bad_input():
         lsa_features(docs, 8, seed=-1)
 
 
+@pytest.mark.slow  # parses WordNet and runs TF-IDF + SVD on 117,659 glosses (~2 min on 2 loaded cores)
 def test_wordnet_lsa(real_root, cache_home, monkeypatch):
     from codesign.data import load_wordnet
     from codesign.data import wordnet_lsa
