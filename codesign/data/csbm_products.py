@@ -243,7 +243,9 @@ def csbm_products_arrays(params: CsbmProductsParams = CsbmProductsParams()) -> d
       dict with ``senders``, ``receivers`` int32 [2M] (both directions of every edge, sorted by
       (receiver, sender), no self-loops); ``x`` float32 [N, F]; ``y`` int32 [N];
       ``split`` int8 [N] (0 train, 1 val, 2 test); ``theta`` float32 [N] (expected-degree weight).
-      Memory: about 2.5 GB transient + 1.0 GB (x) + 1.0 GB (edges) at ogbn-products' size.
+      Memory at ogbn-products' size: x 0.98 GB, senders + receivers 0.99 GB; peak RSS of the
+      generation about 4 GB (int64 edge keys while sorting; results/graphs_generation.json).
+      A few low-theta nodes may get no edge (isolated; allowed by `Graph`).
     """
     p = params
     n, c = p.n_nodes, p.n_classes
