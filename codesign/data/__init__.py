@@ -1,17 +1,21 @@
 """Dataset loaders that return a `codesign.graph.Graph`."""
 
+from codesign.data.csbm_products import CsbmProductsParams, csbm_products_arrays, load_csbm_products
 from codesign.data.convert import from_edge_index, from_networkx, to_edge_index, to_networkx
 from codesign.data.planetoid import PLANETOID_NAMES, load_planetoid
 from codesign.data.synthetic import csbm, edge_homophily, hetero_sbm, rmat_edges, rmat_graph
 from codesign.data.wordnet import WordNetInfo, load_wordnet
+from codesign.data.wordnet_lsa import load_wordnet_lsa, lsa_features
 
-DATASETS = (*PLANETOID_NAMES, "wordnet")
+DATASETS = (*PLANETOID_NAMES, "wordnet", "wordnet-lsa", "csbm-products")
 """The datasets `load_dataset` reads by name (the command line's ``--dataset`` choices)."""
 
 
 def load_dataset(name: str, root=None):
     """The `Graph` of dataset ``name`` (`DATASETS`): `load_planetoid` (Cora, CiteSeer, PubMed with
-    their public split, row-normalized features) or `load_wordnet` (default vocabulary and split).
+    their public split, row-normalized features), `load_wordnet` (default vocabulary and split),
+    `load_wordnet_lsa` (WordNet with 128-dimensional LSA gloss features) or `load_csbm_products`
+    (a cSBM with ogbn-products' shape, default parameters; ``root`` unused, cached).
 
     Raises:
       ValueError: unknown ``name`` (the message lists `DATASETS`); the loaders' own errors
@@ -21,10 +25,15 @@ def load_dataset(name: str, root=None):
         return load_planetoid(name, root=root)
     if name == "wordnet":
         return load_wordnet(root)
+    if name == "wordnet-lsa":
+        return load_wordnet_lsa(root)
+    if name == "csbm-products":
+        return load_csbm_products()
     raise ValueError(f"dataset: unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
 
 __all__ = [
     "DATASETS", "load_dataset", "PLANETOID_NAMES", "load_planetoid", "load_wordnet", "WordNetInfo",
+    "load_wordnet_lsa", "lsa_features", "load_csbm_products", "csbm_products_arrays", "CsbmProductsParams",
     "rmat_edges", "rmat_graph", "csbm", "hetero_sbm", "edge_homophily",
     "to_edge_index", "from_edge_index", "to_networkx", "from_networkx",
 ]
