@@ -172,6 +172,9 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                 if ref is None:
                     lines += [f"### {dataset} / {model} / {hw}: no dense reference with >= {entry['min_seeds']} seeds",
                               ""]
+                    if entry["insufficient_seeds"]:
+                        few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
+                        lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
                     continue
                 lines += [f"### {dataset} / {model} / {hw}: dense reference ({ref['setting']}) validation "
                           f"{ref['val_accuracy']:.2f} %, test {ref['test_accuracy']:.2f} ± {ref['test_std']:.2f} "
