@@ -207,6 +207,8 @@ NOT_YET_FINAL: dict[str, str] = {}
 OVERRIDDEN_DEFAULTS = {
     "codesign.models.base.GNN.layer_bits": "default: every Quantizer by its path; GCN, GAT and GraphSAGE name "
                                            "their tensors (x0, w0, x1, w1) for the records",
+    "codesign.models.base.GNN.takes_sparse_input": "default: False (dense input); GCN says when its first layer "
+                                                   "keeps zeros zero, so training may run on the input's nonzeros",
 }
 """Concrete methods of an abstract base that subclasses override: ``{qualified name: why}``."""
 

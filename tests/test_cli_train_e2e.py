@@ -136,7 +136,9 @@ def test_ctrl_c_is_one_line_exit_130_counting_the_stored_runs(planetoid_root, tm
     import signal
     path = tmp_path / "train_cora_gcn_h100.jsonl"
     store = ResultsStore(path)
-    proc = subprocess.Popen(_train_cmd("--dataset", "cora", "--seeds", "4", "--epochs", "30", "--out", str(tmp_path),
+    # 400 epochs a seed (~1 s each since training runs on the input's nonzeros): the later seeds are still
+    # training when the signal arrives
+    proc = subprocess.Popen(_train_cmd("--dataset", "cora", "--seeds", "4", "--epochs", "400", "--out", str(tmp_path),
                                        "--json"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(planetoid_root),
                             cwd=tmp_path)

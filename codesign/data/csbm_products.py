@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from codesign.data.derived import cached_arrays
-from codesign.data.synthetic import _unique_sorted, class_means
+from codesign.data.synthetic import unique_sorted, class_means
 from codesign.graph import Graph
 
 NAME = "csbm-products"
@@ -192,12 +192,12 @@ def _distinct(rng, sampler, y, same: bool, m: int, n: int) -> np.ndarray:
     exist (a few rounds, each vectorized), then a uniformly random surplus is dropped; sorted."""
     if m == 0:
         return np.empty(0, np.int64)
-    keys = _unique_sorted(_draw_pairs(rng, sampler, y, same, m + m // 50 + 16, n))
+    keys = unique_sorted(_draw_pairs(rng, sampler, y, same, m + m // 50 + 16, n))
     for _ in range(64):
         if keys.size >= m:
             break
         more = _draw_pairs(rng, sampler, y, same, int((m - keys.size) * 1.2) + 1024, n)
-        keys = _unique_sorted(np.concatenate([keys, more]))
+        keys = unique_sorted(np.concatenate([keys, more]))
     else:
         field = "homophily" if same else "n_edges"
         raise ValueError(f"CsbmProductsParams.{field}: {m} distinct {'intra' if same else 'inter'}-class edges "

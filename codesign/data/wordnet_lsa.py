@@ -11,7 +11,6 @@ low-dimensional text feature per node. Nodes, labels (45 lexicographer files), s
 from __future__ import annotations
 
 import os
-import time
 
 import jax.numpy as jnp
 import numpy as np
@@ -89,10 +88,3 @@ def load_wordnet_lsa(root: str | os.PathLike | None = None, *, n_components: int
     if x.shape != (graph.n_nodes, n_components):
         raise ValueError(f"load_wordnet_lsa: x has shape {x.shape}, expected {(graph.n_nodes, n_components)}")
     return graph.replace(x=jnp.asarray(x))
-
-
-def build_seconds(root=None, **kw) -> float:
-    """Wall seconds of one uncached `load_wordnet_lsa` (for results/graphs_generation.json)."""
-    t = time.perf_counter()
-    load_wordnet_lsa(root, cache=False, **kw)
-    return time.perf_counter() - t
