@@ -311,23 +311,26 @@ def run_job(job: Job, graph, dataset: str, epochs, budget_mode: bool,
             point = dataclasses.replace(job, level=rec["round"])
             out += [(point, hw.name, {**fields, **_costs(shell, graph, hw, cfg, locality, dens)}) for hw in targets]
         return out
-    return run_point([job], graph, dataset, epochs, budget_mode, measure)
+    return list(run_point([job], graph, dataset, epochs, budget_mode, measure))
 
 
 def run_point(jobs: list[Job], graph, dataset: str, epochs, budget_mode: bool,
-              measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
+              measure: Optional[dict] = None):
     """`run_job` of the seeds of one point (`points_of`): random-keep and UGS jobs one after the
     other, any other method's seeds together in one compiled program (`codesign.train.train_seeds`:
-    each seed's record as that seed trained alone, to float rounding)."""
+    each seed's record as that seed trained alone, to float rounding). Yields ``(job, hw name,
+    result fields)`` per record as soon as its seed is finished, so a stop loses only the seed in
+    training."""
     from codesign.hwmodel import presets
     from codesign.train import train_seeds
     job = jobs[0]
     if METHODS[job.method].levels in ("keep", "round"):
-        return [out for j in jobs for out in run_job(j, graph, dataset, epochs, budget_mode, measure)]
+        for j in jobs:
+            yield from run_job(j, graph, dataset, epochs, budget_mode, measure)
+        return
     cfgs = [train_config(j, dataset, epochs, budget_mode) for j in jobs]
     targets = [presets.get(h) for h in job.hws]
     measuring = measure is not None and job.model == "gcn" and job.method not in MEASURED_METHODS_SKIP
-    out = []
     for j, r in zip(jobs, train_seeds(graph, cfgs, targets[0], also_cost=targets[1:], return_model=measuring)):
         common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"],
                   "tiles": r["tiles"], "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
@@ -335,8 +338,8 @@ def run_point(jobs: list[Job], graph, dataset: str, epochs, budget_mode: bool,
             from codesign.deploy import measure_model
             common.update(measure_model(r.pop("model"), graph, presets.get("cpu_numpy"), reps=measure["reps"],
                                         locality=measure["locality"]), measured_on="cpu")
-        out += [(j, hw.name, {**common, **r["by_hw"][hw.name]}) for hw in targets]
-    return out
+        for hw in targets:
+            yield j, hw.name, {**common, **r["by_hw"][hw.name]}
 
 
 def _accuracy_fields(r: dict) -> dict:
