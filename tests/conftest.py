@@ -89,6 +89,17 @@ def planetoid_root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_root() -> Path:
+    """``$CODESIGN_DATA/wordnet``, holding WordNet 3.0's data files (`codesign.data.wordnet.DATA_FILES`);
+    skips if absent."""
+    from codesign.data import wordnet as wn
+    root = Path(os.environ.get("CODESIGN_DATA", "")) / "wordnet"
+    if not all((root / f).is_file() for f in wn.DATA_FILES):
+        pytest.skip(f"WordNet 3.0 data files not found in {root}")
+    return root
+
+
+@pytest.fixture(scope="session")
 def cora(planetoid_root):
     """Cora with the public split and row-normalized features (a `codesign.graph.Graph`)."""
     from codesign.data import load_planetoid

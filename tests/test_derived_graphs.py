@@ -4,7 +4,6 @@ the wordnet-lsa loader (skipped without the WordNet 3.0 files, as in test_wordne
 import dataclasses
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,15 +156,6 @@ def test_load_dataset_lists_and_dispatches():
 
 
 # ----------------------------------------------------------------------------- wordnet-lsa
-
-
-@pytest.fixture(scope="module")
-def real_root():
-    root = Path(os.environ.get("CODESIGN_DATA", "")) / "wordnet"
-    from codesign.data import wordnet as wn
-    if not all((root / f).is_file() for f in wn.DATA_FILES):
-        pytest.skip(f"WordNet 3.0 data files not found in {root}")
-    return root
 
 
 def test_lsa_features_deterministic_and_bad_input():

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -335,14 +334,6 @@ def test_baselines_script_quick_on_the_fixture(tiny_env):
 # ----------------------------------------------------------------------------- real WordNet 3.0
 
 REAL_SPLIT_HASH = "a7e1f37bb46ca3b69acdbe20b5594b9305fc1ac349eff7e487028a8df96dd2f0"  # split_seed 0
-
-
-@pytest.fixture(scope="module")
-def real_root():
-    root = Path(os.environ.get("CODESIGN_DATA", "")) / "wordnet"
-    if not all((root / f).is_file() for f in wn.DATA_FILES):
-        pytest.skip(f"WordNet 3.0 data files not found in {root}")
-    return root
 
 
 def test_real_wordnet(real_root, monkeypatch, tmp_path):
