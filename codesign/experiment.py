@@ -374,7 +374,7 @@ class GridPoint:
     run: Callable[[], Iterable[tuple[str, dict, dict]]]
 
 
-def run_grid(store, points: Sequence[GridPoint], desc: str = "grid", on_record=None) -> int:
+def run_grid(store, points: Sequence[GridPoint], desc: str = "grid") -> int:
     """Runs the points of a grid whose records are not all in ``store`` yet (resumable: a point
     interrupted mid-way runs again from scratch; its finished records are kept and not rewritten),
     appending each record (`make_record`) through ``store`` (a `codesign.results.ResultsStore`:
@@ -384,7 +384,6 @@ def run_grid(store, points: Sequence[GridPoint], desc: str = "grid", on_record=N
       store: the results file.
       points: `GridPoint` s, run in order.
       desc: the progress bar's label.
-      on_record: optional callback with each appended record.
 
     Returns:
       The number of records appended.
@@ -404,10 +403,7 @@ def run_grid(store, points: Sequence[GridPoint], desc: str = "grid", on_record=N
         for key, config, result in point.run():
             if key in done:
                 continue
-            record = make_record(key, config, result)
-            store.append(record)
+            store.append(make_record(key, config, result))
             done.add(key)
             written += 1
-            if on_record is not None:
-                on_record(record)
     return written
