@@ -102,23 +102,28 @@ COMPARISONS = (
 def build(model: str, dataset: str, training: bool, hidden=None):
     """The `hwmodel.Workload` of ``model`` (gcn / sage / gin / gat with one head, two layers) on
     ``dataset``, from the models' own ``workload`` builders: training workloads are GNNear's
-    (`GNNEAR_DATASETS`, `GNNEAR_HIDDEN` wide, self-loops added), inference ones HyGCN's
-    (`DATASETS`, `HIDDEN` wide)."""
+    (`GNNEAR_DATASETS`, `GNNEAR_HIDDEN` wide, self-loops added), the backward as reverse-mode
+    autodiff runs it (`hwmodel.autograd_training`: no gradient of the input features, edge
+    weights learned only by GAT); inference ones HyGCN's (`DATASETS`, `HIDDEN` wide)."""
     from flax import nnx
 
     from codesign.models.gat import GAT
     from codesign.models.gcn import GCN
     from codesign.models.gin import GIN
     from codesign.models.sage import GraphSAGE
+    from codesign.hwmodel import autograd_training
     if training:
         (n, e, f, c), hidden = GNNEAR_DATASETS[dataset], GNNEAR_HIDDEN
         e = e + n  # DGL add_self_loop
     else:
         (n, e, f, c), hidden = DATASETS[dataset], HIDDEN if hidden is None else hidden
     if model == "gat":
-        return GAT(f, hidden, c, heads=1, rngs=nnx.Rngs(0)).workload(n, e, training=training)
-    cls = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN}[model]
-    return cls(f, hidden, c, rngs=nnx.Rngs(0)).workload(n, e, training=training)
+        wl = GAT(f, hidden, c, heads=1, rngs=nnx.Rngs(0)).workload(n, e)
+    else:
+        wl = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN}[model](f, hidden, c, rngs=nnx.Rngs(0)).workload(n, e)
+    # training: what DGL's autograd runs on a fixed graph (no input-feature gradient, edge weights
+    # learned only by GAT), the same for the accelerator and the baseline (`hwmodel.autograd_training`)
+    return autograd_training(wl, learned_edge_weights=model == "gat") if training else wl
 
 
 PYG_ORDER = {"gcn": "combine_first", "sage": "aggregate_first", "gin": "aggregate_first"}

@@ -496,6 +496,61 @@ _BACKWARD = {"gemm": 1 + BACKWARD_GEMM_FACTOR, "spmm": 1 + BACKWARD_SPMM_FACTOR,
              "sddmm": 2.0, "softmax": 2.0, "elementwise": 2.0}
 
 
+def autograd_training(workload: "Workload", learned_edge_weights: bool) -> "Workload":
+    """The training step of an inference ``workload`` as reverse-mode autodiff runs it on a fixed
+    graph whose input features need no gradient (DGL / PyTorch: ``X.requires_grad`` is False), per
+    layer and dataflow order, instead of `with_backward`'s uniform factors (an upper bound):
+
+    * a GEMM ``Y = X W`` costs its forward, ``dW = X^T dY`` and ``dX = dY W^T``, except that
+      ``dX`` is skipped where X is the graph's input: a GEMM of the first layer (a layer named
+      ``layer0`` or ``layer0.<part>`` other than ``layer0.mlp``, whose input is a hidden
+      activation) that no GEMM precedes in its order (x2 there, x3 elsewhere);
+    * an aggregation ``Z = A H`` costs its forward and ``dH = A^T dZ`` (one more SpMM) unless H
+      is the graph's input (first layer, no GEMM before it: ``A X`` is kept for ``dW`` and no
+      ``dX`` is formed); ``learned_edge_weights`` (GAT's attention) adds ``dA`` on the edges
+      (nnz x F MACs, counted as one more SpMM, as `BACKWARD_SPMM_FACTOR`);
+    * SDDMM, softmax and elementwise stages x2 (as `with_backward`).
+    A two-layer aggregate-first GCN thus runs 3 aggregations per epoch (2 forward, 1 backward),
+    the count GNNear's simulator charges (PKUZHOU/GNNear-PACT-2022 @ 9420d929,
+    simulation/GNNear_simulator.py ``calculate_backward_cycles``: the last layer's backward "do not
+    need to reduce", the first layer's reduces once).
+
+    Args:
+      workload: an inference `Workload` (``training`` False).
+      learned_edge_weights: whether the edge weights get a gradient (GAT: True; GCN / SAGE / GIN's
+        fixed normalization or sum: False).
+
+    Returns:
+      a `Workload` with ``training`` True.
+
+    Raises:
+      ValueError: ``workload`` is already a training workload.
+    """
+    if workload.training:
+        raise ValueError("autograd_training(workload): needs an inference workload, got training=True")
+
+    def first_input(name: str) -> bool:
+        return name == "layer0" or (name.startswith("layer0.") and name != "layer0.mlp")
+
+    def order(stages, from_input: bool):
+        out, seen_gemm = [], False
+        for s in stages:
+            on_input = from_input and not seen_gemm
+            if s.kind == "gemm":
+                out.append(s.scaled(2.0 if on_input else 3.0))
+                seen_gemm = True
+            elif s.kind in ("spmm", "bsr"):
+                out.append(s.scaled((1.0 if on_input else 2.0) + (1.0 if learned_edge_weights else 0.0)))
+            else:
+                out.append(s.scaled(_BACKWARD[s.kind]))
+        return tuple(out)
+
+    layers = tuple(LayerWorkload(L.name, order(L.aggregate_first, first_input(L.name)),
+                                 order(L.combine_first, first_input(L.name)), order(L.elementwise, False))
+                   for L in workload.layers)
+    return Workload(layers, True)
+
+
 def with_backward(stages) -> tuple[Stage, ...]:
     """Forward + backward of each stage (see the ``BACKWARD_*`` factors; SDDMM/softmax/elementwise
     backward cost one more pass each)."""
