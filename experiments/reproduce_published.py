@@ -32,7 +32,9 @@ papers' tables and figures were not, so per-workload numbers are not compared):
   ``simulation/GNNear_experiments.py::throughput_comparison`` and ``GNNear_simulator.py``): GCN,
   GIN, GraphSAGE, GAT (1 head) x ogbn-proteins (PT, 128 input features, 112 labels as the
   artifact sizes them), Reddit (RD), Yelp (YP), ogbn-products (AM); 2 layers, hidden 256, fp32,
-  full-batch training with self-loops (DGL ``add_self_loop``). The artifact also stores the
+  full-batch training with self-loops (DGL ``add_self_loop``), the backward as reverse-mode autodiff
+  runs it on both sides (`hwmodel.autograd_training`: 3 aggregations per epoch for GCN / SAGE / GIN,
+  the count the artifact's simulator charges). The artifact also stores the
   V100's measured seconds per epoch (DGL 0.6.1, PyTorch 1.8; `V100_DGL_S_PER_EPOCH`; GIN on
   ogbn-products ran out of memory), so two more rows use them: the speedup with the *published
   V100 time* as the baseline (only the gnnear preset is then modeled), and the v100 preset's own
