@@ -17,9 +17,9 @@ bit-widths, on Cora's measured `LocalityProfile`, costed as tradeoff.py costs th
 default costs, relaxed between precision tiers and memory granules), grouped into points by
 `paper_figures.fronts.load_tradeoff` (one point per method and level, mean accuracy over seeds) and
 costed with the nominal preset and with each assumption at both ends. Reported per target,
-assumption and end: the chosen point (the largest energy reduction within 1 point of dense accuracy,
-`paper_figures.fronts.best_point_within`, as ``paper_figures/summary.py``) nominal and changed, how
-many points change membership of the accuracy-vs-energy Pareto front (`paper_figures.fronts.front`),
+assumption and end: the chosen point (the largest energy reduction within 1 point of the dense
+reference's validation accuracy, >= 5 seeds: `paper_figures.fronts.best_point_within`, as
+``paper_figures/summary.py`` chooses) nominal and changed, how many points change membership of the accuracy-vs-energy Pareto front (`paper_figures.fronts.front`),
 and the spread over points of energy changed / nominal. First, the nominal rebuild is checked
 against each record's stored ``modeled`` and ``dense_modeled`` costs.
 
@@ -281,10 +281,16 @@ def _costed_points(points: list[dict], designs: dict, coster: _Coster, spec_key:
     return out
 
 
-def _chosen(points: list[dict], dense_acc: float, loss_pts: float) -> Optional[dict]:
-    """The non-dense point of largest energy reduction within ``loss_pts`` of ``dense_acc``."""
-    others = [p for p in points if p["method"] != fronts.DENSE_METHOD and not math.isnan(p["acc_pct"])]
-    return fronts.best_point_within(others, dense_acc, "energy", loss_pts)
+def _chosen(points: list[dict], reference_val_pct: float, loss_pts: float) -> Optional[dict]:
+    """The non-dense point of largest energy reduction within ``loss_pts`` of the reference's
+    validation accuracy (`paper_figures.fronts.best_point_within`, as ``paper_figures/summary.py``
+    chooses: on validation, >= `fronts.MIN_SEEDS` seeds, or the most any point has where none has
+    that many). ``None`` without a reference validation accuracy."""
+    others = [p for p in points if p["method"] != fronts.DENSE_METHOD]
+    if not others or math.isnan(reference_val_pct):
+        return None
+    need = min(fronts.MIN_SEEDS, max(p["n_seeds"] for p in others))
+    return fronts.best_point_within(others, reference_val_pct, "energy", loss_pts, need)
 
 
 def _summary(p: Optional[dict]) -> Optional[dict]:
@@ -314,7 +320,7 @@ def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS)
       names: `presets.ASSUMPTIONS` entries with a value and a range.
       locality: the graph's `hwmodel.LocalityProfile` the records were costed with (tradeoff.py:
         Cora's measured one; None = uniform re-reference).
-      loss_pts: accuracy loss (percentage points of mean test accuracy) the chosen point may have.
+      loss_pts: accuracy loss (percentage points of mean validation accuracy) the chosen point may have.
 
     Returns:
       ``{"records", "loss_pts", "skipped", "targets_not_entered", "panels", "rows"}``: records that
@@ -380,17 +386,18 @@ def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS)
                     check["host_stages_j"].append((part["host_j"], stored["host_j"]))
                     if stored["nmp_j"] > 0:
                         check["nmp_stages_j"].append((part["nmp_j"], stored["nmp_j"]))
-        chosen0 = _chosen(nominal, dense["acc_pct"], loss_pts)
+        chosen0 = _chosen(nominal, dense["val_acc_pct"], loss_pts)
         front0 = {p["group_key"] for p in fronts.front(nominal, "energy")}
         label = {p["group_key"]: _label(p) for p in pts}
         panels[hw_name] = {"n_points": len(pts), "n_records": sum(p["n_seeds"] for p in pts),
-                           "dense_acc_pct": dense["acc_pct"], "check": {k: _ratio_check(v) for k, v in check.items() if v},
+                           "dense_acc_pct": dense["acc_pct"], "dense_val_acc_pct": dense["val_acc_pct"],
+                           "check": {k: _ratio_check(v) for k, v in check.items() if v},
                            "chosen_nominal": _summary(chosen0), "front_nominal": sorted(label[k] for k in front0)}
         for name in entered[hw_name]:
             value, (lo, hi), what = presets.ASSUMPTIONS[name]
             for end, v in (("low", lo), ("high", hi)):
                 changed = _costed_points(pts, designs, coster, f"{name}={v!r}:{hw_name}", variants(name, v)[hw_name])
-                chosen = _chosen(changed, dense["acc_pct"], loss_pts)
+                chosen = _chosen(changed, dense["val_acc_pct"], loss_pts)
                 front1 = {p["group_key"] for p in fronts.front(changed, "energy")}
                 same = None if chosen0 is None else next(q for q in changed if q["group_key"] == chosen0["group_key"])
                 rows.append({

@@ -37,8 +37,8 @@ from codesign.results import ResultsStore, config_key
 from paper_figures.pareto import pareto_front
 
 __all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "FLAGSHIP", "COSTS", "family", "read_records", "load_tradeoff",
-           "load_or_exit", "panels", "dense_point", "front", "front_dominates", "cost_dominates",
-           "best_reduction_within", "representatives", "min_bits"]
+           "load_or_exit", "panels", "dense_point", "front", "best_reduction_within", "best_point_within",
+           "representatives", "min_bits", "MIN_SEEDS"]
 
 CODESIGN_METHODS = tuple(n for n, m in PAPER_METHODS.items() if m.family == "codesign")
 DENSE_METHOD = "dense"
@@ -52,6 +52,8 @@ COSTS = {"energy": ("energy_j", "dense_energy_j", "energy_ratio", "modeled energ
          "latency": ("latency_s", "dense_latency_s", "latency_ratio", "modeled latency"),
          "measured": ("measured_latency_s", "dense_measured_latency_s", "measured_latency_ratio",
                       "measured CPU latency")}
+MIN_SEEDS = 5
+"""Seeds a point needs to be chosen or reported (issue 34: >= 5 seeds, sample std)."""
 _MODELED = ("latency_s", "energy_j", "dram_bytes")
 _STAGE_NUMBERS = ("latency_s", "energy_j", "compute_j", "dram_j", "onchip_j", "nmp_j", "link_j",
                   "macs", "dram_bytes", "nmp_bytes")
@@ -315,11 +317,28 @@ def panels(points: Iterable[dict]) -> dict[tuple[str, str, str], list[dict]]:
     return dict(sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], hw_sort_key(kv[0][2]))))
 
 
-def dense_point(points: Sequence[dict]) -> dict | None:
-    """The dense FP32 reference among one panel's points: the ``dense`` method point with the
-    most seeds (ties: the first). ``None`` if the panel has no dense run."""
+def dense_point(points: Sequence[dict], min_seeds: int = MIN_SEEDS) -> dict | None:
+    """The dense FP32 reference of one panel, chosen on validation accuracy (issue 34): among its
+    ``dense`` points (one per search candidate of `experiments/tradeoff.py`) with at least
+    ``min_seeds`` seeds (where none has that many: those with the most seeds), the one with the
+    highest mean validation accuracy; a point without one ranks last, ties go to the first. Test
+    accuracy plays no part. ``None`` if the panel has no dense run with a finite test accuracy.
+
+    Raises:
+        ValueError: ``min_seeds`` < 1.
+    """
+    if not (isinstance(min_seeds, int) and min_seeds >= 1):
+        raise ValueError(f"dense_point: min_seeds must be an integer >= 1, got {min_seeds!r}")
     dense = [p for p in points if p["method"] == DENSE_METHOD and not math.isnan(p["acc_pct"])]
-    return max(dense, key=lambda p: p["n_seeds"]) if dense else None
+    if not dense:
+        return None
+    need = min(min_seeds, max(p["n_seeds"] for p in dense))
+    return max((p for p in dense if p["n_seeds"] >= need), key=_val_key)
+
+
+def _val_key(p: dict) -> float:
+    """Mean validation accuracy as a sort key (NaN ranks last)."""
+    return -math.inf if math.isnan(p["val_acc_pct"]) else p["val_acc_pct"]
 
 
 # --------------------------------------------------------------------------- fronts
@@ -342,81 +361,6 @@ def front(points: Sequence[dict], cost: str = "energy") -> list[dict]:
                       RuntimeWarning, stacklevel=2)
     idx = pareto_front([p[ratio] for p in ok], [p["acc_pct"] for p in ok])
     return [ok[i] for i in idx]
-
-
-def _pairs(points, name: str) -> np.ndarray:
-    arr = np.asarray(points, dtype=float).reshape(-1, 2) if len(points) else np.zeros((0, 2))
-    if np.isnan(arr).any():
-        raise ValueError(f"front_dominates: {name} contains NaN")
-    return arr
-
-
-def front_dominates(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> tuple[bool, float]:
-    """Whether front ``a`` weakly dominates front ``b``, and the worst accuracy margin.
-
-    For each point of ``b``, its margin is the best accuracy among the points of ``a`` that cost
-    no more than it, minus its own accuracy (``-inf`` when every point of ``a`` costs more).
-    ``a`` dominates ``b`` when every margin is >= 0, i.e. each ``b`` point is matched by an
-    ``a`` point at least as cheap and at least as accurate.
-
-    Args:
-        a, b: sequences of ``(cost, accuracy)`` pairs (any units, the same for both; lower cost
-            and higher accuracy are better), e.g. the front points of two methods.
-
-    Returns:
-        ``(dominates, worst_margin)`` with ``worst_margin`` the smallest margin over ``b``, in
-        the accuracy's unit (``-inf`` if some ``b`` point is cheaper than all of ``a``).
-
-    Raises:
-        ValueError: if ``b`` is empty (nothing to compare) or a value is NaN.
-    """
-    a_arr, b_arr = _pairs(a, "a"), _pairs(b, "b")
-    if not len(b_arr):
-        raise ValueError("front_dominates: b is empty")
-    worst = math.inf
-    for cost_b, acc_b in b_arr:
-        ok = a_arr[a_arr[:, 0] <= cost_b]
-        margin = (ok[:, 1].max() - acc_b) if len(ok) else -math.inf
-        worst = min(worst, float(margin))
-    return worst >= 0.0, worst
-
-
-def cost_dominates(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]],
-                   min_acc: float) -> tuple[bool, float | None, float | None]:
-    """Whether ``a`` costs no more than ``b`` at every accuracy level ``>= min_acc`` that ``b`` reaches.
-
-    The cost of a method at accuracy level ``L`` is the cost of its cheapest point with accuracy
-    ``>= L``; both are step functions of ``L`` and ``b``'s changes only at its own accuracies, so
-    the levels checked are the accuracies of ``b``'s points with accuracy ``>= min_acc``. The
-    margin at a level is ``cost_b(L) / cost_a(L)`` (``>= 1``: ``a`` is no costlier; 0 when no point
-    of ``a`` reaches ``L``).
-
-    Args:
-        a, b: sequences of ``(cost, accuracy)`` pairs (cost > 0 in any unit, the same for both;
-            accuracy in percent).
-        min_acc: the lowest accuracy level compared (e.g. dense accuracy − 2 points).
-
-    Returns:
-        ``(dominates, worst_margin, at_accuracy)``: whether every margin is >= 1, the smallest
-        margin, and the level where it occurs; ``(True, None, None)`` when no point of ``b``
-        reaches ``min_acc`` (nothing to compare).
-
-    Raises:
-        ValueError: a value is NaN, a cost is not > 0, or ``min_acc`` is NaN.
-    """
-    a_arr, b_arr = _pairs(a, "a"), _pairs(b, "b")
-    if math.isnan(min_acc):
-        raise ValueError("cost_dominates: min_acc is NaN")
-    if (a_arr[:, 0] <= 0).any() or (b_arr[:, 0] <= 0).any():
-        raise ValueError("cost_dominates: costs must be > 0")
-    worst, at = None, None
-    for level in sorted({float(acc) for acc in b_arr[:, 1] if acc >= min_acc - 1e-9}):
-        cost_b = b_arr[b_arr[:, 1] >= level - 1e-9, 0].min()
-        reach = a_arr[a_arr[:, 1] >= level - 1e-9, 0]
-        margin = float(cost_b / reach.min()) if len(reach) else 0.0
-        if worst is None or margin < worst:
-            worst, at = margin, level
-    return (worst is None or worst >= 1.0 - 1e-12), worst, at
 
 
 def best_reduction_within(points: Sequence[Sequence[float]], dense_acc: float,
@@ -451,39 +395,54 @@ def best_reduction_within(points: Sequence[Sequence[float]], dense_acc: float,
     return None if best is None else (best[0], best[1])
 
 
-def best_point_within(points: Sequence[dict], dense_acc_pct: float, cost: str = "energy",
-                      loss_pts: float = 1.0) -> dict | None:
-    """`best_reduction_within` on points from `load_tradeoff`: the point (not its index) with
-    the largest ``cost`` reduction (1 / ``*_ratio``) within ``loss_pts`` of ``dense_acc_pct``."""
+def best_point_within(points: Sequence[dict], reference_val_pct: float, cost: str = "energy",
+                      loss_pts: float = 1.0, min_seeds: int = MIN_SEEDS) -> dict | None:
+    """The point (from `load_tradeoff`) of the largest ``cost`` reduction (1 / ``*_ratio``) among
+    those with at least ``min_seeds`` seeds whose mean *validation* accuracy is within ``loss_pts``
+    of ``reference_val_pct`` (the reference's, `dense_point`; `best_reduction_within` on
+    (reduction, validation accuracy) pairs: ties go to the more accurate on validation, then the
+    first). Test accuracy plays no part (issue 34). ``None`` if no point qualifies."""
     ratio = COSTS[cost][2]
-    hit = best_reduction_within([(1.0 / p[ratio], p["acc_pct"]) for p in points], dense_acc_pct, loss_pts)
-    return None if hit is None else points[hit[0]]
+    ok = [p for p in points if p["n_seeds"] >= min_seeds and not math.isnan(p["acc_pct"])]
+    hit = best_reduction_within([(1.0 / p[ratio], p["val_acc_pct"]) for p in ok], reference_val_pct, loss_pts)
+    return None if hit is None else ok[hit[0]]
 
 
-def representatives(points: Sequence[dict], loss_pts: float = 1.0) -> dict[str, dict | None]:
-    """The points the breakdown and roofline figures compare, for one panel (dataset, model, hw).
+def representatives(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SEEDS) -> dict[str, dict | None]:
+    """The points the breakdown and roofline figures compare, for one panel (dataset, model, hw),
+    every one chosen on validation accuracy as `paper_figures.summary.build` chooses.
 
     Returns:
         ``{"dense": ..., "int8": ..., "codesign": ..., "ugs_int8": ...}``: the dense reference
-        (`dense_point`); the ``int8`` point with the most seeds, then highest accuracy; the
-        co-design-family point with the largest energy reduction within ``loss_pts`` of dense
-        accuracy; the ``ugs_int8`` point closest in energy ratio (log distance) to that co-design
-        point (or, without one, the best ``ugs_int8`` point within ``loss_pts``). Missing ones
-        are ``None``.
+        (`dense_point`); the ``int8`` point (one per search candidate) with the highest mean
+        validation accuracy among those with the most seeds; the co-design-family point of the
+        largest energy reduction within ``loss_pts`` of the reference's validation accuracy
+        (`best_point_within`, ``min_seeds`` seeds, or the most any such point has where none has
+        that many); the ``ugs_int8`` point closest in energy ratio (log distance) to that
+        co-design point (or, without one, `best_point_within` of the ``ugs_int8`` points).
+        Missing ones are ``None``.
     """
-    dense = dense_point(points)
+    dense = dense_point(points, min_seeds)
     ok = [p for p in points if not math.isnan(p["acc_pct"])]
     int8 = [p for p in ok if p["method"] == "int8"]
     ugs = [p for p in ok if p["method"] == "ugs_int8"]
     cod = [p for p in ok if p["family"] == "codesign"]
-    best_cod = best_point_within(cod, dense["acc_pct"], "energy", loss_pts) if dense else None
+
+    def within(pts):
+        if dense is None or not pts or math.isnan(dense["val_acc_pct"]):
+            return None
+        need = min(min_seeds, max(p["n_seeds"] for p in pts))
+        return best_point_within(pts, dense["val_acc_pct"], "energy", loss_pts, need)
+
+    best_cod = within(cod)
     if best_cod is not None and ugs:
         target = math.log(best_cod["energy_ratio"])
         best_ugs = min(ugs, key=lambda p: abs(math.log(p["energy_ratio"]) - target))
     else:
-        best_ugs = best_point_within(ugs, dense["acc_pct"], "energy", loss_pts) if dense else None
+        best_ugs = within(ugs)
+    top = max((p["n_seeds"] for p in int8), default=0)
     return {"dense": dense,
-            "int8": max(int8, key=lambda p: (p["n_seeds"], p["acc_pct"])) if int8 else None,
+            "int8": max((p for p in int8 if p["n_seeds"] == top), key=_val_key) if int8 else None,
             "codesign": best_cod, "ugs_int8": best_ugs}
 
 

@@ -46,7 +46,7 @@ def find_inputs(results: Path, quick: bool = False) -> list[Path]:
     return prefer_quick_or_full(found, quick)
 
 
-MIN_SEEDS = 5
+MIN_SEEDS = fronts.MIN_SEEDS
 """Seeds a point needs to be reported (issue 34: >= 5 for every point in the summary)."""
 
 
@@ -125,17 +125,15 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         dense = [p for p in ok if p["method"] == fronts.DENSE_METHOD]
         if not dense:
             continue
-        ref = max(dense, key=lambda p: p["val_acc_pct"])
+        ref = fronts.dense_point(dense, min_seeds)
         entry["reference"] = {**_reported(ref), "dense_energy_j": ref["dense_energy_j"],
                               "dense_latency_s": ref["dense_latency_s"],
                               "candidates": len(dense)}
-        floor = ref["val_acc_pct"] - loss_pts
         methods = sorted({p["method"] for p in pts} - {fronts.DENSE_METHOD}, key=fronts.method_sort_key)
         for m in methods:
             mine = [p for p in ok if p["method"] == m]
-            within = [p for p in mine if p["val_acc_pct"] >= floor]
-            if within:
-                best = max(within, key=lambda p: 1.0 / p["energy_ratio"])
+            best = fronts.best_point_within(mine, ref["val_acc_pct"], "energy", loss_pts, min_seeds)
+            if best is not None:
                 entry["methods"][m] = {**_reported(best), "points_considered": len(mine)}
             elif mine:
                 top = max(mine, key=lambda p: p["val_acc_pct"])

@@ -58,7 +58,7 @@ def record(method, seed, acc, design, hw="gnnear", model="gcn", scale=1.0, bits_
            "cost_weight": 0.0, "budget": None, "keep": None, "round": None, "seed": seed, **level}
     h = presets.get(hw)
     (en, lat), (den, dlat) = model_cost(h, design), model_cost(h, DENSE)
-    rec = {"key": config_key(cfg), "config": cfg, "test_accuracy": acc,
+    rec = {"key": config_key(cfg), "config": cfg, "test_accuracy": acc, "val_accuracy": acc,
            "densities": {"edge": e, "feature": f, "channel": c},
            "modeled": {"energy_j": en * scale, "latency_s": lat, "dram_bytes": 1.0},
            "dense_modeled": {"energy_j": den, "latency_s": dlat, "dram_bytes": 1.0}, "versions": versions()}

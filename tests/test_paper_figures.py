@@ -119,28 +119,6 @@ def _point(points, hw, method, cw=0.0):
 
 
 # --------------------------------------------------------------------------- front logic
-def test_front_dominates_hand_made():
-    # every b point has an a point at most as costly and at least as accurate: margins +1, +1
-    assert fronts.front_dominates([(1, 80), (2, 85)], [(1.5, 79), (3, 84)]) == (True, 1.0)
-    # ties count as dominated (weak dominance): margin 0
-    assert fronts.front_dominates([(1, 80)], [(1, 80)]) == (True, 0.0)
-    # an a point that is cheaper but less accurate: margin -1 (worst over b)
-    assert fronts.front_dominates([(1, 80), (3, 90)], [(2, 81), (4, 85)]) == (False, -1.0)
-    # a b point cheaper than every a point: margin -inf
-    dom, worst = fronts.front_dominates([(2, 90)], [(1, 50), (3, 60)])
-    assert dom is False and worst == -math.inf
-    assert fronts.front_dominates([], [(1, 50)]) == (False, -math.inf)
-    # the margin uses the best a point that is not costlier, not the nearest one
-    assert fronts.front_dominates([(1, 85), (2, 80)], [(2, 82)]) == (True, 3.0)
-
-
-def test_front_dominates_errors():
-    with pytest.raises(ValueError, match="b is empty"):
-        fronts.front_dominates([(1, 80)], [])
-    with pytest.raises(ValueError, match="NaN"):
-        fronts.front_dominates([(1, float("nan"))], [(1, 80)])
-
-
 def test_best_reduction_within_hand_made():
     pts = [(2.0, 80.2), (5.0, 79.6), (9.0, 79.4), (20.0, 60.0), (30.0, float("nan"))]
     assert fronts.best_reduction_within(pts, 80.5) == (1, 5.0)  # 79.4 is 1.1 pt below
@@ -229,12 +207,34 @@ def test_representatives_pick(tradeoff_file):
     reps = fronts.representatives(pts)
     assert reps["dense"]["method"] == "dense"
     assert reps["int8"]["method"] == "int8"
-    # largest energy reduction within 1 pt of 80.5 %: λ=0.1 (79.5 %), not λ=1 (71 %)
+    # largest energy reduction within 1 pt of the dense validation accuracy (79.5 %): λ=0.1 (78.5 %), not λ=1 (70 %)
     assert (reps["codesign"]["method"], reps["codesign"]["cost_weight"]) == ("codesign", 0.1)
     ugs = [p for p in pts if p["method"] == "ugs_int8"]
     target = math.log(reps["codesign"]["energy_ratio"])
     assert reps["ugs_int8"] is min(ugs, key=lambda p: abs(math.log(p["energy_ratio"]) - target))
     assert fronts.representatives([p for p in pts if p["method"] != "dense"])["codesign"] is None
+
+
+def _selection_point(method, val, test, n, energy_ratio=1.0, cw=None):
+    return {"method": method, "family": fronts.family(method), "val_acc_pct": val, "acc_pct": test,
+            "n_seeds": n, "energy_ratio": energy_ratio, "latency_ratio": energy_ratio, "cost_weight": cw}
+
+
+def test_reference_and_points_are_chosen_on_validation_not_test():
+    dense = [_selection_point("dense", 80.0, 85.0, 5), _selection_point("dense", 81.0, 79.0, 5),
+             _selection_point("dense", 90.0, 90.0, 2)]  # best on test / best on validation / too few seeds
+    assert fronts.dense_point(dense) is dense[1]
+    assert fronts.dense_point(dense[2:]) is dense[2]  # no candidate with 5 seeds: the most seeded
+    cod = [_selection_point("codesign", 80.2, 70.0, 5, 0.1, 1.0),   # within 1 pt on validation, poor test
+           _selection_point("codesign", 79.0, 84.0, 5, 0.05, 3.0),  # best test, 2 pt below on validation
+           _selection_point("codesign", 81.0, 81.0, 4, 0.01, 10.0)]  # 4 seeds
+    assert fronts.best_point_within(cod, 81.0) is cod[0]
+    assert fronts.best_point_within(cod, 81.0, min_seeds=4) is cod[2]
+    assert fronts.best_point_within(cod, 81.0, loss_pts=0.5) is None
+    reps = fronts.representatives(dense + cod)
+    assert reps["dense"] is dense[1] and reps["codesign"] is cod[0]
+    with pytest.raises(ValueError, match="min_seeds"):
+        fronts.dense_point(dense, 0)
 
 
 # --------------------------------------------------------------------------- figure scripts

@@ -1,6 +1,5 @@
 """Tests for the paper's machine-readable summary (`paper_figures.summary.build`, ``results/summary.json``)
-and the front comparison behind it (`paper_figures.fronts.cost_dominates`), on hand-made records whose
-numbers are checked by hand."""
+on hand-made records whose numbers are checked by hand."""
 
 from __future__ import annotations
 
@@ -68,25 +67,6 @@ def points(tmp_path):
     path = tmp_path / "cora_tradeoff.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     return fronts.load_tradeoff(path)
-
-
-def test_cost_dominates_hand_made():
-    flag = [(8.0, 80.0), (5.0, 79.5), (2.0, 78.0)]
-    # at level 80.0: baseline 10 vs flagship 8 -> 1.25
-    assert fronts.cost_dominates(flag, [(10.0, 80.0)], 78.0) == (True, 1.25, 80.0)
-    # at level 79.5: baseline 4 vs flagship 5 -> 0.8 (the baseline is cheaper there)
-    assert fronts.cost_dominates(flag, [(4.0, 79.5)], 78.0) == (False, 0.8, 79.5)
-    # a baseline level the flagship never reaches: margin 0
-    assert fronts.cost_dominates(flag, [(50.0, 81.0)], 78.0) == (False, 0.0, 81.0)
-    # below the compared range only: nothing to compare
-    assert fronts.cost_dominates(flag, [(1.0, 70.0)], 78.0) == (True, None, None)
-    # the worst of several levels; the baseline's cost at a level is its cheapest point at least that
-    # accurate: 78.0 -> 2.5 / 2 = 1.25, 78.5 -> 2.5 / 5 = 0.5, 80.0 -> 9 / 8 = 1.125
-    assert fronts.cost_dominates(flag, [(9.0, 80.0), (2.5, 78.5), (3.0, 78.0)], 78.0) == (False, 0.5, 78.5)
-    with pytest.raises(ValueError, match="costs must be > 0"):
-        fronts.cost_dominates([(0.0, 80.0)], [(1.0, 80.0)], 78.0)
-    with pytest.raises(ValueError, match="min_acc is NaN"):
-        fronts.cost_dominates(flag, [(1.0, 80.0)], math.nan)
 
 
 def test_build_chooses_on_validation_by_hand(points):
