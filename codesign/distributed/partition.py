@@ -293,14 +293,14 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
         send_rows.append(buf)
 
     # Edge slots per receiving device, grouped by step; inside a (device, step) group edges keep input order.
-    slot_group = pr * P + step
+    slot_group = (pr * P + step).astype(np.min_scalar_type(P * P - 1))  # <= 16 bits for P <= 256: a radix sort
     by_group = np.argsort(slot_group, kind="stable")
     per_slot_group = np.bincount(slot_group, minlength=P * P).reshape(P, P)  # [receiver part, step]
     lengths = per_slot_group.max(axis=0)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     S = max(int(lengths.sum()), 1)
     first = np.concatenate([[0], np.cumsum(per_slot_group.ravel())[:-1]]).astype(np.int64)
-    g = slot_group[by_group]
+    g = slot_group[by_group].astype(np.int64)
     slot = offsets[g % P] + np.arange(E, dtype=np.int64) - first[g]
     snd, rcv, eid = np.zeros((P, S), np.int32), np.zeros((P, S), np.int32), np.full((P, S), -1, np.int32)
     dev = g // P
