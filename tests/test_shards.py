@@ -102,3 +102,209 @@ def test_sorted_layout_equals_reference(name, s, r, n, P, how):
         got = partition_mod.partition_graph(s, r, n, P, method=how)
         part = got.part
     _assert_same_partition(got, _layout_reference(s, r, n, P, part, got.method))
+
+
+# ---------------------------------------------------------------- shards
+
+
+def _toy_graph(n=70, e=400, F=5, C=3, seed=0, weighted=True):
+    """A random graph whose last 15 nodes have no edge, with edge weights and a split."""
+    import jax.numpy as jnp
+
+    from codesign.graph import Graph
+    rng = np.random.default_rng(seed)
+    s, r = rng.integers(0, n - 15, e), rng.integers(0, n - 15, e)
+    r = np.where(s == r, (r + 1) % (n - 15), r)  # no self-loops (`Graph` refuses them)
+    return Graph(senders=jnp.asarray(s, jnp.int32), receivers=jnp.asarray(r, jnp.int32),
+                 x=jnp.asarray(rng.normal(size=(n, F)), jnp.float32), y=jnp.asarray(rng.integers(0, C, n), jnp.int32),
+                 train_mask=jnp.asarray(rng.random(n) < 0.5), val_mask=jnp.asarray(rng.random(n) < 0.3),
+                 test_mask=jnp.asarray(rng.random(n) < 0.3), n_nodes=n,
+                 edge_weight=jnp.asarray(rng.random(e) + 0.5, jnp.float32) if weighted else None)
+
+
+def _write(tmp_path, P, graph=None, method="contiguous", name="toy"):
+    from codesign.distributed import partition_graph
+    from codesign.distributed.shards import write_shards
+    graph = _toy_graph() if graph is None else graph
+    part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, P, method)
+    out = tmp_path / f"{name}-{P}"
+    write_shards(graph, part, out, graph_name=name, seed=0)
+    return graph, part, out
+
+
+def _assert_blocks_equal(got, want):
+    assert set(got) == set(want)
+    for k in want:
+        if k == "send_rows":
+            assert len(got[k]) == len(want[k])
+            for u, v in zip(got[k], want[k]):
+                assert u.dtype == v.dtype and u.shape == v.shape
+                np.testing.assert_array_equal(u, v, err_msg=k)
+        else:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
+            assert got[k].tobytes() == want[k].tobytes(), k  # bit-equal (float32 features and weights included)
+
+
+@pytest.mark.parametrize("P,weighted", [(1, True), (3, True), (4, False), (8, True)])
+def test_shards_round_trip_equal_shard_graph_blocks(tmp_path, P, weighted):
+    from codesign.distributed.gcn import graph_blocks
+    from codesign.distributed.shards import load_shard, shard_blocks
+    graph, part, out = _write(tmp_path, P, _toy_graph(weighted=weighted), method="metis" if P > 1 else "contiguous")
+    shards = [load_shard(out, i, n_parts=P, graph="toy") for i in range(P)]
+    want = graph_blocks(graph, part)
+    _assert_blocks_equal(shard_blocks(shards), want)
+    # one process's slice (parts in any order) is the matching rows of the whole
+    pick = [P - 1, 0] if P > 1 else [0]
+    got = shard_blocks([shards[i] for i in pick])
+    _assert_blocks_equal(got, {k: (tuple(v[pick] for v in w) if k == "send_rows" else w[pick])
+                               for k, w in want.items()})
+    for sh in shards:  # halo lists: the rows sent at step s are the global ids the receiver lists for step s
+        p = sh.part_id
+        assert sh.edge_offsets == part.edge_offsets and sh.edge_lengths == part.edge_lengths
+        for s in range(1, P):
+            dst = shards[(p + s) % P]
+            n_real = int(sh.halo_send_counts[s - 1])
+            assert n_real == dst.halo_recv_counts[s - 1] == part.halo_counts[p, (p + s) % P]
+            np.testing.assert_array_equal(sh.node_id[sh.send_rows[s - 1][:n_real]], dst.recv_node_id[s - 1][:n_real])
+            assert np.all(dst.recv_node_id[s - 1][n_real:] == -1)
+        # every real edge slot: global (sender, receiver) recovered from the shard alone
+        s_glob, r_glob = np.asarray(graph.senders), np.asarray(graph.receivers)
+        for st in range(P):
+            o, L = sh.edge_offsets[st], sh.edge_lengths[st]
+            e = sh.edge_id[o:o + L]
+            real = e >= 0
+            snd = sh.senders[o:o + L][real]
+            got_s = sh.node_id[snd] if st == 0 else sh.recv_node_id[st - 1][snd]
+            np.testing.assert_array_equal(got_s, s_glob[e[real]])
+            np.testing.assert_array_equal(sh.node_id[sh.receivers[o:o + L][real]], r_glob[e[real]])
+
+
+def test_shard_graph_is_graph_blocks_on_one_device():
+    import jax
+
+    from codesign import distributed as dist
+    from codesign.distributed.gcn import graph_blocks
+    graph = _toy_graph()
+    part = dist.partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, 1)
+    sg = dist.shard_graph(graph, part, dist.make_mesh(1))
+    want = graph_blocks(graph, part)
+    got = {k: np.asarray(jax.device_get(getattr(sg, k))) for k in want if k != "send_rows"}
+    got["send_rows"] = ()
+    _assert_blocks_equal(got, want)
+    assert (sg.offsets, sg.lengths, sg.n_nodes, sg.n_edges) == (part.edge_offsets, part.edge_lengths,
+                                                                 graph.n_nodes, graph.n_edges)
+
+
+def test_load_shard_reads_only_its_part(tmp_path):
+    from codesign.distributed.shards import ShardError, load_shard, part_file
+    _, _, out = _write(tmp_path, 3)
+    (out / part_file(1)).unlink()
+    (out / part_file(2)).write_bytes(b"garbage")
+    assert load_shard(out, 0).part_id == 0
+    with pytest.raises(ShardError, match=r"part-00001\.npz: missing"):
+        load_shard(out, 1)
+    with pytest.raises(ShardError, match=r"part-00002\.npz: field 'sha256' does not match"):
+        load_shard(out, 2)
+
+
+def _one_line(err) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_load_shard_refuses_tampered_mismatched_and_missing(tmp_path):
+    import json
+
+    from codesign.distributed.shards import MANIFEST, ShardError, load_shard, part_file
+    _, _, out = _write(tmp_path, 3)
+    _, _, other = _write(tmp_path, 2)
+    assert issubclass(ShardError, ValueError)
+    with pytest.raises(ShardError) as e:  # a flipped byte
+        data = bytearray((out / part_file(1)).read_bytes())
+        data[len(data) // 2] ^= 1
+        (out / part_file(1)).write_bytes(bytes(data))
+        load_shard(out, 1)
+    assert "part-00001.npz: field 'sha256'" in _one_line(e)
+    with pytest.raises(ShardError, match="field 'n_parts' is 3, expected 4"):
+        load_shard(out, 0, n_parts=4)
+    with pytest.raises(ShardError, match="field 'graph' is 'toy', expected 'cora'"):
+        load_shard(out, 0, graph="cora")
+    with pytest.raises(ShardError, match=r"part_id must be an int in \[0, 3\)"):
+        load_shard(out, 3)
+    # another partition's file under this name, its hash written into the manifest: its header says so
+    m = json.loads((out / MANIFEST).read_text())
+    (out / part_file(0)).write_bytes((other / part_file(0)).read_bytes())
+    m["parts"][0]["sha256"] = json.loads((other / MANIFEST).read_text())["parts"][0]["sha256"]
+    (out / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardError) as e:
+        load_shard(out, 0)
+    assert "part-00000.npz: field 'n_parts' is 2, the manifest says 3" in _one_line(e)
+    m["format"] = "codesign-shards/0"
+    (out / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardError, match="manifest.json: field 'format'"):
+        load_shard(out, 2)
+    del m["parts"]
+    (out / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardError, match="manifest.json: field 'parts' missing"):
+        load_shard(out, 2)
+    (out / MANIFEST).write_text("{")
+    with pytest.raises(ShardError, match="manifest.json: unreadable"):
+        load_shard(out, 2)
+    (out / MANIFEST).unlink()
+    with pytest.raises(ShardError, match="manifest.json: missing"):
+        load_shard(out, 2)
+    with pytest.raises(ShardError, match="part 1 has n_parts=3, part 0 has 2"):
+        from codesign.distributed.shards import shard_blocks
+        _, _, out3 = _write(tmp_path, 3, name="fresh")
+        shard_blocks([load_shard(other, 0), load_shard(out3, 1)])
+
+
+def test_write_shards_is_atomic_and_leaves_no_temporaries(tmp_path, monkeypatch):
+    import os
+
+    from codesign.distributed import shards
+    graph, part, out = _write(tmp_path, 3)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real, calls = os.replace, []
+
+    def failing(src, dst):  # the second rename fails (a full disk, a kill): nothing half-written remains
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        real(src, dst)
+    monkeypatch.setattr(shards.os, "replace", failing)
+    with pytest.raises(OSError, match="disk full"):
+        shards.write_shards(graph, part, out, graph_name="renamed", seed=1)
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)  # the temporary was removed
+    assert (out / "manifest.json").read_bytes() == before["manifest.json"]  # the manifest is written last
+    assert shards.load_shard(out, 2, graph="toy").part_id == 2
+
+
+def test_cli_partition_round_trip_and_tampered_file(tmp_path, capsys, cora, planetoid_root):
+    import json
+
+    from codesign import cli
+    from codesign.distributed import partition_graph
+    from codesign.distributed.gcn import graph_blocks
+    from codesign.distributed.shards import load_shard, part_file, shard_blocks
+    out = tmp_path / "cora-3"
+    assert cli.main(["partition", "cora", "--parts", "3", "--out", str(out), "--data-root", str(planetoid_root),
+                     "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n_parts"] == 3 and summary["graph"] == "cora" and summary["method"] == "metis"
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"] + [part_file(i) for i in range(3)]
+    part = partition_graph(np.asarray(cora.senders), np.asarray(cora.receivers), cora.n_nodes, 3, "metis", seed=0)
+    _assert_blocks_equal(shard_blocks([load_shard(out, i, n_parts=3, graph="cora") for i in range(3)]),
+                         graph_blocks(cora, part))
+    assert cli.main(["partition", "--check", str(out)]) == 0
+    assert "(all verified)" in capsys.readouterr().out
+    data = bytearray((out / part_file(2)).read_bytes())
+    data[-100] ^= 0xFF
+    (out / part_file(2)).write_bytes(bytes(data))
+    assert cli.main(["partition", "--check", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("codesign partition: error: ")
+    assert f"{out / part_file(2)}: field 'sha256' does not match" in err
+    assert cli.main(["partition", "cora", "--out", str(out)]) == 2
+    assert "argument --parts: required" in capsys.readouterr().err
