@@ -269,14 +269,16 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
     node_id = np.full((P, B), -1, np.int32)
     node_id[part[order], local_row[order]] = order
 
-    ps, pr = part[s].astype(np.int64), part[r].astype(np.int64)
+    part = np.asarray(part, np.int32)
+    ps, pr = part[s], part[r]
     step = (pr - ps) % P  # ring step at which the sender's rows reach the receiver
-    src_row = local_row[s].astype(np.int64)
+    src_row = local_row[s]  # step 0: the sender's local row; step s > 0: set below to its halo buffer row
 
     # Halo rows: distinct (step, sender part, sender row) over cross-part edges, ranked per group.
     cross = np.flatnonzero(step > 0)
-    group = (step[cross] - 1) * P + ps[cross]  # (step - 1, sender part q), in [0, (P-1) P)
+    group = (step[cross].astype(np.int64) - 1) * P + ps[cross]  # (step - 1, sender part q), in [0, (P-1) P)
     keys, inv = np.unique(group * B + src_row[cross], return_inverse=True)
+    del group, ps
     key_group, key_row = keys // B, (keys % B).astype(np.int32)
     per_group = np.bincount(key_group, minlength=(P - 1) * P).reshape(P - 1, P) if P > 1 else np.zeros((0, P), np.int64)
     group_start = np.concatenate([[0], np.cumsum(per_group.ravel())[:-1]]).astype(np.int64)
@@ -293,7 +295,7 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
         send_rows.append(buf)
 
     # Edge slots per receiving device, grouped by step; inside a (device, step) group edges keep input order.
-    slot_group = (pr * P + step).astype(np.min_scalar_type(P * P - 1))  # <= 16 bits for P <= 256: a radix sort
+    slot_group = (pr.astype(np.int64) * P + step).astype(np.min_scalar_type(P * P - 1))  # <= 16 bits for P <= 256: a radix sort
     by_group = np.argsort(slot_group, kind="stable")
     per_slot_group = np.bincount(slot_group, minlength=P * P).reshape(P, P)  # [receiver part, step]
     lengths = per_slot_group.max(axis=0)
