@@ -232,6 +232,10 @@ def test_load_shard_refuses_tampered_mismatched_and_missing(tmp_path):
         load_shard(out, 0, graph="cora")
     with pytest.raises(ShardError, match=r"part_id must be an int in \[0, 3\)"):
         load_shard(out, 3)
+    from codesign.distributed import partition_graph, write_shards
+    with pytest.raises(ValueError, match="partition is for 70 nodes / 400 edges, graph has 70 / 300"):
+        g = _toy_graph(e=300)
+        write_shards(g, partition_graph(np.zeros(400, int), np.ones(400, int), 70, 2), tmp_path / "x", graph_name="x")
     # another partition's file under this name, its hash written into the manifest: its header says so
     m = json.loads((out / MANIFEST).read_text())
     (out / part_file(0)).write_bytes((other / part_file(0)).read_bytes())

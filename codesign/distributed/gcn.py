@@ -96,7 +96,7 @@ def graph_blocks(graph: Graph, part: Partition) -> dict:
       ValueError: the partition was built for another graph (node or edge count).
     """
     if part.n_nodes != graph.n_nodes or part.n_edges != graph.n_edges:
-        raise ValueError(f"shard_graph: partition is for {part.n_nodes} nodes / {part.n_edges} edges, graph has "
+        raise ValueError(f"graph_blocks: partition is for {part.n_nodes} nodes / {part.n_edges} edges, graph has "
                          f"{graph.n_nodes} / {graph.n_edges}")
     w = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
     return dict(
@@ -115,9 +115,9 @@ def shard_graph(graph: Graph, part: Partition, mesh: Mesh) -> ShardedGraph:
       ValueError: the partition was built for another graph (node or edge count), or the mesh
         size differs from the number of parts.
     """
+    b = graph_blocks(graph, part)
     if mesh.devices.size != part.n_parts:
         raise ValueError(f"shard_graph: mesh has {mesh.devices.size} devices, partition has {part.n_parts} parts")
-    b = graph_blocks(graph, part)
     send_rows = tuple(_put(mesh, r) for r in b.pop("send_rows"))
     return ShardedGraph(**{k: _put(mesh, v) for k, v in b.items()}, send_rows=send_rows,
                         offsets=part.edge_offsets, lengths=part.edge_lengths, n_nodes=graph.n_nodes,

@@ -58,7 +58,7 @@ class ShardError(ValueError):
     input)."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Shard:
     """Part ``part_id`` of a P-way partitioned graph, as one process loads it (numpy, host).
 
@@ -255,6 +255,8 @@ def load_shard(shard_dir, part_id: int, *, n_parts: Optional[int] = None, graph:
     if isinstance(part_id, bool) or not isinstance(part_id, (int, np.integer)) or not 0 <= part_id < P:
         raise ShardError(f"{mpath}: part_id must be an int in [0, {P}), got {part_id!r}")
     entry = m["parts"][part_id]
+    if not isinstance(entry, dict) or not {"file", "sha256", "n_local"} <= set(entry):
+        raise ShardError(f"{mpath}: field 'parts[{part_id}]' must hold file, sha256 and n_local")
     path = Path(shard_dir) / entry["file"]
     try:
         data = path.read_bytes()
