@@ -274,16 +274,26 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
     step = (pr - ps) % P  # ring step at which the sender's rows reach the receiver
     src_row = local_row[s]  # step 0: the sender's local row; step s > 0: set below to its halo buffer row
 
-    # Halo rows: distinct (step, sender part, sender row) over cross-part edges, ranked per group.
+    # Halo rows: distinct (step, sender part, sender row) over cross-part edges, ranked per group. The key
+    # (step - 1, sender part q, row) < (P-1) P B is 32-bit where it fits (half the memory of the sort).
     cross = np.flatnonzero(step > 0)
-    group = (step[cross].astype(np.int64) - 1) * P + ps[cross]  # (step - 1, sender part q), in [0, (P-1) P)
-    keys, inv = np.unique(group * B + src_row[cross], return_inverse=True)
-    del group, ps
-    key_group, key_row = keys // B, (keys % B).astype(np.int32)
+    n_cross = int(cross.size)
+    key_t = np.uint32 if (P - 1) * P * B < 2 ** 32 else np.uint64
+    key = (step[cross] - 1).astype(key_t)
+    key *= P
+    key += ps[cross].astype(key_t)
+    key *= B
+    key += src_row[cross].astype(key_t)
+    del ps
+    keys, inv = np.unique(key, return_inverse=True)
+    del key
+    key_group, key_row = (keys // B).astype(np.int64), (keys % B).astype(np.int32)
+    del keys
     per_group = np.bincount(key_group, minlength=(P - 1) * P).reshape(P - 1, P) if P > 1 else np.zeros((0, P), np.int64)
     group_start = np.concatenate([[0], np.cumsum(per_group.ravel())[:-1]]).astype(np.int64)
-    rank = np.arange(keys.size, dtype=np.int64) - group_start[key_group]
+    rank = np.arange(key_group.size, dtype=np.int64) - group_start[key_group]
     src_row[cross] = rank[inv.ravel()]  # cross edges read row `rank` of the step's received buffer
+    del inv, cross
     halo_counts = np.zeros((P, P), np.int64)
     q = np.arange(P)
     send_rows = []
@@ -293,22 +303,27 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
         buf = np.zeros((P, int(per_group[st - 1].max())), np.int32)
         buf[key_group[lo:hi] - (st - 1) * P, rank[lo:hi]] = key_row[lo:hi]
         send_rows.append(buf)
+    del key_group, key_row, rank
 
     # Edge slots per receiving device, grouped by step; inside a (device, step) group edges keep input order.
+    # Group g = (receiver part p, step st) starts at flat slot base[g] = p S + offsets[st].
     slot_group = (pr.astype(np.int64) * P + step).astype(np.min_scalar_type(P * P - 1))  # <= 16 bits for P <= 256: a radix sort
+    del pr, step
     by_group = np.argsort(slot_group, kind="stable")
     per_slot_group = np.bincount(slot_group, minlength=P * P).reshape(P, P)  # [receiver part, step]
     lengths = per_slot_group.max(axis=0)
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     S = max(int(lengths.sum()), 1)
     first = np.concatenate([[0], np.cumsum(per_slot_group.ravel())[:-1]]).astype(np.int64)
-    g = slot_group[by_group].astype(np.int64)
-    slot = offsets[g % P] + np.arange(E, dtype=np.int64) - first[g]
+    base = (np.arange(P)[:, None] * S + offsets[None, :]).ravel() - first  # flat slot of sorted position 0 of g
+    flat = base[slot_group[by_group]]
+    del slot_group
+    flat += np.arange(E, dtype=np.int64)
     snd, rcv, eid = np.zeros((P, S), np.int32), np.zeros((P, S), np.int32), np.full((P, S), -1, np.int32)
-    dev = g // P
-    snd[dev, slot] = src_row[by_group]
-    rcv[dev, slot] = local_row[r[by_group]]
-    eid[dev, slot] = by_group
+    snd.ravel()[flat] = src_row[by_group]
+    del src_row
+    rcv.ravel()[flat] = local_row[r[by_group]]
+    eid.ravel()[flat] = by_group
     return Partition(P, n_nodes, E, part, local_row, node_id, n_local, B, tuple(send_rows), halo_counts,
-                     tuple(int(o) for o in offsets), tuple(int(n) for n in lengths), snd, rcv, eid,
-                     int(cross.size), method)
+                     tuple(int(o) for o in offsets), tuple(int(n) for n in lengths), snd, rcv, eid, n_cross,
+                     method)
