@@ -1,4 +1,4 @@
-"""Command line: ``codesign train | deploy | sweep | cost | bench | validate``.
+"""Command line: ``codesign train | deploy | sweep | cost | bench | validate | partition``.
 
   codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
   codesign train --bits 8 --feature-mask on --cost-weight 3 --seeds 1 --save ckpt && codesign deploy ckpt/seed0
@@ -6,6 +6,7 @@
   codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
   codesign validate                                            # every preset's evidence
   codesign validate --table shared/data/gpu_timings/h100_spmm_fp32.csv --hw h100 --json
+  codesign partition cora --parts 4 --out shards/cora-4                # one file per part + manifest.json
 """
 
 from __future__ import annotations
@@ -529,6 +530,35 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_partition(args) -> int:
+    from codesign.distributed import partition_graph
+    from codesign.distributed.shards import load_shard, read_manifest, write_shards
+    if args.check is not None:  # every part loads: its SHA-256 and header match the manifest
+        m = read_manifest(args.check)
+        for i in range(m["n_parts"]):
+            load_shard(args.check, i)
+        out = args.check
+    else:
+        args.dataset = args.graph
+        graph = _load(args)
+        part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, args.parts,
+                               args.method, seed=args.seed)
+        m = write_shards(graph, part, args.out, graph_name=args.graph,
+                         seed=args.seed if part.method == "metis" else None)
+        out = args.out
+    summary = {"out": out, **{k: m[k] for k in ("graph", "n_nodes", "n_edges", "n_parts", "method", "seed",
+                                                 "block_size", "edge_cut")},
+               "files": [p["file"] for p in m["parts"]], "checked": args.check is not None}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    seed = "" if m["seed"] is None else f", seed {m['seed']}"
+    print(f"{m['graph']}: {m['n_nodes']} nodes, {m['n_edges']} edges -> {m['n_parts']} parts ({m['method']}{seed}): "
+          f"block {m['block_size']} rows, edge cut {m['edge_cut']} ({m['edge_cut'] / max(m['n_edges'], 1):.1%}); "
+          f"{m['n_parts']} files + manifest.json in {out}{' (all verified)' if args.check else ''}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
@@ -628,6 +658,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hw", default="h100", type=str.lower, choices=presets.names(), help="hardware preset")
     p.add_argument("--json", action="store_true", help="print one JSON object (with --table: per-row predictions)")
     p.set_defaults(func=cmd_validate)
+
+    from codesign.data import DATASETS
+    from codesign.distributed.partition import METHODS as PARTITIONERS
+    p = add("partition", "partition a graph once, offline: one shard file per part (its nodes, edges, halo send / "
+                         "receive lists, features, labels, masks) plus manifest.json with SHA-256s, for processes "
+                         "that each load only their part (codesign.distributed.shards.load_shard)")
+    p.add_argument("graph", nargs="?", type=str.lower, choices=DATASETS, metavar="GRAPH",
+                   help=f"dataset name: {', '.join(DATASETS)}")
+    p.add_argument("--parts", type=_positive_int("parts"), default=None, help="number of parts P (required)")
+    p.add_argument("--out", default=None, metavar="DIR", help="folder to write (created; files there replaced; "
+                   "required)")
+    p.add_argument("--check", default=None, metavar="DIR",
+                   help="instead of writing: verify shard folder DIR (every part's SHA-256 and header against its "
+                        "manifest) and print its summary")
+    p.add_argument("--method", default="metis", choices=list(PARTITIONERS), help="partitioner")
+    p.add_argument("--seed", type=int, default=0, help="METIS seed")
+    p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a line")
+    p.set_defaults(func=cmd_partition)
     return parser
 
 
@@ -659,10 +708,19 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
             why = _writable_folder_error(args.save)  # seed<k> folders already there are checked by cmd_train
             if why:
                 parser.exit(2, f"codesign train: error: argument --save: {why}\n")
-    if args.command == "sweep":
+    if args.command == "partition":
+        if args.check is not None:
+            for flag, given in (("GRAPH", args.graph), ("--parts", args.parts), ("--out", args.out)):
+                if given is not None:
+                    parser.exit(2, f"codesign partition: error: argument --check: not with {flag}\n")
+            return
+        for flag, given in (("GRAPH", args.graph), ("--parts", args.parts), ("--out", args.out)):
+            if given is None:
+                parser.exit(2, f"codesign partition: error: argument {flag}: required (or --check DIR)\n")
+    if args.command in ("sweep", "partition"):
         why = _writable_folder_error(args.out)
         if why:
-            parser.exit(2, f"codesign sweep: error: argument --out: {why}\n")
+            parser.exit(2, f"codesign {args.command}: error: argument --out: {why}\n")
 
 
 class _Progress:

@@ -83,27 +83,45 @@ def _put(mesh: Mesh, arr: np.ndarray) -> jax.Array:
     return jax.make_array_from_callback(arr.shape, sharded(mesh), lambda idx: arr[idx])
 
 
+def graph_blocks(graph: Graph, part: Partition) -> dict:
+    """The host (numpy) arrays of `ShardedGraph` for ``graph`` in ``part``'s layout, leading axis P.
+
+    Returns:
+      dict with `ShardedGraph`'s array fields: ``x`` float32 [P, B, F]; ``y`` int32 [P, B];
+      ``train_mask``, ``val_mask``, ``test_mask`` bool [P, B] (False on padding rows); ``node_id``
+      int32 [P, B]; ``senders``, ``receivers`` int32 [P, S]; ``weight`` float32 [P, S] (the graph's
+      edge weights, 1 where it has none; 0 on padding slots); ``send_rows`` tuple of P-1 int32 [P, H_s].
+
+    Raises:
+      ValueError: the partition was built for another graph (node or edge count).
+    """
+    if part.n_nodes != graph.n_nodes or part.n_edges != graph.n_edges:
+        raise ValueError(f"graph_blocks: partition is for {part.n_nodes} nodes / {part.n_edges} edges, graph has "
+                         f"{graph.n_nodes} / {graph.n_edges}")
+    w = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
+    return dict(
+        x=part.to_blocks(np.asarray(graph.x, np.float32)), y=part.to_blocks(np.asarray(graph.y, np.int32)),
+        train_mask=part.to_blocks(np.asarray(graph.train_mask), False),
+        val_mask=part.to_blocks(np.asarray(graph.val_mask), False),
+        test_mask=part.to_blocks(np.asarray(graph.test_mask), False), node_id=part.node_id,
+        senders=part.senders, receivers=part.receivers, weight=part.edges_to_slots(w, 0.0),
+        send_rows=tuple(part.send_rows))
+
+
 def shard_graph(graph: Graph, part: Partition, mesh: Mesh) -> ShardedGraph:
-    """Places ``graph`` on ``mesh`` in ``part``'s layout.
+    """Places ``graph`` on ``mesh`` in ``part``'s layout (the arrays of `graph_blocks`).
 
     Raises:
       ValueError: the partition was built for another graph (node or edge count), or the mesh
         size differs from the number of parts.
     """
-    if part.n_nodes != graph.n_nodes or part.n_edges != graph.n_edges:
-        raise ValueError(f"shard_graph: partition is for {part.n_nodes} nodes / {part.n_edges} edges, graph has "
-                         f"{graph.n_nodes} / {graph.n_edges}")
+    b = graph_blocks(graph, part)
     if mesh.devices.size != part.n_parts:
         raise ValueError(f"shard_graph: mesh has {mesh.devices.size} devices, partition has {part.n_parts} parts")
-    w = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
-    blocks = lambda v, fill=0: _put(mesh, part.to_blocks(np.asarray(v), fill))
-    return ShardedGraph(
-        x=blocks(np.asarray(graph.x, np.float32)), y=blocks(np.asarray(graph.y, np.int32)),
-        train_mask=blocks(np.asarray(graph.train_mask), False), val_mask=blocks(np.asarray(graph.val_mask), False),
-        test_mask=blocks(np.asarray(graph.test_mask), False), node_id=_put(mesh, part.node_id),
-        senders=_put(mesh, part.senders), receivers=_put(mesh, part.receivers),
-        weight=_put(mesh, part.edges_to_slots(w, 0.0)), send_rows=tuple(_put(mesh, r) for r in part.send_rows),
-        offsets=part.edge_offsets, lengths=part.edge_lengths, n_nodes=graph.n_nodes, n_edges=graph.n_edges)
+    send_rows = tuple(_put(mesh, r) for r in b.pop("send_rows"))
+    return ShardedGraph(**{k: _put(mesh, v) for k, v in b.items()}, send_rows=send_rows,
+                        offsets=part.edge_offsets, lengths=part.edge_lengths, n_nodes=graph.n_nodes,
+                        n_edges=graph.n_edges)
 
 
 class PartitionedEdgeMask(nnx.Module):

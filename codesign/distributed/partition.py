@@ -202,6 +202,9 @@ def partition_graph(senders, receivers, n_nodes: int, n_parts: int, method: str 
                     seed: int = 0, parts: Optional[np.ndarray] = None) -> Partition:
     """Partitions a graph into ``n_parts`` parts and plans its ring halo exchange.
 
+    The layout is built by sorting the edges (`_layout`: O(E log E) time, about 50 bytes per edge
+    of temporary memory beyond the int64 edge lists), not by P x P passes over them.
+
     Args:
       senders, receivers: int [E] edge list (edge j: ``senders[j] -> receivers[j]``; the graph
         need not be symmetric; self-loops are kept as local edges).
@@ -249,7 +252,17 @@ def partition_graph(senders, receivers, n_nodes: int, n_parts: int, method: str 
 
 
 def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.ndarray, method: str) -> Partition:
+    """The `Partition` of ``part`` by sorting: O(N log N + E log E) time, O(N + E) memory, a loop
+    over the P-1 ring steps only (to slice the sorted halo rows), never over P x P part pairs.
+
+    Halo rows: the distinct ``(step, sender part, sender row)`` keys of the cross-part edges,
+    sorted (`np.unique`); a key's rank within its ``(step, sender part)`` group is its row in the
+    received buffer. Edge slots: the edges stably sorted by ``(receiver part, step)``, so that
+    each group keeps ascending input order; an edge's slot is its step's offset plus its rank in
+    its group.
+    """
     P = n_parts
+    E = int(s.shape[0])
     order = np.lexsort((np.arange(n_nodes), part))  # nodes by (part, id)
     n_local = np.bincount(part, minlength=P).astype(np.int32)
     starts = np.concatenate([[0], np.cumsum(n_local)[:-1]])
@@ -259,39 +272,61 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
     node_id = np.full((P, B), -1, np.int32)
     node_id[part[order], local_row[order]] = order
 
+    part = np.asarray(part, np.int32)
     ps, pr = part[s], part[r]
     step = (pr - ps) % P  # ring step at which the sender's rows reach the receiver
-    # Halo rows: unique (sender node, receiving part) pairs across parts, grouped by step.
-    send_rows, halo_counts = [], np.zeros((P, P), np.int64)
-    halo_slot = np.zeros(s.shape[0], np.int64)  # row of the received buffer each cross edge reads
-    for st in range(1, P):
-        sel = np.flatnonzero(step == st)
-        per_q = []
-        for q in range(P):
-            e_q = sel[ps[sel] == q]
-            rows, inv = np.unique(local_row[s[e_q]], return_inverse=True)
-            halo_slot[e_q] = inv
-            halo_counts[q, (q + st) % P] = rows.size
-            per_q.append(rows)
-        h = max(max(len(x) for x in per_q), 0)
-        buf = np.zeros((P, h), np.int32)
-        for q, rows in enumerate(per_q):
-            buf[q, :len(rows)] = rows
-        send_rows.append(buf)
+    src_row = local_row[s]  # step 0: the sender's local row; step s > 0: set below to its halo buffer row
 
-    # Edge slots per receiving device, grouped by step.
-    lengths = [int(max(np.sum((pr == p) & (step == st)) for p in range(P))) for st in range(P)]
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(int)
-    S = max(int(sum(lengths)), 1)
+    # Halo rows: distinct (step, sender part, sender row) over cross-part edges, ranked per group. The key
+    # (step - 1, sender part q, row) < (P-1) P B is 32-bit where it fits (half the memory of the sort).
+    cross = np.flatnonzero(step > 0)
+    n_cross = int(cross.size)
+    key_t = np.uint32 if (P - 1) * P * B < 2 ** 32 else np.uint64
+    key = (step[cross] - 1).astype(key_t)
+    key *= P
+    key += ps[cross].astype(key_t)
+    key *= B
+    key += src_row[cross].astype(key_t)
+    del ps
+    keys, inv = np.unique(key, return_inverse=True)
+    del key
+    key_group, key_row = (keys // B).astype(np.int64), (keys % B).astype(np.int32)
+    del keys
+    per_group = np.bincount(key_group, minlength=(P - 1) * P).reshape(P - 1, P) if P > 1 else np.zeros((0, P), np.int64)
+    group_start = np.concatenate([[0], np.cumsum(per_group.ravel())[:-1]]).astype(np.int64)
+    rank = np.arange(key_group.size, dtype=np.int64) - group_start[key_group]
+    src_row[cross] = rank[inv.ravel()]  # cross edges read row `rank` of the step's received buffer
+    del inv, cross
+    halo_counts = np.zeros((P, P), np.int64)
+    q = np.arange(P)
+    send_rows = []
+    for st in range(1, P):
+        halo_counts[q, (q + st) % P] = per_group[st - 1]
+        lo, hi = group_start[(st - 1) * P], group_start[(st - 1) * P] + int(per_group[st - 1].sum())
+        buf = np.zeros((P, int(per_group[st - 1].max())), np.int32)
+        buf[key_group[lo:hi] - (st - 1) * P, rank[lo:hi]] = key_row[lo:hi]
+        send_rows.append(buf)
+    del key_group, key_row, rank
+
+    # Edge slots per receiving device, grouped by step; inside a (device, step) group edges keep input order.
+    # Group g = (receiver part p, step st) starts at flat slot base[g] = p S + offsets[st].
+    slot_group = (pr.astype(np.int64) * P + step).astype(np.min_scalar_type(P * P - 1))  # <= 16 bits for P <= 256: a radix sort
+    del pr, step
+    by_group = np.argsort(slot_group, kind="stable")
+    per_slot_group = np.bincount(slot_group, minlength=P * P).reshape(P, P)  # [receiver part, step]
+    lengths = per_slot_group.max(axis=0)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    S = max(int(lengths.sum()), 1)
+    first = np.concatenate([[0], np.cumsum(per_slot_group.ravel())[:-1]]).astype(np.int64)
+    base = (np.arange(P)[:, None] * S + offsets[None, :]).ravel() - first  # flat slot of sorted position 0 of g
+    flat = base[slot_group[by_group]]
+    del slot_group
+    flat += np.arange(E, dtype=np.int64)
     snd, rcv, eid = np.zeros((P, S), np.int32), np.zeros((P, S), np.int32), np.full((P, S), -1, np.int32)
-    src_row = np.where(step == 0, local_row[s], halo_slot)
-    for p in range(P):
-        for st in range(P):
-            e = np.flatnonzero((pr == p) & (step == st))
-            o = offsets[st]
-            snd[p, o:o + e.size] = src_row[e]
-            rcv[p, o:o + e.size] = local_row[r[e]]
-            eid[p, o:o + e.size] = e
-    return Partition(P, n_nodes, int(s.shape[0]), part, local_row, node_id, n_local, B, tuple(send_rows),
-                     halo_counts, tuple(int(o) for o in offsets), tuple(lengths), snd, rcv, eid,
-                     int(np.sum(ps != pr)), method)
+    snd.ravel()[flat] = src_row[by_group]
+    del src_row
+    rcv.ravel()[flat] = local_row[r[by_group]]
+    eid.ravel()[flat] = by_group
+    return Partition(P, n_nodes, E, part, local_row, node_id, n_local, B, tuple(send_rows), halo_counts,
+                     tuple(int(o) for o in offsets), tuple(int(n) for n in lengths), snd, rcv, eid, n_cross,
+                     method)
