@@ -246,6 +246,17 @@ def _save_plan(args, configs, keys, stored) -> dict:
     return todo
 
 
+def _native_stdout_to_stderr() -> None:
+    """Points file descriptor 1 at stderr and ``sys.stdout`` at a copy of the old descriptor 1:
+    Python's prints still reach stdout, native libraries' (gloo's "[Gloo] Rank 0 is connected to
+    N peer ranks") go to stderr."""
+    import os
+    sys.stdout.flush()
+    keep = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(keep, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
+
+
 def cmd_train(args) -> int:
     if getattr(args, "processes", None) is not None:  # local launcher: this command again as N processes
         from codesign.distributed.launch import launch
@@ -253,6 +264,7 @@ def cmd_train(args) -> int:
     primary = True
     if getattr(args, "num_processes", None) is not None:  # join a cluster, before anything starts JAX
         from codesign.distributed import initialize, is_primary
+        _native_stdout_to_stderr()  # gloo prints its connections on stdout; --json stays one line
         initialize(args.coordinator, args.num_processes, args.process_id,
                    local_devices=args.devices // args.num_processes)
         primary = is_primary()  # only process 0 writes records (and prints the summary)
