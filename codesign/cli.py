@@ -779,6 +779,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return e.code if isinstance(e.code, int) else 0
     args.progress = _Progress()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what `codesign train --processes N` starts again
+    if getattr(args, "num_processes", None) is None:
+        return _run(args)
+    # A process of a cluster that fails leaves at once: at exit, jax.distributed waits (~30 s) at a
+    # shutdown barrier for the other processes, which are blocked in a collective with this one.
+    try:
+        code = _run(args)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(args) -> int:
+    """``args.func(args)`` with `main`'s error handling."""
+    import os
     try:
         return args.func(args)
     except KeyboardInterrupt:
