@@ -157,14 +157,18 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     model.eval()
     replicated = NamedSharding(mesh, PartitionSpec())
 
+    order = []  # the dicts' key order (a jitted function's dicts come back sorted by key)
+
     def evaluate(m, sg):  # one SPMD program: every value it returns is replicated on every device
         logits = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0]
         out = ({k: masked_accuracy(logits, sg.y, getattr(sg, f"{k}_mask")) for k in ("test", "val", "train")},
                partitioned_cost(m, part, hw, lk, hard=True, int8=int8_halo, locality=locality),
                m.densities(hard=True), m.layer_bits(hard=True))
+        order[:] = [list(d) for d in out]
         return jax.tree.map(lambda v: jax.lax.with_sharding_constraint(v, replicated), out)
 
-    acc, hard, densities, layer_bits = jax.tree.map(_host_float, nnx.jit(evaluate)(model, sg))
+    acc, hard, densities, layer_bits = [{k: _host_float(d[k]) for k in keys}
+                                        for d, keys in zip(nnx.jit(evaluate)(model, sg), order)]
     epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, part, training=True, int8=int8_halo)))
     return check_run_record({
         "test_accuracy": acc["test"], "val_accuracy": acc["val"], "train_accuracy": acc["train"],
