@@ -6,8 +6,10 @@ call `codesign.distributed.initialize` (``jax.distributed``, gloo collectives on
 GPU). So the launcher and a hand-started cluster (one such command per host) run one code path.
 Process 0 keeps this terminal's stdout and stderr and is the only one that writes results; the
 others' stdout is dropped and their stderr kept in a temporary file, whose last line is reported
-if they fail. When a process exits nonzero the launcher stops the others and returns nonzero
-with one line; on Ctrl-C it interrupts them, stops them and returns 130.
+if they fail. When a process exits nonzero the launcher stops the others (SIGINT, then SIGKILL
+after 2 s: they are blocked in collectives with the failed one; jax.distributed takes SIGTERM as a
+preemption notice) and returns nonzero with one line; on Ctrl-C it interrupts them, waits up to
+10 s for process 0 to say what it stored, kills the rest and returns 130.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def _last_line(path: str) -> str:
     return lines[-1] if lines else ""
 
 
-def _stop(procs: list, grace_s: float, sig=signal.SIGTERM) -> None:
+def _stop(procs: list, grace_s: float, sig=signal.SIGINT) -> None:
     """Sends ``sig`` to the processes still running, waits up to ``grace_s`` seconds, kills the rest."""
     for p in procs:
         if p.poll() is None:
@@ -131,9 +133,10 @@ def launch(argv: Sequence[str], n_processes: int, *, prog: str = "codesign train
                 failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
                 if failed:
                     i = failed[0]
-                    _stop(procs, grace_s=5.0)
-                    why = _last_line(logs[i - 1]) if i > 0 else ""
+                    # SIGINT (jax.distributed catches SIGTERM for its preemption notice), then SIGKILL
+                    _stop(procs, grace_s=2.0, sig=signal.SIGINT)
                     code = codes[i]
+                    why = _last_line(logs[i - 1]) if i > 0 and code > 0 else ""  # its own error line
                     status = f"status {code}" if code > 0 else f"signal {-code}"
                     print(f"{prog}: error: process {i} of {n_processes} exited with {status}"
                           f"{': ' + why if why else ''}; stopped the others", file=sys.stderr)
@@ -143,8 +146,7 @@ def launch(argv: Sequence[str], n_processes: int, *, prog: str = "codesign train
                 time.sleep(poll_s)
         except KeyboardInterrupt:
             _stop(procs, grace_s=10.0, sig=signal.SIGINT)  # process 0 reports what it stored
-            _stop(procs, grace_s=5.0)
             print(f"{prog}: interrupted: stopped {n_processes} processes", file=sys.stderr)
             return 130
         finally:
-            _stop(procs, grace_s=5.0)
+            _stop(procs, grace_s=2.0, sig=signal.SIGINT)
