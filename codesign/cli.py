@@ -2,6 +2,7 @@
 
   codesign train --dataset cora --model gcn --hw h100 --cost-weight 0 --seeds 5 --json
   codesign train --bits 8 --feature-mask on --cost-weight 3 --seeds 1 --save ckpt && codesign deploy ckpt/seed0
+  codesign train --dataset cora --devices 4 --processes 2 --seeds 1    # 2 local jax.distributed processes
   codesign sweep --dataset cora --model gcn --hw h100          # -> results/cora_gcn_h100.jsonl
   codesign cost --model gcn --dataset cora --hw h100,cpu --bits 8 --edge-density 0.5
   codesign validate                                            # every preset's evidence
@@ -246,7 +247,28 @@ def _save_plan(args, configs, keys, stored) -> dict:
     return todo
 
 
+def _native_stdout_to_stderr() -> None:
+    """Points file descriptor 1 at stderr and ``sys.stdout`` at a copy of the old descriptor 1:
+    Python's prints still reach stdout, native libraries' (gloo's "[Gloo] Rank 0 is connected to
+    N peer ranks") go to stderr."""
+    import os
+    sys.stdout.flush()
+    keep = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(keep, "w", buffering=1, encoding=sys.stdout.encoding or "utf-8")
+
+
 def cmd_train(args) -> int:
+    if getattr(args, "processes", None) is not None:  # local launcher: this command again as N processes
+        from codesign.distributed.launch import launch
+        return launch(args.argv, args.processes)
+    primary = True
+    if getattr(args, "num_processes", None) is not None:  # join a cluster, before anything starts JAX
+        from codesign.distributed import initialize, is_primary
+        _native_stdout_to_stderr()  # gloo prints its connections on stdout; --json stays one line
+        initialize(args.coordinator, args.num_processes, args.process_id,
+                   local_devices=args.devices // args.num_processes)
+        primary = is_primary()  # only process 0 writes records (and prints the summary)
     from tqdm import tqdm
 
     from codesign.hwmodel import presets
@@ -254,26 +276,34 @@ def cmd_train(args) -> int:
     from codesign.results import check_run_record
     from codesign.train import train_seeds
     hw = presets.get(args.hw)
-    store = _train_store(args)  # an unwritable --out fails here, before any training
-    check_versions(store.path, store.records())  # never add to a file priced by another cost model
+    store = _train_store(args) if primary else None  # an unwritable --out fails here, before any training
+    if primary:
+        check_versions(store.path, store.records())  # never add to a file priced by another cost model
     args.progress = getattr(args, "progress", None) or _Progress()
     args.progress.store = store
     graph = _load(args)
     configs = [_config(args, args.cost_weight, args.bits, seed) for seed in range(args.seeds)]
-    # sweep's key scheme; a partitioned run is another run than the single-device one
+    # sweep's key scheme; a partitioned run is another run than the single-device one (the same run
+    # whether its devices sit in one process or several)
     scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
     keys = [run_key(args.dataset, args.hw, cfg, **scale_out) for cfg in configs]
-    stored = {r["key"]: r for r in store.records() if "key" in r}
+    stored = {r["key"]: r for r in store.records() if "key" in r} if primary else {}
     to_save = _save_plan(args, configs, keys, stored)  # every --save folder checked before any training
     for cfg, key in zip(configs, keys):
         if key in stored:
             again = " but not saved: trained again for --save (the stored record is kept)" if cfg.seed in to_save \
                 else "; not trained again"
             print(f"train: seed {cfg.seed} already in {store.path} (key {key}){again}", file=sys.stderr)
-    todo = [(cfg, key) for cfg, key in zip(configs, keys) if key not in stored or cfg.seed in to_save]
+    wanted = [key not in stored or cfg.seed in to_save for cfg, key in zip(configs, keys)]
+    if getattr(args, "num_processes", None) is not None:  # process 0's store decides for every process
+        from jax.experimental import multihost_utils
+        wanted = np.asarray(multihost_utils.broadcast_one_to_all(np.asarray(wanted, np.int32))).astype(bool).tolist()
+    todo = [(cfg, key) for (cfg, key), w in zip(zip(configs, keys), wanted) if w]
     args.progress.todo = {key for _, key in todo if key not in stored}
-    print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
-    with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or None, desc="train", unit="epoch") as bar:
+    if primary:
+        print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
+    with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or not primary or None, desc="train",
+              unit="epoch") as bar:
         progress = lambda epoch, values: bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
@@ -284,7 +314,7 @@ def cmd_train(args) -> int:
         for (cfg, key), result in zip(todo, results):
             result.pop("by_hw", None)  # one target: the same numbers as modeled / breakdown
             model = result.pop("model", None)
-            if key not in stored:
+            if primary and key not in stored:
                 check_run_record(result, "train_distributed" if args.devices > 1 else "train")
                 record = make_record(key, {"dataset": args.dataset, "hw": args.hw, **cfg.flat(), **scale_out},
                                      result)
@@ -295,6 +325,8 @@ def cmd_train(args) -> int:
                 saved = save_model(to_save[cfg.seed], model, cfg, graph, args.dataset, run_key=key)
                 args.progress.saved += 1
                 print(f"train: saved seed {cfg.seed} to {saved}", file=sys.stderr)
+    if not primary:  # process 0 stored the records and prints the summary
+        return 0
     runs = [stored[key] for key in keys]
     acc = np.array([r["test_accuracy"] for r in runs])
     out = {
@@ -576,9 +608,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "multiplier); replaces --cost-weight")
     p.add_argument("--seeds", type=_positive_int("seeds"), default=5, help="seeds 0 .. SEEDS-1, averaged")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--devices", type=_positive_int("devices"), default=1,
+    p.add_argument("--devices", type=_positive_int("devices"), default=None,
                    help="partition the graph (METIS) over this many devices and train full-batch across them "
-                        "(GCN; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=P)")
+                        "(GCN; on CPU in one process set XLA_FLAGS=--xla_force_host_platform_device_count=P); "
+                        "default 1, or the number of processes with --processes / --num-processes")
+    p.add_argument("--processes", type=_positive_int("processes"), default=None, metavar="N",
+                   help="train one partitioned run as N local processes (jax.distributed, coordinator on 127.0.0.1, "
+                        "gloo collectives on CPU), each holding DEVICES/N devices; starts this command N times with "
+                        "the join flags below; only process 0 writes results")
+    p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="join a cluster whose process 0 listens at HOST:PORT (with --process-id, --num-processes)")
+    p.add_argument("--process-id", type=int, default=None, metavar="I", help="with --coordinator: this process's rank")
+    p.add_argument("--num-processes", type=_positive_int("num_processes"), default=None, metavar="N",
+                   help="with --coordinator: processes in the cluster")
     p.add_argument("--link", default=None, choices=list(LINKS),
                    help="with --devices > 1: the link between devices that the cost model charges "
                         "(default: nvlink4)")
@@ -697,6 +739,28 @@ def _writable_folder_error(path: str) -> Optional[str]:
 def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
     """Checks between flags that argparse cannot express; exits 2 with one line naming the flags."""
     if args.command == "train":
+        err = lambda flag, why: parser.exit(2, f"codesign train: error: argument {flag}: {why}\n")
+        join = {"--coordinator": args.coordinator, "--process-id": args.process_id,
+                "--num-processes": args.num_processes}
+        given = [f for f, v in join.items() if v is not None]
+        if args.processes is not None and given:
+            err("--processes", f"not with {given[0]} (the launcher sets the join flags)")
+        if given and len(given) < 3:
+            err(given[0], f"needs {' and '.join(f for f in join if f not in given)}")
+        if given:
+            host, _, port = args.coordinator.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                err("--coordinator", f"must be HOST:PORT, got {args.coordinator!r}")
+            if not 0 <= args.process_id < args.num_processes:
+                err("--process-id", f"must be in [0, {args.num_processes}), got {args.process_id}")
+        n = args.processes or args.num_processes
+        args.devices = args.devices or n or 1
+        if n is not None:
+            flag = "--processes" if args.processes is not None else "--num-processes"
+            if args.devices < 2:
+                err(flag, "needs --devices > 1 (a partitioned run)")
+            if args.devices % n:
+                err("--devices", f"must be a multiple of {flag} {n} (devices per process), got {args.devices}")
         if args.devices == 1:
             for flag, given in (("--int8-halo", args.int8_halo), ("--link", args.link is not None)):
                 if given:
@@ -772,6 +836,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a flag error, already printed (2)
         return e.code if isinstance(e.code, int) else 0
     args.progress = _Progress()
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what `codesign train --processes N` starts again
+    if getattr(args, "num_processes", None) is None:
+        return _run(args)
+    # A process of a cluster that fails leaves at once: at exit, jax.distributed waits (~30 s) at a
+    # shutdown barrier for the other processes, which are blocked in a collective with this one.
+    try:
+        code = _run(args)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _run(args) -> int:
+    """``args.func(args)`` with `main`'s error handling."""
+    import os
     try:
         return args.func(args)
     except KeyboardInterrupt:

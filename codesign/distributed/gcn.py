@@ -77,8 +77,8 @@ class ShardedGraph:
 
 
 def _put(mesh: Mesh, arr: np.ndarray) -> jax.Array:
-    """A [P, ...] host array as a global array sharded along its leading axis (multi-host safe:
-    each process provides only the shards of its addressable devices)."""
+    """A [P, ...] host array as a global array sharded along its leading axis (each process
+    provides only the shards of its addressable devices)."""
     arr = np.ascontiguousarray(arr)
     return jax.make_array_from_callback(arr.shape, sharded(mesh), lambda idx: arr[idx])
 
@@ -108,8 +108,67 @@ def graph_blocks(graph: Graph, part: Partition) -> dict:
         send_rows=tuple(part.send_rows))
 
 
+def _part_of(idx: tuple) -> int:
+    """The partition of a shard index (a tuple of slices whose first selects one row of [P, ...])."""
+    first = idx[0] if idx else slice(None)
+    return int(first.start or 0) if isinstance(first, slice) else int(first)
+
+
+def _from_blocks(mesh: Mesh, blocks: dict, what: str) -> jax.Array:
+    """A global [P, ...] array, sharded along its leading axis, from ``blocks`` {part: array
+    [...]} holding (at least) this process's parts, all of one shape and dtype."""
+    first = blocks[min(blocks)]
+    for p, b in blocks.items():
+        if b.shape != first.shape or b.dtype != first.dtype:
+            raise ValueError(f"sharded_graph_from_parts: part {p}'s {what} is {b.dtype}{list(b.shape)}, part "
+                             f"{min(blocks)}'s {first.dtype}{list(first.shape)}; parts must share padded shapes")
+    shape = (mesh.devices.size,) + first.shape
+    return jax.make_array_from_callback(shape, sharded(mesh), lambda idx: blocks[_part_of(idx)][None])
+
+
+PART_FIELDS = ("x", "y", "train_mask", "val_mask", "test_mask", "node_id", "senders", "receivers", "weight",
+               "send_rows")
+"""Keys of the dict that a part loader returns (`sharded_graph_from_parts`): `ShardedGraph`'s
+array fields, each without its leading P axis."""
+
+
+def sharded_graph_from_parts(mesh: Mesh, load_part, *, offsets: tuple, lengths: tuple, n_nodes: int,
+                             n_edges: int) -> ShardedGraph:
+    """A `ShardedGraph` built from per-part arrays, each process loading only its own parts.
+
+    ``load_part(p)`` is called once for every part ``p`` of `codesign.distributed.local_parts`
+    (the mesh positions of this process's devices; all of them in a single process) and returns
+    a dict with the `PART_FIELDS` of part ``p``: x float32 [B, F]; y int32 [B]; train_mask,
+    val_mask, test_mask bool [B]; node_id int32 [B]; senders, receivers int32 [S]; weight
+    float32 [S]; send_rows: tuple of P-1 int32 [H_s]. Every part has the same padded shapes (the
+    `Partition` layout), so the global arrays are [P, ...] with the leading axis on the mesh
+    (`jax.make_array_from_callback`). ``offsets``, ``lengths``, ``n_nodes``, ``n_edges``: the
+    layout's static slot ranges per ring step and the graph's N, E.
+
+    Raises:
+      ValueError: a part's dict lacks a field, or two parts differ in a field's shape or dtype,
+        or ``len(offsets)`` is not the mesh size.
+    """
+    from codesign.distributed.mesh import local_parts
+    P = mesh.devices.size
+    if len(offsets) != P or len(lengths) != P:
+        raise ValueError(f"sharded_graph_from_parts: offsets/lengths have {len(offsets)}/{len(lengths)} steps, the "
+                         f"mesh has {P} devices")
+    parts = {p: load_part(p) for p in local_parts(mesh)}
+    for p, d in parts.items():
+        missing = [k for k in PART_FIELDS if k not in d]
+        if missing or len(d["send_rows"]) != P - 1:
+            raise ValueError(f"sharded_graph_from_parts: part {p} lacks {missing or ['send_rows of P-1 steps']}")
+    field = lambda k: _from_blocks(mesh, {p: np.asarray(d[k]) for p, d in parts.items()}, k)
+    rows = tuple(_from_blocks(mesh, {p: np.asarray(d["send_rows"][i]) for p, d in parts.items()}, f"send_rows[{i}]")
+                 for i in range(P - 1))
+    return ShardedGraph(**{k: field(k) for k in PART_FIELDS if k != "send_rows"}, send_rows=rows,
+                        offsets=tuple(offsets), lengths=tuple(lengths), n_nodes=n_nodes, n_edges=n_edges)
+
+
 def shard_graph(graph: Graph, part: Partition, mesh: Mesh) -> ShardedGraph:
-    """Places ``graph`` on ``mesh`` in ``part``'s layout (the arrays of `graph_blocks`).
+    """Places ``graph`` on ``mesh`` in ``part``'s layout (`sharded_graph_from_parts` with the
+    parts cut from the whole graph; each process transfers only its own parts to its devices).
 
     Raises:
       ValueError: the partition was built for another graph (node or edge count), or the mesh
@@ -118,10 +177,12 @@ def shard_graph(graph: Graph, part: Partition, mesh: Mesh) -> ShardedGraph:
     b = graph_blocks(graph, part)
     if mesh.devices.size != part.n_parts:
         raise ValueError(f"shard_graph: mesh has {mesh.devices.size} devices, partition has {part.n_parts} parts")
-    send_rows = tuple(_put(mesh, r) for r in b.pop("send_rows"))
-    return ShardedGraph(**{k: _put(mesh, v) for k, v in b.items()}, send_rows=send_rows,
-                        offsets=part.edge_offsets, lengths=part.edge_lengths, n_nodes=graph.n_nodes,
-                        n_edges=graph.n_edges)
+    send_rows = b.pop("send_rows")
+
+    def load_part(p):
+        return {**{k: v[p] for k, v in b.items()}, "send_rows": tuple(r[p] for r in send_rows)}
+    return sharded_graph_from_parts(mesh, load_part, offsets=part.edge_offsets, lengths=part.edge_lengths,
+                                    n_nodes=graph.n_nodes, n_edges=graph.n_edges)
 
 
 class PartitionedEdgeMask(nnx.Module):
@@ -138,8 +199,8 @@ class PartitionedEdgeMask(nnx.Module):
 
     def __init__(self, part: Partition, mesh: Mesh, *, init_log_alpha: float = 3.0, rngs: nnx.Rngs):
         self.gate = hc.HardConcreteGate(part.edge_id.shape, init_log_alpha=init_log_alpha, rngs=rngs)
-        self.gate.log_alpha.value = jax.device_put(self.gate.log_alpha[...], sharded(mesh))
-        self.valid = nnx.Variable(jax.device_put(jnp.asarray(part.edge_id >= 0), sharded(mesh)))
+        self.gate.log_alpha.value = _put(mesh, np.asarray(self.gate.log_alpha[...]))
+        self.valid = nnx.Variable(_put(mesh, part.edge_id >= 0))
         self.n_edges = part.n_edges
 
     @classmethod

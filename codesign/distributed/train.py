@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from codesign import hwmodel
 from codesign.distributed.gcn import PartitionedEdgeMask, halo_widths, logits_and_loss, shard_graph
@@ -28,6 +29,12 @@ from codesign.graph import Graph
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
 from codesign.train import Problem, build_model, fit, masked_accuracy, objective
+
+
+def _host_float(x) -> float:
+    """A replicated scalar (possibly spanning other processes' devices) as a Python float, read
+    from this process's first shard."""
+    return float(np.asarray(x.addressable_shards[0].data) if isinstance(x, jax.Array) else x)
 
 
 def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = False,
@@ -101,7 +108,8 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
       graph: `Graph` with train/val/test masks.
       cfg: `codesign.train.TrainConfig` (see `build_partitioned_model` for what is supported).
       hw: `HardwareSpec` of each device.
-      n_devices: P, devices of the mesh (``jax.devices()[:P]``).
+      n_devices: P, devices of the mesh (``jax.devices()[:P]``; across processes, after
+        `codesign.distributed.initialize`, all ``jax.device_count()`` devices of the cluster).
       link: `codesign.hwmodel.comm.LINKS` preset between devices.
       int8_halo: exchange halo rows as int8 + per-row scales.
       method: partitioner (`codesign.distributed.METHODS`).
@@ -111,13 +119,21 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
       dict with every `codesign.results.RUN_RECORD_FIELDS` field, as `codesign.train.train`
       returns them (``modeled`` / ``dense_modeled`` are the partitioned costs, `partitioned_cost`,
       so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
-      ``link``, ``int8_halo``, ``partition`` (`Partition.summary`) and ``comm_bytes_per_epoch``.
+      ``processes`` (``jax.process_count()``), ``link``, ``int8_halo``, ``partition``
+      (`Partition.summary`) and ``comm_bytes_per_epoch``. Across processes every process returns
+      the same dict (accuracies and costs are reduced on device, replicated); writing it is the
+      caller's choice (`codesign.distributed.is_primary`).
 
     Raises:
-      ValueError: unsupported config, P < 1, P > available devices, or P > nodes.
+      ValueError: unsupported config, P < 1, P > available devices, P > nodes, or (across
+        processes) P other than the cluster's device count.
+      AssertionError: (across processes) the processes computed different partitions.
     """
     mesh = make_mesh(n_devices)
     part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, n_devices, method)
+    if jax.process_count() > 1:  # every process partitions the whole graph: they must agree (METIS is seeded)
+        from jax.experimental import multihost_utils
+        multihost_utils.assert_equal(part.part, "train_distributed: the processes computed different partitions")
     sg = shard_graph(graph, part, mesh)
     lk = comm.get_link(link)
     model = build_partitioned_model(cfg, graph, part, mesh,
@@ -139,19 +155,27 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch)
 
     model.eval()
-    logits = nnx.jit(lambda m: logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0])(model)
-    logits = part.from_blocks(np.asarray(logits))
-    acc = lambda mask: float(masked_accuracy(jnp.asarray(logits), graph.y, mask))
-    hard = {k: float(v) for k, v in partitioned_cost(model, part, hw, lk, hard=True, int8=int8_halo,
-                                                     locality=locality).items()}
+    replicated = NamedSharding(mesh, PartitionSpec())
+
+    order = []  # the dicts' key order (a jitted function's dicts come back sorted by key)
+
+    def evaluate(m, sg):  # one SPMD program: every value it returns is replicated on every device
+        logits = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0]
+        out = ({k: masked_accuracy(logits, sg.y, getattr(sg, f"{k}_mask")) for k in ("test", "val", "train")},
+               partitioned_cost(m, part, hw, lk, hard=True, int8=int8_halo, locality=locality),
+               m.densities(hard=True), m.layer_bits(hard=True))
+        order[:] = [list(d) for d in out]
+        return jax.tree.map(lambda v: jax.lax.with_sharding_constraint(v, replicated), out)
+
+    acc, hard, densities, layer_bits = [{k: _host_float(d[k]) for k in keys}
+                                        for d, keys in zip(nnx.jit(evaluate)(model, sg), order)]
     epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, part, training=True, int8=int8_halo)))
     return check_run_record({
-        "test_accuracy": acc(graph.test_mask), "val_accuracy": acc(graph.val_mask),
-        "train_accuracy": acc(graph.train_mask), "modeled": hard, "dense_modeled": dense,
-        "densities": {k: float(v) for k, v in model.densities(hard=True).items()},
-        "bits": cfg.quant.bits or 32, "layer_bits": {k: float(v) for k, v in model.layer_bits(hard=True).items()},
+        "test_accuracy": acc["test"], "val_accuracy": acc["val"], "train_accuracy": acc["train"],
+        "modeled": hard, "dense_modeled": dense, "densities": densities,
+        "bits": cfg.quant.bits or 32, "layer_bits": layer_bits,
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
-        "devices": n_devices, "link": link, "int8_halo": int8_halo,
+        "devices": n_devices, "processes": jax.process_count(), "link": link, "int8_halo": int8_halo,
         "partition": part.summary(), "comm_bytes_per_epoch": epoch_bytes,
     }, "train_distributed")
