@@ -51,7 +51,7 @@ def test_readme_documents_every_command():
     kinds = {" ".join(c.split()[:3]) if c.startswith("codesign bench") else " ".join(c.split()[:2])
              for c in COMMANDS}
     assert kinds == {"codesign train", "codesign deploy", "codesign sweep", "codesign cost", "codesign bench cost",
-                     "codesign validate"}, COMMANDS
+                     "codesign validate", "codesign partition"}, COMMANDS
 
 
 def _run(argv: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
@@ -77,6 +77,17 @@ def saved(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
     return _run(shlex.split(SAVE)[1:] + SHORT, cwd), cwd
 
 
+PARTITION = next(c for c in COMMANDS if c.startswith("codesign partition") and "--out" in c)
+"""The documented ``codesign partition ... --out DIR``, whose folder ``codesign partition --check DIR`` verifies."""
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory) -> tuple[subprocess.CompletedProcess, pathlib.Path]:
+    """`PARTITION` run once, and its working directory (the ``--check`` command's test reads it)."""
+    cwd = tmp_path_factory.mktemp("partitioned")
+    return _run(shlex.split(PARTITION)[1:], cwd), cwd
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_readme_command_runs(command, cora, tmp_path, request):
     data = os.environ.get("CODESIGN_DATA", str(ROOT.parent / "shared" / "data"))
@@ -88,12 +99,17 @@ def test_readme_command_runs(command, cora, tmp_path, request):
         argv += ["--cost-weights", "0.1", *SHORT, "--out", str(tmp_path)]
     elif argv[:2] == ["bench", "cost"]:
         argv += ["--points", "10", "--reps", "1"]
+    elif argv[0] == "partition":  # run once (`partitioned`); --check verifies the folder that run wrote
+        made, cwd = request.getfixturevalue("partitioned")
+        assert made.returncode == 0, made.stderr[-3000:]
+        assert _flag(shlex.split(PARTITION), "--out") == _flag(argv, "--check", _flag(argv, "--out"))
     elif argv[0] == "deploy":  # the checkpoint it names, made by README's preceding `train --save`
         made, cwd = request.getfixturevalue("saved")
         assert made.returncode == 0, made.stderr[-3000:]
         assert _flag(shlex.split(SAVE), "--save") == str(pathlib.PurePath(argv[1]).parent)
         argv += ["--reps", "2"]
-    r = request.getfixturevalue("saved")[0] if command == SAVE else _run(argv, cwd)
+    r = (request.getfixturevalue("saved")[0] if command == SAVE
+         else request.getfixturevalue("partitioned")[0] if command == PARTITION else _run(argv, cwd))
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout
 
@@ -135,5 +151,11 @@ def test_readme_command_runs(command, cora, tmp_path, request):
             assert rep["hw"] == _flag(argv, "--hw") and rep["kernels"]["best"]["by_width"]["all"]["n"] > 100
         else:
             assert "h100-datasheet" in out and "fitted on public device timings" in out
+    elif argv[0] == "partition":
+        folder = cwd / _flag(argv, "--check", _flag(argv, "--out"))
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert len(manifest["parts"]) == manifest["n_parts"] == 4 and manifest["graph"] == "cora"
+        assert all((folder / p["file"]).is_file() for p in manifest["parts"])
+        assert "4 parts" in out and ("all verified" in out) == ("--check" in argv)
     else:  # bench cost
         assert "cost + gradient of 10 design points" in out and "points/s" in out
