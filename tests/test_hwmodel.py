@@ -917,6 +917,30 @@ def test_aggregate_first_gcn_training_runs_three_aggregation_passes():
     assert spmm_macs(dropped.workload(n, e, densities=dens, training=True)) == pytest.approx(3 * one_pass)
 
 
+def test_training_rule_recognizes_first_layers_learned_edges_and_csr_gemms():
+    """Which layers read the graph's input (`reads_graph_input`: every model's first layer, its
+    parts but GIN's MLP and R-GCN's basis composition), which sparsifiers learn edge weights, and a
+    CSR-input GEMM (kind "spmm") charged as a GEMM on the input (x2, no dA) with the aggregation
+    after it needing d(X W) (x2)."""
+    from codesign.models import GCN
+    from codesign.sparsify import DropEdge, EdgeScorer, EdgeWeightMask, learns_edge_weights
+
+    firsts = ["layer0", "layer0.root", "layer0/rel3", "layer0/self", "mlp0"]
+    others = ["layer1", "layer0.mlp", "layer0/basis", "mlp1", "prop0", "vertex", "layer10"]
+    assert [hwmodel.reads_graph_input(x) for x in firsts + others] == [True] * 5 + [False] * 7
+    assert learns_edge_weights(EdgeScorer(8, rngs=nnx.Rngs(0))) and learns_edge_weights(EdgeWeightMask(5))
+    assert not learns_edge_weights(DropEdge(5, 0.5, rngs=nnx.Rngs(0))) and not learns_edge_weights(None)
+    assert learns_edge_weights(None, attention=True)
+    n, e, k = 50, 200, 40
+    nnz = np.full(k, 3.0, np.float32)
+    for m, agg_factor in ((GCN(k, 8, 3, rngs=nnx.Rngs(0)), 2), (GCN(k, 8, 3, n_edges=e, rngs=nnx.Rngs(0)), 3)):
+        inf, tr = m.workload(n, e, feature_nnz=nnz), m.workload(n, e, feature_nnz=nnz, training=True)
+        (g0, a0), (g1, a1) = inf.layers[0].combine_first, tr.layers[0].combine_first
+        assert g0.kind == "spmm" and g0.weight_gemm and not a0.weight_gemm
+        assert float(g1.macs) == pytest.approx(2 * float(g0.macs))
+        assert float(a1.macs) == pytest.approx(agg_factor * float(a0.macs))
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_training_costs_more(preset):
     hw = presets.get(preset)
