@@ -13,8 +13,9 @@ Writes ``results/gnnear_diagnosis.json``. Per GNNear task (`reproduce_published.
   of the same size with uniform random destinations, per stage: the one input the workloads here
   lack is the graph itself, so this separates the simulator's execution model (which `gnnear` must
   match) from the real graphs' locality (which it cannot see).
-* ``ours_before`` / ``ours``: the `gnnear` preset on the training workload of `with_backward`'s
-  uniform factors (every aggregation x3, as before issue 33's diagnosis) and of
+* ``ours_before`` / ``ours``: the `gnnear` preset on the training workload of the former uniform
+  backward factors (`UNIFORM_BACKWARD`: every aggregation x3, the models' rule before issue 33's
+  diagnosis; rebuilt here from the inference workload) and of
   `hwmodel.autograd_training` (what autodiff runs: 3 aggregations per epoch for an aggregate-first
   first layer, the artifact's count), with per-stage totals.
 * ``v100_published_s`` and the `v100` preset's modeled time before / after.
@@ -195,6 +196,21 @@ def ours(wl, hw) -> dict:
             "aggregate_first": {k: float(v) for k, v in r.aggregate_first.items()}}
 
 
+UNIFORM_BACKWARD = {"gemm": 3.0, "spmm": 3.0, "bsr": 3.0, "sddmm": 2.0, "softmax": 2.0, "elementwise": 2.0}
+"""The former training rule (``hwmodel.with_backward``, removed): forward + backward of every stage
+by kind, whatever its layer (an upper bound: dX of the input features, dA of fixed edge weights)."""
+
+
+def uniform_backward(wl):
+    """``wl`` (an inference `hwmodel.Workload`) with every stage scaled by `UNIFORM_BACKWARD`."""
+    from codesign.hwmodel import LayerWorkload, Workload
+
+    def scale(stages):
+        return tuple(s.scaled(UNIFORM_BACKWARD[s.kind]) for s in stages)
+    return Workload(tuple(LayerWorkload(L.name, scale(L.aggregate_first), scale(L.combine_first),
+                                        scale(L.elementwise)) for L in wl.layers), True)
+
+
 def _geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
@@ -212,12 +228,12 @@ def main() -> dict:
     from codesign.results import write_json_atomic
     g, v = presets.get("gnnear"), presets.get("v100")
 
-    def old_training(model, dataset):  # the models' own with_backward training workload
+    def old_training(model, dataset):  # the former uniform-factor training workload
         (n, e, f, c), h = rp.GNNEAR_DATASETS[dataset], rp.GNNEAR_HIDDEN
         if model == "gat":
-            return GAT(f, h, c, heads=1, rngs=nnx.Rngs(0)).workload(n, e + n, training=True)
+            return uniform_backward(GAT(f, h, c, heads=1, rngs=nnx.Rngs(0)).workload(n, e + n))
         cls = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN}[model]
-        return cls(f, h, c, rngs=nnx.Rngs(0)).workload(n, e + n, training=True)
+        return uniform_backward(cls(f, h, c, rngs=nnx.Rngs(0)).workload(n, e + n))
 
     rows = {}
     for m, d in rp.GNNEAR_WORKLOADS:

@@ -157,7 +157,7 @@ def pyg_workload(wl, model: str):
     `hwmodel.segment_spmm_stages`'s message buffer), 3 or 2 ops per element (store, multiply,
     load), 2 or 1 launches (index_select and mul; the scatter is the spmm's launch). Training: the
     autograd backward moves the same buffer once more (index_add, mul, gather: x2, the elementwise
-    backward factor of `hwmodel.with_backward`)."""
+    backward factor of `hwmodel.autograd_training`)."""
     import jax.numpy as jnp
 
     from codesign.hwmodel.workload import LayerWorkload, Stage, Workload

@@ -65,15 +65,17 @@ def tiny_spec(**changes) -> HardwareSpec:
     return HardwareSpec(**{**fields, **changes})
 
 
-def cora_gcn_workload(edge_density, feature_density, bits, training: bool = False) -> Workload:
-    """The 2-layer GCN workload on Cora (as `codesign.models.GCN.workload` builds it: fp32 logits)."""
+def cora_gcn_workload(edge_density, feature_density, bits, training: bool = False,
+                      learned_edge_weights: bool = False) -> Workload:
+    """The 2-layer GCN workload on Cora (as `codesign.models.GCN.workload` builds it: fp32 logits);
+    ``training``: its `autograd_training` (``learned_edge_weights``: an edge mask's gradient)."""
     n_in, hidden, n_classes = CORA_DIMS
     nnz = edge_density * CORA_EDGES + CORA_NODES  # kept edges + self-loops
-    return Workload((
-        message_passing_layer("layer0", CORA_NODES, nnz, feature_density * n_in, hidden, bits, bits, bits,
-                              training),
-        message_passing_layer("layer1", CORA_NODES, nnz, hidden, n_classes, bits, bits, 32, training),
-    ), training)
+    wl = Workload((
+        message_passing_layer("layer0", CORA_NODES, nnz, feature_density * n_in, hidden, bits, bits, bits),
+        message_passing_layer("layer1", CORA_NODES, nnz, hidden, n_classes, bits, bits, 32),
+    ))
+    return hwmodel.autograd_training(wl, learned_edge_weights) if training else wl
 
 
 def _totals(report) -> jax.Array:
@@ -571,12 +573,14 @@ def test_gcn_workload_matches_reference_builder(training):
     model = GCN(*CORA_DIMS, n_edges=CORA_EDGES, feature_mask=True, bits=8, rngs=nnx.Rngs(0))
     densities = {"edge": jnp.float32(0.5), "feature": jnp.float32(0.3)}
     got = model.workload(CORA_NODES, CORA_EDGES, densities=densities, training=training)
-    want = cora_gcn_workload(*_f32(0.5, 0.3, 8.0), training=training)
+    want = cora_gcn_workload(*_f32(0.5, 0.3, 8.0))
     # the model's hidden layer adds ReLU and the 8-bit run-time fake quantization to the bias (9 ops)
     from codesign.hwmodel.workload import FAKE_QUANT_OPS
     elem = (hwmodel.elementwise_stage(CORA_NODES, CORA_DIMS[1], 8.0, 2.0 + FAKE_QUANT_OPS),)
     want = dataclasses.replace(want, layers=(dataclasses.replace(
-        want.layers[0], elementwise=hwmodel.with_backward(elem) if training else elem),) + want.layers[1:])
+        want.layers[0], elementwise=elem),) + want.layers[1:])
+    if training:  # the edge mask's gates get a gradient: dA on every aggregation
+        want = hwmodel.autograd_training(want, learned_edge_weights=True)
     assert got.training is training
     assert jax.tree.structure(got) == jax.tree.structure(want)
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
@@ -856,25 +860,85 @@ def test_reference_configs_differ():
 # ---------------------------------------------------------------------------------------------
 
 def test_training_counts():
+    """`autograd_training` of a two-layer GCN, stage by stage: the first layer forms no gradient of
+    the input features (aggregate-first: SpMM x1, GEMM x2; combine-first: GEMM x2, then the SpMM x2
+    as X W depends on W), the second layer dH and dX (SpMM x2, GEMM x3), elementwise x2; with
+    learned edge weights every SpMM one more (dA). Bytes and launches scale with the MACs; the
+    working set and bits do not."""
     nnz = jnp.float32(0.5 * CORA_EDGES + CORA_NODES)
-    args = ("layer0", CORA_NODES, nnz, jnp.float32(1433.0), 16, 8.0, 8.0, 8.0)
-    fwd = message_passing_layer(*args)
-    trn = message_passing_layer(*args, training=True)
-    three, two = np.float32(3.0), np.float32(2.0)
-    for order in ("aggregate_first", "combine_first", "elementwise"):
-        for s_f, s_t in zip(getattr(fwd, order), getattr(trn, order)):
-            assert s_t.kind == s_f.kind
-            factor = two if s_f.kind == "elementwise" else three
-            for k in ("macs", "compulsory_bytes", "reuse_bytes"):
-                assert np.asarray(getattr(s_t, k)) == np.asarray(getattr(s_f, k)) * factor, (order, s_f.kind, k)
-            assert np.asarray(s_t.working_set_bytes) == np.asarray(s_f.working_set_bytes)
-            assert np.asarray(s_t.bits) == np.asarray(s_f.bits)
+    fwd = Workload((message_passing_layer("layer0", CORA_NODES, nnz, jnp.float32(1433.0), 16, 8.0, 8.0, 8.0),
+                    message_passing_layer("layer1", CORA_NODES, nnz, 16, 7, 8.0, 8.0, 32.0)))
+    want = {False: {"layer0": {"aggregate_first": (1, 2), "combine_first": (2, 2), "elementwise": (2,)},
+                    "layer1": {"aggregate_first": (2, 3), "combine_first": (3, 2), "elementwise": (2,)}},
+            True: {"layer0": {"aggregate_first": (2, 2), "combine_first": (2, 3), "elementwise": (2,)},
+                   "layer1": {"aggregate_first": (3, 3), "combine_first": (3, 3), "elementwise": (2,)}}}
+    for learned in (False, True):
+        trn = hwmodel.autograd_training(fwd, learned_edge_weights=learned)
+        assert trn.training and not fwd.training
+        for lf, lt in zip(fwd.layers, trn.layers):
+            for order, factors in want[learned][lf.name].items():
+                got = [float(t.macs) / float(f.macs) for f, t in zip(getattr(lf, order), getattr(lt, order))]
+                assert got == pytest.approx(factors, rel=1e-6), (learned, lf.name, order)
+                for s_f, s_t, k in zip(getattr(lf, order), getattr(lt, order), factors):
+                    assert s_t.kind == s_f.kind
+                    for fld in ("compulsory_bytes", "reuse_bytes", "launches"):
+                        np.testing.assert_allclose(np.asarray(getattr(s_t, fld)), k * np.asarray(getattr(s_f, fld)),
+                                                   rtol=1e-6)
+                    assert np.asarray(s_t.working_set_bytes) == np.asarray(s_f.working_set_bytes)
+                    assert np.asarray(s_t.bits) == np.asarray(s_f.bits)
     # the forward counts themselves, by hand
-    gemm_f, spmm_f = fwd.combine_first
+    gemm_f, spmm_f = fwd.layers[0].combine_first
     np.testing.assert_allclose(float(gemm_f.macs), CORA_NODES * 1433 * 16, rtol=1e-6)
     np.testing.assert_allclose(float(spmm_f.macs), (0.5 * CORA_EDGES + CORA_NODES) * 16, rtol=1e-6)
-    np.testing.assert_allclose(float(trn.combine_first[0].macs), 3 * CORA_NODES * 1433 * 16, rtol=1e-6)
-    np.testing.assert_allclose(float(trn.combine_first[1].macs), 3 * (0.5 * CORA_EDGES + CORA_NODES) * 16, rtol=1e-6)
+    with pytest.raises(ValueError, match="autograd_training"):
+        hwmodel.autograd_training(hwmodel.autograd_training(fwd, False), False)
+
+
+def test_aggregate_first_gcn_training_runs_three_aggregation_passes():
+    """A two-layer GCN whose layers both aggregate first (in = hidden = out = 16 columns) runs 3
+    SpMM passes per training step (2 forward + dH of layer 1), 5 with an edge mask (+ dA of each
+    layer), 3 + 2 = 5 with the model's own builder and an `EdgeMask`, and 3 with a `DropEdge`
+    (a random constant mask: no gradient)."""
+    from codesign.models import GCN
+    from codesign.sparsify import DropEdge
+
+    n, e, f = 100, 400, 16
+    one_pass = (e + n) * f  # SpMM MACs of one aggregation over the 16 columns (nnz = E + N self-loops)
+
+    def spmm_macs(wl):
+        return sum(float(s.macs) for L in wl.layers for s in L.aggregate_first if s.kind == "spmm")
+    plain = GCN(f, f, f, rngs=nnx.Rngs(0))
+    assert spmm_macs(plain.workload(n, e)) == pytest.approx(2 * one_pass)
+    assert spmm_macs(plain.workload(n, e, training=True)) == pytest.approx(3 * one_pass)
+    gated = GCN(f, f, f, n_edges=e, rngs=nnx.Rngs(0))
+    dens = {"edge": 1.0, "feature": 1.0}
+    assert spmm_macs(gated.workload(n, e, densities=dens, training=True)) == pytest.approx(5 * one_pass)
+    dropped = GCN(f, f, f, edge_sparsifier=DropEdge(e, 0.3, rngs=nnx.Rngs(1)), rngs=nnx.Rngs(0))
+    assert spmm_macs(dropped.workload(n, e, densities=dens, training=True)) == pytest.approx(3 * one_pass)
+
+
+def test_training_rule_recognizes_first_layers_learned_edges_and_csr_gemms():
+    """Which layers read the graph's input (`reads_graph_input`: every model's first layer, its
+    parts but GIN's MLP and R-GCN's basis composition), which sparsifiers learn edge weights, and a
+    CSR-input GEMM (kind "spmm") charged as a GEMM on the input (x2, no dA) with the aggregation
+    after it needing d(X W) (x2)."""
+    from codesign.models import GCN
+    from codesign.sparsify import DropEdge, EdgeScorer, EdgeWeightMask, learns_edge_weights
+
+    firsts = ["layer0", "layer0.root", "layer0/rel3", "layer0/self", "mlp0"]
+    others = ["layer1", "layer0.mlp", "layer0/basis", "mlp1", "prop0", "vertex", "layer10"]
+    assert [hwmodel.reads_graph_input(x) for x in firsts + others] == [True] * 5 + [False] * 7
+    assert learns_edge_weights(EdgeScorer(8, rngs=nnx.Rngs(0))) and learns_edge_weights(EdgeWeightMask(5))
+    assert not learns_edge_weights(DropEdge(5, 0.5, rngs=nnx.Rngs(0))) and not learns_edge_weights(None)
+    assert learns_edge_weights(None, attention=True)
+    n, e, k = 50, 200, 40
+    nnz = np.full(k, 3.0, np.float32)
+    for m, agg_factor in ((GCN(k, 8, 3, rngs=nnx.Rngs(0)), 2), (GCN(k, 8, 3, n_edges=e, rngs=nnx.Rngs(0)), 3)):
+        inf, tr = m.workload(n, e, feature_nnz=nnz), m.workload(n, e, feature_nnz=nnz, training=True)
+        (g0, a0), (g1, a1) = inf.layers[0].combine_first, tr.layers[0].combine_first
+        assert g0.kind == "spmm" and g0.weight_gemm and not a0.weight_gemm
+        assert float(g1.macs) == pytest.approx(2 * float(g0.macs))
+        assert float(a1.macs) == pytest.approx(agg_factor * float(a0.macs))
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -885,6 +949,11 @@ def test_training_costs_more(preset):
     training = estimate(cora_gcn_workload(*args, training=True), hw)
     for k in _REPORT_FIELDS:
         ratio = float(getattr(training, k)) / float(getattr(inference, k))
-        # every stage is scaled by 2 or 3 (latency by at most 3 as well: both roofs scale alike)
-        assert 2.0 <= ratio <= 3.0 * (1 + 1e-6), (k, ratio)
+        # every stage is scaled by 1 (the first layer's aggregation), 2 or 3, so the latency (the
+        # cheaper order's, both roofs scale alike) by a factor in (1, 3]; the bytes and energy of
+        # the order chosen may exceed 3x (the first layer's orders scale differently, so the
+        # training step may pick the other order)
+        assert ratio > 1.0, (k, ratio)
+        if k == "latency_s":
+            assert ratio <= 3.0 * (1 + 1e-6), ratio
 

@@ -140,8 +140,8 @@ def test_pyg_workload_fixes_pygs_order_and_adds_its_message_buffer():
     gin = mod.pyg_workload(wlm.Workload((layer,)), "gin").layers[0]
     assert gin.combine_first[0].kind == "spmm" and float(gin.combine_first[0].macs) == nnz * 16
     assert float(gin.combine_first[1].reuse_bytes) == 2 * nnz * 16 * 4 and float(gin.combine_first[1].launches) == 1
-    train = wlm.LayerWorkload("l", wlm.with_backward((gemm, spmm)), wlm.with_backward((gemm, spmm)), ())
-    tmsg = mod.pyg_workload(wlm.Workload((train,), training=True), "gcn").layers[0].combine_first[2]
+    hidden = wlm.Workload((wlm.LayerWorkload("layer1", (gemm, spmm), (gemm, spmm), ()),))
+    tmsg = mod.pyg_workload(wlm.autograd_training(hidden, False), "gcn").layers[0].combine_first[2]
     assert float(tmsg.reuse_bytes) == 2 * 4 * nnz * f * 4 and float(tmsg.launches) == 4
     assert isinstance(tmsg, wlm.Stage)
     # the Reddit rows' buffers exceed a V100's memory (stored so the reader sees it)

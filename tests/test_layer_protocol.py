@@ -11,6 +11,7 @@ from flax import nnx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models import MODELS
 from codesign.models.base import GNN
@@ -118,15 +119,22 @@ def test_model_workload_is_the_concatenation_of_its_layers(name):
             assert isinstance(node, Layer), (attr, type(node))
     e = 50
     for training in (False, True):
-        graph = graph_counts(N, e, model.densities(), training=training, relation_edges=[e] if name == "rgcn" else None)
+        graph = graph_counts(N, e, model.densities(), relation_edges=[e] if name == "rgcn" else None)
         # the GCN prices its ReLU (and gate, run-time quantization) in its first layer's elementwise stage
         extra = lambda i: ({"elementwise_ops": hidden_elementwise_ops(model.channel_mask is not None,
                                                                       model.conv2.input_bits(False))}
                            if name == "gcn" and i == 0 else {})
         want = [st for i, layer in enumerate(layers) for lw in layer.workload("l", graph, **extra(i))
                 for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
-        got = [st for lw in model.workload(N, e, training=training).layers
-               for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
+        wl = model.workload(N, e)
+        if training:  # the training step: the one rule applied to the forward (no edge mask here: no dA but GAT's)
+            wl = hwmodel.autograd_training(wl, learned_edge_weights=name == "gat")
+            want_train = model.workload(N, e, training=True)
+            assert jax.tree.structure(want_train) == jax.tree.structure(wl)
+            for x, y in zip(jax.tree.leaves(want_train), jax.tree.leaves(wl)):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+            continue
+        got = [st for lw in wl.layers for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
         assert len(got) == len(want) > 0
         for a, b in zip(got, want):
             assert a.kind == b.kind

@@ -195,7 +195,12 @@ def test_gat_workload_by_hand():
     assert stages(what_if.layers[0])["gemm"] == N * 5 * 8 and stages(what_if.layers[0])["spmm"] == (4 + N) * 8
     assert float(what_if.layers[0].combine_first[0].bits) == 4.0
     train_wl = m.workload(N, E, training=True)
-    assert stages(train_wl.layers[0])["gemm"] == 3 * N * K * 8  # forward + 2 backward GEMMs
+    # `hwmodel.autograd_training`: layer 0's GEMM on the input features forms dW only (x2), layer 1's
+    # dW and dX (x3); the attention's edge weights are learned: the SpMM adds dH and dA (x3)
+    assert stages(train_wl.layers[0])["gemm"] == 2 * N * K * 8
+    assert stages(train_wl.layers[1])["gemm"] == 3 * N * 8 * C
+    assert stages(train_wl.layers[0])["spmm"] == 3 * nnz * 8 and stages(train_wl.layers[1])["spmm"] == 3 * nnz * C
+    assert stages(train_wl.layers[0])["softmax"] == 2 * nnz * 2 * 5
 
 
 @pytest.mark.parametrize("aggr", ["mean", "max"])

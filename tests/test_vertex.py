@@ -841,7 +841,7 @@ def _old_gcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, 
         name, graph.n_nodes, graph.kept_edges + graph.n_nodes, self.in_features if in_dim is None else in_dim,
         f, x_bits, w_bits, out_bits, **graph.aggregation())
     elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
-    return (dataclasses.replace(layer, elementwise=hwmodel.with_backward(elem) if graph.training else elem),)
+    return (dataclasses.replace(layer, elementwise=elem),)
 
 
 def _old_propagation(self, name, graph, **_):
@@ -853,8 +853,6 @@ def _old_propagation(self, name, graph, **_):
     zero = jnp.zeros((), jnp.float32)
     elem = (hwmodel.Stage("elementwise", 2.0 * jnp.float32(n) * c, jnp.float32(32.0),
                           3.0 * jnp.float32(n) * c * 32.0 / 8.0, zero, zero),)
-    if graph.training:
-        spmm, elem = hwmodel.with_backward(spmm), hwmodel.with_backward(elem)
     return tuple(hwmodel.LayerWorkload(f"{name}{k}", spmm, spmm, elem) for k in range(self.k_hops))
 
 
@@ -872,16 +870,15 @@ def _old_gat_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, 
                                         graph.locality, graph.edge_density))
     elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
                                        head_mean=not self.concat and self.heads > 1),)
-    if graph.training:
-        stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
     return (hwmodel.LayerWorkload(name, stages, stages, elem),)
 
 
 def _old_rgcn_layer_workloads(name, n_nodes, relation_nnz, in_dim, out_dim, x_bits, w_bits, out_bits, *,
                               n_bases=None, training=False, locality=None, edge_density=1.0):
-    """`rgcn_layer_workloads` before its per-relation SpMMs were derived (verbatim)."""
+    """`rgcn_layer_workloads` before its per-relation SpMMs were derived (forward stages; the
+    training step is `hwmodel.autograd_training` of the model's workload on both sides)."""
     graph = dict(locality=locality, access_scale=edge_density)
-    backward = hwmodel.with_backward if training else tuple
+    backward = tuple
     layers = []
     for r, nnz in enumerate(relation_nnz):
         agg_then = (hwmodel.spmm_stage(n_nodes, nnz, in_dim, x_bits, x_bits, **graph),
@@ -898,14 +895,15 @@ def _old_rgcn_layer_workloads(name, n_nodes, relation_nnz, in_dim, out_dim, x_bi
     return tuple(layers)
 
 
-def _old_rgcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None):
+def _old_rgcn_conv(self, name, graph, *, in_dim=None, out_dim=None, out_bits=32, hard=False, bits=None, in_nnz=None,
+                   training=False):
     """`RGCNConv.workload` before its per-relation SpMMs were derived."""
     from codesign.models.layers import quant_bits
     x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
     rel = (graph.kept_edges,) if graph.relation_edges is None else graph.relation_edges
     return _old_rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
                                      self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
-                                     n_bases=self.n_bases, training=graph.training, locality=graph.locality,
+                                     n_bases=self.n_bases, training=training, locality=graph.locality,
                                      edge_density=graph.edge_density)
 
 

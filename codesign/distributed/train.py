@@ -28,6 +28,7 @@ from codesign.distributed.partition import Partition, partition_graph
 from codesign.graph import Graph
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
+from codesign.sparsify import learns_edge_weights
 from codesign.train import Problem, build_model, fit, masked_accuracy, objective
 
 
@@ -45,10 +46,11 @@ def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = 
     rows the static-shape ring ships (what the compiled program's ``collective-permute`` ops
     move; `codesign.distributed.collective_permute_bytes` counts them). Exchanged values are
     float32 (int8 + a float32 scale per row with ``int8``); the backward re-fetch is modeled when
-    the model has edge gates (their gradient reads the halo rows).
+    the edge weights get a gradient (`codesign.sparsify.learns_edge_weights`, the training-cost
+    rule's ``dA``: it reads the halo rows).
     """
     rows = comm.padded_rows(part.halo_sizes, part.n_parts) if padded else part.halo_counts
-    refetch = model.edge_mask is not None
+    refetch = learns_edge_weights(model.edge_mask)
     bits = 8.0 if int8 else 32.0
     return tuple(comm.communication_stage(f"layer{i}", rows, w, bits, training=training, refetch=refetch, int8=int8)
                  for i, w in enumerate(halo_widths(model)))

@@ -16,7 +16,7 @@ from codesign.hwmodel.spec import (PRECISION_TIERS, HardwareSpec, NearMemorySpec
 from codesign.hwmodel.workload import (LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
                                        csr_chunk_spmm_stages, csr_gemm_stage, elementwise_stage, gemm_stage,
                                        input_gemm_stage, message_passing_layer, segment_spmm_stages, spmm_stage,
-                                       upcast_gemm_stages, with_backward, autograd_training)
+                                       upcast_gemm_stages, autograd_training, reads_graph_input)
 
 __all__ = ["presets", "peak_power_parts", "peak_power_w", "LocalityProfile", "measure_locality", "CostReport", "StageCost",
            "estimate", "nmp_stage_cost", "smooth_max", "stage_cost", "HardwareSpec", "NearMemorySpec",
@@ -26,7 +26,7 @@ __all__ = ["presets", "peak_power_parts", "peak_power_w", "LocalityProfile", "me
            "input_gemm_stage",
            "gemm_stage",
            "message_passing_layer",
-           "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "with_backward", "autograd_training", "MAX_BITS", "MIN_BITS",
+           "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "autograd_training", "reads_graph_input", "MAX_BITS", "MIN_BITS",
            "check_bits", "check_count", "check_density", "resolve_densities"]
 from codesign.hwmodel import comm
 from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage

@@ -79,7 +79,7 @@ ASSUMPTIONS = {
                                               "software factors (fitted on FlashSparse's public H100 cuSPARSE timings, "
                                               "independent of the papers' ratios) scaled to 80 SMs x 1.53 GHz as "
                                               "A100_SCALES_AS_SM_CLOCK; one value for every comparison against a V100"),
-    "V100_PYG_LAUNCH_S": (9.302e-05, None, (
+    "V100_PYG_LAUNCH_S": (1.0863e-04, None, (
         "v100-pyg: host time per modeled kernel launch of PyTorch eager + PyG 1.x on a V100 (replaces the device "
         "per-call cost): the one value that prices PyG's GCN / Cora training epoch (hidden 16) at its published "
         "2.39 ms (DGL v0.4.3 benchmark; experiments/reproduce_published.py pyg_launch_s), not set from any HyGCN "

@@ -25,8 +25,6 @@ from codesign.hwmodel.validate import check_bits, check_count, check_density, re
 
 INDEX_BYTES = 4  # int32 column index per stored nonzero (CSR)
 VALUE_BYTES = 4  # float32 value per stored nonzero
-BACKWARD_GEMM_FACTOR = 2.0  # dX = dY W^T and dW = X^T dY: two GEMMs of the forward's size
-BACKWARD_SPMM_FACTOR = 2.0  # dX = A^T dY (SpMM) + dA on the kept edges (SDDMM, nnz x F MACs)
 AGGREGATION_KINDS = ("spmm", "bsr", "sddmm", "softmax")
 STAGE_KINDS = ("gemm", "elementwise", *AGGREGATION_KINDS)
 """Every `Stage.kind` the estimator prices."""
@@ -75,6 +73,9 @@ class Stage:
       serial (static): the kernel is one serial loop on one core (XLA:CPU's gather and
         scatter-add, scipy's CSR loops), so it gets ``1 / HardwareSpec.cores`` of the compute
         rates; False for kernels that use every core (XLA's and BLAS's GEMM).
+      weight_gemm (static): the stage multiplies by a weight matrix although its kind is not
+        "gemm" (`csr_gemm_stage`: a GEMM over a CSR-stored input, priced as an SpMM), so
+        `autograd_training` charges it as a GEMM (``dW``, ``dX``), not as an aggregation.
 
     Checked at construction (the stage builders' stages and hand-built ones alike), for concrete
     values -- Python / NumPy numbers and concrete JAX arrays; tracers under ``jit`` / ``grad`` /
@@ -108,15 +109,17 @@ class Stage:
     output_bytes: jax.Array = 0.0
     passes: jax.Array = 1.0
     serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    weight_gemm: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"Stage.kind: unknown kind {self.kind!r}; known kinds: {', '.join(STAGE_KINDS)}")
-        if not isinstance(self.serial, (bool, np.bool_)):
-            raise TypeError(f"Stage.serial: must be a bool, got {self.serial!r}")
+        for name in ("serial", "weight_gemm"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"Stage.{name}: must be a bool, got {getattr(self, name)!r}")
         check_bits(self.bits, "Stage.bits")
         for f in dataclasses.fields(self):
-            if f.name not in ("kind", "serial", "bits") and (v := getattr(self, f.name)) is not None:
+            if f.name not in ("kind", "serial", "weight_gemm", "bits") and (v := getattr(self, f.name)) is not None:
                 check_count(v, f"Stage.{f.name}")
 
     def scaled(self, factor: float) -> "Stage":
@@ -216,8 +219,8 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     ``k`` rows, uniform re-reference). Kind "spmm": it runs on the vector units at the gather
     rate (`stage_cost`), as the adjacency SpMM does, not at the matrix engine's GEMM rate; it
     loops over the ``m`` output rows (``output_rows``: scipy's ``csr_matvecs``).
-    Backward (`with_backward`) is charged as an SpMM's (an upper bound: the input's gradient is
-    not needed for features). Like the adjacency SpMM it may be mapped onto near-memory units
+    Training (`autograd_training`): on the graph's input features it costs its forward and
+    ``dW = A^T dY`` (no gradient of the features). Like the adjacency SpMM it may be mapped onto near-memory units
     (a gather-reduce of W rows next to the stored features).
 
     Args:
@@ -237,7 +240,7 @@ def csr_gemm_stage(m, k, n, nnz, a_bits, w_bits, out_bits) -> Stage:
     reuse = jnp.maximum(nnz - k, 0.0) * n * w_bits / 8.0
     return Stage("spmm", nnz * n, jnp.maximum(_f32(a_bits), _f32(w_bits)), structure + w_bytes + out_bytes, reuse,
                  w_bytes, k, None, w_bytes + out_bytes, gathered_rows=nnz, output_rows=m, output_bytes=out_bytes,
-                 serial=True)
+                 serial=True, weight_gemm=True)
 
 
 def upcast_gemm_stages(m, k, n, bits, compute_bits=32.0) -> tuple[Stage, Stage, Stage, Stage]:
@@ -444,10 +447,11 @@ def elementwise_stage(n, width, bits, ops=1.0) -> Stage:
 
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,
-                          training: bool = False, locality: Optional[LocalityProfile] = None,
+                          locality: Optional[LocalityProfile] = None,
                           edge_density=1.0, nnz_blocks=None, block_size: Optional[int] = None,
                           in_nnz=None) -> LayerWorkload:
-    """Workload of ``act(A_hat @ X @ W + b)`` for one layer.
+    """Workload of one forward of ``act(A_hat @ X @ W + b)`` for one layer (the training step:
+    `autograd_training` of the model's `Workload`).
 
     Args:
       name: layer name used in reports.
@@ -456,8 +460,6 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
       in_dim: K, kept input columns (may be expected: density x width).
       out_dim: F, output columns.
       x_bits, w_bits, out_bits: bit-widths of input features, weights and outputs (32 = fp32).
-      training: add the backward pass (GEMM x`BACKWARD_GEMM_FACTOR`, SpMM x`BACKWARD_SPMM_FACTOR`,
-        elementwise x1 on top of the forward).
       locality: the graph's measured `LocalityProfile` (None = uniform re-reference).
       edge_density: kept fraction of the graph's edges (shortens reuse times).
       nnz_blocks, block_size: if given, the aggregation runs as the block-sparse (BSR) kernel
@@ -487,29 +489,41 @@ def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits,
     comb_then = (gemm, agg(out_dim, out_bits, out_bits))
     agg_then = comb_then if in_nnz is not None else (agg(in_dim, x_bits, x_bits), gemm)
     elem = (elementwise_stage(n_nodes, out_dim, out_bits),)
-    if training:
-        agg_then, comb_then, elem = (with_backward(stages) for stages in (agg_then, comb_then, elem))
     return LayerWorkload(name, tuple(agg_then), tuple(comb_then), tuple(elem))
 
 
-_BACKWARD = {"gemm": 1 + BACKWARD_GEMM_FACTOR, "spmm": 1 + BACKWARD_SPMM_FACTOR, "bsr": 1 + BACKWARD_SPMM_FACTOR,
-             "sddmm": 2.0, "softmax": 2.0, "elementwise": 2.0}
+INPUT_LAYER_NAMES = ("layer0", "mlp0")
+"""Names of a model's first layer, the one that reads the graph's input features (`autograd_training`):
+``layer0`` (its parts ``layer0.<part>`` / ``layer0/<part>`` too, except `HIDDEN_INPUT_PARTS`), or
+``mlp0`` where a model starts with an MLP (APPNP)."""
+HIDDEN_INPUT_PARTS = ("mlp", "basis")
+"""Parts of the first layer that do not read the input features: GIN's ``layer0.mlp`` (a hidden
+activation) and R-GCN's ``layer0/basis`` (composes ``W_r`` from parameters)."""
+
+
+def reads_graph_input(name: str) -> bool:
+    """Whether a `LayerWorkload` named ``name`` reads the graph's input features
+    (`INPUT_LAYER_NAMES`, `HIDDEN_INPUT_PARTS`)."""
+    head, sep, part = name.replace("/", ".").partition(".")
+    return head in INPUT_LAYER_NAMES and (not sep or part.split(".")[0] not in HIDDEN_INPUT_PARTS)
 
 
 def autograd_training(workload: "Workload", learned_edge_weights: bool) -> "Workload":
-    """The training step of an inference ``workload`` as reverse-mode autodiff runs it on a fixed
-    graph whose input features need no gradient (DGL / PyTorch: ``X.requires_grad`` is False), per
-    layer and dataflow order, instead of `with_backward`'s uniform factors (an upper bound):
+    """The training step (forward + backward) of an inference ``workload`` as reverse-mode autodiff
+    runs it on a fixed graph whose input features need no gradient (DGL / PyTorch / JAX:
+    ``X.requires_grad`` is False, ``jax.grad`` w.r.t. the parameters only), per layer and dataflow
+    order. This is the one training-cost rule: every model's ``workload(training=True)`` and
+    `codesign.vertex.Program.workload` with ``training`` return it.
 
-    * a GEMM ``Y = X W`` costs its forward, ``dW = X^T dY`` and ``dX = dY W^T``, except that
-      ``dX`` is skipped where X is the graph's input: a GEMM of the first layer (a layer named
-      ``layer0`` or ``layer0.<part>`` other than ``layer0.mlp``, whose input is a hidden
-      activation) that no GEMM precedes in its order (x2 there, x3 elsewhere);
-    * an aggregation ``Z = A H`` costs its forward and ``dH = A^T dZ`` (one more SpMM) unless H
-      is the graph's input (first layer, no GEMM before it: ``A X`` is kept for ``dW`` and no
-      ``dX`` is formed); ``learned_edge_weights`` (GAT's attention) adds ``dA`` on the edges
-      (nnz x F MACs, counted as one more SpMM, as `BACKWARD_SPMM_FACTOR`);
-    * SDDMM, softmax and elementwise stages x2 (as `with_backward`).
+    * a GEMM ``Y = X W`` (a "gemm" stage, or one marked `Stage.weight_gemm`) costs its forward,
+      ``dW = X^T dY`` and ``dX = dY W^T``, except that ``dX`` is skipped where X is the graph's
+      input: a GEMM of a layer that reads it (`reads_graph_input`: ``layer0``, ``layer0.<part>``,
+      ``layer0/<part>``, ``mlp0``) that no GEMM precedes in its order (x2 there, x3 elsewhere);
+    * an aggregation ("spmm" / "bsr") ``Z = A H`` costs its forward and ``dH = A^T dZ`` (one more
+      aggregation) unless H is the graph's input (same condition: ``A X`` is kept for ``dW`` and
+      no ``dX`` is formed); ``learned_edge_weights`` adds ``dA`` on the stored edges
+      (``dA_ij = dZ_i . H_j``: nnz x F MACs, counted as one more aggregation of the same size);
+    * SDDMM, softmax and elementwise stages x2 (their backward is one more pass of the same size).
     A two-layer aggregate-first GCN thus runs 3 aggregations per epoch (2 forward, 1 backward),
     the count GNNear's simulator charges (PKUZHOU/GNNear-PACT-2022 @ 9420d929,
     simulation/GNNear_simulator.py ``calculate_backward_cycles``: the last layer's backward "do not
@@ -517,8 +531,10 @@ def autograd_training(workload: "Workload", learned_edge_weights: bool) -> "Work
 
     Args:
       workload: an inference `Workload` (``training`` False).
-      learned_edge_weights: whether the edge weights get a gradient (GAT: True; GCN / SAGE / GIN's
-        fixed normalization or sum: False).
+      learned_edge_weights: whether the edge weights get a gradient, i.e. whether ``dA`` is
+        formed: True for attention (GAT) and for a model whose edge sparsifier has trainable
+        parameters (its gates multiply the messages: `codesign.models.layers.learns_edge_weights`);
+        False for GCN / SAGE / GIN / APPNP / R-GCN's fixed normalization or sum.
 
     Returns:
       a `Workload` with ``training`` True.
@@ -529,32 +545,23 @@ def autograd_training(workload: "Workload", learned_edge_weights: bool) -> "Work
     if workload.training:
         raise ValueError("autograd_training(workload): needs an inference workload, got training=True")
 
-    def first_input(name: str) -> bool:
-        return name == "layer0" or (name.startswith("layer0.") and name != "layer0.mlp")
-
     def order(stages, from_input: bool):
         out, seen_gemm = [], False
         for s in stages:
             on_input = from_input and not seen_gemm
-            if s.kind == "gemm":
+            if s.kind == "gemm" or s.weight_gemm:
                 out.append(s.scaled(2.0 if on_input else 3.0))
                 seen_gemm = True
             elif s.kind in ("spmm", "bsr"):
                 out.append(s.scaled((1.0 if on_input else 2.0) + (1.0 if learned_edge_weights else 0.0)))
-            else:
-                out.append(s.scaled(_BACKWARD[s.kind]))
+            else:  # sddmm, softmax, elementwise
+                out.append(s.scaled(2.0))
         return tuple(out)
 
-    layers = tuple(LayerWorkload(L.name, order(L.aggregate_first, first_input(L.name)),
-                                 order(L.combine_first, first_input(L.name)), order(L.elementwise, False))
+    layers = tuple(LayerWorkload(L.name, order(L.aggregate_first, reads_graph_input(L.name)),
+                                 order(L.combine_first, reads_graph_input(L.name)), order(L.elementwise, False))
                    for L in workload.layers)
     return Workload(layers, True)
-
-
-def with_backward(stages) -> tuple[Stage, ...]:
-    """Forward + backward of each stage (see the ``BACKWARD_*`` factors; SDDMM/softmax/elementwise
-    backward cost one more pass each)."""
-    return tuple(s.scaled(_BACKWARD[s.kind]) for s in stages)
 
 
 # DRAM / L2 access granularity of NVIDIA GPUs (CUDA C++ Programming Guide, "Device Memory Accesses")

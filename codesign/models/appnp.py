@@ -29,8 +29,10 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, derived_aggregation, graph_counts,
-                                    input_nnz, mask_densities, override_bits)
+                                    input_nnz, mask_densities, override_bits,
+                                    model_workload)
 from codesign.models.norm import gcn_normalize
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex.layers import appnp_step
@@ -168,10 +170,11 @@ class APPNP(GNN):
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
         b = override_bits(bits)
-        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
-        return hwmodel.Workload(
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, locality=locality)
+        return model_workload(
             self.lin1.workload("mlp0", graph, in_dim=d["feature"] * self.lin1.in_features,
                                out_bits=self.lin2.input_bits(hard) if b is None else b, hard=hard, bits=b,
                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.lin2.workload("mlp1", graph, out_bits=FP32_BITS, hard=hard, bits=b)
-            + self.propagation.workload("prop", graph), training)
+            + self.propagation.workload("prop", graph),
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))

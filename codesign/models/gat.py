@@ -63,8 +63,10 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (
     FP32_BITS,
+    model_workload,
     GraphCounts,
     Layer,
     derived_aggregation,
@@ -225,8 +227,6 @@ class GATConv(Layer):
         gemm = (hwmodel.input_gemm_stage(n, k, hf, x_bits, w_bits, out_bits, in_nnz),)
         elem = (score_and_activation_stage(n, self.heads, hf, width, out_bits,
                                            head_mean=not self.concat and self.heads > 1),)
-        if graph.training:
-            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
         stages = gemm + attention.combine_first
         return (hwmodel.LayerWorkload(name, stages, stages, elem + attention.elementwise),)
 
@@ -353,14 +353,14 @@ class GAT(GNN):
         """
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         b = override_bits(bits)
-        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, locality=locality)
         hf0 = d["channel"] * (self.conv1.heads * self.conv1.out_features)
-        return hwmodel.Workload(
+        return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hf0,
                                 out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
                                 in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, in_dim=hf0, out_bits=FP32_BITS, hard=hard, bits=b),
-            training)
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask, attention=True))
 
 
 def score_and_activation_stage(n, heads: int, hf, out_width, bits, *, head_mean: bool) -> hwmodel.Stage:

@@ -20,9 +20,11 @@ from codesign.hwmodel.workload import FAKE_QUANT_OPS
 from codesign.kernels import CooAdjacency, SparseFeatures, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
                                     input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
-                                    run_weighted_sum)
+                                    run_weighted_sum,
+                                    model_workload)
 from codesign.models.norm import gcn_normalize
 from codesign.quant import FakeQuant
 from codesign.sparsify import ChannelMask, EdgeMask, EdgeScorer, FeatureMask
@@ -109,8 +111,6 @@ class GCNConv(Layer):
         f = self.out_features if out_dim is None else out_dim
         gemm = (hwmodel.input_gemm_stage(graph.n_nodes, k, f, x_bits, w_bits, out_bits, in_nnz),)
         elem = (hwmodel.elementwise_stage(graph.n_nodes, f, out_bits, elementwise_ops),)
-        if graph.training:
-            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
         layer = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
                                         widths=(self.in_features, self.out_features), kept=(k, f),
                                         bits=(x_bits, out_bits), combine_first_only=in_nnz is not None)
@@ -222,15 +222,14 @@ class GCN(GNN):
           ValueError: ``feature_nnz`` not of shape ``[in_features]``."""
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         b = override_bits(bits)
-        graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask, hard=hard, training=training,
-                             locality=locality)
+        graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask, hard=hard, locality=locality)
         width = d["channel"] * self.conv1.out_features
         mid_bits = self.conv2.input_bits(hard) if b is None else b
         in_nnz = input_nnz(self, feature_nnz, densities, d, hard)
-        return hwmodel.Workload(
+        return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=width,
                                 out_bits=mid_bits, hard=hard, bits=b, in_nnz=in_nnz,
                                 elementwise_ops=hidden_elementwise_ops(self.channel_mask is not None,
                                                                        self.conv2.input_bits(hard)))
             + self.conv2.workload("layer1", graph, in_dim=width, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
-            training)
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))

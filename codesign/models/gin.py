@@ -24,9 +24,11 @@ from codesign.graph import add_self_loops
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, QuantLinear, graph_counts, mask_densities,
                                     input_nnz, override_bits, quant_bits, derived_message_passing,
-                                    run_weighted_sum)
+                                    run_weighted_sum,
+                                    model_workload)
 from codesign.vertex import layers as vertex_layers
 from codesign.sparsify import EdgeMask, FeatureMask
 
@@ -102,8 +104,6 @@ class GINConv(Layer):
         n, k = graph.n_nodes, self.in_features if in_dim is None else in_dim
         gemm = (hwmodel.input_gemm_stage(n, k, self.hidden, x_bits, w_bits, mid_bits, in_nnz),)
         elem = (hwmodel.elementwise_stage(n, self.hidden, mid_bits),)
-        if graph.training:
-            gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
         agg = derived_message_passing(self.PROGRAM, name, graph, gemm, elem, widths=(self.in_features, self.hidden),
                                       kept=(k, self.hidden), bits=(x_bits, mid_bits),
                                       combine_first_only=in_nnz is not None, blocks=False)
@@ -165,10 +165,10 @@ class GIN(GNN):
         """
         d = hwmodel.resolve_densities(self.densities(hard), densities)
         b = override_bits(bits)
-        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality)
-        return hwmodel.Workload(
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, locality=locality)
+        return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
                                 out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
                                 in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
-            training)
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))

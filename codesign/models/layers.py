@@ -115,7 +115,6 @@ class GraphCounts:
       n_nodes: N.
       kept_edges: kept edges (expected, or of the hard mask), self-loops not counted.
       edge_density: kept fraction of the graph's edges, in [0, 1].
-      training: cost forward + backward.
       locality: the graph's measured `hwmodel.LocalityProfile` (None = uniform re-reference).
       nnz_blocks, block_size: kept B x B tiles and B of a `BlockEdgeMask` (both None otherwise):
         a sum aggregation that can run as the BSR kernel is costed so.
@@ -125,7 +124,6 @@ class GraphCounts:
     n_nodes: int
     kept_edges: Any
     edge_density: Any
-    training: bool = False
     locality: Optional[hwmodel.LocalityProfile] = None
     nnz_blocks: Any = None
     block_size: Optional[int] = None
@@ -134,21 +132,21 @@ class GraphCounts:
     def aggregation(self, blocks: bool = True) -> dict:
         """Keyword arguments of `hwmodel.message_passing_layer` about the graph (``blocks=False``:
         without the BSR tiles, for an aggregation with no block form)."""
-        kw = dict(training=self.training, locality=self.locality, edge_density=self.edge_density)
+        kw = dict(locality=self.locality, edge_density=self.edge_density)
         if blocks and self.nnz_blocks is not None:
             kw.update(nnz_blocks=self.nnz_blocks, block_size=self.block_size)
         return kw
 
 
 def graph_counts(n_nodes: int, n_edges, densities: dict, *, sparsifier=None, hard: bool = False,
-                 training: bool = False, locality: Optional[hwmodel.LocalityProfile] = None,
+                 locality: Optional[hwmodel.LocalityProfile] = None,
                  relation_edges=None) -> GraphCounts:
     """`GraphCounts` of a graph with ``n_edges`` edges of which ``densities["edge"]`` are kept; the
     kept tiles of ``sparsifier`` when it is a `BlockEdgeMask` (`kept_tiles`); ``relation_edges``:
     edges of each relation, scaled by the same density."""
     d = densities["edge"]
     tiles = kept_tiles(sparsifier, hard)
-    return GraphCounts(n_nodes, d * n_edges, d, training, locality, tiles,
+    return GraphCounts(n_nodes, d * n_edges, d, locality, tiles,
                        None if tiles is None else sparsifier.block_size,
                        None if relation_edges is None else tuple(d * e for e in relation_edges))
 
@@ -159,7 +157,7 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
     """The aggregation of a conv layer, derived from its vertex program (`codesign.vertex.layers`)
     on ``graph``: `codesign.vertex.Program.workload` over nnz = kept edges + N self-loops
     (``self_loops=False``: the kept edges alone, as each relation of `RGCNConv`) at the graph's
-    edge density, locality and training flag (backward included), the BSR kernel over
+    edge density and locality (one forward), the BSR kernel over
     ``graph.nnz_blocks`` kept tiles when the graph has them and ``blocks``.
 
     Convention: edge weights are taken as given (``weight_products=False``): the per-edge
@@ -186,7 +184,7 @@ def derived_aggregation(program, name: str, graph: GraphCounts, widths: dict, *,
         kw["blocks"] = (graph.nnz_blocks, graph.block_size)
     nnz = graph.kept_edges + graph.n_nodes if self_loops else graph.kept_edges
     (layer,) = program.workload(graph.n_nodes, nnz, widths, bits=bits or 32.0,
-                                out_bits=out_bits, heads=heads, training=graph.training, locality=graph.locality,
+                                out_bits=out_bits, heads=heads, locality=graph.locality,
                                 weight_products=False, edge_density=graph.edge_density, kept_widths=kept_widths,
                                 name=name, **kw).layers
     return layer
@@ -201,7 +199,7 @@ def derived_message_passing(program, name: str, graph: GraphCounts, gemm: tuple,
     the output columns; ``elem``: the layer's own elementwise stages.
 
     Args:
-      gemm, elem: the layer's hand-written dense stages (backward already added when training).
+      gemm, elem: the layer's hand-written dense stages (forward).
       widths: (input, output) full widths (ints, the traced shapes).
       kept: (input, output) kept columns (float or traced).
       bits: (input, output) bit-widths of the aggregated features.
@@ -340,7 +338,7 @@ class QuantLinear(Layer):
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         return (dense_layer(name, graph.n_nodes, self.in_features if in_dim is None else in_dim,
                             self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
-                            training=graph.training, a_nnz=in_nnz),)
+                            a_nnz=in_nnz),)
 
 
 def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[FeatureMask], hard: bool,
@@ -360,13 +358,20 @@ def mask_densities(edge_mask: Optional[EdgeMask], feature_mask: Optional[Feature
 
 
 def dense_layer(name: str, n_nodes: int, in_dim, out_dim, x_bits, w_bits, out_bits, *,
-                training: bool = False, a_nnz=None) -> hwmodel.LayerWorkload:
+                a_nnz=None) -> hwmodel.LayerWorkload:
     """A graph-free layer ``act(X @ W + b)``: one GEMM (the same in both dataflow orders;
     `hwmodel.input_gemm_stage`: over ``a_nnz`` stored nonzeros when X is stored CSR) and the
-    bias/activation elementwise stage; backward added when ``training``.
+    bias/activation elementwise stage (one forward).
     """
     gemm = (hwmodel.input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, a_nnz),)
     elem = (hwmodel.elementwise_stage(n_nodes, out_dim, out_bits),)
-    if training:
-        gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
     return hwmodel.LayerWorkload(name, gemm, gemm, elem)
+
+
+def model_workload(layers, *, training: bool, learned_edge_weights: bool) -> hwmodel.Workload:
+    """A model's `hwmodel.Workload` from its forward ``layers`` (a sequence of
+    `hwmodel.LayerWorkload`): the inference workload, or with ``training`` its training step by
+    the one training-cost rule, `hwmodel.autograd_training` (``learned_edge_weights``: see
+    `codesign.sparsify.learns_edge_weights`)."""
+    wl = hwmodel.Workload(tuple(layers))
+    return hwmodel.autograd_training(wl, learned_edge_weights) if training else wl

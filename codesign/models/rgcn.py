@@ -33,8 +33,10 @@ from codesign.graph import Graph
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    input_nnz, mask_densities, override_bits, quant_bits, run_weighted_sum)
+                                    input_nnz, mask_densities, override_bits, quant_bits, run_weighted_sum,
+                                    model_workload)
 from codesign.quant import FakeQuant
 from codesign.sparsify import EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -159,14 +161,16 @@ class RGCNConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None,
+                 training: bool = False) -> tuple[hwmodel.LayerWorkload, ...]:
         """`rgcn_layer_workloads` over ``graph.relation_edges`` (kept edges per relation; None =
-        all kept edges as one relation); `Layer.workload` for the arguments."""
+        all kept edges as one relation); `Layer.workload` for the arguments; ``training``: add the
+        forward of the basis composition (`rgcn_layer_workloads`)."""
         x_bits, w_bits = (bits, bits) if bits is not None else (self.input_bits(hard), quant_bits(self.quant_w, hard))
         rel = (graph.kept_edges,) if graph.relation_edges is None else graph.relation_edges
         return rgcn_layer_workloads(name, graph.n_nodes, rel, self.in_features if in_dim is None else in_dim,
                                     self.out_features if out_dim is None else out_dim, x_bits, w_bits, out_bits,
-                                    n_bases=self.n_bases, training=graph.training, locality=graph.locality,
+                                    n_bases=self.n_bases, training=training, locality=graph.locality,
                                     edge_density=graph.edge_density, in_features=self.in_features,
                                     out_features=self.out_features, in_nnz=in_nnz)
 
@@ -184,20 +188,22 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
     the GEMM with W_0 and one elementwise stage summing the R + 1 partial results with bias and
     activation (N x out x (R + 1) ops). With ``n_bases`` and ``training``, ``"<name>/basis"`` adds
     composing W_r = sum_b a_rb V_b (a GEMM R x B x in*out; at inference the composed weights are
-    stored). Relations are separate `LayerWorkload`s because the estimator keys stages by kind
+    stored). All stages are one forward: a training step is `hwmodel.autograd_training` of the
+    model's workload (`RGCN.workload`), which charges the basis GEMM x3 (``da``, ``dV``). Relations are separate `LayerWorkload`s because the estimator keys stages by kind
     within a layer.
 
     Each relation's SpMM stages are derived from the `codesign.vertex.layers.weighted_sum` program,
     the per-relation schedule `RGCNConv` runs (`derived_aggregation` with ``self_loops=False``:
-    nnz = the relation's kept edges, edge weights taken as given, the graph's edge density,
-    locality and training flag). The GEMMs, the self-connection's elementwise stage and the basis
+    nnz = the relation's kept edges, edge weights taken as given, the graph's edge density and
+    locality). The GEMMs, the self-connection's elementwise stage and the basis
     composition stay hand-written (dense work outside the program).
 
     Args:
       relation_nnz: kept edges of each relation (floats; may be expected counts, traced).
       in_dim, out_dim: kept input columns (may be expected) and output columns.
-      x_bits, w_bits, out_bits, training, locality, edge_density: as in
-        `hwmodel.message_passing_layer` (the graph's locality profile stands for every relation).
+      x_bits, w_bits, out_bits, locality, edge_density: as in `hwmodel.message_passing_layer` (the
+        graph's locality profile stands for every relation).
+      training: include the basis composition (run every training step; see above).
       in_features, out_features: the layer's full widths (ints; the shapes the program is traced
         with); default ``in_dim`` / ``out_dim``, which must then be ints.
       in_nnz: stored nonzeros of the input when it is stored CSR: every GEMM on it runs over them
@@ -216,18 +222,17 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
                                  f"is not an int, got {dim!r}")
             given = int(dim)
         full.append(given)
-    backward = hwmodel.with_backward if training else tuple
-    gemm = backward((hwmodel.input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, in_nnz),))
+    gemm = (hwmodel.input_gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits, in_nnz),)
     layers = []
     for r, nnz in enumerate(relation_nnz):
-        rel = GraphCounts(n_nodes, nnz, edge_density, training, locality)
+        rel = GraphCounts(n_nodes, nnz, edge_density, locality)
         layers.append(derived_message_passing(RELATION_PROGRAM, f"{name}/rel{r}", rel, gemm, (),
                                               widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
                                               combine_first_only=in_nnz is not None, blocks=False, self_loops=False))
-    elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
+    elem = (hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),)
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
-        compose = backward((hwmodel.gemm_stage(len(relation_nnz), n_bases, in_dim * out_dim, 32, 32, 32),))
+        compose = (hwmodel.gemm_stage(len(relation_nnz), n_bases, in_dim * out_dim, 32, 32, 32),)
         layers.append(hwmodel.LayerWorkload(f"{name}/basis", compose, compose, ()))
     return tuple(layers)
 
@@ -317,11 +322,10 @@ class RGCN(GNN):
         if len(relation_edges) != self.n_relations:
             raise ValueError(f"RGCN.workload: relation_edges has {len(relation_edges)} entries, expected "
                              f"n_relations={self.n_relations}")
-        graph = graph_counts(n_nodes, n_edges, d, hard=hard, training=training, locality=locality,
-                             relation_edges=relation_edges)
-        return hwmodel.Workload(
+        graph = graph_counts(n_nodes, n_edges, d, hard=hard, locality=locality, relation_edges=relation_edges)
+        return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features,
                                 out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
-                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
-            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b),  # fp32 logits
-            training)
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard), training=training)
+            + self.conv2.workload("layer1", graph, out_bits=FP32_BITS, hard=hard, bits=b, training=training),
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))  # fp32 logits

@@ -44,9 +44,11 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
+from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
                                     input_nnz, override_bits, quant_bits, derived_message_passing,
-                                    run_weighted_sum)
+                                    run_weighted_sum,
+                                    model_workload)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
@@ -181,12 +183,10 @@ class SAGEConv(Layer):
         k = self.in_features if in_dim is None else in_dim
         f = self.out_features if out_dim is None else out_dim
         x_bits, wn, wr = lb["x"], lb["w_neigh"], lb["w_root"]
-        n, nnz, training = graph.n_nodes, graph.kept_edges, graph.training
+        n, nnz = graph.n_nodes, graph.kept_edges
         if self.aggr == "mean":  # derived from the program the forward runs (no self-loops)
             gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wn, out_bits, in_nnz),)
             elem = (hwmodel.elementwise_stage(n, f, out_bits),)
-            if training:
-                gemm, elem = hwmodel.with_backward(gemm), hwmodel.with_backward(elem)
             neigh = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
                                             widths=(self.in_features, self.out_features), kept=(k, f),
                                             bits=(x_bits, out_bits), combine_first_only=in_nnz is not None,
@@ -198,12 +198,8 @@ class SAGEConv(Layer):
             agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
                    hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
             elem = (hwmodel.elementwise_stage(n, f, out_bits),)
-            if training:
-                agg, elem = hwmodel.with_backward(agg), hwmodel.with_backward(elem)
             neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
         gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wr, out_bits, in_nnz),)
-        if training:
-            gemm = hwmodel.with_backward(gemm)
         return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
 
 
@@ -307,11 +303,11 @@ class GraphSAGE(GNN):
         d = hwmodel.resolve_densities({"channel": jnp.ones((), jnp.float32), **self.densities(hard)}, densities)
         b = override_bits(bits)
         graph = graph_counts(n_nodes, n_edges, d, sparsifier=self.edge_mask if self.aggr == "mean" else None,
-                             hard=hard, training=training, locality=locality)
+                             hard=hard, locality=locality)
         hidden = d["channel"] * self.conv1.out_features
-        return hwmodel.Workload(
+        return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hidden,
                                 out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
                                 in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
             + self.conv2.workload("layer1", graph, in_dim=hidden, out_bits=FP32_BITS, hard=hard, bits=b),
-            training)
+            training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))

@@ -9,6 +9,7 @@ subclasses an abstract base, never a concrete mask).
 * gates: `HardConcreteGate`, `sample`, `deterministic`, `prob_nonzero`, `GateLogit`.
 * masks: `EdgeMask` (per edge), `BlockEdgeMask` (per B x B adjacency tile), `EdgeScorer` (MLP
   on endpoint features, PTDNet), `FeatureMask` (input features), `ChannelMask` (hidden channels).
+* `learns_edge_weights`: whether a model's training step forms ``dA`` (the training-cost rule).
 * baselines: `random_edge_removal`, `DropEdge`, UGS's `magnitude_prune`,
   `global_magnitude_prune`, `UGSSchedule`, `EdgeWeightMask`.
 
@@ -42,13 +43,15 @@ from codesign.sparsify.hard_concrete import (
     prob_nonzero,
     sample,
 )
-from codesign.sparsify.masks import ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, LastAxisMask, Sparsifier
+from codesign.sparsify.masks import (ChannelMask, EdgeMask, EdgeSparsifier, FeatureMask, LastAxisMask, Sparsifier,
+                                     learns_edge_weights)
 from codesign.sparsify.scorer import EdgeScorer, ScorerLogits, ScorerParam
 
 GATE_PARAMS = nnx.Any(GateLogit, ScorerParam)
 """Filter of the gate optimizer group: `GateLogit` and `ScorerParam` variables."""
 
 __all__ = [
+    "learns_edge_weights",
     "BETA",
     "GAMMA",
     "ZETA",

@@ -288,3 +288,15 @@ class ChannelMask(LastAxisMask):
     @property
     def n_channels(self) -> int:
         return self.width
+
+
+def learns_edge_weights(sparsifier, attention: bool = False) -> bool:
+    """Whether a model's training step forms the gradient of its edge weights (``dA``,
+    `codesign.hwmodel.autograd_training`'s ``learned_edge_weights``): True with attention (GAT:
+    the weights are computed from the features) or when the model's edge sparsifier has trainable
+    parameters (`nnx.Param`: `EdgeMask`, `BlockEdgeMask`, `EdgeScorer`, `EdgeWeightMask`; their
+    gates multiply the messages, so their gradient needs ``dZ_i . H_j`` on every stored edge);
+    False for no sparsifier or one without parameters (`DropEdge`: a random constant mask)."""
+    if attention:
+        return True
+    return sparsifier is not None and bool(jax.tree_util.tree_leaves(nnx.state(sparsifier, nnx.Param)))

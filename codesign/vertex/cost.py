@@ -59,7 +59,7 @@ def _f32(v):
 
 
 def derive(graph: ProgramGraph, *, n_nodes: int, n_edges, edge_density, in_bits: dict, out_bits,
-           heads: int = 1, training: bool = False, locality=None, gated: bool = False, weight_products: bool = True,
+           heads: int = 1, locality=None, gated: bool = False, weight_products: bool = True,
            kept_widths: Optional[dict] = None, blocks: Optional[tuple] = None,
            name: str = "vertex") -> hwmodel.Workload:
     """The workload of one run of ``graph`` (see the module docstring).
@@ -70,7 +70,7 @@ def derive(graph: ProgramGraph, *, n_nodes: int, n_edges, edge_density, in_bits:
       edge_density: kept fraction of the gated edges (float32 scalar; 1 without gates).
       in_bits: ``{input name: bits}``. out_bits: bits of computed values.
       heads: size of a vmapped leading axis (multiplies every width).
-      training, locality, name: as `hwmodel.message_passing_layer`.
+      locality, name: as `hwmodel.message_passing_layer`.
       gated: whether edge gates are attached (changes the fusion plan as the lowering does).
       weight_products: cost the k - 1 products forming a fused SpMM's edge weight from k scalar
         factors (rule 1b's receiver scalars and constant included); False takes the weights as
@@ -79,7 +79,8 @@ def derive(graph: ProgramGraph, *, n_nodes: int, n_edges, edge_density, in_bits:
       blocks: ``(nnz_blocks, block_size)``: rule-1 SpMMs as the BSR kernel over the kept tiles.
 
     Returns:
-      `hwmodel.Workload` with one layer.
+      `hwmodel.Workload` with one layer, one forward (`codesign.vertex.Program.workload` adds the
+      backward).
     """
     nodes = graph.nodes
     plans = plan(graph, gated)
@@ -148,9 +149,7 @@ def derive(graph: ProgramGraph, *, n_nodes: int, n_edges, edge_density, in_bits:
         if stage is not None:
             elem.append(stage)
     stages, elem = tuple(agg), tuple(elem)
-    if training:
-        stages, elem = hwmodel.with_backward(stages), hwmodel.with_backward(elem)
-    return hwmodel.Workload((hwmodel.LayerWorkload(name, stages, stages, elem),), training)
+    return hwmodel.Workload((hwmodel.LayerWorkload(name, stages, stages, elem),))
 
 
 def _kept_widths(graph: ProgramGraph, kept: dict) -> dict:

@@ -21,7 +21,7 @@ from codesign.graph import Graph as DataGraph
 from codesign.kernels import CooAdjacency
 from codesign.kernels import aggregate as kernel_aggregate
 from codesign.quant import Quantizer
-from codesign.sparsify import EdgeSparsifier
+from codesign.sparsify import EdgeSparsifier, learns_edge_weights
 from codesign.vertex import cost
 from codesign.vertex.ir import ProgramGraph
 from codesign.vertex.lower import EdgeContext, run
@@ -247,7 +247,11 @@ class Program:
             An attached quantizer sets its input's bits (expected, or deployed with ``hard``).
           out_bits: bit-width of the results (default: the largest input bit-width given).
           heads: H, the size of a leading vmapped axis of the inputs (multi-head attention).
-          training: forward + backward (`hwmodel.with_backward`).
+          training: the training step, `hwmodel.autograd_training` of the forward (the one
+            training-cost rule; the layer is named ``name``, so its input gets a gradient unless
+            ``name`` is a first layer's, `hwmodel.reads_graph_input`): ``dA`` is formed when the
+            program computes its edge weights (an edge softmax: attention) or has gates attached
+            that have trainable parameters (`codesign.sparsify.learns_edge_weights`).
           hard: density and bits of the hardened gates and quantizers.
           locality: the graph's `hwmodel.LocalityProfile` (None = uniform re-reference).
           weight_products: cost the per-edge products that form a fused SpMM's weights (k - 1
@@ -312,10 +316,15 @@ class Program:
                 g = jnp.asarray(g, jnp.float32)
                 density = jnp.mean(g > 0).astype(jnp.float32) if hard else jnp.mean(g)
         nnz = n_edges if edge_density is not None else density * gated + (n_edges - gated)
-        return cost.derive(graph, n_nodes=n_nodes, n_edges=nnz, edge_density=density, in_bits=in_bits,
-                           out_bits=out_bits, heads=heads, training=training, locality=locality,
-                           gated=self.edge_gates is not None, weight_products=bool(weight_products),
-                           kept_widths=dict(kept_widths or {}), blocks=blocks, name=name)
+        wl = cost.derive(graph, n_nodes=n_nodes, n_edges=nnz, edge_density=density, in_bits=in_bits,
+                         out_bits=out_bits, heads=heads, locality=locality,
+                         gated=self.edge_gates is not None, weight_products=bool(weight_products),
+                         kept_widths=dict(kept_widths or {}), blocks=blocks, name=name)
+        if not training:
+            return wl
+        attention = any(node.op == "softmax" for node in graph.nodes)
+        gates = self.edge_gates if isinstance(self.edge_gates, EdgeSparsifier) else None
+        return hwmodel.autograd_training(wl, learns_edge_weights(gates, attention=attention))
 
 
 def _gated_edges(g, n_edges: int, n_nodes: int) -> int:
