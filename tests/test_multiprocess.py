@@ -101,3 +101,28 @@ def test_child_argv_replaces_the_launcher_flag():
     assert got == ["train", "--devices=8", "--coordinator", "127.0.0.1:5", "--process-id", "3", "--num-processes", "4"]
     with pytest.raises(ValueError, match="--process-id"):
         child_argv(["train", "--process-id", "1"], "h:1", 0, 2)
+
+
+def test_loopback_link_is_the_stored_fit_and_the_measurement_runs(tmp_path):
+    """`comm.loopback_gloo` is the fit stored by experiments/comm_measure.py (N = 2), and the
+    measurement runs across 2 real processes (--quick): its fit reproduces the median it was
+    fitted on in the stored relation modeled = latency + bytes / bandwidth."""
+    import importlib.util
+
+    from codesign.hwmodel import comm
+
+    stored = json.loads((ROOT / "results" / "comm_loopback_cpu.json").read_text())
+    lat, bw = comm.LOOPBACK_GLOO_FIT
+    assert lat == pytest.approx(stored["fit"]["latency_s"], rel=0.01)
+    assert bw == pytest.approx(stored["fit"]["bw_bytes_per_s"], rel=0.01)
+    link = comm.get_link("loopback_gloo")
+    assert (link.latency_s, link.bw_bytes_per_s) == (lat, bw)
+    spec = importlib.util.spec_from_file_location("comm_measure", ROOT / "experiments" / "comm_measure.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--quick", "--json", str(tmp_path / "c.json")])
+    assert json.loads((tmp_path / "c.json").read_text())["fit"] == out["fit"]
+    rows = out["processes"]["2"]
+    assert [r["bytes"] for r in rows] == [4096, 524288] and all(r["median_s"] > 0 for r in rows)
+    for r in rows:
+        assert r["modeled_s"] == pytest.approx(out["fit"]["latency_s"] + r["bytes"] / out["fit"]["bw_bytes_per_s"])

@@ -99,7 +99,25 @@ def infiniband_ndr() -> LinkSpec:
     return LinkSpec("infiniband_ndr", 50 * GB, 5e-6, 62.5 * BITS_PER_BYTE)
 
 
-LINKS = {"nvlink4": nvlink4, "pcie5_x16": pcie5_x16, "infiniband_ndr": infiniband_ndr}
+LOOPBACK_GLOO_FIT = (214e-6, 1.22 * GB)
+"""(latency_s, bw_bytes_per_s) of `loopback_gloo`, fitted by ``experiments/comm_measure.py`` on
+N = 2 processes (``results/comm_loopback_cpu.json`` ``fit``; a test keeps the two equal)."""
+
+
+def loopback_gloo() -> LinkSpec:
+    """Two `jax.distributed` processes on this machine exchanging over 127.0.0.1 with gloo
+    (CPU collectives): one ``ppermute`` ring step of float32 rows, latency + bytes / bandwidth
+    fitted on measurement (`LOOPBACK_GLOO_FIT`, 4 KB-8 MB messages, N = 2). Evidence: measured
+    here, valid for N = 2 only: with N = 4 and 8 processes on the 2 cores the measured step is
+    1.3-28x the model's (the processes share the CPU and the loopback, a contention this
+    one-link model has no term for; results/comm_loopback_cpu.json). Energy 0: not measured
+    (a host-memory copy, priced by nothing here)."""
+    lat, bw = LOOPBACK_GLOO_FIT
+    return LinkSpec("loopback_gloo", bw, lat, 0.0)
+
+
+LINKS = {"nvlink4": nvlink4, "pcie5_x16": pcie5_x16, "infiniband_ndr": infiniband_ndr,
+         "loopback_gloo": loopback_gloo}
 
 
 def get_link(name: str) -> LinkSpec:
