@@ -76,7 +76,9 @@ class CsrPattern:
       indices: int32 [E]    column (sender) of each CSR entry.
       rows:    int32 [E]    row (receiver) of each CSR entry; non-decreasing.
       perm:    int32 [E]    COO position of each CSR entry: ``indices == senders[perm]``;
-                            ``w[perm]`` brings COO-ordered values into CSR order.
+                            ``w[perm]`` brings COO-ordered values into CSR order. None: the
+                            edge list is in CSR order already (senders = indices, receivers =
+                            rows; `codesign.vertex.lower` runs a program's edges so).
       host:    `HostCsr` (static)  the row pointers and the transposed structure, on the host.
       n_nodes: int (static) N.
 
@@ -85,7 +87,7 @@ class CsrPattern:
 
     indices: jax.Array
     rows: jax.Array
-    perm: jax.Array
+    perm: Optional[jax.Array]
     host: HostCsr = dataclasses.field(default=None, metadata=dict(static=True))
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
 
@@ -240,8 +242,8 @@ def _sddmm_host(rows, indices, g, x):
         a = np.broadcast_to(a, (*batch, n, heads, f)).reshape(nb, n, heads * f)
         return np.ascontiguousarray(np.moveaxis(a, 0, 1)).reshape(n, nb * heads * f)
 
-    x2, g2, k = heads_last(x), heads_last(g), nb * heads
-    out = np.empty((n_edges, k), x.dtype)
+    x2, g2 = heads_last(x), heads_last(g)
+    out = np.empty((nb, n_edges, heads), x.dtype)  # the batch leading, as the caller wants it
     ones = np.ones((f,), x.dtype)
 
     def job(start, stop):  # one contiguous range per thread, in cache-sized blocks
@@ -249,13 +251,12 @@ def _sddmm_host(rows, indices, g, x):
             hi = min(lo + _SDDMM_CHUNK, stop)
             prod = np.take(x2, indices[lo:hi], axis=0)
             prod *= np.take(g2, rows[lo:hi], axis=0)
-            out[lo:hi] = (prod.reshape(-1, f) @ ones).reshape(-1, k)  # BLAS gemv: fast sum over F
+            d = (prod.reshape(-1, f) @ ones).reshape(-1, nb, heads)  # BLAS gemv: fast sum over F
+            out[:, lo:hi] = d[:, 0] if nb == 1 else d.transpose(1, 0, 2)  # per chunk: in cache
 
     cuts = np.linspace(0, n_edges, n_host_threads() + 1).astype(np.int64)
     _run([functools.partial(job, int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a])
-    if nb == 1:
-        return out.reshape(*batch, n_edges, heads)
-    return np.ascontiguousarray(np.moveaxis(out.reshape(n_edges, nb, heads), 1, 0)).reshape(*batch, n_edges, heads)
+    return out.reshape(*batch, n_edges, heads)
 
 
 def _callback(fn, result_shape_dtypes, *args):
@@ -374,5 +375,5 @@ def csr_aggregate(adj: CooAdjacency, x: jax.Array, weight: Optional[jax.Array] =
         raise ValueError(f"csr_aggregate: adj.pattern describes {p.n_entries} entries over {p.n_nodes} nodes but "
                          f"adj has {adj.n_edges} over {adj.n_nodes} (self_loops= mismatch when building it?)")
     w = adj.edge_weight if weight is None else weight
-    data = jnp.ones((p.n_entries,), x.dtype) if w is None else w[p.perm]
+    data = jnp.ones((p.n_entries,), x.dtype) if w is None else w if p.perm is None else w[p.perm]
     return csr_spmm(p, data, x)

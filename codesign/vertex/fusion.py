@@ -36,7 +36,7 @@ from typing import Optional, Union
 
 from codesign.vertex.ir import Node, ProgramGraph
 
-__all__ = ["SpmmPlan", "AttentionPlan", "plan", "factors"]
+__all__ = ["SpmmPlan", "AttentionPlan", "plan", "factors", "softmax_scores"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,8 +161,21 @@ def _attention(graph: ProgramGraph, agg: Node) -> Optional[AttentionPlan]:
         a, f = f, a
     if a.op != "softmax" or a.shape != () or f.op != "gather_src" or f.shape != agg.shape or f.dtype.kind != "f":
         return None
-    score = nodes[a.args[0]]
-    internal = [x.id, a.id]
+    scores = softmax_scores(graph, a)
+    if scores is None:
+        return None
+    el, er, slope, internal = scores
+    return AttentionPlan(agg.id, f.args[0], el, er, slope, (x.id, a.id) + internal)
+
+
+def softmax_scores(graph: ProgramGraph, softmax: Node) -> Optional[tuple]:
+    """``(el, er, slope, internal)`` when the ``softmax`` node's argument is GAT's score
+    ``leaky_relu(u.el + v.er, slope)`` (or ``u.el + v.er``, slope 1.0) of float vertex scalars el
+    and er (rule 2's scores; ``internal``: the score nodes), else None. The lowering computes
+    such an edge softmax from ``el``, ``er`` [N] in one op (`codesign.vertex.lower`)."""
+    nodes = graph.nodes
+    score = nodes[softmax.args[0]]
+    internal = []
     slope = 1.0
     if score.op == "map" and score.attrs.get("name") == "leaky_relu" and len(score.args) == 1:
         slope = score.attrs["slope"]
@@ -174,9 +187,10 @@ def _attention(graph: ProgramGraph, agg: Node) -> Optional[AttentionPlan]:
     p, q = (nodes[i] for i in score.args)
     if p.op == "gather_dst":
         p, q = q, p
-    if p.op != "gather_src" or q.op != "gather_dst" or p.dtype.kind != "f" or q.dtype.kind != "f":
+    if p.op != "gather_src" or q.op != "gather_dst" or p.dtype.kind != "f" or q.dtype.kind != "f" \
+            or nodes[p.args[0]].shape != () or nodes[q.args[0]].shape != ():
         return None
-    return AttentionPlan(agg.id, f.args[0], p.args[0], q.args[0], slope, tuple(internal))
+    return p.args[0], q.args[0], slope, tuple(internal)
 
 
 def plan(graph: ProgramGraph, gated: bool) -> dict:

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl, csr_by_receiver, csr_spmm, gat_aggregate
-from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan
+from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan, softmax_scores
 from codesign.vertex.ir import ProgramGraph
 
 __all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_softmax"]
@@ -155,43 +155,98 @@ def _batched(fn, head_axis: bool, n_out: int):
     return f, rule
 
 
-@functools.lru_cache(maxsize=None)
-def _attention_op(mode: str, slope: float):
-    """``op(structure, h [N, F], el [N], er [N]) -> [N, F]``, one head, with a recomputing custom
-    VJP and vmap rules that turn mapped axes into the kernel's head axis (module docstring)."""
-    core = functools.partial(_attention_core, mode, slope)
-
-    def core_bwd(structure, h, el, er, g):  # multi-head [N, H, F] / [N, H]
-        _, vjp = jax.vjp(lambda a, b, c: core(structure, a, b, c), h, el, er)
-        return vjp(g.astype(jnp.float32))
+def _head_op(core, n_in: int):
+    """``op(structure, *arrays)`` for one head (each array [N or E, ...], the leading axis the
+    graph's) from ``core(structure, *arrays [N or E, H, ...]) -> [N or E, H, ...]``, the H-head
+    version: a recomputing custom VJP (the backward reruns ``core`` under `jax.vjp`) and vmap
+    rules that turn mapped axes into ``core``'s head axis (module docstring), so H vmapped heads
+    (and a vmapped seed axis around them) run as one call with the heads trailing."""
+    def core_bwd(structure, *args):  # multi-head arrays, then the output's cotangent
+        _, vjp = jax.vjp(lambda *a: core(structure, *a), *args[:n_in])
+        grads = vjp(args[n_in].astype(jnp.float32))
+        return grads[0] if n_in == 1 else grads
 
     multi, multi_rule = _batched(core, True, 1)
     multi_rule.multi = multi
-    multi_bwd, multi_bwd_rule = _batched(core_bwd, True, 3)
+    multi_bwd, multi_bwd_rule = _batched(core_bwd, True, n_in)
     multi_bwd_rule.multi = multi_bwd
-    single, single_rule = _batched(lambda st, h, el, er: core(st, h[:, None], el[:, None], er[:, None])[:, 0],
-                                   False, 1)
+    single, single_rule = _batched(lambda st, *a: core(st, *[x[:, None] for x in a])[:, 0], False, 1)
     single_rule.multi = multi
-    single_bwd, single_bwd_rule = _batched(
-        lambda st, h, el, er, g: tuple(d[:, 0] for d in core_bwd(st, h[:, None], el[:, None], er[:, None], g[:, None])),
-        False, 3)
+    def single_core_bwd(st, *a):
+        grads = core_bwd(st, *[x[:, None] for x in a])
+        return grads[:, 0] if n_in == 1 else tuple(d[:, 0] for d in grads)
+
+    single_bwd, single_bwd_rule = _batched(single_core_bwd, False, n_in)
     single_bwd_rule.multi = multi_bwd
 
     @jax.custom_vjp
-    def op(structure, h, el, er):
-        return single(structure, h, el, er)
+    def op(structure, *arrays):
+        return single(structure, *arrays)
 
-    def fwd(structure, h, el, er):
-        return single(structure, h, el, er), (structure, h, el, er)
+    def fwd(structure, *arrays):
+        return single(structure, *arrays), (structure, arrays)
 
     def bwd(res, g):
-        structure, h, el, er = res
-        dh, dl, dr = single_bwd(structure, h, el, er, g)
+        structure, arrays = res
+        grads = single_bwd(structure, *arrays, g)
+        grads = (grads,) if n_in == 1 else grads
         zeros = jax.tree_util.tree_map(lambda _: None, structure)
-        return (zeros, dh.astype(h.dtype), dl.astype(el.dtype), dr.astype(er.dtype))
+        return (zeros, *(d.astype(x.dtype) for d, x in zip(grads, arrays)))
 
     op.defvjp(fwd, bwd)
     return op
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_op(mode: str, slope: float):
+    """``op(structure, h [N, F], el [N], er [N]) -> [N, F]``, one head (`_head_op` of
+    `_attention_core`)."""
+    return _head_op(functools.partial(_attention_core, mode, slope), 3)
+
+
+@functools.lru_cache(maxsize=None)
+def _gather_op():
+    """``op(index int [E], x [N]) -> x[index]`` [E], one head: under `jax.vmap` the heads stay
+    the trailing axis ([N, H] rows gathered, the backward's scatter-add over [E, H] rows) where
+    XLA would gather and scatter along a leading, strided head axis (`_softmax_op`)."""
+    return _head_op(lambda index, x: x[index], 1)
+
+
+def _softmax_core(n: int, sorted_: bool, receivers, x, gates=None):
+    """`_segment_softmax` of x [E, H] (gates [E, H] or absent) over each receiver's edges."""
+    seg = dict(num_segments=n, indices_are_sorted=sorted_)
+    m = jax.ops.segment_max(x, receivers, **seg)
+    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
+    p = jnp.exp(x - m[receivers])
+    denom = jax.ops.segment_sum(p if gates is None else p * gates.astype(p.dtype), receivers, **seg)
+    return p / jnp.where(denom > 0, denom, 1.0)[receivers]
+
+
+def _score_softmax_core(n: int, slope: float, sorted_: bool, structure, el, er, gates=None):
+    """`_softmax_core` of GAT's scores ``LeakyReLU(el[senders] + er[receivers])`` [E, H] from
+    el, er [N, H]."""
+    senders, receivers = structure
+    z = el[senders] + er[receivers]
+    z = z if slope == 1.0 else jnp.where(z > 0, z, slope * z)
+    return _softmax_core(n, sorted_, receivers, z, gates)
+
+
+@functools.lru_cache(maxsize=None)
+def _score_softmax_op(n: int, slope: float, sorted_: bool, gated: bool):
+    """``op((senders, receivers), el [N], er [N], [gates [E]]) -> [E]``: the edge softmax of
+    GAT's scores (`codesign.vertex.fusion.softmax_scores`) for one head, heads kept trailing
+    under `jax.vmap` (`_softmax_op`): the [E, H] scores never take a leading head axis."""
+    return _head_op(functools.partial(_score_softmax_core, n, slope, sorted_), 3 if gated else 2)
+
+
+@functools.lru_cache(maxsize=None)
+def _softmax_op(n: int, sorted_: bool, gated: bool):
+    """``op(receivers int [E], x float [E], [gates float [E]]) -> [E]``: the program's edge softmax
+    (`_segment_softmax`) for one head. Under `jax.vmap` (GAT's heads) XLA's scatter would take the
+    mapped axis as a leading, strided batch axis of every segment op (1.3x slower per training
+    step on R-MAT 2^15, `experiments/gat_program_ab.py`); the `_head_op` rules keep it trailing,
+    as [E, H]."""
+    return _head_op(functools.partial(_softmax_core, n, sorted_), 2 if gated else 1)
 
 
 # ----------------------------------------------------------------------------------- lowering
@@ -200,6 +255,15 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
     """Evaluates the program ``graph`` on ``ctx``'s edges with inputs ``nodes`` ({name: [N, ...]})
     and ``edges`` ({name: [E, ...]}); returns the program's output pytree ([N, ...] arrays)."""
     adj, gates = ctx.adj, ctx.gates
+    pattern = getattr(adj, "pattern", None)
+    csr_order = (isinstance(adj, CooAdjacency) and isinstance(pattern, CsrPattern) and pattern.perm is not None
+                 and pattern.n_entries == adj.n_edges)
+    if csr_order:  # every edge-wise value in CSR order: sorted segment ops, no permuted SpMM weights
+        perm = pattern.perm
+        pattern = dataclasses.replace(pattern, perm=None)
+        adj = CooAdjacency(pattern.indices, pattern.rows, None, adj.n_nodes, pattern)
+        edges = {k: v[perm] for k, v in edges.items()}
+        gates = None if gates is None else gates[perm]
     s, r, n = adj.senders, adj.receivers, adj.n_nodes
     plans = plan(graph, gated=gates is not None)
     folded_out = {p.out: p for p in plans.values() if isinstance(p, SpmmPlan) and p.out != p.agg}
@@ -274,10 +338,9 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
             return nodes[node.attrs["name"]]
         if op == "edge_input":
             return edges[node.attrs["name"]]
-        if op == "gather_src":
-            return value(a[0])[s]
-        if op == "gather_dst":
-            return value(a[0])[r]
+        if op in ("gather_src", "gather_dst"):
+            x, idx = value(a[0]), s if op == "gather_src" else r
+            return _gather_op()(idx, x) if x.ndim == 1 else x[idx]
         if op == "gather_src_indexed":
             table = value(a[0])
             flat = table.reshape((n * table.shape[1],) + table.shape[2:])
@@ -285,7 +348,17 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
         if op == "map":
             return jax.vmap(node.fn)(*[value(i) for i in a])
         if op == "softmax":
-            return _segment_softmax(value(a[0]), r, n, gates)
+            scores = softmax_scores(graph, node)
+            if scores is not None:  # GAT's scores: the edge softmax from el, er [N] in one op
+                el, er = value(scores[0]), value(scores[1])
+                dtype = jnp.result_type(el, er)
+                args = (el.astype(dtype), er.astype(dtype)) + (() if gates is None else (gates.astype(dtype),))
+                return _score_softmax_op(n, float(scores[2]), csr_order, gates is not None)((s, r), *args)
+            x = value(a[0])
+            if x.ndim != 1:  # [E, ...] per vertex-program item: XLA's segment ops directly
+                return _segment_softmax(x, r, n, gates, indices_are_sorted=csr_order)
+            args = (x,) if gates is None else (x, gates.astype(x.dtype))
+            return _softmax_op(n, csr_order, gates is not None)(r, *args)
         if op == "aggregate":
             p, kind = plans[node.id], node.attrs["kind"]
             if isinstance(p, AttentionPlan):
