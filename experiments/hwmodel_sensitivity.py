@@ -289,8 +289,7 @@ def _chosen(points: list[dict], reference_val_pct: float, loss_pts: float) -> Op
     others = [p for p in points if p["method"] != fronts.DENSE_METHOD]
     if not others or math.isnan(reference_val_pct):
         return None
-    need = min(fronts.MIN_SEEDS, max(p["n_seeds"] for p in others))
-    return fronts.best_point_within(others, reference_val_pct, "energy", loss_pts, need)
+    return fronts.best_point_within(others, reference_val_pct, "energy", loss_pts, fronts.seeds_needed(others))
 
 
 def _summary(p: Optional[dict]) -> Optional[dict]:

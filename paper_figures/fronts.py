@@ -38,7 +38,7 @@ from paper_figures.pareto import pareto_front
 
 __all__ = ["CODESIGN_METHODS", "DENSE_METHOD", "FLAGSHIP", "COSTS", "family", "read_records", "load_tradeoff",
            "load_or_exit", "panels", "dense_point", "front", "best_reduction_within", "best_point_within",
-           "representatives", "min_bits", "MIN_SEEDS"]
+           "representatives", "min_bits", "MIN_SEEDS", "seeds_needed"]
 
 CODESIGN_METHODS = tuple(n for n, m in PAPER_METHODS.items() if m.family == "codesign")
 DENSE_METHOD = "dense"
@@ -332,8 +332,16 @@ def dense_point(points: Sequence[dict], min_seeds: int = MIN_SEEDS) -> dict | No
     dense = [p for p in points if p["method"] == DENSE_METHOD and not math.isnan(p["acc_pct"])]
     if not dense:
         return None
-    need = min(min_seeds, max(p["n_seeds"] for p in dense))
+    need = seeds_needed(dense, min_seeds)
     return max((p for p in dense if p["n_seeds"] >= need), key=_val_key)
+
+
+def seeds_needed(points: Sequence[dict], min_seeds: int = MIN_SEEDS) -> int:
+    """The seeds a point of ``points`` (non-empty) needs to be chosen by the figures and the
+    sensitivity study: ``min_seeds``, or the most any of them has where none has that many.
+    (`paper_figures.summary.build` keeps the strict rule: a point with fewer is listed, never
+    chosen.)"""
+    return min(min_seeds, max(p["n_seeds"] for p in points))
 
 
 def _val_key(p: dict) -> float:
@@ -431,8 +439,7 @@ def representatives(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: in
     def within(pts):
         if dense is None or not pts or math.isnan(dense["val_acc_pct"]):
             return None
-        need = min(min_seeds, max(p["n_seeds"] for p in pts))
-        return best_point_within(pts, dense["val_acc_pct"], "energy", loss_pts, need)
+        return best_point_within(pts, dense["val_acc_pct"], "energy", loss_pts, seeds_needed(pts, min_seeds))
 
     best_cod = within(cod)
     if best_cod is not None and ugs:
