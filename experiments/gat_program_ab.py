@@ -19,9 +19,11 @@ Run it with one XLA thread (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false``).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,6 +84,15 @@ def hand_gat(m, x, adj):
     mode = m.conv1.attention_backend(loops, h)
     h = jax.nn.elu(hand_conv(m.conv1, x, loops, m.dropout, mode))
     return hand_conv(m.conv2, h, loops, m.dropout, mode)
+
+
+def _commit() -> str:
+    """The checkout's commit (``git describe --always --dirty``), or "" outside a git checkout."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def main() -> None:
@@ -145,7 +156,8 @@ def main() -> None:
            "paired_ratio_max": max(ratios),
            **{f"{s}_cpu_s_median": statistics.median(t) for s, t in cpu.items()},
            "paired_cpu_ratio_median": statistics.median(cpu_ratios), "paired_cpu_ratio_min": min(cpu_ratios),
-           "paired_cpu_ratio_max": max(cpu_ratios), "temp_bytes": temps, "loadavg_before_after": load}
+           "paired_cpu_ratio_max": max(cpu_ratios), "temp_bytes": temps, "loadavg_before_after": load,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": _commit()}
     print(json.dumps(row))
     if a.out:
         rows = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else []

@@ -48,6 +48,33 @@ def test_the_cheaper_candidate_wins_and_the_preset_decides(getkey, monkeypatch, 
     assert auto_impl(adj, x, op=op, heads=heads) != scipy_name
 
 
+def test_a_training_call_is_priced_with_its_backward_and_train_mode_asks_for_it(getkey, monkeypatch):
+    """``training=True`` prices the forward and its backward (`hwmodel.autograd_training`: the
+    attention's SDDMM and softmax x2, its SpMM x3 with the learned weights' dA) plus a second
+    host callback for the scipy backend; a GAT layer in train mode asks for it, in eval mode not."""
+    from codesign import hwmodel
+    adj = with_csr_pattern(random_adj(getkey(), 200, 2000))
+    x = jnp.ones((200, 4, 8), jnp.float32)
+    hw = api.device_preset()
+    use_preset(monkeypatch, hw, 0.25)
+    n, e = 200, 2000
+    sddmm, softmax, spmm = hwmodel.attention_stages(n, e, 4, 8, 32.0, 32.0)
+    cost = lambda *st: sum(float(hwmodel.stage_cost(s, hw).latency_s) for s in st)
+    assert api.modeled_cost_s("csr", adj, x, hw, "attention", 4) == pytest.approx(cost(sddmm, softmax, spmm) + 0.25)
+    assert api.modeled_cost_s("csr", adj, x, hw, "attention", 4, training=True) == pytest.approx(
+        cost(sddmm, sddmm, softmax, softmax, spmm, spmm, spmm) + 0.5, rel=1e-5)
+    asked = []
+    real = api.auto_impl
+    monkeypatch.setattr("codesign.models.gat.auto_impl", lambda *a, **k: asked.append(k["training"]) or real(*a, **k))
+    m = GAT(8, 4, 3, heads=2, rngs=nnx.Rngs(0))
+    h = jnp.ones((200, 2, 4))
+    m.train()
+    m.conv1.attention_backend(adj, h)
+    m.eval()
+    m.conv1.attention_backend(adj, h)
+    assert asked == [True, False]
+
+
 def test_the_measured_callback_cost_keeps_tiny_products_on_segment_sum(getkey):
     adj = with_csr_pattern(random_adj(getkey(), 10, 30))
     x = jnp.ones((10, 4), jnp.float32)

@@ -165,9 +165,12 @@ def _stages(name: str, n: int, nnz: int, width: int, bits: float, heads: int) ->
 
 
 def modeled_cost_s(name: str, adj: Adjacency, x: jax.Array, hw: hwmodel.HardwareSpec, op: str = "spmm",
-                   heads: int = 1) -> float:
+                   heads: int = 1, training: bool = False) -> float:
     """Modeled seconds of one forward call of backend ``name`` on ``hw`` (`hwmodel.stage_cost`
-    over the backend's stages, from static shapes and dtypes only, so it runs under jit):
+    over the backend's stages, from static shapes and dtypes only, so it runs under jit); with
+    ``training``, of the forward and its backward: the stages under `hwmodel.autograd_training`
+    (the one training-cost rule; the attention's weights are learned, an SpMM's are not) and, for
+    the scipy backends, two host callbacks (the forward's and the backward's):
 
       segment / XLA references: `hwmodel.segment_spmm_stages` (gather + message buffer + scatter);
       csr_scipy: `hwmodel.spmm_stage` (scipy's per-output-row loop) + `callback_overhead_s`;
@@ -186,9 +189,13 @@ def modeled_cost_s(name: str, adj: Adjacency, x: jax.Array, hw: hwmodel.Hardware
     nnz = _stored_entries(adj)
     with jax.ensure_compile_time_eval():
         stages = _stages(name, n, nnz, width, bits, heads if op == "attention" else 0)
+        if training:  # a hidden layer's call (its input needs a gradient)
+            layer = hwmodel.LayerWorkload("layer1", stages, stages, ())
+            wl = hwmodel.autograd_training(hwmodel.Workload((layer,)), learned_edge_weights=op == "attention")
+            stages = wl.layers[0].combine_first
         total = sum(float(hwmodel.stage_cost(s, hw).latency_s) for s in stages)
     if name in ("csr_scipy", "csr"):
-        total += callback_overhead_s()
+        total += callback_overhead_s() * (2 if training else 1)
     return total
 
 
@@ -201,7 +208,8 @@ def _stored_entries(adj) -> int:
 
 
 def auto_impl(adj: Adjacency, x: jax.Array, *, op: str = "spmm", heads: int = 1,
-              hw: Optional[hwmodel.HardwareSpec] = None, allowed: Optional[Sequence[str]] = None) -> str:
+              hw: Optional[hwmodel.HardwareSpec] = None, allowed: Optional[Sequence[str]] = None,
+              training: bool = False) -> str:
     """The backend ``impl="auto"`` runs: of the `candidates` (restricted to ``allowed`` if given),
     the one with the lowest `modeled_cost_s` on ``hw`` (default `device_preset`, the validated
     preset of the device JAX runs on); ties go to the first candidate. Decides from shapes,
@@ -214,6 +222,8 @@ def auto_impl(adj: Adjacency, x: jax.Array, *, op: str = "spmm", heads: int = 1,
       heads: attention heads (``op="attention"``).
       hw: the preset to cost on.
       allowed: the backends the caller can run (e.g. `gat_aggregate`: no "csr").
+      training: cost the forward and its backward (`modeled_cost_s`): the call is part of a
+        training step (a layer in train mode), not an inference.
 
     Returns: a backend name of the `IMPLS` table (``op="spmm"``) or of `ATTENTION_BACKENDS`.
 
@@ -228,7 +238,7 @@ def auto_impl(adj: Adjacency, x: jax.Array, *, op: str = "spmm", heads: int = 1,
                              f"{list(candidates(adj, x, op))}")
     if len(names) > 1:
         hw = device_preset() if hw is None else hw
-        costs = [modeled_cost_s(c, adj, x, hw, op, heads) for c in names]
+        costs = [modeled_cost_s(c, adj, x, hw, op, heads, training) for c in names]
         names = (names[int(np.argmin(costs))],)
     _note("aggregate" if op == "spmm" else op, names[0])
     return names[0]

@@ -79,6 +79,7 @@ from codesign.models.layers import (
 )
 from codesign.sparsify import ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
+from codesign.vertex.lower import heads_aggregate
 
 NEGATIVE_SLOPE = 0.2  # LeakyReLU slope of the paper
 
@@ -172,20 +173,10 @@ class GATConv(Layer):
         mode = self.attention_backend(loops, h)
         # attention dropout: its mask / (1 - rate) per edge and head, an edge input of the program
         keep = self.attn_dropout(jnp.ones((loops.n_edges, self.heads), jnp.float32)) if dropout_active else None
-        heads, f = self.heads, self.out_features
-        if mode == "reference":
-            # XLA's segment ops have no head axis (vmapped, heads become a leading, strided batch
-            # axis of every scatter: 1.4-1.6x slower on CPU): heads run as H disjoint copies of the
-            # graph, node n's head h at row n * H + h, one program run
-            offs = jnp.arange(heads, dtype=loops.senders.dtype)
-            copies = CooAdjacency((loops.senders[:, None] * heads + offs).reshape(-1),
-                                  (loops.receivers[:, None] * heads + offs).reshape(-1), None, n * heads)
-            g = None if gate is None else jnp.broadcast_to(gate[:, None], (loops.n_edges, heads)).reshape(-1)
-            out = self._run(copies, g, mode, h.reshape(n * heads, f), s_src.reshape(-1), s_dst.reshape(-1),
-                            None if keep is None else keep.reshape(-1)).reshape(n, heads, f)
-        else:  # the fused kernels and scipy's CSR take a vmapped axis as their head axis (one call)
-            out = jax.vmap(functools.partial(self._run, loops, gate, mode), in_axes=(1, 1, 1, None if keep is None else 1),
-                           out_axes=1)(h, s_src, s_dst, keep)
+        # the heads as a vmapped axis: the fused kernels, the edge softmax and scipy's CSR take it as
+        # their head axis, the XLA SpMM as H disjoint copies of the graph (`heads_aggregate`)
+        out = jax.vmap(functools.partial(self._run, loops, gate, mode), in_axes=(1, 1, 1, None if keep is None else 1),
+                       out_axes=1)(h, s_src, s_dst, keep)
         out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
         return out + self.bias[...]
 
@@ -195,8 +186,9 @@ class GATConv(Layer):
         attention dropout) runs the kernel of the attention backend ``mode``."""
         prog = self.program(keep is not None)
         prog = prog if gate is None else prog.with_edge_gates(gate)
+        agg = heads_aggregate if self.aggregate_fn is aggregate else self.aggregate_fn
         return prog(adj, nodes={"h": h, "el": el, "er": er}, edges={} if keep is None else {"keep": keep},
-                    impl=_SPMM_OF_ATTENTION.get(mode, "auto"), attention_impl=mode, aggregate=self.aggregate_fn)
+                    impl=_SPMM_OF_ATTENTION.get(mode, "auto"), attention_impl=mode, aggregate=agg)
 
     def input_bits(self, hard: bool = False) -> jax.Array:
         """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
@@ -233,7 +225,8 @@ class GATConv(Layer):
     def attention_backend(self, loops: CooAdjacency, h: jax.Array) -> str:
         """The attention backend this layer runs on ``loops`` for h [N, H, F]: ``impl`` if not
         "auto", else `codesign.kernels.auto_impl` (``op="attention"``: the lowest modeled cost on
-        the device's preset among "reference" / "pallas" / "csr" where they run).
+        the device's preset among "reference" / "pallas" / "csr" where they run; in train mode
+        (``nnx.Module.train``) the forward and its backward are priced, in eval mode the forward).
 
         Raises:
           ValueError: ``loops.pattern`` is a `CsrPattern` whose entry count is not ``loops``'
@@ -244,7 +237,8 @@ class GATConv(Layer):
                              f"edges with self-loops: build it with with_csr_pattern(adj, self_loops=True)")
         if self.impl != "auto":
             return self.impl
-        return auto_impl(loops, h, op="attention", heads=self.heads)
+        # in train mode the call is part of a training step: priced with its backward
+        return auto_impl(loops, h, op="attention", heads=self.heads, training=not self.attn_dropout.deterministic)
 
 
 @final

@@ -23,7 +23,7 @@ from codesign.kernels import CooAdjacency, CsrPattern, aggregate, auto_impl, csr
 from codesign.vertex.fusion import AttentionPlan, SpmmPlan, plan, softmax_scores
 from codesign.vertex.ir import ProgramGraph
 
-__all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_softmax"]
+__all__ = ["EdgeContext", "run", "ATTENTION_IMPLS", "attention_mode", "edge_softmax", "heads_aggregate"]
 
 ATTENTION_IMPLS = ("auto", "reference", "pallas", "csr")
 """``attention_impl`` of a call: "reference" (`gat_aggregate_reference`: XLA gather + segment ops;
@@ -155,28 +155,30 @@ def _batched(fn, head_axis: bool, n_out: int):
     return f, rule
 
 
-def _head_op(core, n_in: int):
+def _head_op(core, n_in: int, core_bwd=None):
     """``op(structure, *arrays)`` for one head (each array [N or E, ...], the leading axis the
     graph's) from ``core(structure, *arrays [N or E, H, ...]) -> [N or E, H, ...]``, the H-head
-    version: a recomputing custom VJP (the backward reruns ``core`` under `jax.vjp`) and vmap
-    rules that turn mapped axes into ``core``'s head axis (module docstring), so H vmapped heads
-    (and a vmapped seed axis around them) run as one call with the heads trailing."""
-    def core_bwd(structure, *args):  # multi-head arrays, then the output's cotangent
-        _, vjp = jax.vjp(lambda *a: core(structure, *a), *args[:n_in])
-        grads = vjp(args[n_in].astype(jnp.float32))
-        return grads[0] if n_in == 1 else grads
+    version: a custom VJP and vmap rules that turn mapped axes into ``core``'s head axis (module
+    docstring), so H vmapped heads (and a vmapped seed axis around them) run as one call with the
+    heads trailing. ``core_bwd(structure, *arrays, out, g) -> n_in cotangents`` (multi-head, the
+    forward's output ``out`` kept as the residual); None: the backward reruns ``core`` under
+    `jax.vjp` (rematerializing)."""
+    if core_bwd is None:
+        def core_bwd(structure, *args):  # multi-head arrays, the output, then its cotangent
+            _, vjp = jax.vjp(lambda *a: core(structure, *a), *args[:n_in])
+            return vjp(args[n_in + 1].astype(jnp.float32))
+
+    def one(grads):
+        return grads[0] if n_in == 1 else tuple(grads)
 
     multi, multi_rule = _batched(core, True, 1)
     multi_rule.multi = multi
-    multi_bwd, multi_bwd_rule = _batched(core_bwd, True, n_in)
+    multi_bwd, multi_bwd_rule = _batched(lambda st, *a: one(core_bwd(st, *a)), True, n_in)
     multi_bwd_rule.multi = multi_bwd
     single, single_rule = _batched(lambda st, *a: core(st, *[x[:, None] for x in a])[:, 0], False, 1)
     single_rule.multi = multi
-    def single_core_bwd(st, *a):
-        grads = core_bwd(st, *[x[:, None] for x in a])
-        return grads[:, 0] if n_in == 1 else tuple(d[:, 0] for d in grads)
-
-    single_bwd, single_bwd_rule = _batched(single_core_bwd, False, n_in)
+    single_bwd, single_bwd_rule = _batched(
+        lambda st, *a: one(d[:, 0] for d in core_bwd(st, *[x[:, None] for x in a])), False, n_in)
     single_bwd_rule.multi = multi_bwd
 
     @jax.custom_vjp
@@ -184,11 +186,12 @@ def _head_op(core, n_in: int):
         return single(structure, *arrays)
 
     def fwd(structure, *arrays):
-        return single(structure, *arrays), (structure, arrays)
+        out = single(structure, *arrays)
+        return out, (structure, arrays, out)
 
     def bwd(res, g):
-        structure, arrays = res
-        grads = single_bwd(structure, *arrays, g)
+        structure, arrays, out = res
+        grads = single_bwd(structure, *arrays, out, g)
         grads = (grads,) if n_in == 1 else grads
         zeros = jax.tree_util.tree_map(lambda _: None, structure)
         return (zeros, *(d.astype(x.dtype) for d, x in zip(grads, arrays)))
@@ -197,19 +200,45 @@ def _head_op(core, n_in: int):
     return op
 
 
+def _copies_core(impl: str, adj: CooAdjacency, w, x):
+    """``aggregate`` of x [N, H, F] with per-head edge weights w [E, H] as one call over H
+    disjoint copies of the graph (node n's head h at row ``n * H + h``, edge e's at
+    ``e * H + h``): every row of the scatter is F wide, none strided."""
+    n, heads = x.shape[0], x.shape[1]
+    offs = jnp.arange(heads, dtype=adj.senders.dtype)
+    copies = CooAdjacency((adj.senders[:, None] * heads + offs).reshape(-1),
+                          (adj.receivers[:, None] * heads + offs).reshape(-1), w.reshape(-1), n * heads)
+    return aggregate(copies, x.reshape((n * heads,) + x.shape[2:]), impl=impl).reshape(x.shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _copies_op(impl: str):
+    return _head_op(functools.partial(_copies_core, impl), 2)
+
+
+def heads_aggregate(adj: CooAdjacency, x: jax.Array, impl: str = "auto") -> jax.Array:
+    """`codesign.kernels.aggregate` (``A @ x``, x [N, F], the weights in ``adj.edge_weight``)
+    for an adjacency without a pattern, with a vmap rule: under `jax.vmap` over x and the
+    weights (GAT's heads), one call over the H disjoint copies of the graph instead of XLA's
+    gather and scatter along a leading, strided head axis (`_copies_core`; its backward reruns
+    it under `jax.vjp`). What `codesign.models.GATConv` injects as its program's ``aggregate``
+    on the "reference" backend. An adjacency with a pattern goes to ``aggregate`` as it is.
+
+    Raises:
+      ValueError: as `codesign.kernels.aggregate`.
+    """
+    if adj.pattern is not None:
+        return aggregate(adj, x, impl=impl)
+    w = jnp.ones(adj.senders.shape, x.dtype) if adj.edge_weight is None else adj.edge_weight
+    structure = dataclasses.replace(adj, edge_weight=None)
+    return _copies_op(impl)(structure, w, x)
+
+
 @functools.lru_cache(maxsize=None)
 def _attention_op(mode: str, slope: float):
     """``op(structure, h [N, F], el [N], er [N]) -> [N, F]``, one head (`_head_op` of
     `_attention_core`)."""
     return _head_op(functools.partial(_attention_core, mode, slope), 3)
-
-
-@functools.lru_cache(maxsize=None)
-def _gather_op():
-    """``op(index int [E], x [N]) -> x[index]`` [E], one head: under `jax.vmap` the heads stay
-    the trailing axis ([N, H] rows gathered, the backward's scatter-add over [E, H] rows) where
-    XLA would gather and scatter along a leading, strided head axis (`_softmax_op`)."""
-    return _head_op(lambda index, x: x[index], 1)
 
 
 def _softmax_core(n: int, sorted_: bool, receivers, x, gates=None):
@@ -231,12 +260,47 @@ def _score_softmax_core(n: int, slope: float, sorted_: bool, structure, el, er, 
     return _softmax_core(n, sorted_, receivers, z, gates)
 
 
+def _softmax_grads(n: int, sorted_: bool, receivers, a, g, gates=None):
+    """The cotangents of `_softmax_core` in its input x and its gates from its output ``a`` and
+    the output's cotangent ``g`` (all [E, H]): with ``a_e = p_e / sum_k g_k p_k`` and
+    ``S_v = sum_{e -> v} g_e a_e``, ``dx_e = a_e (g_e - gate_e S_v)`` and
+    ``dgate_e = -a_e S_v`` (no gates: gate = 1). The forward's output is the only residual."""
+    g = g.astype(a.dtype)
+    total = jax.ops.segment_sum(g * a, receivers, num_segments=n, indices_are_sorted=sorted_)[receivers]
+    if gates is None:
+        return a * (g - total), None
+    return a * (g - gates.astype(a.dtype) * total), -a * total
+
+
+def _score_softmax_bwd(n: int, slope: float, sorted_: bool, structure, el, er, *rest):
+    """`_score_softmax_core`'s cotangents in el, er [N, H] (and gates [E, H]) from its output a
+    and a's cotangent g (``rest``: [gates,] a, g): `_softmax_grads`, the LeakyReLU's slope, and
+    one segment sum to the senders and one to the receivers."""
+    senders, receivers = structure
+    gates, (a, g) = (rest[0] if len(rest) == 3 else None), rest[-2:]
+    dz, dgates = _softmax_grads(n, sorted_, receivers, a, g, gates)
+    if slope != 1.0:
+        z = el[senders] + er[receivers]
+        dz = jnp.where(z > 0, dz, slope * dz)
+    d_el = jax.ops.segment_sum(dz, senders, num_segments=n).astype(el.dtype)
+    d_er = jax.ops.segment_sum(dz, receivers, num_segments=n, indices_are_sorted=sorted_).astype(er.dtype)
+    return (d_el, d_er) if gates is None else (d_el, d_er, dgates)
+
+
 @functools.lru_cache(maxsize=None)
 def _score_softmax_op(n: int, slope: float, sorted_: bool, gated: bool):
     """``op((senders, receivers), el [N], er [N], [gates [E]]) -> [E]``: the edge softmax of
     GAT's scores (`codesign.vertex.fusion.softmax_scores`) for one head, heads kept trailing
-    under `jax.vmap` (`_softmax_op`): the [E, H] scores never take a leading head axis."""
-    return _head_op(functools.partial(_score_softmax_core, n, slope, sorted_), 3 if gated else 2)
+    under `jax.vmap` (`_softmax_op`): the [E, H] scores never take a leading head axis. Its
+    backward (`_score_softmax_bwd`) keeps only the coefficients."""
+    return _head_op(functools.partial(_score_softmax_core, n, slope, sorted_), 3 if gated else 2,
+                    functools.partial(_score_softmax_bwd, n, slope, sorted_))
+
+
+def _softmax_bwd(n: int, sorted_: bool, receivers, x, *rest):
+    gates, (a, g) = (rest[0] if len(rest) == 3 else None), rest[-2:]
+    dx, dgates = _softmax_grads(n, sorted_, receivers, a, g, gates)
+    return (dx.astype(x.dtype),) if gates is None else (dx.astype(x.dtype), dgates)
 
 
 @functools.lru_cache(maxsize=None)
@@ -245,8 +309,9 @@ def _softmax_op(n: int, sorted_: bool, gated: bool):
     (`_segment_softmax`) for one head. Under `jax.vmap` (GAT's heads) XLA's scatter would take the
     mapped axis as a leading, strided batch axis of every segment op (1.3x slower per training
     step on R-MAT 2^15, `experiments/gat_program_ab.py`); the `_head_op` rules keep it trailing,
-    as [E, H]."""
-    return _head_op(functools.partial(_softmax_core, n, sorted_), 2 if gated else 1)
+    as [E, H]. Its backward (`_softmax_grads`) keeps only the output."""
+    return _head_op(functools.partial(_softmax_core, n, sorted_), 2 if gated else 1,
+                    functools.partial(_softmax_bwd, n, sorted_))
 
 
 # ----------------------------------------------------------------------------------- lowering
@@ -338,9 +403,10 @@ def run(graph: ProgramGraph, ctx: EdgeContext, nodes: dict, edges: dict) -> Any:
             return nodes[node.attrs["name"]]
         if op == "edge_input":
             return edges[node.attrs["name"]]
-        if op in ("gather_src", "gather_dst"):
-            x, idx = value(a[0]), s if op == "gather_src" else r
-            return _gather_op()(idx, x) if x.ndim == 1 else x[idx]
+        if op == "gather_src":
+            return value(a[0])[s]
+        if op == "gather_dst":
+            return value(a[0])[r]
         if op == "gather_src_indexed":
             table = value(a[0])
             flat = table.reshape((n * table.shape[1],) + table.shape[2:])
