@@ -110,7 +110,8 @@ class GATConv(Layer):
         among the candidates on CPU when ``loops.pattern`` is a `CsrPattern`).
       aggregate_fn: the SpMM of the unfused lowering (edge gates or attention dropout),
         ``aggregate_fn(adj, x [N, F], impl=...)`` per head (default `codesign.kernels.aggregate`;
-        injected as in `GCNConv`; the program's `EdgeContext.aggregate`). The fused attention runs
+        injected as in `GCNConv`; the program's `EdgeContext.aggregate`; the default runs as
+        `codesign.vertex.lower.heads_aggregate`, its vmap over the heads one call). The fused attention runs
         its own kernels (`gat_aggregate`, `csr_spmm`): the softmax is fused into them.
 
     Raises:
@@ -150,9 +151,10 @@ class GATConv(Layer):
     def __call__(self, x: jax.Array, loops: CooAdjacency, gate: Optional[jax.Array] = None,
                  dropout: Optional[nnx.Module] = None, channel_gate: Optional[jax.Array] = None) -> jax.Array:
         """Runs `program` (one head; ``gate`` attached with ``with_edge_gates``) through its
-        lowering, on the backend `attention_backend` picks: the H heads as a `jax.vmap` axis (the
-        fused kernels and scipy's CSR run it as their head axis) or, for the XLA reference, as H
-        disjoint copies of the graph (rows ``n * H + h``). ``loops``: the edges with
+        lowering, on the backend `attention_backend` picks, the H heads as a `jax.vmap` axis: the
+        fused kernels, the edge softmax and scipy's CSR run it as their head axis, XLA's SpMM as
+        H disjoint copies of the graph (`codesign.vertex.lower.heads_aggregate`, with the default
+        ``aggregate_fn``). ``loops``: the edges with
         self-loops (receivers = rows); ``gate``: float [E'] or None. A `CsrPattern` in
         ``loops.pattern`` (E' entries) makes the CSR kernels candidates on CPU with ``impl="auto"``.
         ``dropout`` (optional) is applied to the *quantized* input (as `GCNConv` does: a learned
