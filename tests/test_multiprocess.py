@@ -2,8 +2,8 @@
 processes (coordinator on 127.0.0.1, gloo collectives on CPU), one device each, train the run that
 one process with N simulated devices trains, and only process 0 writes its record.
 
-The reference runs in one subprocess with 4 simulated CPU devices (``--devices 2`` then
-``--devices 4``, the single-process path); the launcher runs in this process (it starts no JAX
+The reference runs in one subprocess with 4 simulated CPU devices (``--devices 4``, the
+single-process path); the launcher runs in this process (it starts no JAX
 here) and its children share the test session's XLA compilation cache (tests/conftest.py).
 """
 
@@ -40,16 +40,16 @@ def _records(folder: Path) -> list:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """{P: the record of one process with P simulated devices} for P = 2, 4."""
+    """{P: the record of one process with P simulated devices} for P = 4."""
     base = tmp_path_factory.mktemp("reference")
     code = ("import sys; from codesign.cli import main; "
             f"sys.exit(max(main({ARGS!r} + ['--devices', str(p), '--out', {str(base)!r} + f'/p{{p}}']) "
-            "for p in (2, 4)))")
+            "for p in (4,)))")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     out = {}
-    for n in (2, 4):
+    for n in (4,):
         (rec,) = _records(base / f"p{n}")
         out[n] = rec
     return out
@@ -59,7 +59,10 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= RTOL * max(abs(a), abs(b), 1e-30)
 
 
-@pytest.mark.parametrize("n", [2, 4])
+# 4 processes, not 2: in a ring of 2 a process's left and right neighbours are the same process, so
+# an exchange sent the wrong way round would pass; 2 processes were checked equal to the last bit
+# when the launcher was written (the RTOL note above), and cost a further ~50 s of CI.
+@pytest.mark.parametrize("n", [4])
 def test_processes_train_the_single_process_run(reference, n, tmp_path, capfd, monkeypatch):
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert cli.main(ARGS + ["--processes", str(n), "--out", str(tmp_path)]) == 0
