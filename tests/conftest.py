@@ -8,8 +8,7 @@
 * ``--regen``: rewrite stored reference outputs from the current code instead of comparing with
   them (``pytest tests/test_hwmodel.py -k reference --regen``; the regenerating test skips, saying
   so); review the diff before committing it.
-* ``JAX_COMPILATION_CACHE_DIR``: one fresh persistent compilation cache per test session, shared by
-  the xdist workers and the subprocesses (below).
+* ``JAX_COMPILATION_CACHE_DIR``: a fresh persistent compilation cache per pytest process (below).
 
 Strict dtype/rank promotion is deliberately not switched on globally; tests that want it use
 ``jax.numpy_rank_promotion("raise")`` / ``jax.numpy_dtype_promotion("strict")`` as context managers.
@@ -25,31 +24,22 @@ from pathlib import Path
 
 import pytest
 
-# One persistent XLA compilation cache for the test session: the pytest process that starts first
-# (xdist's controller, or the only one) makes it; its workers and the CLI / experiment subprocesses
-# its tests start inherit the variables and use the same directory. Many tests compile the same
-# programs (a Cora GCN's training step, the cost model's estimate) in fresh `jax.jit`s, in fresh
-# processes and on both workers; a program compiled once is loaded from here afterwards. A size
-# limit turns on JAX's LRU cache with its file lock (`jax._src.lru_cache`, filelock), so processes
-# never read a half-written entry. The directory is removed when the process that made it exits, so
-# nothing outlives the run. A JAX_COMPILATION_CACHE_DIR of your own is used as it is.
-# Set before JAX is imported.
-_OWN_CACHE = "CODESIGN_TESTS_XLA_CACHE"  # the directory the first pytest process made
-if os.environ.get("JAX_COMPILATION_CACHE_DIR") is None or (
-        os.environ.get("JAX_COMPILATION_CACHE_DIR") == os.environ.get(_OWN_CACHE)
-        and not os.path.isdir(os.environ[_OWN_CACHE])):
+# A persistent XLA compilation cache for each pytest process (each xdist worker) and the CLI /
+# experiment subprocesses its tests start (they inherit the variable): many tests compile the same
+# programs (a Cora GCN's training step, the cost model's estimate) in fresh `jax.jit`s or fresh
+# processes; a program compiled once is loaded from here afterwards. The directory is new for each
+# process and removed when it exits, so nothing outlives the run and no two workers write one file.
+# A JAX_COMPILATION_CACHE_DIR of your own is used as it is. Set before JAX is imported.
+_OWN_CACHE = "CODESIGN_TESTS_XLA_CACHE"  # the directory a parent pytest process (xdist's controller) made
+if os.environ.get("JAX_COMPILATION_CACHE_DIR") in (None, os.environ.get(_OWN_CACHE)):
     _cache = tempfile.mkdtemp(prefix="codesign-tests-xla-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_OWN_CACHE] = _cache
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
-if os.environ.get("JAX_COMPILATION_CACHE_DIR") == os.environ.get(_OWN_CACHE):
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))  # bytes; > 0: LRU with a file lock
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import jax  # (after the variables above; the update covers a JAX imported before this file)
 
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-if "JAX_COMPILATION_CACHE_MAX_SIZE" in os.environ:
-    jax.config.update("jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 os.environ.setdefault("CODESIGN_DATA", str((Path(__file__).resolve().parent / ".." / ".." / "shared" / "data").resolve()))
 # Absolute, so that tests running the CLI in a subprocess with another working directory see the same

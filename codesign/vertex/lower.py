@@ -262,9 +262,9 @@ def _score_softmax_core(n: int, slope: float, sorted_: bool, structure, el, er, 
 
 def _softmax_grads(n: int, sorted_: bool, receivers, a, g, gates=None):
     """The cotangents of `_softmax_core` in its input x and its gates from its output ``a`` and
-    the output's cotangent ``g`` (all [E, H]): with ``a_e = p_e / sum_k g_k p_k`` and
-    ``S_v = sum_{e -> v} g_e a_e``, ``dx_e = a_e (g_e - gate_e S_v)`` and
-    ``dgate_e = -a_e S_v`` (no gates: gate = 1). The forward's output is the only residual."""
+    the output's cotangent ``g`` (all [E, H]): with gates ``t``, ``a_e = p_e / sum_k t_k p_k``
+    and ``S_v = sum_{e -> v} g_e a_e``, ``dx_e = a_e (g_e - t_e S_v)`` and ``dt_e = -a_e S_v``
+    (no gates: t = 1). The forward's output is the only residual."""
     g = g.astype(a.dtype)
     total = jax.ops.segment_sum(g * a, receivers, num_segments=n, indices_are_sorted=sorted_)[receivers]
     if gates is None:
