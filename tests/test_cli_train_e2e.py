@@ -13,6 +13,7 @@ from pathlib import Path
 
 from codesign import cli
 from codesign.results import RUN_RECORD_FIELDS, ResultsStore
+from conftest import xla_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _env(planetoid_root, devices: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CODESIGN_DATA=str(planetoid_root))
     if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+        env["XLA_FLAGS"] = xla_flags(f"--xla_force_host_platform_device_count={devices}")
     return env
 
 

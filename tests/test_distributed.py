@@ -16,6 +16,8 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import xla_flags
+
 from codesign import distributed as dist
 from codesign.data.synthetic import rmat_edges
 from codesign.hwmodel import comm
@@ -277,7 +279,7 @@ print("RESULT" + json.dumps(out))
 
 
 def _run(code: str, timeout: int = 300) -> str:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=8"), JAX_PLATFORMS="cpu")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                        timeout=timeout)
     assert p.returncode == 0, p.stderr[-3000:]

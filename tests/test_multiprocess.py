@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import xla_flags
+
 from codesign import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +47,7 @@ def reference(tmp_path_factory):
     code = ("import sys; from codesign.cli import main; "
             f"sys.exit(max(main({ARGS!r} + ['--devices', str(p), '--out', {str(base)!r} + f'/p{{p}}']) "
             "for p in (4,)))")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), JAX_PLATFORMS="cpu")
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     out = {}
