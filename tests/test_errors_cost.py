@@ -216,28 +216,23 @@ def test_spec_field_of_wrong_type():
 # properties
 # ---------------------------------------------------------------------------------------------
 
-def _report():
-    """The function of a workload giving, on every preset, the totals [presets, (latency_s,
-    energy_j, dram_bytes)] and each layer's chosen mapping [presets, (aggregate-first flags...,
-    on-NMP flags...)], for both property tests. Run op by op, not under one `jax.jit`: the jitted
-    program over all presets took 27-30 s to compile per workload structure (inference /
-    training), op by op each example takes 0.2-0.3 s."""
-    hws = [presets.get(n) for n in PRESETS]
-
-    def one(wl, hw):
-        r = hwmodel.estimate(wl, hw)
-        return (jnp.stack([r.latency_s, r.energy_j, r.dram_bytes]),
-                jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()]))
-
-    def every(wl):
-        totals, flags = zip(*(one(wl, hw) for hw in hws))
-        return jnp.stack(totals), jnp.stack(flags)
-    return every
+def _report(wl):
+    """On every preset for workload ``wl``: the totals [presets, (latency_s, energy_j, dram_bytes)]
+    and each layer's chosen mapping [presets, (aggregate-first flags..., on-NMP flags...)], for both
+    property tests. Run op by op, not under one `jax.jit`: the jitted program over all presets took
+    27-30 s to compile per workload structure (inference / training), op by op each example takes
+    0.2-0.3 s."""
+    totals, flags = [], []
+    for name in PRESETS:
+        r = hwmodel.estimate(wl, presets.get(name))
+        totals.append(jnp.stack([r.latency_s, r.energy_j, r.dram_bytes]))
+        flags.append(jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()]))
+    return jnp.stack(totals), jnp.stack(flags)
 
 
 def _cost(wl) -> tuple[np.ndarray, np.ndarray]:
     """``(totals, mappings)`` of ``wl`` on every preset (`_report`)."""
-    totals, mappings = _report()(wl)
+    totals, mappings = _report(wl)
     return np.asarray(totals), np.asarray(mappings)
 
 

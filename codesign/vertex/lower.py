@@ -95,8 +95,9 @@ def edge_softmax(senders, receivers, n_nodes: int, s_src, s_dst, negative_slope:
 
 
 def _per_edge(g, x):
-    """Gate vector g [E] shaped to broadcast against x [E, ...]."""
-    return g.reshape(g.shape + (1,) * (x.ndim - 1))
+    """Per-edge values g [E] (or [E, H], per head) shaped to broadcast against x [E, ...]
+    ([E, H, ...])."""
+    return g.reshape(g.shape + (1,) * (x.ndim - g.ndim))
 
 
 # ---------------------------------------------------------------------------- fused attention
@@ -222,7 +223,8 @@ def heads_aggregate(adj: CooAdjacency, x: jax.Array, impl: str = "auto") -> jax.
     weights (GAT's heads), one call over the H disjoint copies of the graph instead of XLA's
     gather and scatter along a leading, strided head axis (`_copies_core`; its backward reruns
     it under `jax.vjp`). What `codesign.models.GATConv` injects as its program's ``aggregate``
-    on the "reference" backend. An adjacency with a pattern goes to ``aggregate`` as it is.
+    (with its default ``aggregate_fn``); an adjacency with a pattern (the "csr" backend's) goes to
+    ``aggregate`` as it is, whose scipy callbacks take the vmapped axis in one call.
 
     Raises:
       ValueError: as `codesign.kernels.aggregate`.
@@ -243,12 +245,7 @@ def _attention_op(mode: str, slope: float):
 
 def _softmax_core(n: int, sorted_: bool, receivers, x, gates=None):
     """`_segment_softmax` of x [E, H] (gates [E, H] or absent) over each receiver's edges."""
-    seg = dict(num_segments=n, indices_are_sorted=sorted_)
-    m = jax.ops.segment_max(x, receivers, **seg)
-    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
-    p = jnp.exp(x - m[receivers])
-    denom = jax.ops.segment_sum(p if gates is None else p * gates.astype(p.dtype), receivers, **seg)
-    return p / jnp.where(denom > 0, denom, 1.0)[receivers]
+    return _segment_softmax(x, receivers, n, gates, indices_are_sorted=sorted_)
 
 
 def _score_softmax_core(n: int, slope: float, sorted_: bool, structure, el, er, gates=None):
