@@ -216,18 +216,27 @@ def test_spec_field_of_wrong_type():
 # properties
 # ---------------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _estimator(name: str):
+    """``wl -> (totals, flags)`` of preset ``name``, jitted with the workload as its argument: one
+    compile per workload structure (inference / training) and preset, then each example runs the
+    compiled program. (One program over all presets took 27-30 s to compile per structure; op by op
+    each example took 0.2-0.3 s over the presets.)"""
+    hw = presets.get(name)
+
+    def run(wl):
+        r = hwmodel.estimate(wl, hw)
+        return (jnp.stack([r.latency_s, r.energy_j, r.dram_bytes]),
+                jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()]))
+    return jax.jit(run)
+
+
 def _report(wl):
     """On every preset for workload ``wl``: the totals [presets, (latency_s, energy_j, dram_bytes)]
     and each layer's chosen mapping [presets, (aggregate-first flags..., on-NMP flags...)], for both
-    property tests. Run op by op, not under one `jax.jit`: the jitted program over all presets took
-    27-30 s to compile per workload structure (inference / training), op by op each example takes
-    0.2-0.3 s."""
-    totals, flags = [], []
-    for name in PRESETS:
-        r = hwmodel.estimate(wl, presets.get(name))
-        totals.append(jnp.stack([r.latency_s, r.energy_j, r.dram_bytes]))
-        flags.append(jnp.stack([*r.aggregate_first.values(), *r.on_nmp.values()]))
-    return jnp.stack(totals), jnp.stack(flags)
+    property tests (`_estimator`)."""
+    out = [_estimator(name)(wl) for name in PRESETS]
+    return jnp.stack([t for t, _ in out]), jnp.stack([f for _, f in out])
 
 
 def _cost(wl) -> tuple[np.ndarray, np.ndarray]:
