@@ -281,11 +281,21 @@ def cmd_train(args) -> int:
         check_versions(store.path, store.records())  # never add to a file priced by another cost model
     args.progress = getattr(args, "progress", None) or _Progress()
     args.progress.store = store
-    graph = _load(args)
+    scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
+    if args.shards is not None:  # each process reads its own parts (codesign.distributed.shards), not the graph
+        from codesign.distributed.shards import read_manifest
+        manifest = read_manifest(args.shards)
+        if any(a == "--dataset" or a.startswith("--dataset=") for a in args.argv) and args.dataset != manifest["graph"]:
+            raise ValueError(f"--dataset {args.dataset}: the shard folder {args.shards} holds {manifest['graph']!r}")
+        args.dataset, graph = manifest["graph"], None
+        if (manifest["method"], manifest["seed"]) != ("metis", 0):  # the partition the graph path computes
+            scale_out.update(partition_method=manifest["method"], partition_seed=manifest["seed"])
+    else:
+        graph = _load(args)
     configs = [_config(args, args.cost_weight, args.bits, seed) for seed in range(args.seeds)]
     # sweep's key scheme; a partitioned run is another run than the single-device one (the same run
-    # whether its devices sit in one process or several)
-    scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
+    # whether its devices sit in one process or several, and whether they read shard files or cut
+    # the graph themselves)
     keys = [run_key(args.dataset, args.hw, cfg, **scale_out) for cfg in configs]
     stored = {r["key"]: r for r in store.records() if "key" in r} if primary else {}
     to_save = _save_plan(args, configs, keys, stored)  # every --save folder checked before any training
@@ -308,7 +318,7 @@ def cmd_train(args) -> int:
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
             results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
-                                         on_epoch=progress) for cfg, _ in todo)
+                                         shards=args.shards, on_epoch=progress) for cfg, _ in todo)
         else:  # the seeds on one compiled step where the model allows (codesign.train.train_seeds)
             results = train_seeds(graph, [cfg for cfg, _ in todo], hw, on_epoch=progress, return_model=bool(to_save))
         for (cfg, key), result in zip(todo, results):
@@ -616,6 +626,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train one partitioned run as N local processes (jax.distributed, coordinator on 127.0.0.1, "
                         "gloo collectives on CPU), each holding DEVICES/N devices; starts this command N times with "
                         "the join flags below; only process 0 writes results")
+    p.add_argument("--shards", default=None, metavar="DIR",
+                   help="with --devices > 1: train from the shard folder DIR (codesign partition GRAPH --parts P "
+                        "--out DIR) instead of loading and partitioning the graph; each process reads the manifest "
+                        "and its own parts only; --devices must be the folder's P")
     p.add_argument("--coordinator", default=None, metavar="HOST:PORT",
                    help="join a cluster whose process 0 listens at HOST:PORT (with --process-id, --num-processes)")
     p.add_argument("--process-id", type=int, default=None, metavar="I", help="with --coordinator: this process's rank")
@@ -762,7 +776,8 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
             if args.devices % n:
                 err("--devices", f"must be a multiple of {flag} {n} (devices per process), got {args.devices}")
         if args.devices == 1:
-            for flag, given in (("--int8-halo", args.int8_halo), ("--link", args.link is not None)):
+            for flag, given in (("--int8-halo", args.int8_halo), ("--link", args.link is not None),
+                                ("--shards", args.shards is not None)):
                 if given:
                     parser.exit(2, f"codesign train: error: argument {flag}: needs --devices > 1\n")
         args.link = args.link or "nvlink4"

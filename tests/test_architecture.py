@@ -145,10 +145,6 @@ EXCEPTIONS = {
                                                            "contract quantize_rows_int8's features are checked by",
     "codesign.hwmodel.presets.power_limit_table": "regenerates docs/hwmodel.md's power table by hand "
                                                  "(a test checks the docs are current)",
-    "codesign.distributed.shards.shard_blocks": "a process's [parts, ...] blocks from its loaded shards, the "
-                                                "layout shard_graph builds (issue 38: what a process feeds "
-                                                "jax.make_array_from_process_local_data; training does not read "
-                                                "shard files yet)",
 }
 """Public names used only by tests that are still public API a user imports: ``{qualified name: why}``."""
 

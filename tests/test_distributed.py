@@ -383,13 +383,12 @@ def test_build_partitioned_model_rejects(field, value, match):
     from flax import nnx
     from codesign.train import TrainConfig
     g = _small_graph()
-    part = dist.partition_graph(np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes, 1)
     kw = {"bits": 8} if field == "quantizer" else {}
     if field == "edge_sparsifier":
         kw["edge_mask"] = True
     cfg = TrainConfig.from_flat(**{field: value}, **kw)
     with pytest.raises(ValueError, match=match):
-        dist.build_partitioned_model(cfg, g, part, dist.make_mesh(1), nnx.Rngs(0))
+        dist.build_partitioned_model(cfg, g, None, nnx.Rngs(0))
 
 
 @pytest.mark.parametrize("case,match", [
@@ -422,7 +421,7 @@ def test_partitioned_cost_halo_terms():
     reports = {}
     for P in (1, 2):
         part = dist.partition_graph(s, r, g.n_nodes, P)
-        model = dist.build_partitioned_model(cfg, g, part, dist.make_mesh(1), nnx.Rngs(0))
+        model = dist.build_partitioned_model(cfg, g, None, nnx.Rngs(0))
         rep = dist.partitioned_cost(model, part, hw, link, hard=True)
         assert set(rep) == {"latency_s", "energy_j", "dram_bytes", "comm_bytes", "comm_latency_s", "comm_energy_j"}
         assert all(np.isfinite(float(v)) for v in rep.values()), rep

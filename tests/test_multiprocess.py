@@ -63,12 +63,21 @@ def _close(a: float, b: float) -> bool:
 
 
 def test_processes_train_the_single_process_run(reference, tmp_path, capfd, monkeypatch):
+    """The N processes train from shard files (``codesign partition``, ``--shards``): each reads the
+    manifest and its own part, and the graph itself is out of their reach (CODESIGN_DATA points
+    at an empty folder), yet the record is the reference's, which cut the graph itself."""
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    assert cli.main(ARGS + ["--processes", str(N), "--out", str(tmp_path)]) == 0
+    shards = tmp_path / "shards"
+    assert cli.main(["partition", "cora", "--parts", str(N), "--out", str(shards)]) == 0
+    capfd.readouterr()
+    (tmp_path / "no-data").mkdir()
+    monkeypatch.setenv("CODESIGN_DATA", str(tmp_path / "no-data"))
+    out_dir = tmp_path / "out"
+    assert cli.main(ARGS + ["--processes", str(N), "--shards", str(shards), "--out", str(out_dir)]) == 0
     out, err = capfd.readouterr()
     assert len(out.strip().splitlines()) == 1, out  # process 0's summary only
     summary = json.loads(out)
-    recs = _records(tmp_path)
+    recs = _records(out_dir)
     assert len(recs) == 1, recs  # process 0 writes, the others do not
     r, ref = recs[0], reference
     assert r["processes"] == N and ref["processes"] == 1

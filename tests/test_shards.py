@@ -4,6 +4,7 @@ partition layout (`codesign.distributed.partition._layout`) against the former P
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -195,6 +196,65 @@ def test_shard_graph_is_graph_blocks_on_one_device():
                                                                  graph.n_nodes, graph.n_edges)
 
 
+@pytest.mark.parametrize("P", [1, 4])
+def test_manifest_gives_the_layout_sizes_and_locality_of_the_whole(tmp_path, P):
+    """What a process that reads only its part needs of the others comes from the manifest alone:
+    the partition's sizes (`read_layout` equals `Partition.layout`, field by field and in its
+    record summary), the graph's sizes and its locality profile (bit-equal to measuring it)."""
+    import dataclasses
+
+    from codesign.distributed.shards import graph_sizes, read_layout, read_locality
+    from codesign.hwmodel import measure_locality
+    graph, part, out = _write(tmp_path, P, method="metis" if P > 1 else "contiguous")
+    got, want = read_layout(out), part.layout
+    for f in dataclasses.fields(want):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f.name)
+    assert json.dumps(got.summary()) == json.dumps(want.summary())
+    assert graph_sizes(out) == (graph.n_nodes, graph.n_edges, graph.n_features, graph.n_classes)
+    loc, ref = read_locality(out), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    for f in dataclasses.fields(ref):
+        a, b = getattr(loc, f.name), getattr(ref, f.name)
+        assert (a is None) == (b is None), f.name
+        if b is not None:
+            assert np.asarray(a).tobytes() == np.asarray(b, np.float32).tobytes(), f.name
+
+
+def test_load_local_equals_shard_graph_on_one_device(tmp_path):
+    import jax
+
+    from codesign import distributed as dist
+    graph, part, out = _write(tmp_path, 1)
+    mesh = dist.make_mesh(1)
+    sg, valid = dist.load_local(out, mesh)
+    want = dist.shard_graph(graph, part, mesh)
+    for k in ("x", "y", "train_mask", "val_mask", "test_mask", "node_id", "senders", "receivers", "weight"):
+        assert np.asarray(jax.device_get(getattr(sg, k))).tobytes() == np.asarray(jax.device_get(getattr(want, k))).tobytes(), k
+    np.testing.assert_array_equal(np.asarray(valid), np.asarray(dist.edge_slot_mask(part, mesh)))
+    with pytest.raises(dist.ShardError, match=r"field 'n_parts' is 1, expected 2$"):
+        dist.load_local(_write(tmp_path, 1, name="other")[2], _FakeMesh(2))
+
+
+class _FakeMesh:
+    """A mesh of ``n`` devices for the P check only (this process has one device)."""
+
+    def __init__(self, n):
+        self.devices = np.empty(n, object)
+
+
+def test_a_format_1_folder_is_refused_in_one_line(tmp_path):
+    from codesign.distributed.shards import MANIFEST, ShardError, read_layout
+    _, _, out = _write(tmp_path, 2, method="metis")
+    m = json.loads((out / MANIFEST).read_text())
+    m["format"] = "codesign-shards/1"
+    for k in ("n_classes", "halo_counts", "edges_per_part", "locality"):
+        del m[k]
+    (out / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ShardError, match=r"manifest\.json: field 'format' is 'codesign-shards/1', this code reads "
+                                         r"'codesign-shards/2' \(write the folder again with codesign partition\)$"):
+        read_layout(out)
+
+
 def test_load_shard_reads_only_its_part(tmp_path):
     from codesign.distributed.shards import ShardError, load_shard, part_file
     _, _, out = _write(tmp_path, 3)
@@ -214,9 +274,7 @@ def _one_line(err) -> str:
 
 
 def test_load_shard_refuses_tampered_mismatched_and_missing(tmp_path):
-    import json
-
-    from codesign.distributed.shards import MANIFEST, ShardError, load_shard, part_file
+    from codesign.distributed.shards import FORMAT, MANIFEST, ShardError, load_shard, part_file
     _, _, out = _write(tmp_path, 3)
     _, _, other = _write(tmp_path, 2)
     assert issubclass(ShardError, ValueError)
@@ -248,6 +306,7 @@ def test_load_shard_refuses_tampered_mismatched_and_missing(tmp_path):
     (out / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardError, match="manifest.json: field 'format'"):
         load_shard(out, 2)
+    m["format"] = FORMAT
     del m["parts"]
     (out / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardError, match="manifest.json: field 'parts' missing"):

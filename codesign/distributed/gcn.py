@@ -108,15 +108,26 @@ def graph_blocks(graph: Graph, part: Partition) -> dict:
         send_rows=tuple(part.send_rows))
 
 
+def edge_slot_mask(part: Partition, mesh: Mesh) -> jax.Array:
+    """bool [P, S] on ``mesh`` (sharded along P): True on ``part``'s real edge slots (the
+    ``edge_valid`` of `codesign.distributed.build_partitioned_model`)."""
+    return _put(mesh, part.edge_id >= 0)
+
+
 def _part_of(idx: tuple) -> int:
     """The partition of a shard index (a tuple of slices whose first selects one row of [P, ...])."""
     first = idx[0] if idx else slice(None)
     return int(first.start or 0) if isinstance(first, slice) else int(first)
 
 
-def _from_blocks(mesh: Mesh, blocks: dict, what: str) -> jax.Array:
+def array_from_parts(mesh: Mesh, blocks: dict, what: str) -> jax.Array:
     """A global [P, ...] array, sharded along its leading axis, from ``blocks`` {part: array
-    [...]} holding (at least) this process's parts, all of one shape and dtype."""
+    [...]} holding (at least) this process's parts, all of one shape and dtype (``what`` names
+    the array in the error).
+
+    Raises:
+      ValueError: two parts differ in shape or dtype.
+    """
     first = blocks[min(blocks)]
     for p, b in blocks.items():
         if b.shape != first.shape or b.dtype != first.dtype:
@@ -159,8 +170,8 @@ def sharded_graph_from_parts(mesh: Mesh, load_part, *, offsets: tuple, lengths: 
         missing = [k for k in PART_FIELDS if k not in d]
         if missing or len(d["send_rows"]) != P - 1:
             raise ValueError(f"sharded_graph_from_parts: part {p} lacks {missing or ['send_rows of P-1 steps']}")
-    field = lambda k: _from_blocks(mesh, {p: np.asarray(d[k]) for p, d in parts.items()}, k)
-    rows = tuple(_from_blocks(mesh, {p: np.asarray(d["send_rows"][i]) for p, d in parts.items()}, f"send_rows[{i}]")
+    field = lambda k: array_from_parts(mesh, {p: np.asarray(d[k]) for p, d in parts.items()}, k)
+    rows = tuple(array_from_parts(mesh, {p: np.asarray(d["send_rows"][i]) for p, d in parts.items()}, f"send_rows[{i}]")
                  for i in range(P - 1))
     return ShardedGraph(**{k: field(k) for k in PART_FIELDS if k != "send_rows"}, send_rows=rows,
                         offsets=tuple(offsets), lengths=tuple(lengths), n_nodes=n_nodes, n_edges=n_edges)
@@ -197,17 +208,24 @@ class PartitionedEdgeMask(nnx.Module):
       n_edges: E (static).
     """
 
-    def __init__(self, part: Partition, mesh: Mesh, *, init_log_alpha: float = 3.0, rngs: nnx.Rngs):
-        self.gate = hc.HardConcreteGate(part.edge_id.shape, init_log_alpha=init_log_alpha, rngs=rngs)
-        self.gate.log_alpha.value = _put(mesh, np.asarray(self.gate.log_alpha[...]))
-        self.valid = nnx.Variable(_put(mesh, part.edge_id >= 0))
-        self.n_edges = part.n_edges
+    def __init__(self, valid: jax.Array, n_edges: int, *, init_log_alpha: float = 3.0, rngs: nnx.Rngs):
+        """Args:
+          valid: bool [P, S], True on real edge slots, sharded along P on the mesh (each process
+            holds its own parts: `edge_slot_mask`).
+          n_edges: E, the graph's edges (the density's denominator).
+          init_log_alpha, rngs: as `codesign.sparsify.HardConcreteGate`.
+        """
+        self.gate = hc.HardConcreteGate(valid.shape, init_log_alpha=init_log_alpha, rngs=rngs)
+        block = np.full((1,) + tuple(valid.shape[1:]), float(init_log_alpha), np.float32)
+        self.gate.log_alpha.value = jax.make_array_from_callback(valid.shape, valid.sharding, lambda idx: block)
+        self.valid = nnx.Variable(valid)
+        self.n_edges = int(n_edges)
 
     @classmethod
     def from_edge_logits(cls, log_alpha_edges, part: Partition, mesh: Mesh, *, rngs: nnx.Rngs) -> "PartitionedEdgeMask":
         """A mask whose slots hold ``log_alpha_edges`` float [E] (input edge order; e.g. a trained
         single-device `EdgeMask`'s ``gate.log_alpha``)."""
-        m = cls(part, mesh, rngs=rngs)
+        m = cls(edge_slot_mask(part, mesh), part.n_edges, rngs=rngs)
         m.gate.log_alpha.value = _put(mesh, part.edges_to_slots(np.asarray(log_alpha_edges, np.float32), 0.0))
         return m
 

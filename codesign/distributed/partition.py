@@ -89,6 +89,25 @@ class Partition:
         """S, edge slots per device (padding included)."""
         return int(self.senders.shape[1])
 
+    @property
+    def edges_per_part(self) -> tuple:
+        """Real (non-padding) edge slots of each part (ints, length P)."""
+        return tuple(int(c) for c in np.sum(self.edge_id >= 0, axis=1))
+
+    @property
+    def layout(self) -> "PartitionLayout":
+        """This partition's `PartitionLayout` (its sizes, no per-node or per-edge arrays)."""
+        return PartitionLayout(n_parts=self.n_parts, n_nodes=self.n_nodes, n_edges=self.n_edges,
+                               block_size=self.block_size, n_local=tuple(int(n) for n in self.n_local),
+                               halo_counts=np.asarray(self.halo_counts, np.int64), halo_sizes=self.halo_sizes,
+                               edge_offsets=tuple(self.edge_offsets), edge_lengths=tuple(self.edge_lengths),
+                               edge_slots=self.edge_slots, edges_per_part=self.edges_per_part,
+                               edge_cut=int(self.edge_cut), method=self.method)
+
+    def summary(self) -> dict:
+        """`PartitionLayout.summary` of this partition."""
+        return self.layout.summary()
+
     def step_source(self, p: int, s: int) -> int:
         """The device that device ``p`` receives from at step ``s``: ``(p - s) % P``."""
         return (p - s) % self.n_parts
@@ -129,10 +148,40 @@ class Partition:
         out[self.edge_id[valid]] = slots[valid]
         return out
 
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PartitionLayout:
+    """The sizes of a `Partition` that every process needs, without its per-node or per-edge
+    arrays: what the cost model (`codesign.distributed.partitioned_cost`, `comm_stages`) and a
+    run record read. A process that trains from shard files (`codesign.distributed.shards`) gets
+    it from the folder's manifest (`shards.read_layout`); `Partition.layout` builds it from a
+    whole partition, and the two are equal for the same partition.
+
+    Fields (P parts): n_parts, n_nodes, n_edges, block_size (as `Partition`); n_local: int tuple
+    [P]; halo_counts: int64 [P, P] (``[q, p]``: real rows q sends to p); halo_sizes: int tuple
+    [P-1] (padded rows per ring step); edge_offsets, edge_lengths: int tuples [P]; edge_slots: S;
+    edges_per_part: int tuple [P] (real edge slots of each part); edge_cut; method.
+    """
+
+    n_parts: int
+    n_nodes: int
+    n_edges: int
+    block_size: int
+    n_local: tuple
+    halo_counts: np.ndarray
+    halo_sizes: tuple
+    edge_offsets: tuple
+    edge_lengths: tuple
+    edge_slots: int
+    edges_per_part: tuple
+    edge_cut: int
+    method: str
+
     def summary(self) -> dict:
         """Plain-Python statistics: parts, block size, real/padded halo rows, edge cut, slots."""
         return {"n_parts": self.n_parts, "method": self.method, "block_size": self.block_size,
-                "n_local": self.n_local.tolist(), "edge_cut": self.edge_cut,
+                "n_local": list(self.n_local), "edge_cut": self.edge_cut,
                 "edge_cut_fraction": self.edge_cut / max(self.n_edges, 1),
                 "halo_rows": int(self.halo_counts.sum()),
                 "halo_rows_padded": int(sum(self.halo_sizes) * self.n_parts),

@@ -5,9 +5,14 @@ A shard folder (``codesign partition GRAPH --parts P --out DIR``, or `write_shar
 
 * ``part-00000.npz`` ... one per part (`SHARD_ARRAYS`, numpy ``.npz`` without pickles), and
 * ``manifest.json``: ``format`` (`FORMAT`), ``code_version``, ``graph`` (name), ``graph_sha256``
-  (`codesign.checkpoint.graph_sha256`), ``n_nodes``, ``n_edges``, ``n_features``, ``n_parts``,
-  ``method``, ``seed``, ``block_size``, ``edge_offsets``, ``edge_lengths``, ``halo_sizes``,
-  ``edge_cut`` and ``parts``: per part ``{"file", "sha256", "n_local"}``.
+  (`codesign.checkpoint.graph_sha256`), ``n_nodes``, ``n_edges``, ``n_features``, ``n_classes``,
+  ``n_parts``, ``method``, ``seed``, ``block_size``, ``edge_offsets``, ``edge_lengths``,
+  ``halo_sizes``, ``halo_counts`` ([P][P]: real rows part q sends to part p), ``edges_per_part``,
+  ``edge_cut``, ``locality`` (the whole graph's `codesign.hwmodel.LocalityProfile`, lists of
+  float32 values, which the cost model reads) and ``parts``: per part ``{"file", "sha256",
+  "n_local"}``. Format 2 added ``n_classes``, ``halo_counts``, ``edges_per_part`` and
+  ``locality``, what a process that trains from its own part needs of the others
+  (`read_layout`, `graph_sizes`, `read_locality`, `load_local`).
 
 Numbering inside part ``p`` is the `codesign.distributed.Partition` layout: local rows ``0 ..
 n_local-1`` (its nodes, ascending global id); a step-``s`` edge's sender indexes the halo buffer
@@ -30,14 +35,14 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from codesign.distributed.partition import Partition
+from codesign.distributed.partition import Partition, PartitionLayout
 from codesign.graph import Graph
 
-FORMAT = "codesign-shards/1"
+FORMAT = "codesign-shards/2"
 """Format name and version of a shard folder (manifest ``format``, each file's ``format``)."""
 
 MANIFEST = "manifest.json"
@@ -48,8 +53,8 @@ SHARD_ARRAYS = ("node_id", "x", "y", "train_mask", "val_mask", "test_mask", "sen
 
 _HEADER = ("format", "graph_sha256", "part_id", "n_parts", "n_nodes", "n_edges", "block_size")
 
-__all__ = ["FORMAT", "MANIFEST", "SHARD_ARRAYS", "Shard", "ShardError", "part_file", "write_shards", "read_manifest",
-           "load_shard", "shard_blocks"]
+__all__ = ["FORMAT", "MANIFEST", "SHARD_ARRAYS", "Shard", "ShardError", "GraphSizes", "part_file", "write_shards",
+           "read_manifest", "load_shard", "shard_blocks", "read_layout", "graph_sizes", "read_locality", "load_local"]
 
 
 class ShardError(ValueError):
@@ -108,6 +113,16 @@ class Shard:
     def n_local(self) -> int:
         """n, real rows of this part."""
         return int(self.node_id.shape[0])
+
+
+class GraphSizes(NamedTuple):
+    """The sizes of a graph that a partitioned GCN reads (`codesign.train.build_model`), for a
+    process that never loads the graph (`graph_sizes`)."""
+
+    n_nodes: int
+    n_edges: int
+    n_features: int
+    n_classes: int
 
 
 def part_file(part_id: int) -> str:
@@ -186,17 +201,26 @@ def write_shards(graph: Graph, part: Partition, out_dir, *, graph_name: str, see
         data = buf.getvalue()
         _write_atomic(out / part_file(p), data)
         parts.append({"file": part_file(p), "sha256": _sha256(data), "n_local": n})
+    from codesign.hwmodel import measure_locality
+    locality = measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     manifest = dict(format=FORMAT, code_version=code_version(), graph=graph_name, graph_sha256=g_sha,
-                    n_nodes=part.n_nodes, n_edges=part.n_edges, n_features=int(blocks["x"].shape[-1]), n_parts=P,
-                    method=part.method, seed=seed, block_size=part.block_size,
-                    edge_offsets=list(part.edge_offsets), edge_lengths=list(part.edge_lengths),
-                    halo_sizes=list(part.halo_sizes), edge_cut=part.edge_cut, parts=parts)
+                    n_nodes=part.n_nodes, n_edges=part.n_edges, n_features=int(blocks["x"].shape[-1]),
+                    n_classes=int(graph.n_classes), n_parts=P, method=part.method, seed=seed,
+                    block_size=part.block_size, edge_offsets=[int(v) for v in part.edge_offsets],
+                    edge_lengths=[int(v) for v in part.edge_lengths], halo_sizes=list(part.halo_sizes),
+                    halo_counts=np.asarray(part.halo_counts, np.int64).tolist(),
+                    edges_per_part=list(part.edges_per_part), edge_cut=int(part.edge_cut),
+                    locality={f.name: (None if getattr(locality, f.name) is None
+                                       else np.asarray(getattr(locality, f.name), np.float32).tolist())
+                              for f in dataclasses.fields(locality)},
+                    parts=parts)
     _write_atomic(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
     return manifest
 
 
-_MANIFEST_FIELDS = ("format", "graph", "graph_sha256", "n_nodes", "n_edges", "n_features", "n_parts", "method",
-                    "block_size", "edge_offsets", "edge_lengths", "halo_sizes", "parts")
+_MANIFEST_FIELDS = ("format", "graph", "graph_sha256", "n_nodes", "n_edges", "n_features", "n_classes", "n_parts",
+                    "method", "block_size", "edge_offsets", "edge_lengths", "halo_sizes", "halo_counts",
+                    "edges_per_part", "edge_cut", "locality", "parts")
 
 
 def read_manifest(shard_dir) -> dict:
@@ -215,11 +239,12 @@ def read_manifest(shard_dir) -> dict:
         raise ShardError(f"{path}: unreadable ({type(e).__name__}: {e})".replace("\n", " ")) from None
     if not isinstance(m, dict):
         raise ShardError(f"{path}: not a JSON object")
+    if m.get("format") != FORMAT:  # first: an older folder lacks newer fields (write it again)
+        raise ShardError(f"{path}: field 'format' is {m.get('format')!r}, this code reads {FORMAT!r} (write the "
+                         "folder again with codesign partition)")
     for k in _MANIFEST_FIELDS:
         if k not in m:
             raise ShardError(f"{path}: field {k!r} missing")
-    if m["format"] != FORMAT:
-        raise ShardError(f"{path}: field 'format' is {m['format']!r}, this code reads {FORMAT!r}")
     if not isinstance(m["parts"], list) or len(m["parts"]) != m["n_parts"]:
         raise ShardError(f"{path}: field 'parts' must list n_parts={m['n_parts']} files")
     return m
@@ -337,3 +362,75 @@ def shard_blocks(shards: Sequence[Shard]) -> dict:
                 senders=np.stack([sh.senders for sh in shards]), receivers=np.stack([sh.receivers for sh in shards]),
                 weight=np.stack([sh.weight for sh in shards]),
                 send_rows=tuple(np.stack([sh.send_rows[s] for sh in shards]) for s in range(ref.n_parts - 1)))
+
+
+def read_layout(shard_dir) -> PartitionLayout:
+    """The `PartitionLayout` of shard folder ``shard_dir``, from its manifest alone (equal to
+    ``Partition.layout`` of the partition it was written from).
+
+    Raises:
+      ShardError: as `read_manifest`, or a ``halo_counts`` / ``edges_per_part`` / ``parts`` entry
+        of the wrong size (one line naming the field).
+    """
+    m = read_manifest(shard_dir)
+    path, P = Path(shard_dir) / MANIFEST, m["n_parts"]
+    halo = np.asarray(m["halo_counts"], np.int64)
+    if halo.shape != (P, P):
+        raise ShardError(f"{path}: field 'halo_counts' must be [{P}][{P}], got shape {list(halo.shape)}")
+    if len(m["edges_per_part"]) != P:
+        raise ShardError(f"{path}: field 'edges_per_part' must list {P} counts")
+    return PartitionLayout(n_parts=P, n_nodes=m["n_nodes"], n_edges=m["n_edges"], block_size=m["block_size"],
+                           n_local=tuple(int(e["n_local"]) for e in m["parts"]), halo_counts=halo,
+                           halo_sizes=tuple(m["halo_sizes"]), edge_offsets=tuple(m["edge_offsets"]),
+                           edge_lengths=tuple(m["edge_lengths"]), edge_slots=sum(m["edge_lengths"]) or 1,
+                           edges_per_part=tuple(m["edges_per_part"]), edge_cut=m["edge_cut"], method=m["method"])
+
+
+def graph_sizes(shard_dir) -> GraphSizes:
+    """N, E, F and classes of the graph a shard folder was cut from (`GraphSizes`)."""
+    m = read_manifest(shard_dir)
+    return GraphSizes(m["n_nodes"], m["n_edges"], m["n_features"], m["n_classes"])
+
+
+def read_locality(shard_dir):
+    """The whole graph's `codesign.hwmodel.LocalityProfile` as written in the manifest (float32,
+    equal to `codesign.hwmodel.measure_locality` of the graph)."""
+    import jax.numpy as jnp
+
+    from codesign.hwmodel import LocalityProfile
+    m = read_manifest(shard_dir)
+    names = {f.name for f in dataclasses.fields(LocalityProfile)}
+    if not isinstance(m["locality"], dict) or set(m["locality"]) != names:
+        raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'locality' must hold {sorted(names)}")
+    return LocalityProfile(**{k: None if v is None else jnp.asarray(v, jnp.float32) for k, v in m["locality"].items()})
+
+
+def load_local(shard_dir, mesh):
+    """This process's parts of shard folder ``shard_dir`` on ``mesh``: reads the manifest and the
+    files of the parts at this process's mesh positions (`codesign.distributed.local_parts`), no
+    other file.
+
+    Returns:
+      ``(sg, edge_valid)``: the `codesign.distributed.ShardedGraph` and the bool [P, S] real-slot
+      mask, both sharded along P (the arrays `shard_graph` and `edge_slot_mask` give on the whole
+      graph, bit for bit).
+
+    Raises:
+      ShardError: a folder for another number of parts than the mesh's devices, or any error of
+        `load_shard`.
+    """
+    from codesign.distributed.gcn import array_from_parts, sharded_graph_from_parts
+    from codesign.distributed.mesh import local_parts
+    P = mesh.devices.size
+    if read_manifest(shard_dir)["n_parts"] != P:  # before the mesh is asked for this process's parts
+        raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'n_parts' is {read_manifest(shard_dir)['n_parts']}, "
+                         f"expected {P}")
+    mine = {p: load_shard(shard_dir, p, n_parts=P) for p in local_parts(mesh)}
+
+    def load_part(p):
+        b = shard_blocks([mine[p]])
+        return {**{k: v[0] for k, v in b.items() if k != "send_rows"}, "send_rows": tuple(r[0] for r in b["send_rows"])}
+    first = mine[min(mine)]
+    sg = sharded_graph_from_parts(mesh, load_part, offsets=first.edge_offsets, lengths=first.edge_lengths,
+                                  n_nodes=first.n_nodes, n_edges=first.n_edges)
+    return sg, array_from_parts(mesh, {p: sh.edge_id >= 0 for p, sh in mine.items()}, "edge_valid")

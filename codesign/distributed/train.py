@@ -22,9 +22,10 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from codesign import hwmodel
-from codesign.distributed.gcn import PartitionedEdgeMask, halo_widths, logits_and_loss, shard_graph
+from codesign.distributed.gcn import PartitionedEdgeMask, edge_slot_mask, halo_widths, logits_and_loss, shard_graph
 from codesign.distributed.mesh import make_mesh
-from codesign.distributed.partition import Partition, partition_graph
+from codesign.distributed.partition import Partition, PartitionLayout, partition_graph
+from codesign.distributed.shards import graph_sizes, load_local, read_layout, read_locality
 from codesign.graph import Graph
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
@@ -38,9 +39,10 @@ def _host_float(x) -> float:
     return float(np.asarray(x.addressable_shards[0].data) if isinstance(x, jax.Array) else x)
 
 
-def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = False,
+def comm_stages(model, part: Partition | PartitionLayout, *, training: bool = False, int8: bool = False,
                 padded: bool = False) -> tuple:
-    """The `comm.CommStage` of each GCN layer of ``model`` on ``part``.
+    """The `comm.CommStage` of each GCN layer of ``model`` on ``part`` (a `Partition` or its
+    `PartitionLayout`: only the sizes are read).
 
     ``padded=False``: the halo rows the edges read (``part.halo_counts``); ``padded=True``: the
     rows the static-shape ring ships (what the compiled program's ``collective-permute`` ops
@@ -56,12 +58,13 @@ def comm_stages(model, part: Partition, *, training: bool = False, int8: bool = 
                  for i, w in enumerate(halo_widths(model)))
 
 
-def partitioned_cost(model, part: Partition, hw: hwmodel.HardwareSpec, link: comm.LinkSpec, *,
+def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.HardwareSpec, link: comm.LinkSpec, *,
                      hard: bool = False, training: bool = False, int8: bool = False,
                      locality: Optional[hwmodel.LocalityProfile] = None) -> dict:
     """Modeled cost (float32 scalars) of ``model`` partitioned as ``part`` (module docstring):
-    ``latency_s``, ``energy_j``, ``dram_bytes``, ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``."""
-    per_device_edges = int(np.max(np.sum(part.edge_id >= 0, axis=1)))
+    ``latency_s``, ``energy_j``, ``dram_bytes``, ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``.
+    ``part``: a `Partition` or its `PartitionLayout`."""
+    per_device_edges = max(part.edges_per_part)
     busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
                                               locality=locality), hw)
     whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
@@ -72,9 +75,17 @@ def partitioned_cost(model, part: Partition, hw: hwmodel.HardwareSpec, link: com
             "comm_energy_j": c.energy_j}
 
 
-def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.Rngs):
+def build_partitioned_model(cfg, graph, edge_valid: Optional[jax.Array], rngs: nnx.Rngs):
     """``cfg``'s GCN (`codesign.train.build_model`) with its edge mask, if any, as a
-    `PartitionedEdgeMask` on ``mesh``.
+    `PartitionedEdgeMask` over the slots ``edge_valid``.
+
+    Args:
+      cfg: `codesign.train.TrainConfig`.
+      graph: the `Graph`, or its sizes only (`codesign.distributed.shards.GraphSizes`: n_nodes,
+        n_edges, n_features, n_classes; all that a partitioned GCN reads of it).
+      edge_valid: bool [P, S] on the mesh, True on real edge slots (`edge_slot_mask`); read only
+        when ``cfg`` has an edge mask.
+      rngs: `nnx.Rngs`.
 
     Raises:
       ValueError: a config the partitioned trainer does not support (model other than "gcn",
@@ -95,26 +106,34 @@ def build_partitioned_model(cfg, graph: Graph, part: Partition, mesh, rngs: nnx.
                          "in the partitioned layout)")
     model = build_model(cfg.replace(edge_mask=False), graph, rngs)
     if cfg.uses_edge_mask:
-        mask = PartitionedEdgeMask(part, mesh, rngs=rngs)
+        if edge_valid is None:
+            raise ValueError("build_partitioned_model: edge_valid is None, but TrainConfig.masks.edge asks for an "
+                             "edge mask")
+        mask = PartitionedEdgeMask(edge_valid, graph.n_edges, rngs=rngs)
         # the model was built without an edge mask, so the attribute is static until marked as data
         model.edge_mask = nnx.data(mask) if hasattr(nnx, "data") else mask
     return model
 
 
-def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: int, *,
+def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_devices: int, *,
                       link: str = "nvlink4", int8_halo: bool = False, method: str = "metis",
-                      on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
+                      shards=None, on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
     """Trains ``cfg``'s GCN on ``graph`` partitioned over ``n_devices`` devices (full batch).
 
     Args:
-      graph: `Graph` with train/val/test masks.
+      graph: `Graph` with train/val/test masks; every process partitions all of it (METIS,
+        seeded, so they agree). None with ``shards``.
       cfg: `codesign.train.TrainConfig` (see `build_partitioned_model` for what is supported).
       hw: `HardwareSpec` of each device.
       n_devices: P, devices of the mesh (``jax.devices()[:P]``; across processes, after
         `codesign.distributed.initialize`, all ``jax.device_count()`` devices of the cluster).
       link: `codesign.hwmodel.comm.LINKS` preset between devices.
       int8_halo: exchange halo rows as int8 + per-row scales.
-      method: partitioner (`codesign.distributed.METHODS`).
+      method: partitioner (`codesign.distributed.METHODS`); not with ``shards``.
+      shards: a shard folder (``codesign partition GRAPH --parts P``, `shards.write_shards`)
+        instead of ``graph``: each process reads the manifest and its own parts only
+        (`shards.load_shard`), never the whole graph; the run equals the one on the graph that
+        folder was cut from with the same partition.
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio"})``.
 
     Returns:
@@ -122,36 +141,44 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
       returns them (``modeled`` / ``dense_modeled`` are the partitioned costs, `partitioned_cost`,
       so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
       ``processes`` (``jax.process_count()``), ``link``, ``int8_halo``, ``partition``
-      (`Partition.summary`) and ``comm_bytes_per_epoch``. Across processes every process returns
-      the same dict (accuracies and costs are reduced on device, replicated); writing it is the
-      caller's choice (`codesign.distributed.is_primary`).
+      (`PartitionLayout.summary`) and ``comm_bytes_per_epoch``. Across processes every process
+      returns the same dict (accuracies and costs are reduced on device, replicated); writing it
+      is the caller's choice (`codesign.distributed.is_primary`).
 
     Raises:
-      ValueError: unsupported config, P < 1, P > available devices, P > nodes, or (across
-        processes) P other than the cluster's device count.
+      ValueError: unsupported config, P < 1, P > available devices, P > nodes, (across
+        processes) P other than the cluster's device count, neither or both of ``graph`` and
+        ``shards``, or a shard folder for another P (`shards.ShardError`, one line).
       AssertionError: (across processes) the processes computed different partitions.
     """
+    if (graph is None) == (shards is None):
+        raise ValueError("train_distributed: give either graph or shards")
     mesh = make_mesh(n_devices)
-    part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, n_devices, method)
-    if jax.process_count() > 1:  # every process partitions the whole graph: they must agree (METIS is seeded)
-        from jax.experimental import multihost_utils
-        multihost_utils.assert_equal(part.part, "train_distributed: the processes computed different partitions")
-    sg = shard_graph(graph, part, mesh)
+    if shards is not None:
+        sg, edge_valid = load_local(shards, mesh)  # (refuses a folder of another P than the mesh's)
+        layout, sizes, locality = read_layout(shards), graph_sizes(shards), read_locality(shards)
+    else:
+        part = partition_graph(np.asarray(graph.senders), np.asarray(graph.receivers), graph.n_nodes, n_devices,
+                               method)
+        if jax.process_count() > 1:  # every process partitions the whole graph: they must agree (METIS is seeded)
+            from jax.experimental import multihost_utils
+            multihost_utils.assert_equal(part.part, "train_distributed: the processes computed different partitions")
+        layout, sizes = part.layout, graph
+        sg, edge_valid = shard_graph(graph, part, mesh), edge_slot_mask(part, mesh)
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     lk = comm.get_link(link)
-    model = build_partitioned_model(cfg, graph, part, mesh,
+    model = build_partitioned_model(cfg, sizes, edge_valid,
                                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
     dense_model = build_partitioned_model(cfg.replace(bits=None, cost_weight=0.0, edge_mask=False, feature_mask=False,
-                                                      channel_mask=False),
-                                          graph, part, mesh, nnx.Rngs(0))
-    locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    dense = {k: float(v) for k, v in partitioned_cost(dense_model, part, hw, lk, hard=True, locality=locality).items()}
+                                                      channel_mask=False), sizes, None, nnx.Rngs(0))
+    dense = {k: float(v) for k, v in partitioned_cost(dense_model, layout, hw, lk, hard=True, locality=locality).items()}
     dense_c = dense[cfg.cost.objective]
 
     def forward(m, sg):
         return logits_and_loss(m, sg, mesh, int8_halo=int8_halo)
 
     def cost_ratio(m, hard: bool):
-        return partitioned_cost(m, part, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.cost.objective] / dense_c
+        return partitioned_cost(m, layout, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.cost.objective] / dense_c
 
     model.train()
     fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch)
@@ -164,14 +191,14 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
     def evaluate(m, sg):  # one SPMD program: every value it returns is replicated on every device
         logits = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0]
         out = ({k: masked_accuracy(logits, sg.y, getattr(sg, f"{k}_mask")) for k in ("test", "val", "train")},
-               partitioned_cost(m, part, hw, lk, hard=True, int8=int8_halo, locality=locality),
+               partitioned_cost(m, layout, hw, lk, hard=True, int8=int8_halo, locality=locality),
                m.densities(hard=True), m.layer_bits(hard=True))
         order[:] = [list(d) for d in out]
         return jax.tree.map(lambda v: jax.lax.with_sharding_constraint(v, replicated), out)
 
     acc, hard, densities, layer_bits = [{k: _host_float(d[k]) for k in keys}
                                         for d, keys in zip(nnx.jit(evaluate)(model, sg), order)]
-    epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, part, training=True, int8=int8_halo)))
+    epoch_bytes = float(sum(s.total_bytes for s in comm_stages(model, layout, training=True, int8=int8_halo)))
     return check_run_record({
         "test_accuracy": acc["test"], "val_accuracy": acc["val"], "train_accuracy": acc["train"],
         "modeled": hard, "dense_modeled": dense, "densities": densities,
@@ -179,5 +206,5 @@ def train_distributed(graph: Graph, cfg, hw: hwmodel.HardwareSpec, n_devices: in
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
         "devices": n_devices, "processes": jax.process_count(), "link": link, "int8_halo": int8_halo,
-        "partition": part.summary(), "comm_bytes_per_epoch": epoch_bytes,
+        "partition": layout.summary(), "comm_bytes_per_epoch": epoch_bytes,
     }, "train_distributed")
