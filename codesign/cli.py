@@ -839,7 +839,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line ``argv`` and returns its exit status. Bad input (a flag out of its
     domain, a config the library refuses, a missing, unreadable or corrupt file, an unwritable
     output, an option that cannot be honoured: `_bad_input_errors`) is one line on stderr and
-    status 2; a training run that diverges is one line and status 1; Ctrl-C is one line saying
+    status 2; a training run that diverges, or a job that runs out of memory (`MemoryError`, e.g.
+    METIS on a graph too large for this machine), is one line and status 1; Ctrl-C is one line saying
     how many runs were stored, status 130; anything else propagates (a bug). Set
     ``CODESIGN_TRACEBACK=1`` to get the traceback of a reported error. ``--help`` prints the help
     and returns 0."""
@@ -882,11 +883,27 @@ def _run(args) -> int:
             raise
         print(f"codesign {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except MemoryError as e:  # not bad input, not a bug: the machine is too small for the job (status 1)
+        if os.environ.get("CODESIGN_TRACEBACK"):
+            raise
+        why = f" ({e})" if str(e) else ""
+        print(f"codesign {args.command}: error: out of memory{why}; this machine has "
+              f"{_total_memory_gib():.1f} GiB (set CODESIGN_TRACEBACK=1 for where it ran out)", file=sys.stderr)
+        return 1
     except _bad_input_errors() as e:
         if os.environ.get("CODESIGN_TRACEBACK"):
             raise
         print(f"codesign {args.command}: error: {e}", file=sys.stderr)
         return 2
+
+
+def _total_memory_gib() -> float:
+    """Physical memory of this machine, GiB (POSIX ``sysconf``; 0 where it is not known)."""
+    import os
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return 0.0
 
 
 if __name__ == "__main__":

@@ -120,6 +120,22 @@ def test_process_exit_status_and_no_traceback():
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
+def test_out_of_memory_is_one_line_exit_1(cora, capsys, monkeypatch, tmp_path):
+    """A job too large for the machine (METIS on csbm-products reached 12.5 GB here and raised):
+    one line naming the machine's memory, status 1, nothing written."""
+    import codesign.distributed as dist
+
+    def too_big(*args, **kw):
+        raise MemoryError("std::bad_alloc")
+    monkeypatch.setattr(dist, "partition_graph", too_big)
+    assert cli.main(["partition", "cora", "--parts", "4", "--out", str(tmp_path / "shards")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert re.fullmatch(r"codesign partition: error: out of memory \(std::bad_alloc\); this machine has "
+                        r"[0-9.]+ GiB \(set CODESIGN_TRACEBACK=1 for where it ran out\)", err), err
+    assert not (tmp_path / "shards").exists()
+
+
 # ---- TrainConfig: one case per class of bad value, each naming the field
 
 BAD_CONFIG = [
