@@ -3,7 +3,8 @@ document runs end to end in a subprocess, shortened
 (``--epochs 2 --seeds 1``; a sweep with one cost weight into ``tmp_path``; ``bench cost`` with 10
 points), and prints the fields it promises.
 
-Not here: the multi-device commands (``--devices``; tests/test_distributed.py); ``experiments/bench_train.py``
+Not here: the multi-device commands (``--devices``; tests/test_distributed.py, tests/test_cli_train_e2e.py,
+tests/test_multiprocess.py, which trains ``--processes 4 --shards``); ``experiments/bench_train.py``
 (needs the PyG environment; tests/test_bench_train.py runs it without PyG)."""
 
 from __future__ import annotations
