@@ -188,12 +188,16 @@ def shard_graph(graph: Graph, part: Partition, mesh: Mesh) -> ShardedGraph:
     b = graph_blocks(graph, part)
     if mesh.devices.size != part.n_parts:
         raise ValueError(f"shard_graph: mesh has {mesh.devices.size} devices, partition has {part.n_parts} parts")
-    send_rows = b.pop("send_rows")
+    return sharded_graph_from_parts(mesh, lambda p: block_of(b, p), offsets=part.edge_offsets,
+                                    lengths=part.edge_lengths, n_nodes=graph.n_nodes, n_edges=graph.n_edges)
 
-    def load_part(p):
-        return {**{k: v[p] for k, v in b.items()}, "send_rows": tuple(r[p] for r in send_rows)}
-    return sharded_graph_from_parts(mesh, load_part, offsets=part.edge_offsets, lengths=part.edge_lengths,
-                                    n_nodes=graph.n_nodes, n_edges=graph.n_edges)
+
+def block_of(blocks: dict, i: int) -> dict:
+    """Row ``i`` of stacked blocks (`graph_blocks`, `codesign.distributed.shards.shard_blocks`:
+    arrays [k, ...] and ``send_rows`` a tuple of [k, H_s]): one part's dict of `PART_FIELDS`, as
+    `sharded_graph_from_parts`'s ``load_part`` returns it."""
+    return {**{k: v[i] for k, v in blocks.items() if k != "send_rows"},
+            "send_rows": tuple(r[i] for r in blocks["send_rows"])}
 
 
 class PartitionedEdgeMask(nnx.Module):

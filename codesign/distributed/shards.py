@@ -419,18 +419,13 @@ def load_local(shard_dir, mesh):
       ShardError: a folder for another number of parts than the mesh's devices, or any error of
         `load_shard`.
     """
-    from codesign.distributed.gcn import array_from_parts, sharded_graph_from_parts
+    from codesign.distributed.gcn import array_from_parts, block_of, sharded_graph_from_parts
     from codesign.distributed.mesh import local_parts
-    P = mesh.devices.size
-    if read_manifest(shard_dir)["n_parts"] != P:  # before the mesh is asked for this process's parts
-        raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'n_parts' is {read_manifest(shard_dir)['n_parts']}, "
-                         f"expected {P}")
+    P, n_parts = mesh.devices.size, read_manifest(shard_dir)["n_parts"]
+    if n_parts != P:  # before the mesh is asked for this process's parts
+        raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'n_parts' is {n_parts}, expected {P}")
     mine = {p: load_shard(shard_dir, p, n_parts=P) for p in local_parts(mesh)}
-
-    def load_part(p):
-        b = shard_blocks([mine[p]])
-        return {**{k: v[0] for k, v in b.items() if k != "send_rows"}, "send_rows": tuple(r[0] for r in b["send_rows"])}
     first = mine[min(mine)]
-    sg = sharded_graph_from_parts(mesh, load_part, offsets=first.edge_offsets, lengths=first.edge_lengths,
-                                  n_nodes=first.n_nodes, n_edges=first.n_edges)
+    sg = sharded_graph_from_parts(mesh, lambda p: block_of(shard_blocks([mine[p]]), 0), offsets=first.edge_offsets,
+                                  lengths=first.edge_lengths, n_nodes=first.n_nodes, n_edges=first.n_edges)
     return sg, array_from_parts(mesh, {p: sh.edge_id >= 0 for p, sh in mine.items()}, "edge_valid")
