@@ -308,4 +308,4 @@ def test_load_dataset_refuses_an_unknown_name_listing_the_known_ones():
     from codesign.data import DATASETS, load_dataset
     with pytest.raises(ValueError, match=r"dataset: unknown dataset 'coraa'; choose from cora, citeseer, pubmed, wordnet"):
         load_dataset("coraa")
-    assert DATASETS[3:] == ("wordnet", "wordnet-lsa", "csbm-products")
+    assert DATASETS[3:] == ("wordnet", "wordnet-lsa", "csbm-products", "ncbi-taxonomy")

