@@ -4,7 +4,8 @@ loss and trainer."""
 
 from codesign.distributed.halo import collective_permute_bytes, exchange, int8_exchange, ring_perm, sar_aggregate
 from codesign.distributed.mesh import AXIS, initialize, is_primary, local_parts, make_mesh, shard_map, sharded
-from codesign.distributed.partition import METHODS, Partition, PartitionLayout, metis_parts, partition_graph
+from codesign.distributed.partition import (METHODS, Partition, PartitionLayout, cut_by_level, hierarchical_partition,
+                                           host_halo_counts, metis_parts, partition_graph)
 from codesign.distributed.gcn import (PART_FIELDS, HaloAdjacency, PartitionedEdgeMask, ShardedGraph, check_model,
                                       edge_slot_mask, graph_blocks, halo_widths, logits_and_loss, loss_fn, sar_gcn_aggregate,
                                       shard_graph, sharded_graph_from_parts)
@@ -12,7 +13,8 @@ from codesign.distributed.shards import (GraphSizes, Shard, ShardError, load_loc
                                          write_shards)
 
 __all__ = ["collective_permute_bytes", "exchange", "int8_exchange", "ring_perm", "sar_aggregate", "AXIS",
-           "initialize", "is_primary", "local_parts", "make_mesh", "shard_map", "sharded", "METHODS", "Partition", "PartitionLayout", "metis_parts",
+           "initialize", "is_primary", "local_parts", "make_mesh", "shard_map", "sharded", "METHODS", "Partition", "PartitionLayout", "cut_by_level",
+           "hierarchical_partition", "host_halo_counts", "metis_parts",
            "partition_graph", "HaloAdjacency", "PartitionedEdgeMask", "ShardedGraph",
            "check_model", "edge_slot_mask", "graph_blocks", "halo_widths", "logits_and_loss", "loss_fn", "sar_gcn_aggregate",
            "shard_graph", "PART_FIELDS", "sharded_graph_from_parts", "GraphSizes", "Shard", "ShardError",

@@ -379,3 +379,101 @@ def _layout(s: np.ndarray, r: np.ndarray, n_nodes: int, n_parts: int, part: np.n
     return Partition(P, n_nodes, E, part, local_row, node_id, n_local, B, tuple(send_rows), halo_counts,
                      tuple(int(o) for o in offsets), tuple(int(n) for n in lengths), snd, rcv, eid, n_cross,
                      method)
+
+
+def hierarchical_partition(senders, receivers, n_nodes: int, n_hosts: int, devices_per_host: int,
+                           seed: int = 0) -> tuple:
+    """Partitions a graph over ``n_hosts`` hosts of ``devices_per_host`` devices each, the slow
+    level first: METIS (`metis_parts`) splits the graph into hosts, minimizing the edges cut
+    between hosts (the traffic on the slowest links: InfiniBand between nodes); then each host's
+    induced subgraph is split into its devices (the fast level: NVLink). Device ``d`` of the
+    result is device ``d % devices_per_host`` of host ``d // devices_per_host`` (the numbering of
+    `codesign.hwmodel.topology.dgx_cluster`).
+
+    A flat P-way METIS partition minimizes the total cut, blind to which cut edges cross hosts;
+    this one puts the host-level cut first (`cut_by_level` compares the two).
+
+    Edge balance: the host level weights nodes by in-degree + 1 (as `metis_parts`); the device
+    level weights them by their in-degree inside the host's subgraph, so a node's in-edges from
+    other hosts are not counted in its device's balance.
+
+    Args:
+      senders, receivers: int [E] edge list (as `partition_graph`).
+      n_nodes: N.
+      n_hosts, devices_per_host: ints >= 1; ``P = n_hosts * devices_per_host`` <= N.
+      seed: METIS seed.
+
+    Returns:
+      ``(partition, cuts)``: the `Partition` (``method="hierarchical"``, ``P`` parts) and
+      `cut_by_level` of it.
+
+    Raises:
+      ValueError: a non-int or < 1 ``n_hosts`` / ``devices_per_host``, a host with fewer nodes
+        than devices, or the errors of `partition_graph`.
+      ImportError: pymetis is not installed.
+    """
+    n_hosts, k = _check_int(n_hosts, "n_hosts"), _check_int(devices_per_host, "devices_per_host")
+    if n_hosts < 1 or k < 1:
+        raise ValueError(f"hierarchical_partition: n_hosts and devices_per_host must be >= 1, got {n_hosts}, {k}")
+    n_nodes = _check_int(n_nodes, "n_nodes")
+    s, r = np.asarray(senders, np.int64).ravel(), np.asarray(receivers, np.int64).ravel()
+    if n_hosts * k > n_nodes:
+        raise ValueError(f"hierarchical_partition: {n_hosts} x {k} devices exceed the number of nodes {n_nodes}")
+    if s.shape != r.shape or (s.size and (min(s.min(), r.min()) < 0 or max(s.max(), r.max()) >= n_nodes)):
+        raise ValueError(f"hierarchical_partition: senders and receivers must be int [E] in [0, {n_nodes})")
+    host = metis_parts(s, r, n_nodes, n_hosts, seed) if n_hosts > 1 else np.zeros(n_nodes, np.int32)
+    part = np.empty(n_nodes, np.int32)
+    for h in range(n_hosts):
+        nodes = np.flatnonzero(host == h)
+        if nodes.size < k:
+            raise ValueError(f"hierarchical_partition: host {h} got {nodes.size} nodes, fewer than its {k} devices")
+        if k == 1:
+            part[nodes] = h
+            continue
+        local = np.full(n_nodes, -1, np.int64)
+        local[nodes] = np.arange(nodes.size)
+        inside = (host[s] == h) & (host[r] == h)
+        part[nodes] = h * k + metis_parts(local[s[inside]], local[r[inside]], nodes.size, k, seed)
+    p = dataclasses.replace(partition_graph(s, r, n_nodes, n_hosts * k, parts=part), method="hierarchical")
+    return p, cut_by_level(s, r, p.part, [d // k for d in range(n_hosts * k)])
+
+
+def cut_by_level(senders, receivers, part, device_host) -> dict:
+    """Cut edges of a node partition by level (ints): ``inter_host`` (directed edges whose
+    endpoints' devices are on different hosts: the slow links), ``intra_host`` (different
+    devices of one host), ``total`` (their sum, `Partition.edge_cut`).
+
+    Args:
+      senders, receivers: int [E]; part: int [N] device of each node; device_host: int [P]
+        host of each device.
+    """
+    ps, pr = np.asarray(part)[np.asarray(senders)], np.asarray(part)[np.asarray(receivers)]
+    dh = np.asarray(device_host)
+    cut = ps != pr
+    inter = int(np.sum(dh[ps] != dh[pr]))
+    return {"inter_host": inter, "intra_host": int(cut.sum()) - inter, "total": int(cut.sum())}
+
+
+def host_halo_counts(part: Partition, device_host) -> np.ndarray:
+    """int64 [P, H]: ``[q, h]`` distinct rows of part q that edges received on host h read
+    (devices of h other than q). A row several devices of h read counts once: what a relay
+    through h sends across the slow link (`codesign.hwmodel.planner`, ``host_bytes``); at most
+    the sum of ``halo_counts[q, p]`` over h's devices p, at least their maximum.
+
+    Read from ``part.send_rows`` (the real rows are the first ``halo_counts[q, p]`` of each).
+
+    Raises:
+      ValueError: ``device_host`` not of length P.
+    """
+    dh = np.asarray(device_host, np.int64)
+    P = part.n_parts
+    if dh.shape != (P,):
+        raise ValueError(f"host_halo_counts(device_host): must be int [P={P}], got shape {dh.shape}")
+    H = int(dh.max()) + 1
+    out = np.zeros((P, H), np.int64)
+    for q in range(P):
+        for h in range(H):
+            rows = [part.send_rows[(p - q) % P - 1][q][:part.halo_counts[q, p]]
+                    for p in range(P) if p != q and dh[p] == h]
+            out[q, h] = np.unique(np.concatenate(rows)).size if rows else 0
+    return out

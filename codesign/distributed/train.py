@@ -2,7 +2,9 @@
 
 The one fit loop (`codesign.train.fit`) with the forward and loss of `codesign.distributed.gcn`
 and a partition-aware cost: compute of the busiest device plus
-the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`):
+the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`), or on a declared
+`codesign.hwmodel.topology.Topology` with each layer's exchange as the planner plans it
+(`codesign.hwmodel.planner`: peer-to-peer, ring or relay, with contention on shared links):
 
     latency_s = estimate(workload of the busiest device).latency_s + comm.latency_s
     energy_j  = estimate(workload of the whole graph).energy_j   + comm.energy_j
@@ -24,7 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from codesign import hwmodel
 from codesign.distributed.gcn import PartitionedEdgeMask, edge_slot_mask, halo_widths, logits_and_loss, shard_graph
 from codesign.distributed.mesh import make_mesh
-from codesign.distributed.partition import Partition, PartitionLayout, partition_graph
+from codesign.distributed.partition import Partition, PartitionLayout, host_halo_counts, partition_graph
 from codesign.distributed.shards import graph_sizes, load_local, read_layout, read_locality
 from codesign.graph import Graph
 from codesign.hwmodel import comm
@@ -40,7 +42,7 @@ def _host_float(x) -> float:
 
 
 def comm_stages(model, part: Partition | PartitionLayout, *, training: bool = False, int8: bool = False,
-                padded: bool = False) -> tuple:
+                padded: bool = False, topology: Optional[hwmodel.Topology] = None) -> tuple:
     """The `comm.CommStage` of each GCN layer of ``model`` on ``part`` (a `Partition` or its
     `PartitionLayout`: only the sizes are read).
 
@@ -50,26 +52,54 @@ def comm_stages(model, part: Partition | PartitionLayout, *, training: bool = Fa
     float32 (int8 + a float32 scale per row with ``int8``); the backward re-fetch is modeled when
     the edge weights get a gradient (`codesign.sparsify.learns_edge_weights`, the training-cost
     rule's ``dA``: it reads the halo rows).
+
+    ``topology``: each stage's plan is chosen on it (`hwmodel.planner.with_plans`, static: on the
+    concrete counts, also inside ``jit``); with a `Partition` (not a layout, which lacks the rows)
+    and ``padded=False``, the stages also carry the distinct rows per host (`host_halo_counts`)
+    that a relay sends across hosts once.
+
+    Raises:
+      ValueError: a ``topology`` whose device count is not ``part.n_parts``.
     """
     rows = comm.padded_rows(part.halo_sizes, part.n_parts) if padded else part.halo_counts
     refetch = learns_edge_weights(model.edge_mask)
     bits = 8.0 if int8 else 32.0
-    return tuple(comm.communication_stage(f"layer{i}", rows, w, bits, training=training, refetch=refetch, int8=int8)
-                 for i, w in enumerate(halo_widths(model)))
+    host_rows = None
+    if topology is not None:
+        if topology.n_devices != part.n_parts:
+            raise ValueError(f"comm_stages(topology): Topology({topology.name!r}) has {topology.n_devices} devices, "
+                             f"the partition {part.n_parts} parts")
+        if isinstance(part, Partition) and not padded and topology.n_hosts > 1:
+            host_rows = host_halo_counts(part, topology.device_host)
+    def build():
+        return tuple(comm.communication_stage(f"layer{i}", rows, w, bits, training=training, refetch=refetch,
+                                              int8=int8, host_rows=host_rows)
+                     for i, w in enumerate(halo_widths(model)))
+
+    if topology is None:
+        return build()
+    with jax.ensure_compile_time_eval():  # rows and widths are concrete: the plan choice is static
+        return hwmodel.planner.with_plans(build(), topology)
 
 
-def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.HardwareSpec, link: comm.LinkSpec, *,
+def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.HardwareSpec,
+                     link: comm.LinkSpec | hwmodel.Topology, *,
                      hard: bool = False, training: bool = False, int8: bool = False,
                      locality: Optional[hwmodel.LocalityProfile] = None) -> dict:
     """Modeled cost (float32 scalars) of ``model`` partitioned as ``part`` (module docstring):
     ``latency_s``, ``energy_j``, ``dram_bytes``, ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``.
-    ``part``: a `Partition` or its `PartitionLayout`."""
+    ``part``: a `Partition` or its `PartitionLayout`. ``link``: a `comm.LinkSpec` (the ring on
+    one link, as before) or a `hwmodel.Topology` (each layer's planned exchange, `comm_stages`
+    with ``topology``; P must equal the topology's devices)."""
     per_device_edges = max(part.edges_per_part)
     busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
                                               locality=locality), hw)
     whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
                                             locality=locality), hw)
-    c = comm.communication_cost(comm_stages(model, part, training=training, int8=int8), link)
+    if isinstance(link, comm.LinkSpec):
+        c = comm.communication_cost(comm_stages(model, part, training=training, int8=int8), link)
+    else:
+        c = hwmodel.planner.planned_cost(comm_stages(model, part, training=training, int8=int8, topology=link), link)
     return {"latency_s": busiest.latency_s + c.latency_s, "energy_j": whole.energy_j + c.energy_j,
             "dram_bytes": whole.dram_bytes, "comm_bytes": c.bytes, "comm_latency_s": c.latency_s,
             "comm_energy_j": c.energy_j}

@@ -32,3 +32,8 @@ from codesign.hwmodel import comm
 from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage
 
 __all__ += ["comm", "CommCost", "CommStage", "LinkSpec", "communication_cost", "communication_stage"]
+from codesign.hwmodel import planner, topology
+from codesign.hwmodel.planner import Plan, plan_exchange
+from codesign.hwmodel.topology import Resource, Topology, get_topology, transfer_cost
+
+__all__ += ["planner", "topology", "Plan", "plan_exchange", "Resource", "Topology", "get_topology", "transfer_cost"]

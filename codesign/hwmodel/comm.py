@@ -22,11 +22,17 @@ pass is always float32 (32 bits), whatever the forward ``bits``.
 
 All counts may be JAX arrays (``width`` = channel density x hidden, ``bits`` a learned bit-width,
 ``rows`` expected halo rows under edge gates), so the cost is differentiable like `estimate`.
+
+On a declared `codesign.hwmodel.topology.Topology` instead of one link, the same stages are
+priced by `codesign.hwmodel.planner.planned_cost`: each layer with the plan the planner chooses
+for it (peer-to-peer, this ring, or a relay through fast links), with contention on shared
+resources; the ring on a `LinkSpec` is the planner's ring on ``Topology.from_link`` (tested).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -144,6 +150,10 @@ class CommStage:
       grad_link_bytes: [P, P] bytes of the float32 gradient pass (0 for inference).
       grad_step_bytes: [P - 1].
       forward_passes: 1, or 2 when the backward pass re-fetches the halo (static float).
+      host_bytes: None, or [P, H] forward bytes of the distinct rows of device q read on host h
+        (a relay sends those across hosts once; `codesign.distributed.host_halo_counts`).
+      grad_host_bytes: None, or [P, H] the same for the float32 gradient pass.
+      plan: None, or the `codesign.hwmodel.planner.KINDS` entry chosen for a topology (static).
     """
 
     name: str = dataclasses.field(metadata=dict(static=True))
@@ -152,6 +162,9 @@ class CommStage:
     grad_link_bytes: jax.Array
     grad_step_bytes: jax.Array
     forward_passes: float = dataclasses.field(default=1.0, metadata=dict(static=True))
+    host_bytes: Optional[jax.Array] = None
+    grad_host_bytes: Optional[jax.Array] = None
+    plan: Optional[str] = dataclasses.field(default=None, metadata=dict(static=True))
 
     @property
     def total_bytes(self) -> jax.Array:
@@ -170,7 +183,7 @@ def _step_max(link: jax.Array) -> jax.Array:
 
 
 def communication_stage(name: str, rows, width, bits, *, training: bool = False, refetch: bool = False,
-                        int8: bool = False) -> CommStage:
+                        int8: bool = False, host_rows=None) -> CommStage:
     """The `CommStage` of one layer.
 
     Args:
@@ -182,6 +195,9 @@ def communication_stage(name: str, rows, width, bits, *, training: bool = False,
       training: add the gradient pass (float32, `GRAD_BITS`).
       refetch: the backward pass re-fetches the halo (rematerialization with trainable edge weights).
       int8: per-row float32 scales travel with the rows (`INT8_ROW_SCALE_BYTES`).
+      host_rows: optional [P, H] distinct halo rows of device q read on host h
+        (`codesign.distributed.host_halo_counts`): what a relay sends across hosts
+        (`codesign.hwmodel.planner`).
 
     Raises:
       ValueError: ``rows`` not square; a concrete ``rows`` or ``width`` below 0 or ``bits``
@@ -190,14 +206,27 @@ def communication_stage(name: str, rows, width, bits, *, training: bool = False,
     check_count(rows, "communication_stage(rows)")
     check_count(width, "communication_stage(width)")
     check_bits(bits, "communication_stage(bits)")
+    if np.ndim(rows) != 2 or np.shape(rows)[0] != np.shape(rows)[1]:
+        raise ValueError(f"communication_stage: rows must be [P, P], got shape {np.shape(rows)}")
+    if host_rows is not None:
+        check_count(host_rows, "communication_stage(host_rows)")
+    fwd, grad, host_fwd, host_grad = _pass_bytes(rows, width, bits, training, int8, host_rows)
+    passes = 2.0 if (training and refetch) else 1.0
+    return CommStage(name, fwd, _step_max(fwd), grad, _step_max(grad), passes, host_fwd, host_grad)
+
+
+def _pass_bytes(rows, width, bits, training: bool, int8: bool, host_rows):
+    """(forward [P, P], gradient [P, P], forward [P, H] or None, gradient [P, H] or None) bytes."""
     rows = jnp.asarray(rows, jnp.float32)
-    if rows.ndim != 2 or rows.shape[0] != rows.shape[1]:
-        raise ValueError(f"communication_stage: rows must be [P, P], got shape {rows.shape}")
     width = jnp.asarray(width, jnp.float32)
     row_bytes = width * jnp.asarray(bits, jnp.float32) / BITS_PER_BYTE + (INT8_ROW_SCALE_BYTES if int8 else 0.0)
+    grad_row_bytes = width * GRAD_BITS / BITS_PER_BYTE
     fwd = rows * row_bytes
-    grad = rows * width * GRAD_BITS / BITS_PER_BYTE if training else jnp.zeros_like(rows)
-    return CommStage(name, fwd, _step_max(fwd), grad, _step_max(grad), 2.0 if (training and refetch) else 1.0)
+    grad = rows * grad_row_bytes if training else jnp.zeros_like(rows)
+    if host_rows is None:
+        return fwd, grad, None, None
+    host_rows = jnp.asarray(host_rows, jnp.float32)
+    return fwd, grad, host_rows * row_bytes, host_rows * grad_row_bytes if training else jnp.zeros_like(host_rows)
 
 
 def padded_rows(halo_sizes, n_parts: int) -> np.ndarray:
@@ -217,12 +246,14 @@ def padded_rows(halo_sizes, n_parts: int) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class CommCost:
     """Modeled cost of communication stages (float32 scalars): ``latency_s``, ``energy_j``,
-    ``bytes`` (all links, all passes), ``per_layer``: ``{name: (latency_s, bytes)}``."""
+    ``bytes`` (the halo payload: all links, all passes), ``per_layer``: ``{name: (latency_s,
+    bytes)}``; ``plans``: on a topology, ``((layer name, plan kind), ...)`` (static; empty on a link)."""
 
     latency_s: jax.Array
     energy_j: jax.Array
     bytes: jax.Array
     per_layer: dict
+    plans: tuple = dataclasses.field(default=(), metadata=dict(static=True))
 
 
 def communication_cost(stages, link: LinkSpec) -> CommCost:
@@ -230,7 +261,13 @@ def communication_cost(stages, link: LinkSpec) -> CommCost:
 
     Each non-empty ring step is one message per pass (a step with no bytes still costs its
     latency only when it carries rows: empty steps are skipped, as the implementation does).
+
+    Raises:
+      TypeError: ``link`` not a `LinkSpec` (a `Topology` is priced by `planner.planned_cost`).
     """
+    if not isinstance(link, LinkSpec):
+        raise TypeError(f"communication_cost(link): must be a LinkSpec, got {type(link).__name__} "
+                        "(price a Topology with codesign.hwmodel.planner.planned_cost)")
     lat = en = tot = jnp.zeros((), jnp.float32)
     per = {}
     for st in stages:
@@ -244,3 +281,4 @@ def communication_cost(stages, link: LinkSpec) -> CommCost:
         lat, tot = lat + t, tot + b
         en = en + b * link.energy_pj_per_byte * PJ
     return CommCost(lat, en, tot, per)
+

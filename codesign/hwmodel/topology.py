@@ -1,0 +1,368 @@
+"""A declared communication topology: devices on hosts, links and shared resources, routes.
+
+`codesign.hwmodel.comm` prices a halo exchange on one homogeneous `LinkSpec` (every device sends
+on its own link, a fixed ring of P - 1 steps). A `Topology` states what a transfer actually
+crosses: a GPU's NVLink port into the NVSwitch fabric, its PCIe path to a NIC, the NIC's
+InfiniBand port, the receiver's NIC and PCIe path; and which of those are *shared* (a host's one
+NIC, one loopback interface). The planner (`codesign.hwmodel.planner`) chooses per layer how to
+move the halo over it (peer-to-peer, ring, relay), after DGCL (Cai et al., "DGCL: An Efficient
+Communication Library for Distributed GNN Training", EuroSys 2021), whose cost model this
+follows: transfers that run at the same time share the resources on their routes, and a stage
+lasts as long as its busiest resource needs.
+
+Cost of one stage: a set of simultaneous transfers, ``bytes[q, p]`` from device q to device p:
+
+    load[r]   = sum_{q, p} bytes[q, p] * crosses[q, p, r]                 (bytes through resource r)
+    time_s    = max_r load[r] / bw[r]  +  max_{q, p: bytes > 0} route_latency[q, p]
+    energy_j  = sum_r load[r] * energy_pj_per_byte[r] * 1e-12
+
+``route_latency[q, p]`` is the sum of the latencies of the resources the route crosses. The
+messages of a stage start together, so their start-up latencies overlap (ASSUMPTION: NCCL
+groups a stage's sends and receives; a software stack that serializes them pays more). The
+busiest-resource term is contention: two transfers through one NIC take twice as long as one.
+Everything is jnp and linear in ``bytes`` up to the max, so the cost is differentiable in the
+byte counts (the max passes its gradient to the busiest resource).
+
+Resources are one-directional (a full-duplex link is two resources, ``tx`` and ``rx``). Switch
+fabrics (NVSwitch, the InfiniBand fat tree) are taken as non-blocking and are not resources
+(ASSUMPTION: full bisection bandwidth; a rail-optimized or oversubscribed fabric would add one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from codesign.hwmodel.comm import GB, LOOPBACK_GLOO_FIT, LinkSpec, infiniband_ndr, nvlink4, pcie5_x16
+from codesign.hwmodel.spec import PJ, validate_numbers
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """One direction of a link, or a shared resource (a NIC port, a PCIe path, a loopback).
+
+    Fields:
+      name: unique within its topology (e.g. ``"h0.nic3.tx"``).
+      bw_bytes_per_s: bytes per second through it, all transfers together, > 0.
+      latency_s: start-up cost a message pays for crossing it, >= 0.
+      energy_pj_per_byte: energy per byte through it, >= 0.
+
+    Raises:
+      ValueError / TypeError: naming ``Resource('<name>').<field>`` (`spec.validate_numbers`).
+    """
+
+    name: str = dataclasses.field(metadata=dict(static=True))
+    bw_bytes_per_s: float
+    latency_s: float
+    energy_pj_per_byte: float
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Resource.name: must be a non-empty str, got {self.name!r}")
+        validate_numbers(self, f"Resource({self.name!r})", nonnegative=("latency_s", "energy_pj_per_byte"))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Topology:
+    """Devices on hosts, resources, and the route between every pair of devices (numpy, static).
+
+    Fields (P devices, R resources, H hosts):
+      name: preset name.
+      device_host: int tuple [P]: host of each device, hosts numbered 0..H-1, each used.
+      resources: tuple [R] of `Resource`.
+      routes: P x P nested tuple: ``routes[q][p]`` the resource indices a transfer q -> p crosses
+        (non-empty for q != p, empty on the diagonal).
+      relay_peer: P x H nested tuple: ``relay_peer[d][h]`` the device of host h that device d
+        hands inter-host traffic to when relaying (its "rail" peer: the same local index on h,
+        whose NIC is d's NIC's counterpart); ``relay_peer[d][host(d)] = d``. Default: local
+        index modulo the host's device count.
+
+    Derived (numpy): ``crosses`` float32 [P, P, R], ``bw`` [R], ``energy_pj_per_byte`` [R],
+    ``route_latency_s`` [P, P], ``n_devices``, ``n_hosts``, ``host_devices`` (tuple of device
+    tuples per host).
+
+    Raises:
+      ValueError: one line naming ``Topology('<name>').<field>``: an empty or non-integer
+        ``device_host``, a host without devices, duplicate resource names, ``routes`` not P x P,
+        a resource index out of range, an empty route between two devices, a route on the
+        diagonal, or a ``relay_peer`` that is not a device of the named host.
+    """
+
+    name: str
+    device_host: tuple
+    resources: tuple
+    routes: tuple
+    relay_peer: tuple = None
+
+    def __post_init__(self):
+        own = f"Topology({self.name!r})"
+        dh = tuple(self.device_host)
+        if not dh or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 0 for h in dh):
+            raise ValueError(f"{own}.device_host: must be a non-empty tuple of ints >= 0, got {self.device_host!r}")
+        dh = tuple(int(h) for h in dh)
+        n_hosts = max(dh) + 1
+        if set(dh) != set(range(n_hosts)):
+            raise ValueError(f"{own}.device_host: hosts must be numbered 0..H-1 with a device each, got {dh}")
+        object.__setattr__(self, "device_host", dh)
+        res = tuple(self.resources)
+        if not res or not all(isinstance(r, Resource) for r in res):
+            raise ValueError(f"{own}.resources: must be a non-empty tuple of Resource")
+        names = [r.name for r in res]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"{own}.resources: duplicate name {dup!r}")
+        object.__setattr__(self, "resources", res)
+        P, R = len(dh), len(res)
+        if len(self.routes) != P or any(len(row) != P for row in self.routes):
+            raise ValueError(f"{own}.routes: must be {P} x {P} (one route per device pair)")
+        routes = tuple(tuple(tuple(int(i) for i in self.routes[q][p]) for p in range(P)) for q in range(P))
+        for q in range(P):
+            for p in range(P):
+                rt = routes[q][p]
+                if (q == p) != (len(rt) == 0):
+                    what = "must be empty on the diagonal" if q == p else "must cross at least one resource"
+                    raise ValueError(f"{own}.routes[{q}][{p}]: {what}, got {rt}")
+                if any(i < 0 or i >= R for i in rt):
+                    raise ValueError(f"{own}.routes[{q}][{p}]: resource index out of range [0, {R}), got {rt}")
+        object.__setattr__(self, "routes", routes)
+        hd = tuple(tuple(d for d in range(P) if dh[d] == h) for h in range(n_hosts))
+        if self.relay_peer is None:
+            peer = tuple(tuple(hd[h][hd[dh[d]].index(d) % len(hd[h])] for h in range(n_hosts)) for d in range(P))
+        else:
+            peer = tuple(tuple(int(x) for x in row) for row in self.relay_peer)
+            if len(peer) != P or any(len(row) != n_hosts for row in peer):
+                raise ValueError(f"{own}.relay_peer: must be {P} x {n_hosts} (a device per device and host)")
+            for d in range(P):
+                for h in range(n_hosts):
+                    if not (0 <= peer[d][h] < P) or dh[peer[d][h]] != h or (h == dh[d] and peer[d][h] != d):
+                        raise ValueError(f"{own}.relay_peer[{d}][{h}]: must be a device of host {h} "
+                                         f"(device {d} itself on its own host), got {peer[d][h]}")
+        object.__setattr__(self, "relay_peer", peer)
+        crosses = np.zeros((P, P, R), np.float32)
+        for q in range(P):
+            for p in range(P):
+                crosses[q, p, list(routes[q][p])] = 1.0  # a route crossing a resource twice counts once
+        lat = np.array([r.latency_s for r in res], np.float64)
+        object.__setattr__(self, "_crosses", crosses)
+        object.__setattr__(self, "_route_latency", np.einsum("qpr,r->qp", crosses, lat).astype(np.float32))
+        object.__setattr__(self, "_host_devices", hd)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.device_host)
+
+    @property
+    def n_hosts(self) -> int:
+        return len(self._host_devices)
+
+    @property
+    def host_devices(self) -> tuple:
+        """Devices of each host (tuple of int tuples, ascending)."""
+        return self._host_devices
+
+    @property
+    def crosses(self) -> np.ndarray:
+        """float32 [P, P, R]: 1 where the route q -> p crosses resource r."""
+        return self._crosses
+
+    @property
+    def route_latency_s(self) -> np.ndarray:
+        """float32 [P, P]: latency of each route (sum over its resources), 0 on the diagonal."""
+        return self._route_latency
+
+    @property
+    def bw(self) -> np.ndarray:
+        """float32 [R] bytes/s of each resource."""
+        return np.array([r.bw_bytes_per_s for r in self.resources], np.float32)
+
+    @property
+    def energy_pj_per_byte(self) -> np.ndarray:
+        """float32 [R] pJ/byte of each resource."""
+        return np.array([r.energy_pj_per_byte for r in self.resources], np.float32)
+
+    @property
+    def resource_names(self) -> tuple:
+        return tuple(r.name for r in self.resources)
+
+    def inter_host(self) -> np.ndarray:
+        """bool [P, P]: True where q and p are on different hosts."""
+        h = np.asarray(self.device_host)
+        return h[:, None] != h[None, :]
+
+    @staticmethod
+    def from_link(link: LinkSpec, n_devices: int) -> "Topology":
+        """`comm`'s one-link model as a topology: every device sends on its own link (``tx``),
+        nothing is shared, one host. The ring priced on it equals
+        `comm.communication_cost` on ``link`` (tested)."""
+        res = tuple(Resource(f"d{d}.{link.name}.tx", link.bw_bytes_per_s, link.latency_s, link.energy_pj_per_byte)
+                    for d in range(n_devices))
+        return Topology(f"{link.name}x{n_devices}", (0,) * n_devices, res,
+                        _routes(n_devices, lambda q, p: (q,)))
+
+
+def _routes(n: int, fn: Callable[[int, int], Sequence[int]]) -> tuple:
+    return tuple(tuple(() if q == p else tuple(fn(q, p)) for p in range(n)) for q in range(n))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TransferCost:
+    """Cost of one stage of simultaneous transfers (float32; R resources).
+
+    Fields: ``load_bytes`` [R] bytes through each resource; ``time_s`` scalar (busiest resource
+    + the longest route latency); ``busy_s`` [R] ``load / bw`` of each resource; ``energy_j``."""
+
+    load_bytes: jax.Array
+    busy_s: jax.Array
+    time_s: jax.Array
+    energy_j: jax.Array
+
+
+def transfer_cost(transfer_bytes, topo: Topology) -> TransferCost:
+    """The `TransferCost` of simultaneous transfers ``transfer_bytes`` float [P, P] (``[q, p]``:
+    bytes q -> p; the diagonal is ignored) on ``topo`` (module docstring). Pure, differentiable
+    in ``transfer_bytes`` (may be traced).
+
+    Raises:
+      ValueError: ``transfer_bytes`` not [P, P] for the topology's P.
+    """
+    b = jnp.asarray(transfer_bytes, jnp.float32)
+    P = topo.n_devices
+    if b.shape != (P, P):
+        raise ValueError(f"transfer_cost(transfer_bytes): must be [{P}, {P}] for Topology({topo.name!r}), "
+                         f"got shape {b.shape}")
+    b = b * (1.0 - jnp.eye(P, dtype=jnp.float32))
+    load = jnp.einsum("qp,qpr->r", b, topo.crosses)
+    busy = load / topo.bw
+    lat = jnp.max(jnp.where(b > 0, topo.route_latency_s, 0.0))
+    time = jnp.max(busy) + lat
+    energy = jnp.sum(load * topo.energy_pj_per_byte) * PJ
+    return TransferCost(load, busy, time, energy)
+
+
+# --- presets -----------------------------------------------------------------------------------
+
+DGX_H100_GPUS = 8
+"""GPUs of a DGX H100 (NVIDIA DGX H100 User Guide, "Hardware overview": 8 H100 SXM5, 4 NVSwitch)."""
+DGX_H100_NICS = 8
+"""Compute-fabric NICs of a DGX H100: eight single-port ConnectX-7 400 Gb/s (DGX H100 User Guide,
+"Network Modules", Table 6: each ConnectX-7 port is assigned to one GPU)."""
+
+
+def _dgx_resources(host: int, n_gpus: int, n_nics: int) -> list:
+    """Per-direction resources of one DGX H100 host.
+
+    Per GPU: ``nvlink.tx/rx`` 450 GB/s (`comm.nvlink4`: 900 GB/s bidirectional, H100 datasheet),
+    the message start-up (2 us, estimate of `comm.nvlink4`) charged on ``tx``, its energy
+    (10.4 pJ/byte, estimate of `comm.nvlink4`) on ``tx`` only (a byte crosses the NVLink once);
+    ``pcie.up/down`` its PCIe Gen5 x16 path to the NIC (64 GB/s per direction, `comm.pcie5_x16`;
+    40 pJ/byte per crossing, estimate; latency inside the NIC's). ASSUMPTION: a GPU's PCIe path
+    to its NIC is not shared with another GPU (GPUDirect RDMA through a PCIe switch that serves
+    one GPU-NIC pair).
+    Per NIC: ``nic.tx/rx`` one ConnectX-7 NDR port, 400 Gb/s = 50 GB/s per direction
+    (`comm.infiniband_ndr`, ConnectX-7 datasheet); message start-up 5 us (estimate of
+    `comm.infiniband_ndr`) and 500 pJ/byte (upper-bound estimate of `comm.infiniband_ndr`)
+    on ``tx``.
+    """
+    nv, pc, ib = nvlink4(), pcie5_x16(), infiniband_ndr()
+    out = []
+    for g in range(n_gpus):
+        out += [Resource(f"h{host}.gpu{g}.nvlink.tx", nv.bw_bytes_per_s, nv.latency_s, nv.energy_pj_per_byte),
+                Resource(f"h{host}.gpu{g}.nvlink.rx", nv.bw_bytes_per_s, 0.0, 0.0),
+                Resource(f"h{host}.gpu{g}.pcie.up", pc.bw_bytes_per_s, 0.0, pc.energy_pj_per_byte),
+                Resource(f"h{host}.gpu{g}.pcie.down", pc.bw_bytes_per_s, 0.0, pc.energy_pj_per_byte)]
+    for n in range(n_nics):
+        out += [Resource(f"h{host}.nic{n}.tx", ib.bw_bytes_per_s, ib.latency_s, ib.energy_pj_per_byte),
+                Resource(f"h{host}.nic{n}.rx", ib.bw_bytes_per_s, 0.0, 0.0)]
+    return out
+
+
+def dgx_cluster(n_hosts: int, *, nics_per_host: int = DGX_H100_NICS, name: str = "") -> Topology:
+    """``n_hosts`` DGX H100 nodes over NDR InfiniBand (device ``d`` = GPU ``d % 8`` of host ``d // 8``).
+
+    Routes: inside a host GPU -> NVSwitch -> GPU (``nvlink.tx`` of the sender, ``nvlink.rx`` of
+    the receiver); across hosts GPU -> PCIe -> NIC -> IB -> NIC -> PCIe -> GPU (the sender's
+    ``pcie.up`` and its NIC's ``tx``, the receiver's NIC's ``rx`` and ``pcie.down``). GPU ``g``
+    uses NIC ``g * nics_per_host // 8``: with the DGX's 8 NICs one per GPU; with fewer, GPUs
+    share a NIC (a what-if: a host with one NIC is ``nics_per_host=1``). The IB fabric between
+    the NICs is non-blocking (ASSUMPTION, a fat tree of NDR switches). Resources in
+    `_dgx_resources`.
+
+    Raises:
+      ValueError: ``n_hosts`` < 1 or ``nics_per_host`` not in [1, 8].
+    """
+    if isinstance(n_hosts, bool) or not isinstance(n_hosts, numbers.Integral) or n_hosts < 1:
+        raise ValueError(f"dgx_cluster(n_hosts): must be an int >= 1, got {n_hosts!r}")
+    if isinstance(nics_per_host, bool) or not isinstance(nics_per_host, numbers.Integral) \
+            or not 1 <= nics_per_host <= DGX_H100_GPUS:
+        raise ValueError(f"dgx_cluster(nics_per_host): must be an int in [1, {DGX_H100_GPUS}], got {nics_per_host!r}")
+    G, N = DGX_H100_GPUS, nics_per_host
+    res = []
+    for h in range(n_hosts):
+        res += _dgx_resources(h, G, N)
+    idx = {r.name: i for i, r in enumerate(res)}
+
+    def route(q, p):
+        hq, gq, hp, gp = q // G, q % G, p // G, p % G
+        if hq == hp:
+            return idx[f"h{hq}.gpu{gq}.nvlink.tx"], idx[f"h{hp}.gpu{gp}.nvlink.rx"]
+        return (idx[f"h{hq}.gpu{gq}.pcie.up"], idx[f"h{hq}.nic{gq * N // G}.tx"],
+                idx[f"h{hp}.nic{gp * N // G}.rx"], idx[f"h{hp}.gpu{gp}.pcie.down"])
+
+    P = n_hosts * G
+    return Topology(name or f"dgx_h100x{n_hosts}" + ("" if N == G else f"_nic{N}"),
+                    tuple(d // G for d in range(P)), tuple(res), _routes(P, route))
+
+
+def dgx_h100() -> Topology:
+    """One DGX H100: 8 H100 SXM5 on NVLink 4 through the NVSwitch fabric (450 GB/s per direction
+    per GPU), 8 ConnectX-7 NICs (unused inside one host). `dgx_cluster` (1 host)."""
+    return dgx_cluster(1, name="dgx_h100")
+
+
+def two_dgx_h100_ib() -> Topology:
+    """Two DGX H100 nodes (16 GPUs) over NDR InfiniBand, one 400 Gb/s ConnectX-7 per GPU.
+    `dgx_cluster` (2 hosts)."""
+    return dgx_cluster(2, name="two_dgx_h100_ib")
+
+
+def loopback_gloo(n_processes: int = 2) -> Topology:
+    """``n_processes`` `jax.distributed` processes on this machine, gloo over 127.0.0.1: every
+    transfer crosses one shared resource, ``loopback`` (the host's memory copies and TCP stack).
+
+    Fitted on measurement (``results/comm_loopback_cpu.json``, N = 2, the fit of
+    `comm.LOOPBACK_GLOO_FIT`): one ring step of N = 2 processes is two simultaneous transfers of
+    ``b`` bytes (0 -> 1, 1 -> 0) measured as ``latency + b / bw_link``; on one shared resource
+    that is ``latency + 2 b / bw_shared``, so ``bw_shared = 2 bw_link`` (2.44 GB/s) and the
+    route latency is the fitted 214 us. Out of sample (N = 4, 8) the shared resource predicts
+    the contention the one-link model has no term for (docs/log/dgcl_planner.md gives the
+    errors). Energy 0: not measured.
+    """
+    if isinstance(n_processes, bool) or not isinstance(n_processes, numbers.Integral) or n_processes < 1:
+        raise ValueError(f"loopback_gloo(n_processes): must be an int >= 1, got {n_processes!r}")
+    lat, bw = LOOPBACK_GLOO_FIT
+    res = (Resource("loopback", 2.0 * bw, lat, 0.0),)
+    return Topology(f"loopback_gloo{n_processes}", (0,) * n_processes, res, _routes(n_processes, lambda q, p: (0,)))
+
+
+TOPOLOGIES = {"dgx_h100": dgx_h100, "two_dgx_h100_ib": two_dgx_h100_ib, "loopback_gloo": loopback_gloo}
+
+
+def get_topology(name: str) -> Topology:
+    """A topology preset by name (`TOPOLOGIES`; ``loopback_gloo`` with its default 2 processes).
+
+    Raises:
+      ValueError: unknown name.
+    """
+    if name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology preset {name!r}; choose from {sorted(TOPOLOGIES)}")
+    return TOPOLOGIES[name]()
+
+
+__all__ = ["Resource", "Topology", "TransferCost", "transfer_cost", "dgx_cluster", "dgx_h100", "two_dgx_h100_ib",
+           "loopback_gloo", "TOPOLOGIES", "get_topology", "GB", "DGX_H100_GPUS", "DGX_H100_NICS"]
