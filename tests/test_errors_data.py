@@ -308,4 +308,5 @@ def test_load_dataset_refuses_an_unknown_name_listing_the_known_ones():
     from codesign.data import DATASETS, load_dataset
     with pytest.raises(ValueError, match=r"dataset: unknown dataset 'coraa'; choose from cora, citeseer, pubmed, wordnet"):
         load_dataset("coraa")
-    assert DATASETS[3:] == ("wordnet", "wordnet-lsa", "csbm-products", "ncbi-taxonomy")
+    assert DATASETS[3:] == ("wordnet", "wordnet-lsa", "csbm-products", "ncbi-taxonomy", "rmat-15", "rmat-17", "rmat-19",
+                            "rmat-21")

@@ -200,3 +200,17 @@ def test_hetero_sbm_options_and_errors():
                           (dict(avg_degree=0), "avg_degree"), (dict(mu=-2), "mu"), (dict(n_features=2), "n_features")):
         with pytest.raises(ValueError, match=field):
             hetero_sbm(**(dict(n_nodes=100, n_features=4) | kwargs))
+
+
+def test_named_rmat_dataset_is_the_graph500_shaped_rmat_graph():
+    """``load_dataset("rmat-15")`` is `rmat_graph` at scale 15 with 16 draws per node (Graph500's
+    edge factor), 64 features and 8 classes, seed 0: the graph `codesign partition rmat-15` shards."""
+    from codesign.data import DATASETS, RMAT_SCALES, load_dataset
+    assert [f"rmat-{s}" for s in RMAT_SCALES] == [d for d in DATASETS if d.startswith("rmat-")]
+    g = load_dataset("rmat-15")
+    ref = rmat_graph(15, 16 << 15, n_features=64, n_classes=8, seed=0)
+    assert g.n_nodes == 1 << 15 and g.x.shape == (1 << 15, 64) and int(g.y.max()) == 7
+    np.testing.assert_array_equal(np.asarray(g.senders), np.asarray(ref.senders))
+    np.testing.assert_array_equal(np.asarray(g.receivers), np.asarray(ref.receivers))
+    np.testing.assert_array_equal(np.asarray(g.x), np.asarray(ref.x))
+    assert 700_000 < g.n_edges < 16 << 16  # symmetrized and de-duplicated draws
