@@ -1,6 +1,6 @@
 """Per-process peak memory of multi-process training from shards, against one process (issue 38).
 
-    python experiments/scale_out_rss.py --hidden 64              # rmat-19, 4 processes -> results/scale_out_rss_cpu.json
+    python experiments/scale_out_rss.py --hidden 64 --edge-gates # rmat-19, 4 processes -> results/scale_out_rss_cpu.json
     python experiments/scale_out_rss.py --dataset rmat-21 --parts 8 --epochs 2 --no-one-process \
         --out results/scale_out_rss_rmat21_cpu.json
     python experiments/scale_out_rss.py --dataset rmat-15 --parts 2 --epochs 1 --out F   # a quick check
@@ -65,6 +65,9 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--hidden", type=int, default=None, help="hidden width (default: the GCN's, 16)")
     ap.add_argument("--out", default=str(ROOT / "results" / "scale_out_rss_cpu.json"))
+    ap.add_argument("--edge-gates", action="store_true",
+                    help="also train the P processes with learnable edge gates (--edge-mask on: the backward "
+                         "pass re-fetches each halo, distributed/halo.py): gates_over_plain")
     ap.add_argument("--no-one-process", action="store_true",
                     help="skip command 1 (a graph too large for one process here): no rss_ratio")
     args = ap.parse_args(argv)
@@ -80,6 +83,8 @@ def main(argv=None) -> int:
                  ("partition", codesign + ["partition", args.dataset, "--parts", str(args.parts), "--out", f"{tmp}/shards"]),
                  ("processes_from_shards", codesign + train + ["--devices", str(args.parts), "--processes", str(args.parts),
                                                               "--shards", f"{tmp}/shards", "--out", f"{tmp}/multi"]))
+        if args.edge_gates:
+            steps += (("processes_from_shards_edge_gates", steps[2][1][:-1] + [f"{tmp}/gates", "--edge-mask", "on"]),)
         for name, cmd in steps[1:] if args.no_one_process else steps:
             r = timed(cmd, env)
             r["argv"] = ["codesign", *(a.replace(tmp, "TMP") for a in cmd[3:])]  # TMP: a temporary folder
@@ -88,6 +93,9 @@ def main(argv=None) -> int:
             runs = result["runs"]
             if "one_process" in runs and "processes_from_shards" in runs:
                 result["rss_ratio"] = round(runs["processes_from_shards"]["peak_rss_gb"] / runs["one_process"]["peak_rss_gb"], 3)
+            if "processes_from_shards_edge_gates" in runs:
+                result["gates_over_plain"] = round(runs["processes_from_shards_edge_gates"]["peak_rss_gb"]
+                                                   / runs["processes_from_shards"]["peak_rss_gb"], 3)
             write_json_atomic(args.out, result)
     if "rss_ratio" in result:
         print(f"largest of {args.parts} processes / one process: {result['rss_ratio']:.3f}")
