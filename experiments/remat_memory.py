@@ -10,7 +10,7 @@ devices (``XLA_FLAGS=--xla_force_host_platform_device_count=P``, set below befor
 its per-device memory read from XLA's buffer assignment: ``temp + argument + output`` bytes of
 ``compiled.memory_analysis()`` (the measure of `experiments/scaling.py`; generated code not
 counted). Also: the ``collective-permute`` ops of the compiled program (forward, gradient, and with
-edge gates the backward's re-fetch of the halo) and the loss and gradient norm of one step, equal
+edge gates the backward's re-fetch of the halo) and the loss and the sum of |gradient| of one step, equal
 with remat on and off. Edge gates are the model's hard-concrete gates on the partition's edge slots
 (`codesign.distributed.PartitionedEdgeMask`), sampled as in training.
 """

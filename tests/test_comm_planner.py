@@ -307,7 +307,7 @@ def test_bad_inputs_name_the_field():
         T.dgx_cluster(2, nics_per_host=16)
     with pytest.raises(ValueError, match=r"^hierarchical_partition: 2 x 3 devices exceed the number of nodes 4"):
         dist.hierarchical_partition(np.array([0, 1]), np.array([1, 0]), 4, 2, 3)
-    with pytest.raises(ValueError, match=r"^partition_graph: devices_per_host must be an int"):
+    with pytest.raises(ValueError, match=r"^hierarchical_partition: devices_per_host must be an int"):
         dist.hierarchical_partition(np.array([0, 1]), np.array([1, 0]), 4, 2, 1.5)
     with pytest.raises(TypeError, match=r"^communication_cost\(link\): must be a LinkSpec, got Topology"):
         comm.communication_cost([comm.communication_stage("l", np.ones((4, 4)), 4, 32)], topo)

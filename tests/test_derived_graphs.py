@@ -151,7 +151,7 @@ def test_load_csbm_products_caches_by_params(cache_home, monkeypatch):
 def test_load_dataset_lists_and_dispatches():
     from codesign.data import DATASETS, load_dataset
     assert {"wordnet-lsa", "csbm-products"} <= set(DATASETS)
-    with pytest.raises(ValueError, match=r"^dataset: unknown dataset 'csbm'; choose from .*csbm-products, ncbi-taxonomy$"):
+    with pytest.raises(ValueError, match=r"^dataset: unknown dataset 'csbm'; choose from .*csbm-products, ncbi-taxonomy, rmat-15.*, rmat-21$"):
         load_dataset("csbm")
 
 

@@ -200,7 +200,10 @@ for gates in (False, True):
             modeled=modeled, jax_permutes=jax_permutes, compiled_permutes=hlo["ops"], halo_rows=int(part.halo_counts.sum()), fwd_real=fwd_real, real=real,
             widths=list(dist.halo_widths(m)))
 
-# rematerialization (halo.py's custom VJP) at P = 4, remat on and off: per-device temporaries
+# rematerialization (halo.py's custom VJP) at P = 4, remat on and off: per-device temporaries;
+# chunks of 64 edge slots so that the backward's chunked path (lax.scan, padding) runs here
+from codesign.distributed import halo
+halo.REMAT_CHUNK_EDGES = 64
 P = 4
 part = dist.partition_graph(s, r, N, P)
 mesh = dist.make_mesh(P)

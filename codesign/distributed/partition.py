@@ -188,9 +188,9 @@ class PartitionLayout:
                 "edge_slots": self.edge_slots, "edge_lengths": list(self.edge_lengths)}
 
 
-def _check_int(value, name: str) -> int:
+def _check_int(value, name: str, fn: str = "partition_graph") -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"partition_graph: {name} must be an int, got {value!r}")
+        raise ValueError(f"{fn}: {name} must be an int, got {value!r}")
     return int(value)
 
 
@@ -412,10 +412,11 @@ def hierarchical_partition(senders, receivers, n_nodes: int, n_hosts: int, devic
         than devices, or the errors of `partition_graph`.
       ImportError: pymetis is not installed.
     """
-    n_hosts, k = _check_int(n_hosts, "n_hosts"), _check_int(devices_per_host, "devices_per_host")
+    n_hosts = _check_int(n_hosts, "n_hosts", "hierarchical_partition")
+    k = _check_int(devices_per_host, "devices_per_host", "hierarchical_partition")
     if n_hosts < 1 or k < 1:
         raise ValueError(f"hierarchical_partition: n_hosts and devices_per_host must be >= 1, got {n_hosts}, {k}")
-    n_nodes = _check_int(n_nodes, "n_nodes")
+    n_nodes = _check_int(n_nodes, "n_nodes", "hierarchical_partition")
     s, r = np.asarray(senders, np.int64).ravel(), np.asarray(receivers, np.int64).ravel()
     if n_hosts * k > n_nodes:
         raise ValueError(f"hierarchical_partition: {n_hosts} x {k} devices exceed the number of nodes {n_nodes}")
