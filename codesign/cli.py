@@ -109,7 +109,7 @@ def _add_common(p: argparse.ArgumentParser, multi_hw: bool = False):
     from codesign.models import MODELS
     p.add_argument("--dataset", default="cora", type=str.lower, choices=DATASETS,
                    help="dataset (Planetoid, WordNet 3.0, WordNet with LSA features, cSBM with ogbn-products' shape, "
-                        "NCBI Taxonomy tree: needs codesign[ncbi])")
+                        "NCBI Taxonomy tree: needs codesign[ncbi], R-MAT rmat-<scale> with Graph500's edge factor 16)")
     p.add_argument("--data-root", default=None, help="folder holding planetoid/ (default: $CODESIGN_DATA or cache)")
     p.add_argument("--model", default="gcn", choices=sorted(MODELS),
                    help="model (hyper-parameters not given default to its MODEL_DEFAULTS entry)")

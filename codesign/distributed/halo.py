@@ -15,7 +15,7 @@ inputs: the backward pass walks the ring again, one step at a time, **fetching e
 again** (SAR's rematerialization) instead of keeping the P-1 received buffers, computes the step's
 edge-weight gradient (``dw_e = <ct[rcv_e], src[snd_e]>``, needed with edge gates) and the halo's
 gradient in chunks of `REMAT_CHUNK_EDGES` edge slots, and sends the latter back to its owner
-(inverse permutation). A `jax.checkpoint` per step did not survive the compiler: XLA's
+(inverse permutation, in the cotangent's dtype). A `jax.checkpoint` per step did not survive the compiler: XLA's
 common-subexpression elimination merged the re-fetch with the forward exchange, so every step's
 gathered [L_s, F] messages stayed live from the forward to the backward pass (it compiled to the
 same 12 collective-permutes as no rematerialization; with edge gates and ``remat=False``, 1.01 GB

@@ -181,6 +181,8 @@ def choose_plan(halo_bytes, topo: Topology, host_bytes=None, *, grad_bytes=None,
       ValueError: traced inputs, or the input errors of `plan_exchange`.
     """
     _check_bytes(halo_bytes, host_bytes, topo, "choose_plan")
+    if grad_bytes is not None:
+        _check_bytes(grad_bytes, grad_host_bytes, topo, "choose_plan[gradient]")
     kinds = candidate_kinds(topo) if kinds is None else kinds
     best, best_t = None, np.inf
     with jax.ensure_compile_time_eval():
@@ -243,7 +245,7 @@ class Plan:
 
     @property
     def speedup_over_ring(self) -> float:
-        """ring time / plan time (>= 1 by construction)."""
+        """ring time / plan time (>= 1 when the ring was a candidate, as it is by default)."""
         return self.ring_time_s / self.time_s if self.time_s > 0 else 1.0
 
     def summary(self) -> dict:
