@@ -49,9 +49,7 @@ def measure(graph, part, mesh, hidden: int, classes: int, gates: bool, remat: bo
     """Compile and run one training step; memory (bytes per device), permutes, loss, |grad|."""
     m = GCN(graph.n_features, hidden, classes, dropout=0.5, n_edges=graph.n_edges if gates else None, rngs=nnx.Rngs(0))
     if gates:
-        la = m.edge_mask.gate.log_alpha[...]
-        m.edge_mask = None
-        m.edge_mask = nnx.data(dist.PartitionedEdgeMask.from_edge_logits(la, part, mesh, rngs=nnx.Rngs(0)))
+        dist.partition_edge_mask(m, part, mesh, rngs=nnx.Rngs(0))
     m.train()
     gd, state = nnx.split(m)
     sg = dist.shard_graph(graph, part, mesh)

@@ -163,9 +163,7 @@ for gates in (False, True):
         sg = dist.shard_graph(g, part, mesh)
         m = model(gates)
         if gates:
-            la = m.edge_mask.gate.log_alpha[...]
-            m.edge_mask = None
-            m.edge_mask = nnx.data(dist.PartitionedEdgeMask.from_edge_logits(la, part, mesh, rngs=nnx.Rngs(0)))
+            dist.partition_edge_mask(m, part, mesh, rngs=nnx.Rngs(0))
             m.eval()
         gd, st = nnx.split(m)
         def step(st, sg):
@@ -213,9 +211,7 @@ for gates in (False, True):
     for remat in (True, False):
         m = model(gates)
         if gates:
-            la = m.edge_mask.gate.log_alpha[...]
-            m.edge_mask = None
-            m.edge_mask = nnx.data(dist.PartitionedEdgeMask.from_edge_logits(la, part, mesh, rngs=nnx.Rngs(0)))
+            dist.partition_edge_mask(m, part, mesh, rngs=nnx.Rngs(0))
             m.eval()
         gd, st = nnx.split(m)
         def step(st, sg):

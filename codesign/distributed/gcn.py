@@ -251,6 +251,22 @@ class PartitionedEdgeMask(nnx.Module):
     hard_density = hard_edge_density
 
 
+def set_edge_mask(model, mask: PartitionedEdgeMask):
+    """Puts ``mask`` on ``model`` (in place) as its edge mask, marked as data (`nnx.data`, where
+    Flax has it): a model built without an edge mask holds ``edge_mask`` as a static attribute."""
+    model.edge_mask = None
+    model.edge_mask = nnx.data(mask) if hasattr(nnx, "data") else mask
+    return model
+
+
+def partition_edge_mask(model, part: Partition, mesh: Mesh, *, rngs: nnx.Rngs):
+    """``model`` (a single-device GCN with an `EdgeMask`) with that mask replaced, in place, by the
+    `PartitionedEdgeMask` holding the same gate logits in ``part``'s edge slots
+    (`PartitionedEdgeMask.from_edge_logits`); returns ``model``."""
+    return set_edge_mask(model, PartitionedEdgeMask.from_edge_logits(model.edge_mask.gate.log_alpha[...], part, mesh,
+                                                                     rngs=rngs))
+
+
 @dataclasses.dataclass(frozen=True)
 class HaloAdjacency:
     """One device's view of the GCN adjacency ``D^-1/2 (A + I) D^-1/2`` in the `Partition`

@@ -24,7 +24,8 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from codesign import hwmodel
-from codesign.distributed.gcn import PartitionedEdgeMask, edge_slot_mask, halo_widths, logits_and_loss, shard_graph
+from codesign.distributed.gcn import (PartitionedEdgeMask, edge_slot_mask, halo_widths, logits_and_loss, set_edge_mask,
+                                      shard_graph)
 from codesign.distributed.mesh import make_mesh
 from codesign.distributed.partition import Partition, PartitionLayout, host_halo_counts, partition_graph
 from codesign.distributed.shards import graph_sizes, load_local, read_layout, read_locality
@@ -139,9 +140,7 @@ def build_partitioned_model(cfg, graph, edge_valid: Optional[jax.Array], rngs: n
         if edge_valid is None:
             raise ValueError("build_partitioned_model: edge_valid is None, but TrainConfig.masks.edge asks for an "
                              "edge mask")
-        mask = PartitionedEdgeMask(edge_valid, graph.n_edges, rngs=rngs)
-        # the model was built without an edge mask, so the attribute is static until marked as data
-        model.edge_mask = nnx.data(mask) if hasattr(nnx, "data") else mask
+        set_edge_mask(model, PartitionedEdgeMask(edge_valid, graph.n_edges, rngs=rngs))
     return model
 
 
