@@ -527,3 +527,12 @@ def test_train_distributed_on_cora(multi_device):
     assert r["selected_epoch"] == 1 and r["devices"] == 2 and r["partition"]["n_parts"] == 2
     assert 0.0 <= r["densities"]["edge"] <= 1.0
     assert set(RUN_RECORD_FIELDS) >= {"layer_bits", "selected_epoch"}
+
+
+def test_partition_edge_mask_refuses_a_model_without_one():
+    from flax import nnx
+
+    from codesign import distributed as dist
+    from codesign.models import GCN
+    with pytest.raises(ValueError, match=r"^partition_edge_mask: model.edge_mask has no gate logits"):
+        dist.partition_edge_mask(GCN(4, 8, 2, rngs=nnx.Rngs(0)), None, None, rngs=nnx.Rngs(0))

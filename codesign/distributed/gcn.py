@@ -262,7 +262,14 @@ def set_edge_mask(model, mask: PartitionedEdgeMask):
 def partition_edge_mask(model, part: Partition, mesh: Mesh, *, rngs: nnx.Rngs):
     """``model`` (a single-device GCN with an `EdgeMask`) with that mask replaced, in place, by the
     `PartitionedEdgeMask` holding the same gate logits in ``part``'s edge slots
-    (`PartitionedEdgeMask.from_edge_logits`); returns ``model``."""
+    (`PartitionedEdgeMask.from_edge_logits`); returns ``model``.
+
+    Raises:
+      ValueError: ``model`` has no edge mask with gate logits (one line).
+    """
+    gate = getattr(getattr(model, "edge_mask", None), "gate", None)
+    if getattr(gate, "log_alpha", None) is None:
+        raise ValueError("partition_edge_mask: model.edge_mask has no gate logits (build the model with n_edges)")
     return set_edge_mask(model, PartitionedEdgeMask.from_edge_logits(model.edge_mask.gate.log_alpha[...], part, mesh,
                                                                      rngs=rngs))
 
