@@ -282,7 +282,9 @@ def cmd_train(args) -> int:
         check_versions(store.path, store.records())  # never add to a file priced by another cost model
     args.progress = getattr(args, "progress", None) or _Progress()
     args.progress.store = store
-    scale_out = {"devices": args.devices, "link": args.link, "int8_halo": args.int8_halo} if args.devices > 1 else {}
+    # the link, or the topology that replaces it, is part of a partitioned run's identity
+    comm_target = {"link": args.link} if args.topology is None else {"topology": args.topology}
+    scale_out = {"devices": args.devices, **comm_target, "int8_halo": args.int8_halo} if args.devices > 1 else {}
     if args.shards is not None:  # each process reads its own parts (codesign.distributed.shards), not the graph
         from codesign.distributed.shards import read_manifest
         manifest = read_manifest(args.shards)
@@ -318,7 +320,8 @@ def cmd_train(args) -> int:
         progress = lambda epoch, values: bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
-            results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, int8_halo=args.int8_halo,
+            results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, topology=args.topology,
+                                         int8_halo=args.int8_halo,
                                          shards=args.shards, on_epoch=progress) for cfg, _ in todo)
         else:  # the seeds on one compiled step where the model allows (codesign.train.train_seeds)
             results = train_seeds(graph, [cfg for cfg, _ in todo], hw, on_epoch=progress, return_model=bool(to_save))
@@ -605,6 +608,7 @@ def cmd_partition(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from codesign.hwmodel import presets
     from codesign.hwmodel.comm import LINKS
+    from codesign.hwmodel.topology import TOPOLOGIES
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add = lambda name, help: sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter)
@@ -637,8 +641,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-processes", type=_positive_int("num_processes"), default=None, metavar="N",
                    help="with --coordinator: processes in the cluster")
     p.add_argument("--link", default=None, choices=list(LINKS),
-                   help="with --devices > 1: the link between devices that the cost model charges "
-                        "(default: nvlink4)")
+                   help="with --devices > 1: the link between devices that the cost model charges, a ring on "
+                        "one link per device (default: nvlink4)")
+    p.add_argument("--topology", default=None, choices=list(TOPOLOGIES),
+                   help="with --devices > 1, instead of --link: a declared topology (devices on hosts, shared "
+                        "links) on which each layer's exchange is priced as the DGCL-style planner plans it; "
+                        "loopback_gloo is this machine's processes (fitted here), dgx_h100 needs --devices 8, "
+                        "two_dgx_h100_ib --devices 16")
     p.add_argument("--int8-halo", action="store_true", help="with --devices > 1: send halo rows as int8")
     p.add_argument("--out", default="results",
                    help="results folder: each finished seed is appended there as it finishes; a re-run skips "
@@ -778,9 +787,17 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
                 err("--devices", f"must be a multiple of {flag} {n} (devices per process), got {args.devices}")
         if args.devices == 1:
             for flag, given in (("--int8-halo", args.int8_halo), ("--link", args.link is not None),
-                                ("--shards", args.shards is not None)):
+                                ("--topology", args.topology is not None), ("--shards", args.shards is not None)):
                 if given:
                     parser.exit(2, f"codesign train: error: argument {flag}: needs --devices > 1\n")
+        if args.topology is not None:
+            if args.link is not None:
+                parser.exit(2, "codesign train: error: argument --topology: not with --link\n")
+            from codesign.hwmodel.topology import get_topology
+            try:
+                get_topology(args.topology, args.devices)
+            except ValueError as e:
+                parser.exit(2, f"codesign train: error: argument --topology: {e}\n")
         args.link = args.link or "nvlink4"
         if args.save is not None:
             if args.devices > 1:

@@ -1,22 +1,29 @@
-"""A ring step of the halo exchange timed across N real processes (issue 38, item 4): the measured
-side of `codesign.hwmodel.comm`'s link model on this machine.
+"""The per-layer halo exchange timed across N real processes (issue 38): the measured side of
+`codesign.hwmodel.topology.loopback_gloo` and of `codesign.hwmodel.comm.loopback_gloo` on this machine.
 
 N local processes join one `jax.distributed` cluster on 127.0.0.1 (gloo collectives over TCP on
-CPU, `codesign.distributed.initialize`, one CPU device each); each runs, inside ``shard_map`` over
-the N-device mesh, one ring step of `codesign.distributed.halo.exchange` (``ppermute`` by one
-position, as `sar_aggregate`'s step s = 1) on float32 rows [R, F], for a list of message sizes,
-``--reps`` timed calls each after a warm-up (median, min, max of process 0's wall time around the
-blocking call). The link model of one step is ``latency_s + bytes / bw_bytes_per_s``
-(`codesign.hwmodel.comm`, module docstring); its two parameters are fitted (least squares on
-the medians, relative error) on the N = 2 runs only, and the fitted link predicts every N (the
-N > 2 rows are out of sample: the model has no term for N, so contention between processes
-shows as error there).
+CPU, `codesign.distributed.initialize`, one CPU device each). Each runs, inside ``shard_map``
+over the N-device mesh, one layer's exchange as `codesign.distributed.halo.sar_aggregate`'s ring
+runs it: N - 1 steps, step s a ``ppermute`` by s positions (`halo.exchange`) of float32 rows
+[R, F], each step ordered after the previous one by ``optimization_barrier`` (one halo buffer at
+a time); for a list of message sizes (bytes per device per step), ``--reps`` timed calls each
+after a warm-up: median, min and max over reps of the slowest process's wall time.
 
-    python experiments/comm_measure.py                  # N = 2, 4, 8 -> results/comm_loopback_cpu.json
-    python experiments/comm_measure.py --quick          # N = 2, 2 sizes (CI smoke run)
+Four runs (``--runs``), the order of N alternating (2, 4, 8, then 8, 4, 2, ...). The loopback
+topology's four parameters (`topology.fit_loopback_gloo`: route latency, per-extra-process
+scheduling delay, shared bandwidth in and beyond the last-level cache, whose size is read off
+the machine) are fitted on runs 1 and 4 (per row, the median of their medians: the *fit set*);
+runs 2 and 3 (the *check set*, measured in between) check them, out of sample in time, as does
+leave-one-N-out on the fit set. The check set against the fit set row by row is the
+measurement's own reproducibility. The one-link `comm.LOOPBACK_GLOO_FIT` is the fit set's
+N = 2 rows (one step each) fitted as ``latency + bytes / bw``.
 
-Timings on this shared 2-core VM: the load average is recorded before and after; N = 4 and 8
-processes oversubscribe the 2 cores (that is what they measure).
+    python experiments/comm_measure.py                  # -> results/comm_loopback_cpu.json
+    python experiments/comm_measure.py --quick          # N = 2, 2 sizes, one run (CI smoke run)
+    python experiments/comm_measure.py --refit results/comm_loopback_cpu.json   # fit the stored runs again
+
+Timings on this shared 2-core VM: the load average is recorded before and after each run; N = 4
+and 8 processes oversubscribe the 2 cores (that is what they measure).
 """
 
 from __future__ import annotations
@@ -33,43 +40,48 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-SIZES_BYTES = (4 << 10, 64 << 10, 512 << 10, 2 << 20, 8 << 20)
+SIZES_BYTES = (4 << 10, 64 << 10, 512 << 10, 2 << 20, 8 << 20, 32 << 20)
 """Message sizes (bytes per device per step): float32 rows of width 64."""
 WIDTH = 64
 TOLERANCE = 0.25
-"""Issue 38's bar: the comm model predicts the measured exchange within 25 %."""
+"""Issue 38's bar: the comm model predicts the measured per-layer exchange within 25 % (MAPE per N)."""
 
 
 def child(args) -> None:
-    """One cluster process: time the ring step for each size; process 0 prints one JSON line."""
+    """One cluster process: time the layer's ring for each size; process 0 prints one JSON line."""
     from codesign.distributed import initialize
     initialize(args.coordinator, args.n, args.process_id, local_devices=1)
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from jax.experimental import multihost_utils
     from jax.sharding import PartitionSpec as Ps
 
     from codesign.distributed.halo import exchange, ring_perm
     from codesign.distributed.mesh import AXIS, make_mesh, shard_map, sharded
 
+    def layer(r):  # sar_aggregate's ring without the arithmetic: N - 1 ordered ppermutes
+        acc = jnp.zeros_like(r)
+        for s in range(1, args.n):
+            r_b, acc = jax.lax.optimization_barrier((r, acc))
+            acc = acc + exchange(r_b, ring_perm(args.n, s))
+        return acc
+
     mesh = make_mesh(args.n)
-    perm = ring_perm(args.n, 1)
-    step = jax.jit(shard_map(lambda r: exchange(r, perm), mesh, in_specs=Ps(AXIS), out_specs=Ps(AXIS)))
+    fn = jax.jit(shard_map(layer, mesh, in_specs=Ps(AXIS), out_specs=Ps(AXIS)))
     out = []
     for size in args.sizes:
         rows = max(1, size // (4 * WIDTH))
         x = jax.make_array_from_callback((args.n, rows, WIDTH), sharded(mesh),
                                          lambda idx: np.ones((1, rows, WIDTH), np.float32))
-        step(x).block_until_ready()  # compile + warm-up
+        fn(x).block_until_ready()  # compile + warm-up
         times = []
         for _ in range(args.reps):
             t = time.perf_counter()
-            step(x).block_until_ready()
+            fn(x).block_until_ready()
             times.append(time.perf_counter() - t)
-        # every process waits for the slowest: the step's time is the max over processes
-        from jax.experimental import multihost_utils
-        t_all = multihost_utils.process_allgather(jnp.asarray(times, jnp.float32))
-        t_max = np.asarray(t_all).max(axis=0)
+        # every process waits for the slowest: the layer's time is the max over processes
+        t_max = np.asarray(multihost_utils.process_allgather(jnp.asarray(times, jnp.float32))).max(axis=0)
         out.append({"bytes": rows * WIDTH * 4, "rows": rows, "median_s": float(np.median(t_max)),
                     "min_s": float(t_max.min()), "max_s": float(t_max.max()), "reps": args.reps})
     if jax.process_index() == 0:
@@ -95,13 +107,57 @@ def run_cluster(n: int, sizes, reps: int) -> list:
 
 def fit_link(rows: list) -> tuple[float, float]:
     """(latency_s, bw_bytes_per_s) minimizing the relative error of ``latency + bytes / bw`` to
-    the medians (weighted least squares, weights 1 / median)."""
+    the medians of N = 2 (one ring step per layer; weighted least squares, weights 1 / median)."""
     import numpy as np
     b = np.array([r["bytes"] for r in rows], float)
     t = np.array([r["median_s"] for r in rows], float)
     a = np.stack([np.ones_like(b), b], 1) / t[:, None]
     (lat, inv_bw), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
     return float(max(lat, 0.0)), float(1.0 / inv_bw)
+
+
+def last_level_cache_bytes() -> float:
+    """The largest CPU cache of cpu0 (sysfs), bytes."""
+    best = 0
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        v = f.read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(v[-1], 1)
+        best = max(best, int(v.rstrip("KMG")) * mult)
+    if not best:
+        raise SystemExit("comm_measure: no cache size under /sys/devices/system/cpu/cpu0/cache")
+    return float(best)
+
+
+def pooled(runs: list) -> dict:
+    """Per N and size, the median over ``runs`` of their medians (``{"N": [{"bytes", "median_s"}]}``)."""
+    import numpy as np
+    return {n: [{"bytes": r["bytes"], "median_s": float(np.median([run["processes"][n][i]["median_s"] for run in runs]))}
+                for i, r in enumerate(rows)] for n, rows in runs[0]["processes"].items()}
+
+
+def _flat(processes: dict) -> list:
+    return [(int(n), r["bytes"], r["median_s"]) for n, rows in processes.items() for r in rows]
+
+
+def check(processes: dict, fit) -> dict:
+    """Per N: the modeled per-layer exchange (the ring plan on ``loopback_gloo(N, fit=fit)``,
+    `planner.plan_cost`) beside each measured median; MAPE and max |error| per N."""
+    import numpy as np
+
+    from codesign.hwmodel import planner
+    from codesign.hwmodel.topology import loopback_gloo
+    out = {}
+    for n, rows in processes.items():
+        n = int(n)
+        topo, off = loopback_gloo(n, fit=fit), 1.0 - np.eye(n)
+        got = [{"bytes": r["bytes"], "measured_s": r["median_s"],
+                "modeled_s": float(planner.plan_cost("ring", r["bytes"] * off, topo)[0])} for r in rows]
+        for g in got:
+            g["modeled_over_measured"] = g["modeled_s"] / g["measured_s"]
+        errs = [abs(g["modeled_over_measured"] - 1.0) for g in got]
+        out[str(n)] = {"rows": got, "mape": float(np.mean(errs)), "max_abs_err": float(np.max(errs)),
+                       "within_tolerance": bool(np.mean(errs) <= TOLERANCE)}
+    return out
 
 
 def main(argv=None) -> dict:
@@ -112,44 +168,83 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=",".join(map(str, SIZES_BYTES)), help="message bytes per step, comma-separated")
     p.add_argument("--processes", default="2,4,8", help="cluster sizes N")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=25)
+    p.add_argument("--runs", type=int, default=4, help="runs of every N (0, 3, 4, 7, ... fit; the others check)")
     p.add_argument("--json", default=str(ROOT / "results" / "comm_loopback_cpu.json"))
-    p.add_argument("--quick", action="store_true", help="N = 2, two sizes, 5 reps (smoke run)")
+    p.add_argument("--refit", default=None, metavar="JSON",
+                   help="analyse the runs stored in JSON again (fit and checks) without measuring")
+    p.add_argument("--quick", action="store_true", help="N = 2, two sizes, 5 reps, one run (smoke run)")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     if args.child:
         child(args)
         return {}
-    if args.quick:
-        args.processes, args.sizes, args.reps = "2", [4 << 10, 512 << 10], 5
+    from codesign.hwmodel.topology import fit_loopback_gloo
     ns = [int(n) for n in args.processes.split(",")]
-    load0 = os.getloadavg()
-    measured = {n: run_cluster(n, args.sizes, args.reps) for n in ns}
-    load1 = os.getloadavg()
-    lat, bw = fit_link(measured[ns[0]])
-    for n, rows in measured.items():
-        for r in rows:
-            r["modeled_s"] = lat + r["bytes"] / bw
-            r["modeled_over_measured"] = r["modeled_s"] / r["median_s"]
-            r["within_tolerance"] = abs(r["modeled_over_measured"] - 1.0) <= TOLERANCE
-            r["in_fit"] = n == ns[0]
-    out = {"what": "one ring step (ppermute by one) of float32 rows across N jax.distributed processes on "
-                   "127.0.0.1 (gloo, one CPU device each); median over reps of the slowest process; the link "
-                   f"model latency + bytes / bw fitted on N = {ns[0]} only",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "load_before": load0, "load_after": load1, "cpu_count": os.cpu_count(),
-           "fit": {"on_processes": ns[0], "latency_s": lat, "bw_bytes_per_s": bw},
-           "tolerance": TOLERANCE, "processes": {str(n): rows for n, rows in measured.items()}}
+    if args.quick:
+        ns, args.sizes, args.reps = [2], [4 << 10, 512 << 10], 5
+    if args.refit:  # the stored runs, analysed again (after a model change; the data stay as measured)
+        stored = json.loads(Path(args.refit).read_text())
+        runs, ns, args.sizes = stored["runs"], sorted(int(n) for n in stored["runs"][0]["processes"]), \
+            [r["bytes"] for r in stored["runs"][0]["processes"][str(min(int(n) for n in stored["runs"][0]["processes"]))]]
+        measured_on, cores, cache = stored["date"], stored["cpu_count"], stored.get("cache_bytes") or stored["topology_fit"]["cache_bytes"]
+    else:
+        runs = []
+        for i in range(1 if args.quick else args.runs):  # alternate the order of N from run to run
+            order = ns if i % 2 == 0 else ns[::-1]
+            load0 = os.getloadavg()
+            measured = {n: run_cluster(n, args.sizes, args.reps) for n in order}
+            runs.append({"order": order, "load_before": load0, "load_after": os.getloadavg(),
+                         "processes": {str(n): measured[n] for n in sorted(measured)}})
+        measured_on = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        cores, cache = os.cpu_count(), last_level_cache_bytes()
+    # runs 0, 3, 4, 7, ... fit and 1, 2, 5, 6, ... check: each set holds both orders of N
+    in_fit = [i % 4 in (0, 3) for i in range(len(runs))]
+    fit_set = pooled([r for r, f in zip(runs, in_fit) if f])
+    check_set = pooled([r for r, f in zip(runs, in_fit) if not f]) if len(runs) > 1 else None
+    lat, bw = fit_link(fit_set[str(min(ns))])
+    # the fit needs an oversubscribed N and a stage beyond the cache
+    fit = fit_loopback_gloo(_flat(fit_set), cores, cache) if max(ns) > cores and max(ns) * max(args.sizes) > cache else None
+    out = {"what": "one layer's halo exchange (N - 1 ring steps, ppermute by s, ordered) of float32 rows across N "
+                   "jax.distributed processes on 127.0.0.1 (gloo, one CPU device each); per run the median over reps "
+                   "of the slowest process; loopback_gloo's topology fitted on runs 0 and 3 (per-row median over "
+                   "them), checked on runs 1 and 2 and leave-one-N-out",
+           "date": measured_on,
+           "analysed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "cpu_count": cores, "cache_bytes": cache, "tolerance": TOLERANCE,
+           "fit": {"on_processes": min(ns), "latency_s": lat, "bw_bytes_per_s": bw},
+           "topology_fit": fit, "runs": runs, "fit_set": fit_set, "check_set": check_set}
+    if fit is not None:
+        out["check_in_sample"] = check(fit_set, fit)
+    if check_set is not None:
+        if fit is not None:
+            out["check_out_of_sample"] = check(check_set, fit)
+        # the measurement's own reproducibility: the check set against the fit set, row by row (no
+        # model can predict both closer than they agree with each other)
+        out["check_set_vs_fit_set"] = {}
+        for n, rows in check_set.items():
+            e = [abs(rb["median_s"] / ra["median_s"] - 1.0) for ra, rb in zip(fit_set[n], rows)]
+            out["check_set_vs_fit_set"][n] = {"mean_abs_diff": float(sum(e) / len(e)), "max_abs_diff": float(max(e))}
+    if fit is not None and len(ns) > 2:
+        out["check_leave_one_n_out"] = {}
+        for n in ns:
+            rest = {k: v for k, v in fit_set.items() if k != str(n)}
+            out["check_leave_one_n_out"][str(n)] = check({str(n): fit_set[str(n)]},
+                                                         fit_loopback_gloo(_flat(rest), cores, cache))[str(n)]
     if not args.quick or args.json != p.get_default("json"):
         from codesign.results import write_json_atomic
         write_json_atomic(args.json, out)
         print(f"wrote {args.json}")
-    print(f"fit on N={ns[0]}: latency {lat * 1e6:.0f} us, bandwidth {bw / 1e9:.2f} GB/s")
-    for n, rows in measured.items():
-        for r in rows:
-            print(f"N={n} {r['bytes']:>9d} B  measured {r['median_s'] * 1e3:8.3f} ms (min {r['min_s'] * 1e3:.3f}, "
-                  f"max {r['max_s'] * 1e3:.3f})  modeled {r['modeled_s'] * 1e3:8.3f} ms  "
-                  f"x{r['modeled_over_measured']:.2f}{'' if r['within_tolerance'] else '  OUT'}")
+    print(f"one link (N={min(ns)}, fit set): latency {lat * 1e6:.0f} us, bandwidth {bw / 1e9:.2f} GB/s")
+    if fit is not None:
+        print("loopback_gloo fit (fit set): " + ", ".join(f"{k} {v:.4g}" for k, v in fit.items()))
+    for n, c in out.get("check_set_vs_fit_set", {}).items():
+        print(f"check set vs fit set    N={n}: mean |diff| {c['mean_abs_diff']:.1%}, max {c['max_abs_diff']:.1%}")
+    for name in ("check_in_sample", "check_out_of_sample", "check_leave_one_n_out"):
+        for n, c in out.get(name, {}).items():
+            print(f"{name:22s} N={n}: MAPE {c['mape']:.1%}, max {c['max_abs_err']:.1%}  " +
+                  " ".join(f"{g['bytes'] >> 10}K:{g['measured_s'] * 1e3:.2f}/{g['modeled_s'] * 1e3:.2f}ms"
+                           for g in c["rows"]))
     return out
 
 

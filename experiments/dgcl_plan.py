@@ -11,8 +11,9 @@ symmetrizing), a GCN layer exchanging rows of ``--hidden`` float32 values:
     (`host_halo_counts`, a row read by several GPUs of a node crosses InfiniBand once) and
     without (the relay only balances the NICs);
   * ``dgx_h100`` (8 GPUs, one node): flat 8-way METIS;
-  * ``loopback_gloo``: the shared-resource fit against ``results/comm_loopback_cpu.json``
-    (N = 2 in sample, N = 4, 8 out of sample) beside `comm.loopback_gloo`'s one link.
+  * ``loopback_gloo``: the ring planned on `topology.loopback_gloo(N)` against the check runs of
+    ``results/comm_loopback_cpu.json`` (the topology is fitted on the other runs), beside the ring on
+    `comm.loopback_gloo`'s one link (fitted on N = 2).
 
     python experiments/dgcl_plan.py                      # -> results/dgcl_plan.json
     python experiments/dgcl_plan.py --scale 12 --json /tmp/x.json   # seconds
@@ -38,7 +39,7 @@ import numpy as np  # noqa: E402
 from codesign import distributed as dist  # noqa: E402
 from codesign.data.synthetic import rmat_edges  # noqa: E402
 from codesign.hwmodel import comm, planner  # noqa: E402
-from codesign.hwmodel.topology import get_topology, loopback_gloo, transfer_cost  # noqa: E402
+from codesign.hwmodel.topology import get_topology, loopback_gloo  # noqa: E402
 
 FLOAT32_BYTES = 4
 
@@ -59,19 +60,22 @@ def _plan_record(halo_bytes, topo, host_bytes=None) -> dict:
 
 
 def loopback_check() -> dict:
-    """Median |log(model / measured)| of one ring step per N: the shared resource vs the one link."""
+    """Per N, the measured per-layer exchange of the check set of ``results/comm_loopback_cpu.json``
+    (runs 1 and 2; out of sample: the topology is fitted on runs 0 and 3) beside the ring planned on `loopback_gloo(N)` and
+    the one link's ring (fitted on N = 2): mean |error| and median |log error| of each."""
     data = json.loads((ROOT / "results" / "comm_loopback_cpu.json").read_text())
     link = comm.loopback_gloo()
     out = {}
-    for n, rows in data["processes"].items():
+    for n, rows in data["check_set"].items():
         n = int(n)
-        topo = loopback_gloo(n)
-        shift = np.roll(np.eye(n), 1, axis=1)
-        shared = [float(transfer_cost(r["bytes"] * shift, topo).time_s) for r in rows]
-        one = [link.latency_s + r["bytes"] / link.bw_bytes_per_s for r in rows]
+        topo, off = loopback_gloo(n), 1.0 - np.eye(n)
+        shared = [float(planner.plan_cost("ring", r["bytes"] * off, topo)[0]) for r in rows]
+        one = [(n - 1) * (link.latency_s + r["bytes"] / link.bw_bytes_per_s) for r in rows]
         meas = [r["median_s"] for r in rows]
+        mape = lambda model: float(np.mean([abs(m / t - 1.0) for m, t in zip(model, meas)]))
         err = lambda model: float(np.median([abs(math.log(m / t)) for m, t in zip(model, meas)]))
         out[n] = {"bytes": [r["bytes"] for r in rows], "measured_s": meas, "shared_s": shared, "one_link_s": one,
+                  "mape_shared": mape(shared), "mape_one_link": mape(one),
                   "median_abs_log_err_shared": err(shared), "median_abs_log_err_one_link": err(one)}
     return out
 

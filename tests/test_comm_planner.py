@@ -147,24 +147,77 @@ def test_ring_on_a_link_is_comm_model():
         assert chosen.plans == (("l", "p2p"),) and float(chosen.latency_s) < float(ref.latency_s)
 
 
-def test_loopback_gloo_fitted_on_measurement():
+def _measured(run: int) -> dict:
     data = json.loads((ROOT / "results" / "comm_loopback_cpu.json").read_text())
-    lat, bw = data["fit"]["latency_s"], data["fit"]["bw_bytes_per_s"]
-    topo = T.loopback_gloo(2)
-    (res,) = topo.resources
-    assert res.bw_bytes_per_s == pytest.approx(2 * bw, rel=1e-2) and res.latency_s == pytest.approx(lat, rel=1e-2)
+    return {int(n): [(r["bytes"], r["median_s"]) for r in rows] for n, rows in data["runs"][run]["processes"].items()}
+
+
+def _ring_s(n: int, b: float, fit=None) -> float:
+    return float(planner.plan_cost("ring", b * (1.0 - np.eye(n)), T.loopback_gloo(n, fit=fit))[0])
+
+
+def test_loopback_gloo_is_the_stored_fit_and_predicts_the_second_run():
+    """`LOOPBACK_GLOO_TOPOLOGY_FIT` is the fit stored by experiments/comm_measure.py (on runs 0
+    and 3), and the ring planned on `loopback_gloo(N)` predicts the *other* runs' measured
+    per-layer exchange (runs 1 and 2, measured in between) within 25 % mean |error| at N = 2, 4,
+    8, recomputed here from the stored per-run medians."""
+    data = json.loads((ROOT / "results" / "comm_loopback_cpu.json").read_text())
+    assert T.LOOPBACK_GLOO_TOPOLOGY_FIT == pytest.approx(data["topology_fit"], rel=1e-3)
+    runs = [_measured(i) for i in range(4)]
+
+    def pooled(idx):  # per N and size, the median over the runs' medians
+        return {n: [(b, float(np.median([runs[i][n][j][1] for i in idx]))) for j, (b, _) in enumerate(rows)]
+                for n, rows in runs[idx[0]].items()}
+
+    check = pooled([1, 2])
+    assert sorted(check) == [2, 4, 8]
+    for n, rows in check.items():
+        err = [abs(_ring_s(n, b) / t - 1.0) for b, t in rows]
+        assert np.mean(err) <= 0.25, (n, np.round(err, 2))
+    # the fit recomputed from the fit runs' stored medians is the stored one
+    fit_rows = [(n, b, t) for n, rows in pooled([0, 3]).items() for b, t in rows]
+    refit = T.fit_loopback_gloo(fit_rows, data["topology_fit"]["cores"], data["topology_fit"]["cache_bytes"])
+    assert refit == pytest.approx(data["topology_fit"], rel=1e-3)
+
+
+def test_loopback_gloo_ring_is_its_closed_form_and_the_fit_recovers_it():
+    """The planner's ring on `loopback_gloo` is `fit_loopback_gloo`'s model (below and beyond the
+    cache, with and without oversubscription), and the fit recovers known parameters from rows
+    that model generates."""
+    truth = {"latency_s": 3e-4, "switch_s": 5e-4, "bw_bytes_per_s": 3e9, "spill_bw_bytes_per_s": 1e9,
+             "cache_bytes": float(32 << 20), "cores": 2}
+    rows = []
+    for n in (2, 4, 8):
+        for b in (4 << 10, 1 << 20, 8 << 20, 32 << 20):
+            lat = truth["latency_s"] + truth["switch_s"] * max(0, n - 2)
+            load = n * b
+            by_hand = (n - 1) * (lat + load / (1e9 if load > 32 << 20 else 3e9))  # beyond the cache: all at spill_bw
+            assert _ring_s(n, b, truth) == pytest.approx(by_hand, rel=1e-5)
+            rows.append((n, b, by_hand))
+    assert T.fit_loopback_gloo(rows, 2, 32 << 20) == pytest.approx(truth, rel=1e-3)
+    with pytest.raises(ValueError, match="switch_s cannot be fitted"):
+        T.fit_loopback_gloo([r for r in rows if r[0] == 2], 2, 32 << 20)
+    with pytest.raises(ValueError, match="spill_bw_bytes_per_s cannot be fitted"):
+        T.fit_loopback_gloo([r for r in rows if r[0] * r[1] <= 32 << 20], 2, 32 << 20)
+    # the topology's planner ring at N = 4 also crosses the cliff where the stage's bytes outgrow the cache
+    assert _ring_s(4, (8 << 20) + 4, truth) / _ring_s(4, 8 << 20, truth) == pytest.approx(
+        (5e-4 * 2 + 3e-4 + (32 << 20) / 1e9) / (5e-4 * 2 + 3e-4 + (32 << 20) / 3e9), rel=1e-4)
+    with pytest.raises(ValueError, match=r"loopback_gloo\(fit\).switch_s"):
+        T.loopback_gloo(4, fit={**truth, "switch_s": -1.0})
+    with pytest.raises(ValueError, match="capacity_bytes: give it together"):
+        T.Resource("x", 1.0, 0.0, 0.0, capacity_bytes=10.0)
+
+
+def test_loopback_gloo_fits_the_measurement_better_than_one_link():
+    """Out of sample on N (the one link is fitted on N = 2 only): at N = 4 and 8 the shared,
+    oversubscribed loopback predicts the measured exchange far better than `comm`'s one link."""
     link = comm.loopback_gloo()
-    # N = 2 (in sample): one ring step of the shared resource is the one-link model's
-    rows = np.array([[0, 1000], [1000, 0]])
-    st = comm.communication_stage("l", rows, 64, 32)
-    assert float(planner.plan_cost("ring", st.link_bytes, topo)[0]) == pytest.approx(
-        float(comm.communication_cost([st], link).latency_s), rel=1e-5)
-    # N = 4 (out of sample): the shared resource's contention predicts the measured ring step better
-    def err(model):
-        return np.median([abs(math.log(model(r["bytes"]) / r["median_s"])) for r in data["processes"]["4"]])
-    shared = err(lambda b: float(T.transfer_cost(b * np.roll(np.eye(4), 1, axis=1), T.loopback_gloo(4)).time_s))
-    one_link = err(lambda b: link.latency_s + b / link.bw_bytes_per_s)
-    assert shared < 0.5 * one_link, (shared, one_link)
+    for n, rows in _measured(1).items():  # a check run
+        if n == 2:
+            continue
+        topo_err = np.median([abs(math.log(_ring_s(n, b) / t)) for b, t in rows])
+        link_err = np.median([abs(math.log((n - 1) * (link.latency_s + b / link.bw_bytes_per_s) / t)) for b, t in rows])
+        assert topo_err < 0.3 and topo_err < 0.25 * link_err, (n, topo_err, link_err)
 
 
 @pytest.fixture(scope="module")

@@ -290,11 +290,12 @@ except FileNotFoundError as e:
     out["train_distributed"] = {"skip": str(e)}
 else:
     cfg = TrainConfig.from_flat(epochs=2, bits=8, cost_weight=0.1, edge_mask=True, seed=0)
-    res = dist.train_distributed(cora, cfg, presets.get("h100"), 2, int8_halo=True)
+    res = dist.train_distributed(cora, cfg, presets.get("h100"), 2, topology="loopback_gloo", int8_halo=True)
     check_run_record(res)
     out["train_distributed"] = {k: res[k] for k in ("test_accuracy", "val_accuracy", "train_accuracy", "final_loss",
                                                     "modeled", "dense_modeled", "densities", "layer_bits", "bits",
-                                                    "selected_epoch", "devices", "partition", "comm_bytes_per_epoch")}
+                                                    "selected_epoch", "devices", "partition", "comm_bytes_per_epoch",
+                                                    "link", "topology")}
 print("RESULT" + json.dumps(out))
 """
 
@@ -527,6 +528,10 @@ def test_train_distributed_on_cora(multi_device):
     assert r["selected_epoch"] == 1 and r["devices"] == 2 and r["partition"]["n_parts"] == 2
     assert 0.0 <= r["densities"]["edge"] <= 1.0
     assert set(RUN_RECORD_FIELDS) >= {"layer_bits", "selected_epoch"}
+    # priced on the declared topology (this machine's loopback, hundreds of us per stage), not on a link
+    from codesign.hwmodel.topology import LOOPBACK_GLOO_TOPOLOGY_FIT
+    assert r["topology"] == "loopback_gloo" and r["link"] is None
+    assert r["dense_modeled"]["comm_latency_s"] >= 2 * LOOPBACK_GLOO_TOPOLOGY_FIT["latency_s"]
 
 
 def test_partition_edge_mask_refuses_a_model_without_one():

@@ -133,7 +133,9 @@ def test_loopback_link_is_the_stored_fit_and_the_measurement_runs(tmp_path):
     spec.loader.exec_module(mod)
     out = mod.main(["--quick", "--json", str(tmp_path / "c.json")])
     assert json.loads((tmp_path / "c.json").read_text())["fit"] == out["fit"]
-    rows = out["processes"]["2"]
+    rows = out["runs"][0]["processes"]["2"]
     assert [r["bytes"] for r in rows] == [4096, 524288] and all(r["median_s"] > 0 for r in rows)
+    lat, bw = mod.fit_link(rows)  # two sizes: the line through both medians
+    assert (out["fit"]["latency_s"], out["fit"]["bw_bytes_per_s"]) == (lat, bw)
     for r in rows:
-        assert r["modeled_s"] == pytest.approx(out["fit"]["latency_s"] + r["bytes"] / out["fit"]["bw_bytes_per_s"])
+        assert lat + r["bytes"] / bw == pytest.approx(r["median_s"], rel=1e-6) or lat == 0.0

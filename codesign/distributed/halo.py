@@ -29,9 +29,9 @@ each step's send to the previous step's result, so the scheduler cannot issue al
 
 What one device holds at once during aggregation (B block rows, F columns, H_s halo rows of
 step s, L_s edge slots of step s): its own Y block [B, F], the accumulator [B, F], one halo
-buffer [H_s, F] being sent and one being received, and in the forward pass one step's gathered
-messages [L_s, F] (in the backward pass a chunk's) -- never the features of all remote
-partitions.
+buffer [H_s, F] being sent and one being received, and one chunk's gathered messages [C, F]
+(`REMAT_CHUNK_EDGES` slots; with ``remat=False`` the forward pass gathers a whole step's [L_s, F],
+which autodiff keeps anyway) -- never the features of all remote partitions.
 
 With ``int8=True`` the halo rows are sent as int8 codes with one float32 scale per row
 (`codesign.quant.export.quantize_rows_int8`); the gradient returns in float32 (straight-through:
@@ -87,24 +87,40 @@ def exchange(rows: jax.Array, perm: tuple, int8: bool = False) -> jax.Array:
     return int8_exchange(rows, perm) if int8 else jax.lax.ppermute(rows, AXIS, perm)
 
 
-def _local_step(acc, y, snd, rcv, w):
-    msgs = w[:, None].astype(y.dtype) * y[snd]
-    return acc + jax.ops.segment_sum(msgs, rcv, num_segments=acc.shape[0])
+def _step_sum(acc, src, snd, rcv, w, chunked):
+    """``acc + segment_sum(w[:, None] * src[snd], rcv)``; ``chunked``: over `REMAT_CHUNK_EDGES`
+    slots at a time (a `jax.lax.scan` adding into ``acc`` in place), so no [L, F] message buffer
+    of the whole step is formed (the rematerializing ring, whose backward pass does not need it)."""
+    n, c = snd.shape[0], REMAT_CHUNK_EDGES
+    if not chunked or n <= c:
+        return acc + jax.ops.segment_sum(w[:, None].astype(src.dtype) * src[snd], rcv, num_segments=acc.shape[0])
+    pad = -n % c  # padding slots: weight 0, node 0 (they add 0)
+    chunks = [jnp.pad(a, (0, pad)).reshape(-1, c) for a in (snd, rcv, w)]
+
+    def body(a, chunk):
+        s_c, r_c, w_c = chunk
+        return a.at[r_c].add((w_c[:, None].astype(src.dtype) * src[s_c]).astype(a.dtype)), None
+
+    return jax.lax.scan(body, acc, tuple(chunks))[0]
 
 
-def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8):
+def _local_step(acc, y, snd, rcv, w, chunked=False):
+    return _step_sum(acc, y, snd, rcv, w, chunked)
+
+
+def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked=False):
     halo = exchange(y[rows], perm, int8)
-    msgs = w[:, None].astype(y.dtype) * halo[snd]
-    return acc + jax.ops.segment_sum(msgs, rcv, num_segments=acc.shape[0])
+    return _step_sum(acc, halo, snd, rcv, w, chunked)
 
 
-def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
-    """The ring of `sar_aggregate` without rematerialization (autodiff keeps what it needs)."""
+def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=False):
+    """The ring of `sar_aggregate`'s forward pass (without rematerialization autodiff keeps what
+    it needs; ``chunked``: each step's sum in chunks, `_step_sum`)."""
     n_parts = len(offsets)
     acc = jnp.zeros_like(y)
     o, n = offsets[0], lengths[0]
     if n:
-        acc = _local_step(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n])
+        acc = _local_step(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked)
     for s in range(1, n_parts):
         rows = send_rows[s - 1]
         o, n = offsets[s], lengths[s]
@@ -113,12 +129,12 @@ def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
         # order: this step's send waits for the previous step's sum (one halo buffer at a time)
         y_b, acc = jax.lax.optimization_barrier((y, acc))
         acc = _remote_step(acc, y_b, rows, senders[o:o + n], receivers[o:o + n], weight[o:o + n],
-                           perm=ring_perm(n_parts, s), int8=int8)
+                           perm=ring_perm(n_parts, s), int8=int8, chunked=chunked)
     return acc
 
 
 REMAT_CHUNK_EDGES = 1 << 14
-"""Edge slots per chunk of a ring step's backward pass (ASSUMPTION: a size that keeps the chunk's
+"""Edge slots per chunk of a rematerialized ring step, forward and backward (ASSUMPTION: a size that keeps the chunk's
 [C, F] buffers small, 4 MB at F = 64, while a chunk is still thousands of rows of work)."""
 
 
@@ -146,11 +162,11 @@ def _step_grads(ct, src, snd, rcv, w):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
 def _sar_remat(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
-    return _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8)
+    return _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
 
 
 def _sar_remat_fwd(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
-    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8)
+    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
     return out, (y, send_rows, senders, receivers, weight)  # its inputs only: no halo, no message
 
 

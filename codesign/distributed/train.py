@@ -145,7 +145,8 @@ def build_partitioned_model(cfg, graph, edge_valid: Optional[jax.Array], rngs: n
 
 
 def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_devices: int, *,
-                      link: str = "nvlink4", int8_halo: bool = False, method: str = "metis",
+                      link: str = "nvlink4", topology: Optional[str] = None, int8_halo: bool = False,
+                      method: str = "metis",
                       shards=None, on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
     """Trains ``cfg``'s GCN on ``graph`` partitioned over ``n_devices`` devices (full batch).
 
@@ -156,7 +157,10 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       hw: `HardwareSpec` of each device.
       n_devices: P, devices of the mesh (``jax.devices()[:P]``; across processes, after
         `codesign.distributed.initialize`, all ``jax.device_count()`` devices of the cluster).
-      link: `codesign.hwmodel.comm.LINKS` preset between devices.
+      link: `codesign.hwmodel.comm.LINKS` preset between devices (the ring on one link each).
+      topology: instead of ``link``, a `codesign.hwmodel.topology.TOPOLOGIES` preset
+        (`topology.get_topology` for ``n_devices``): each layer's exchange priced as the planner
+        plans it there (`partitioned_cost` with a `Topology`), with contention on shared links.
       int8_halo: exchange halo rows as int8 + per-row scales.
       method: partitioner (`codesign.distributed.METHODS`); not with ``shards``.
       shards: a shard folder (``codesign partition GRAPH --parts P``, `shards.write_shards`)
@@ -169,7 +173,8 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       dict with every `codesign.results.RUN_RECORD_FIELDS` field, as `codesign.train.train`
       returns them (``modeled`` / ``dense_modeled`` are the partitioned costs, `partitioned_cost`,
       so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
-      ``processes`` (``jax.process_count()``), ``link``, ``int8_halo``, ``partition``
+      ``processes`` (``jax.process_count()``), ``link`` (None with ``topology``), ``topology``
+      (None without), ``int8_halo``, ``partition``
       (`PartitionLayout.summary`) and ``comm_bytes_per_epoch``. Across processes every process
       returns the same dict (accuracies and costs are reduced on device, replicated); writing it
       is the caller's choice (`codesign.distributed.is_primary`).
@@ -182,6 +187,8 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
     """
     if (graph is None) == (shards is None):
         raise ValueError("train_distributed: give either graph or shards")
+    # the link or topology first: a bad name fails before any partitioning
+    lk = comm.get_link(link) if topology is None else hwmodel.topology.get_topology(topology, n_devices)
     mesh = make_mesh(n_devices)
     if shards is not None:
         sg, edge_valid = load_local(shards, mesh)  # (refuses a folder of another P than the mesh's)
@@ -195,7 +202,6 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         layout, sizes = part.layout, graph
         sg, edge_valid = shard_graph(graph, part, mesh), edge_slot_mask(part, mesh)
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    lk = comm.get_link(link)
     model = build_partitioned_model(cfg, sizes, edge_valid,
                                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
     dense_model = build_partitioned_model(cfg.replace(bits=None, cost_weight=0.0, edge_mask=False, feature_mask=False,
@@ -234,6 +240,7 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         "bits": cfg.quant.bits or 32, "layer_bits": layer_bits,
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
-        "devices": n_devices, "processes": jax.process_count(), "link": link, "int8_halo": int8_halo,
+        "devices": n_devices, "processes": jax.process_count(),
+        "link": link if topology is None else None, "topology": topology, "int8_halo": int8_halo,
         "partition": layout.summary(), "comm_bytes_per_epoch": epoch_bytes,
     }, "train_distributed")

@@ -105,7 +105,7 @@ def infiniband_ndr() -> LinkSpec:
     return LinkSpec("infiniband_ndr", 50 * GB, 5e-6, 62.5 * BITS_PER_BYTE)
 
 
-LOOPBACK_GLOO_FIT = (214e-6, 1.22 * GB)
+LOOPBACK_GLOO_FIT = (292.85e-6, 1.4180 * GB)
 """(latency_s, bw_bytes_per_s) of `loopback_gloo`, fitted by ``experiments/comm_measure.py`` on
 N = 2 processes (``results/comm_loopback_cpu.json`` ``fit``; a test keeps the two equal)."""
 
@@ -113,11 +113,12 @@ N = 2 processes (``results/comm_loopback_cpu.json`` ``fit``; a test keeps the tw
 def loopback_gloo() -> LinkSpec:
     """Two `jax.distributed` processes on this machine exchanging over 127.0.0.1 with gloo
     (CPU collectives): one ``ppermute`` ring step of float32 rows, latency + bytes / bandwidth
-    fitted on measurement (`LOOPBACK_GLOO_FIT`, 4 KB-8 MB messages, N = 2). Evidence: measured
-    here, valid for N = 2 only: with N = 4 and 8 processes on the 2 cores the measured step is
-    1.3-28x the model's (the processes share the CPU and the loopback, a contention this
-    one-link model has no term for; results/comm_loopback_cpu.json). Energy 0: not measured
-    (a host-memory copy, priced by nothing here)."""
+    fitted on measurement (`LOOPBACK_GLOO_FIT`, 4 KB-32 MB messages, N = 2). Evidence: measured
+    here, valid for N = 2 only: with N = 4 and 8 processes on the 2 cores the processes share
+    the CPU and the loopback, a contention this one-link model has no term for; the declared
+    topology `codesign.hwmodel.topology.loopback_gloo` (N processes, fitted on the same
+    measurement, results/comm_loopback_cpu.json) has it. Energy 0: not measured (a host-memory
+    copy, priced by nothing here)."""
     lat, bw = LOOPBACK_GLOO_FIT
     return LinkSpec("loopback_gloo", bw, lat, 0.0)
 

@@ -308,8 +308,8 @@ def plan_exchange(halo_bytes, topo: Topology, *, host_bytes=None, kinds: Optiona
     energy = float(np.sum(load * topo.energy_pj_per_byte.astype(np.float64)) * 1e-12)
     names = topo.resource_names
     avoided = tuple(names[i] for i in np.flatnonzero((ring_load > 0) & (load == 0)))
-    bw = topo.bw.astype(np.float64)
-    saved = (ring_load - load) / bw
+    saved = np.asarray(topo.busy_s(ring_load.astype(np.float32)), np.float64) - np.asarray(
+        topo.busy_s(load.astype(np.float32)), np.float64)
     fewer = load < ring_load * (1 - 1e-6)  # float32 sums of the same bytes in another order differ in the last bits
     relieved = tuple((names[i], float(ring_load[i]), float(load[i]))
                      for i in np.argsort(-saved, kind="stable") if fewer[i])

@@ -14,6 +14,7 @@ Cost of one stage: a set of simultaneous transfers, ``bytes[q, p]`` from device 
 
     load[r]   = sum_{q, p} bytes[q, p] * crosses[q, p, r]                 (bytes through resource r)
     time_s    = max_r load[r] / bw[r]  +  max_{q, p: bytes > 0} route_latency[q, p]
+    (a resource with a capacity: load / spill_bw where load > capacity, `Resource`)
     energy_j  = sum_r load[r] * energy_pj_per_byte[r] * 1e-12
 
 ``route_latency[q, p]`` is the sum of the latencies of the resources the route crosses. The
@@ -32,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from codesign.hwmodel.comm import GB, LOOPBACK_GLOO_FIT, LinkSpec, infiniband_ndr, nvlink4, pcie5_x16
+from codesign.hwmodel.comm import GB, LinkSpec, infiniband_ndr, nvlink4, pcie5_x16
 from codesign.hwmodel.spec import PJ, validate_numbers
 
 
@@ -51,6 +52,10 @@ class Resource:
       bw_bytes_per_s: bytes per second through it, all transfers together, > 0.
       latency_s: start-up cost a message pays for crossing it, >= 0.
       energy_pj_per_byte: energy per byte through it, >= 0.
+      capacity_bytes, spill_bw_bytes_per_s: optional (both or neither), > 0: a stage whose load
+        exceeds ``capacity_bytes`` moves all of it at ``spill_bw_bytes_per_s`` (host-memory
+        copies whose working set outgrows the last-level cache, `loopback_gloo`: a stream larger
+        than an LRU cache misses on every line, so the whole load runs at memory bandwidth).
 
     Raises:
       ValueError / TypeError: naming ``Resource('<name>').<field>`` (`spec.validate_numbers`).
@@ -60,10 +65,14 @@ class Resource:
     bw_bytes_per_s: float
     latency_s: float
     energy_pj_per_byte: float
+    capacity_bytes: Optional[float] = None
+    spill_bw_bytes_per_s: Optional[float] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Resource.name: must be a non-empty str, got {self.name!r}")
+        if (self.capacity_bytes is None) != (self.spill_bw_bytes_per_s is None):
+            raise ValueError(f"Resource({self.name!r}).capacity_bytes: give it together with spill_bw_bytes_per_s")
         validate_numbers(self, f"Resource({self.name!r})", nonnegative=("latency_s", "energy_pj_per_byte"))
 
 
@@ -181,6 +190,26 @@ class Topology:
         return np.array([r.bw_bytes_per_s for r in self.resources], np.float32)
 
     @property
+    def capacity(self) -> np.ndarray:
+        """float32 [R] `Resource.capacity_bytes` of each resource (inf where it has none)."""
+        return np.array([np.inf if r.capacity_bytes is None else r.capacity_bytes for r in self.resources], np.float32)
+
+    @property
+    def spill_bw(self) -> np.ndarray:
+        """float32 [R] bytes/s beyond the capacity (``bw`` where a resource has none)."""
+        return np.array([r.bw_bytes_per_s if r.spill_bw_bytes_per_s is None else r.spill_bw_bytes_per_s
+                         for r in self.resources], np.float32)
+
+    def busy_s(self, load):
+        """[R] seconds each resource needs for its ``load`` [R] bytes: ``load / bw``, or ``load /
+        spill_bw`` where the load exceeds the resource's capacity (`Resource`). jnp, traced ok
+        (piecewise linear in ``load``)."""
+        cap = self.capacity
+        if np.all(np.isinf(cap)):
+            return load / self.bw
+        return load / jnp.where(load > cap, self.spill_bw, self.bw)
+
+    @property
     def energy_pj_per_byte(self) -> np.ndarray:
         """float32 [R] pJ/byte of each resource."""
         return np.array([r.energy_pj_per_byte for r in self.resources], np.float32)
@@ -238,7 +267,7 @@ def transfer_cost(transfer_bytes, topo: Topology) -> TransferCost:
                          f"got shape {b.shape}")
     b = b * (1.0 - jnp.eye(P, dtype=jnp.float32))
     load = jnp.einsum("qp,qpr->r", b, topo.crosses)
-    busy = load / topo.bw
+    busy = topo.busy_s(load)
     lat = jnp.max(jnp.where(b > 0, topo.route_latency_s, 0.0))
     time = jnp.max(busy) + lat
     energy = jnp.sum(load * topo.energy_pj_per_byte) * PJ
@@ -331,38 +360,140 @@ def two_dgx_h100_ib() -> Topology:
     return dgx_cluster(2, name="two_dgx_h100_ib")
 
 
-def loopback_gloo(n_processes: int = 2) -> Topology:
-    """``n_processes`` `jax.distributed` processes on this machine, gloo over 127.0.0.1: every
-    transfer crosses one shared resource, ``loopback`` (the host's memory copies and TCP stack).
+LOOPBACK_GLOO_TOPOLOGY_FIT = {"latency_s": 328.22e-6, "switch_s": 417.57e-6, "bw_bytes_per_s": 3.3699 * GB,
+                              "spill_bw_bytes_per_s": 1.6940 * GB, "cache_bytes": float(32 << 20), "cores": 2}
+"""`loopback_gloo`'s parameters, fitted by ``experiments/comm_measure.py`` (`fit_loopback_gloo`
+on run A of ``results/comm_loopback_cpu.json``, its ``topology_fit``; a test keeps the two
+equal). See `LOOPBACK_FIT_KEYS`."""
 
-    Fitted on measurement (``results/comm_loopback_cpu.json``, N = 2, the fit of
-    `comm.LOOPBACK_GLOO_FIT`): one ring step of N = 2 processes is two simultaneous transfers of
-    ``b`` bytes (0 -> 1, 1 -> 0) measured as ``latency + b / bw_link``; on one shared resource
-    that is ``latency + 2 b / bw_shared``, so ``bw_shared = 2 bw_link`` (2.44 GB/s) and the
-    route latency is the fitted 214 us. Out of sample (N = 4, 8) the shared resource predicts
-    the contention the one-link model has no term for (docs/log/dgcl_planner.md gives the
-    errors). Energy 0: not measured.
+LOOPBACK_FIT_KEYS = ("latency_s", "switch_s", "bw_bytes_per_s", "spill_bw_bytes_per_s", "cache_bytes", "cores")
+"""``latency_s``: a stage's start-up with every process on its own core; ``switch_s``: added per
+process beyond the cores, per stage; ``bw_bytes_per_s``: the shared loopback while a stage's
+bytes fit in the last-level cache; ``spill_bw_bytes_per_s``: for the bytes beyond it;
+``cache_bytes``: the last-level cache (read off the machine, not fitted); ``cores``: the
+machine's CPU count (read off the machine)."""
+
+
+def _check_fit(fit, where: str) -> dict:
+    if not isinstance(fit, dict) or set(fit) != set(LOOPBACK_FIT_KEYS):
+        raise ValueError(f"{where}(fit): must be a dict with keys {LOOPBACK_FIT_KEYS}, got {fit!r}")
+    for k in LOOPBACK_FIT_KEYS:
+        v, positive = fit[k], k != "switch_s"
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0 or (positive and v == 0):
+            raise ValueError(f"{where}(fit).{k}: must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
+    return fit
+
+
+def _loopback_ring_s(n, b, lat, sw, bw, spill, cache, cores):
+    """Seconds of a layer's ring (N - 1 stages of N transfers of ``b`` bytes) on `loopback_gloo`
+    (numpy; `fit_loopback_gloo`'s model, equal to `planner.plan_cost` on the topology, tested)."""
+    load = n * b
+    busy = load / np.where(load > cache, spill, bw)
+    return (n - 1) * (lat + sw * np.maximum(0.0, n - cores) + busy)
+
+
+def loopback_gloo(n_processes: int = 2, *, fit: dict | None = None) -> Topology:
+    """``n_processes`` `jax.distributed` processes on one machine, gloo over 127.0.0.1: every
+    transfer crosses one shared resource, ``loopback`` (the host's memory copies and TCP stack,
+    run by the processes' own threads on the machine's cores).
+
+    A stage (`transfer_cost`) of simultaneous transfers with ``load`` bytes in all takes
+
+        latency(N) + load / (bw if load <= cache_bytes else spill_bw)
+        latency(N) = latency_s + switch_s * max(0, N - cores)
+
+    The transfers share the loopback's bandwidth (the copies run on the same cores and memory);
+    a stage whose bytes outgrow the last-level cache moves them all at the lower ``spill_bw``
+    (ASSUMPTION: streaming copies larger than an LRU cache miss on every line; measured here, a
+    tiered model, only the excess at ``spill_bw``, fitted worse); when the processes outnumber the cores every stage waits for the extra processes to be
+    scheduled (ASSUMPTION: a fixed delay per extra process; fitted, not derived). A layer's ring
+    on N processes is N - 1 stages.
+
+    Fitted on measurement (``fit``, default `LOOPBACK_GLOO_TOPOLOGY_FIT`: `fit_loopback_gloo` on
+    ``experiments/comm_measure.py``'s per-layer exchanges at N = 2, 4, 8 on this 2-core
+    machine; docs/log/dgcl_planner.md gives the errors in and out of sample). Valid for the
+    machine it was measured on. Energy 0: not measured.
+
+    Raises:
+      ValueError: ``n_processes`` not an int >= 1, or a malformed ``fit``.
     """
     if isinstance(n_processes, bool) or not isinstance(n_processes, numbers.Integral) or n_processes < 1:
         raise ValueError(f"loopback_gloo(n_processes): must be an int >= 1, got {n_processes!r}")
-    lat, bw = LOOPBACK_GLOO_FIT
-    res = (Resource("loopback", 2.0 * bw, lat, 0.0),)
+    f = _check_fit(LOOPBACK_GLOO_TOPOLOGY_FIT if fit is None else fit, "loopback_gloo")
+    lat = f["latency_s"] + f["switch_s"] * max(0.0, n_processes - f["cores"])
+    res = (Resource("loopback", float(f["bw_bytes_per_s"]), float(lat), 0.0, float(f["cache_bytes"]),
+                    float(f["spill_bw_bytes_per_s"])),)
     return Topology(f"loopback_gloo{n_processes}", (0,) * n_processes, res, _routes(n_processes, lambda q, p: (0,)))
+
+
+def fit_loopback_gloo(rows, cores: int, cache_bytes: float) -> dict:
+    """`loopback_gloo`'s parameters from measured per-layer ring exchanges.
+
+    Args:
+      rows: iterable of ``(n_processes, bytes, seconds)``: one layer's exchange (N - 1 ring
+        steps, each device sending ``bytes`` per step) measured on N processes.
+      cores: the machine's CPU count.
+      cache_bytes: its last-level cache, bytes.
+
+    Returns:
+      `LOOPBACK_FIT_KEYS` -> value: ``latency_s``, ``switch_s``, ``bw_bytes_per_s`` and
+      ``spill_bw_bytes_per_s`` minimize the squared log error of `loopback_gloo`'s ring to the
+      measured seconds (`scipy.optimize.least_squares`, parameters in log space); ``cores`` and
+      ``cache_bytes`` as given.
+
+    Raises:
+      ValueError: fewer than 4 rows, a row with N < 2 or a non-positive value, ``cores`` < 1,
+        ``cache_bytes`` <= 0, no row with N > ``cores`` or none whose stage outgrows the cache
+        (``switch_s`` or ``spill_bw`` would not be identifiable).
+    """
+    from scipy.optimize import least_squares
+    x = np.asarray(list(rows), np.float64)
+    if x.ndim != 2 or x.shape[1] != 3 or x.shape[0] < 4:
+        raise ValueError(f"fit_loopback_gloo(rows): need >= 4 rows of (n_processes, bytes, seconds), got shape {x.shape}")
+    if not np.all(np.isfinite(x)) or np.any(x[:, 0] < 2) or np.any(x[:, 1:] <= 0):
+        raise ValueError("fit_loopback_gloo(rows): every row needs N >= 2 and finite positive bytes and seconds")
+    if isinstance(cores, bool) or not isinstance(cores, numbers.Integral) or cores < 1:
+        raise ValueError(f"fit_loopback_gloo(cores): must be an int >= 1, got {cores!r}")
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, numbers.Real) or not cache_bytes > 0:
+        raise ValueError(f"fit_loopback_gloo(cache_bytes): must be a number > 0, got {cache_bytes!r}")
+    n, b, t = x.T
+    if not np.any(n > cores):
+        raise ValueError(f"fit_loopback_gloo(rows): no row with more processes than the {cores} cores; "
+                         "switch_s cannot be fitted")
+    if not np.any(n * b > cache_bytes):
+        raise ValueError("fit_loopback_gloo(rows): no row whose stage (N x bytes) outgrows cache_bytes; "
+                         "spill_bw_bytes_per_s cannot be fitted")
+
+    def resid(p):
+        lat, sw, bw, spill = np.exp(p)
+        return np.log(_loopback_ring_s(n, b, lat, sw, bw, spill, cache_bytes, cores) / t)
+
+    r = least_squares(resid, np.log([2e-4, 4e-4, 3e9, 1.5e9]))
+    lat, sw, bw, spill = (float(v) for v in np.exp(r.x))
+    return {"latency_s": lat, "switch_s": sw, "bw_bytes_per_s": bw, "spill_bw_bytes_per_s": spill,
+            "cache_bytes": float(cache_bytes), "cores": int(cores)}
 
 
 TOPOLOGIES = {"dgx_h100": dgx_h100, "two_dgx_h100_ib": two_dgx_h100_ib, "loopback_gloo": loopback_gloo}
 
 
-def get_topology(name: str) -> Topology:
-    """A topology preset by name (`TOPOLOGIES`; ``loopback_gloo`` with its default 2 processes).
+def get_topology(name: str, n_devices: int | None = None) -> Topology:
+    """A topology preset by name (`TOPOLOGIES`), for ``n_devices`` devices if given:
+    ``loopback_gloo`` is built for that many processes (default 2); a fixed-size preset
+    (``dgx_h100``: 8, ``two_dgx_h100_ib``: 16) must have exactly that many.
 
     Raises:
-      ValueError: unknown name.
+      ValueError: unknown name, or a fixed-size preset with another device count.
     """
     if name not in TOPOLOGIES:
         raise ValueError(f"unknown topology preset {name!r}; choose from {sorted(TOPOLOGIES)}")
-    return TOPOLOGIES[name]()
+    if name == "loopback_gloo":
+        return loopback_gloo(2 if n_devices is None else n_devices)
+    topo = TOPOLOGIES[name]()
+    if n_devices is not None and n_devices != topo.n_devices:
+        raise ValueError(f"topology {name!r} has {topo.n_devices} devices, not {n_devices}")
+    return topo
 
 
 __all__ = ["Resource", "Topology", "TransferCost", "transfer_cost", "dgx_cluster", "dgx_h100", "two_dgx_h100_ib",
-           "loopback_gloo", "TOPOLOGIES", "get_topology", "GB", "DGX_H100_GPUS", "DGX_H100_NICS"]
+           "loopback_gloo", "fit_loopback_gloo", "LOOPBACK_GLOO_TOPOLOGY_FIT", "LOOPBACK_FIT_KEYS", "TOPOLOGIES", "get_topology", "GB", "DGX_H100_GPUS", "DGX_H100_NICS"]
