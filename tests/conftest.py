@@ -69,6 +69,7 @@ _PLANETOID_EXTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 
 
 def pytest_addoption(parser):
+    _add_durations_option(parser)
     parser.addoption("--regen", action="store_true", default=False,
                      help="rewrite stored reference outputs (tests/data/hwmodel_reference.json) from the "
                           "current code instead of comparing with them; review the diff")
@@ -124,3 +125,47 @@ def cora(planetoid_root):
     from codesign.data import load_planetoid
 
     return load_planetoid("cora", root=planetoid_root)
+
+
+# --- file order for the two xdist workers ----------------------------------------------------------
+# `--dist loadfile` hands whole files to the workers in collection order, each worker taking the next
+# file when it runs out. Longest files first (the LPT rule: Graham, "Bounds on multiprocessing timing
+# anomalies", SIAM J. Appl. Math. 1969) keeps one worker from starting a long file while the other
+# is nearly done; pyproject's `--no-loadscope-reorder` stops xdist from reordering by test count.
+# The worker-seconds per file come from `pytest --store-durations` (below), a measurement of this
+# suite on the CI-sized machine; a file not in the table goes after the listed ones, in name order.
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+
+
+def pytest_collection_modifyitems(session, config, items):
+    import json
+    seconds = json.loads(DURATIONS.read_text())["seconds_per_file"] if DURATIONS.is_file() else {}
+    items.sort(key=lambda it: (-seconds.get(it.path.name, -1.0), it.path.name))  # stable: a file's own order kept
+
+
+def _add_durations_option(parser):  # (registered from pytest_addoption above)
+    parser.addoption("--store-durations", action="store_true", default=False,
+                     help="write each test file's worker-seconds (setup + call + teardown) to tests/durations.json, "
+                          "the order in which the xdist workers take the files (longest first)")
+
+
+_FILE_SECONDS: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    _FILE_SECONDS[name] = _FILE_SECONDS.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
+        return  # on the controller only (it receives every worker's reports)
+    import datetime
+    import json
+
+    from codesign.results import write_json_atomic
+    write_json_atomic(DURATIONS, {
+        "what": "worker-seconds per test file (setup + call + teardown of its tests), pytest --store-durations",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu_count": os.cpu_count(), "load_avg_after": os.getloadavg(),
+        "seconds_per_file": {k: round(v, 1) for k, v in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])}})
