@@ -320,7 +320,8 @@ def cmd_train(args) -> int:
         progress = lambda epoch, values: bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
-            results = (train_distributed(graph, cfg, hw, args.devices, link=args.link, topology=args.topology,
+            results = (train_distributed(graph, cfg, hw, args.devices,
+                                         link=args.link if args.topology is None else None, topology=args.topology,
                                          int8_halo=args.int8_halo,
                                          shards=args.shards, on_epoch=progress) for cfg, _ in todo)
         else:  # the seeds on one compiled step where the model allows (codesign.train.train_seeds)
@@ -798,6 +799,9 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
                 get_topology(args.topology, args.devices)
             except ValueError as e:
                 parser.exit(2, f"codesign train: error: argument --topology: {e}\n")
+            if args.topology == "loopback_gloo" and n != args.devices:
+                parser.exit(2, "codesign train: error: argument --topology: loopback_gloo prices one device per "
+                               "process: needs --processes (or --num-processes) equal to --devices\n")
         args.link = args.link or "nvlink4"
         if args.save is not None:
             if args.devices > 1:

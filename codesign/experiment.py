@@ -201,7 +201,7 @@ def run_key(dataset: str, hw: str, cfg: TrainConfig, **extra) -> str:
     """A run's identity: `codesign.results.config_key` of its resolved configuration - every
     `TrainConfig` flat field (`TrainConfig.flat`, defaults included, so a default written out or
     left implicit is the same run), the dataset, the hardware target, ``extra`` identity (scale-out
-    fields such as devices, link, int8_halo; ``measured_on``) - and `versions` (a record priced by
+    fields such as devices, link or topology, int8_halo; ``measured_on``) - and `versions` (a record priced by
     another cost model or against another reference is another record). A method's name is a
     label stored beside the key, never part of it.
 

@@ -137,16 +137,27 @@ def cora(planetoid_root):
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
-def pytest_collection_modifyitems(session, config, items):
+def _stored_durations() -> dict:
+    """File name -> worker-seconds from `DURATIONS`; {} (name order) if absent or unreadable."""
     import json
-    seconds = json.loads(DURATIONS.read_text())["seconds_per_file"] if DURATIONS.is_file() else {}
+    import warnings
+    try:
+        return dict(json.loads(DURATIONS.read_text())["seconds_per_file"]) if DURATIONS.is_file() else {}
+    except (ValueError, KeyError, TypeError) as e:
+        warnings.warn(f"{DURATIONS}: unreadable ({e}); test files run in name order")
+        return {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    seconds = _stored_durations()
     items.sort(key=lambda it: (-seconds.get(it.path.name, -1.0), it.path.name))  # stable: a file's own order kept
 
 
 def _add_durations_option(parser):  # (registered from pytest_addoption above)
     parser.addoption("--store-durations", action="store_true", default=False,
-                     help="write each test file's worker-seconds (setup + call + teardown) to tests/durations.json, "
-                          "the order in which the xdist workers take the files (longest first)")
+                     help="update tests/durations.json with each test file's worker-seconds (setup + call + "
+                          "teardown) in this run: the order in which the xdist workers take the files (longest "
+                          "first); files not run keep their stored time")
 
 
 _FILE_SECONDS: dict = {}
@@ -160,12 +171,14 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
         return  # on the controller only (it receives every worker's reports)
+    if exitstatus not in (0, 1) or not _FILE_SECONDS:  # interrupted, or nothing ran: keep the table
+        return
     import datetime
-    import json
 
     from codesign.results import write_json_atomic
+    merged = {**_stored_durations(), **_FILE_SECONDS}
     write_json_atomic(DURATIONS, {
         "what": "worker-seconds per test file (setup + call + teardown of its tests), pytest --store-durations",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu_count": os.cpu_count(), "load_avg_after": os.getloadavg(),
-        "seconds_per_file": {k: round(v, 1) for k, v in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])}})
+        "seconds_per_file": {k: round(v, 1) for k, v in sorted(merged.items(), key=lambda kv: -kv[1])}})

@@ -121,8 +121,9 @@ def test_never_worse_than_ring_or_p2p(topo):
     for trial in range(3):
         halo = rng.uniform(0, 1e6, (P, P)) * (rng.random((P, P)) < 0.7)
         plan = planner.plan_exchange(halo, topo)
-        # against the ring and peer-to-peer priced independently (plan_cost, not the planner's table)
-        for kind in ("ring", "p2p"):
+        # against the ring and peer-to-peer priced independently (plan_cost, not the planner's table),
+        # where the topology's runtime executes them (loopback_gloo: the ring only)
+        for kind in [k for k in ("ring", "p2p") if k in planner.candidate_kinds(topo)]:
             assert plan.time_s <= float(planner.plan_cost(kind, halo, topo)[0]) * (1 + 1e-6)
         assert plan.time_s == pytest.approx(float(planner.plan_cost(plan.kind, halo, topo)[0]), rel=1e-6)
         # every plan delivers the same bytes to the same devices: p2p's load is the payload on its routes
@@ -199,6 +200,15 @@ def test_loopback_gloo_ring_is_its_closed_form_and_the_fit_recovers_it():
         T.fit_loopback_gloo([r for r in rows if r[0] == 2], 2, 32 << 20)
     with pytest.raises(ValueError, match="spill_bw_bytes_per_s cannot be fitted"):
         T.fit_loopback_gloo([r for r in rows if r[0] * r[1] <= 32 << 20], 2, 32 << 20)
+    with pytest.raises(ValueError, match="bw_bytes_per_s cannot be fitted"):
+        T.fit_loopback_gloo([r for r in rows if r[0] * r[1] > 32 << 20], 2, 32 << 20)
+    with pytest.raises(ValueError, match="latency_s and switch_s cannot be told apart"):
+        T.fit_loopback_gloo([r for r in rows if r[0] == 4], 2, 32 << 20)
+    with pytest.raises(ValueError, match=r"loopback_gloo\(fit\).cores"):
+        T.loopback_gloo(4, fit={**truth, "cores": 2.5})
+    # the loopback's runtime runs the ring, so the planner prices nothing else there
+    assert planner.candidate_kinds(T.loopback_gloo(4)) == ("ring",)
+    assert planner.plan_exchange(1e3 * (1 - np.eye(4)), T.loopback_gloo(4)).kind == "ring"
     # the topology's planner ring at N = 4 also crosses the cliff where the stage's bytes outgrow the cache
     assert _ring_s(4, (8 << 20) + 4, truth) / _ring_s(4, 8 << 20, truth) == pytest.approx(
         (5e-4 * 2 + 3e-4 + (32 << 20) / 1e9) / (5e-4 * 2 + 3e-4 + (32 << 20) / 3e9), rel=1e-4)

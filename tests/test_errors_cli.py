@@ -55,6 +55,8 @@ BAD_ARGV = [
     (["train", "--topology", "loopback_gloo"], "--topology"),
     (["train", "--devices", "4", "--topology", "dgx_h100"], "--topology"),
     (["train", "--devices", "4", "--topology", "loopback_gloo", "--link", "nvlink4"], "--topology"),
+    (["train", "--devices", "4", "--topology", "loopback_gloo"], "--topology"),
+    (["train", "--devices", "8", "--processes", "4", "--topology", "loopback_gloo"], "--topology"),
     (["train", "--bits", "33"], "--bits"),
     (["train", "--bits", "0"], "--bits"),
     (["sweep", "--bits", "33"], "--bits"),

@@ -145,7 +145,7 @@ def build_partitioned_model(cfg, graph, edge_valid: Optional[jax.Array], rngs: n
 
 
 def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_devices: int, *,
-                      link: str = "nvlink4", topology: Optional[str] = None, int8_halo: bool = False,
+                      link: Optional[str] = None, topology: Optional[str] = None, int8_halo: bool = False,
                       method: str = "metis",
                       shards=None, on_epoch: Optional[Callable[[int, dict], None]] = None) -> dict:
     """Trains ``cfg``'s GCN on ``graph`` partitioned over ``n_devices`` devices (full batch).
@@ -157,7 +157,8 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       hw: `HardwareSpec` of each device.
       n_devices: P, devices of the mesh (``jax.devices()[:P]``; across processes, after
         `codesign.distributed.initialize`, all ``jax.device_count()`` devices of the cluster).
-      link: `codesign.hwmodel.comm.LINKS` preset between devices (the ring on one link each).
+      link: `codesign.hwmodel.comm.LINKS` preset between devices (the ring on one link each;
+        default ``"nvlink4"`` unless ``topology`` is given).
       topology: instead of ``link``, a `codesign.hwmodel.topology.TOPOLOGIES` preset
         (`topology.get_topology` for ``n_devices``): each layer's exchange priced as the planner
         plans it there (`partitioned_cost` with a `Topology`), with contention on shared links.
@@ -180,7 +181,8 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       is the caller's choice (`codesign.distributed.is_primary`).
 
     Raises:
-      ValueError: unsupported config, P < 1, P > available devices, P > nodes, (across
+      ValueError: both ``link`` and ``topology``, an unknown link or topology preset, a
+        fixed-size topology with other than P devices, unsupported config, P < 1, P > available devices, P > nodes, (across
         processes) P other than the cluster's device count, neither or both of ``graph`` and
         ``shards``, or a shard folder for another P (`shards.ShardError`, one line).
       AssertionError: (across processes) the processes computed different partitions.
@@ -188,6 +190,9 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
     if (graph is None) == (shards is None):
         raise ValueError("train_distributed: give either graph or shards")
     # the link or topology first: a bad name fails before any partitioning
+    if link is not None and topology is not None:
+        raise ValueError("train_distributed: give link or topology, not both")
+    link = "nvlink4" if link is None and topology is None else link
     lk = comm.get_link(link) if topology is None else hwmodel.topology.get_topology(topology, n_devices)
     mesh = make_mesh(n_devices)
     if shards is not None:
@@ -241,6 +246,6 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         "final_loss": fitted.final_loss, "final_cost_ratio": fitted.final_cost_ratio,
         "train_time_s": fitted.train_time_s, "selected_epoch": fitted.selected_epoch,
         "devices": n_devices, "processes": jax.process_count(),
-        "link": link if topology is None else None, "topology": topology, "int8_halo": int8_halo,
+        "link": link, "topology": topology, "int8_halo": int8_halo,
         "partition": layout.summary(), "comm_bytes_per_epoch": epoch_bytes,
     }, "train_distributed")

@@ -140,8 +140,10 @@ def plan_cost(kind: str, halo_bytes, topo: Topology, host_bytes=None, *, reverse
 
 
 def candidate_kinds(topo: Topology) -> tuple:
-    """The `KINDS` that apply to ``topo`` (relays need >= 2 hosts)."""
-    return KINDS if topo.n_hosts > 1 else ("p2p", "ring")
+    """The `KINDS` that apply to ``topo`` (relays need >= 2 hosts), limited to ``topo.plans``
+    where the topology names the plans its runtime executes (`Topology.plans`)."""
+    kinds = KINDS if topo.n_hosts > 1 else ("p2p", "ring")
+    return kinds if topo.plans is None else tuple(k for k in kinds if k in topo.plans)
 
 
 def _check_bytes(halo_bytes, host_bytes, topo: Topology, where: str):
@@ -308,8 +310,10 @@ def plan_exchange(halo_bytes, topo: Topology, *, host_bytes=None, kinds: Optiona
     energy = float(np.sum(load * topo.energy_pj_per_byte.astype(np.float64)) * 1e-12)
     names = topo.resource_names
     avoided = tuple(names[i] for i in np.flatnonzero((ring_load > 0) & (load == 0)))
-    saved = np.asarray(topo.busy_s(ring_load.astype(np.float32)), np.float64) - np.asarray(
-        topo.busy_s(load.astype(np.float32)), np.float64)
+    # per stage (a capacity applies to one stage's load), summed over the stages
+    busy = lambda stages: np.sum([np.asarray(topo.busy_s(s.load_bytes), np.float64) for s in stages], axis=0) \
+        if stages else np.zeros(len(topo.resources))
+    saved = busy(ring) - busy(st)
     fewer = load < ring_load * (1 - 1e-6)  # float32 sums of the same bytes in another order differ in the last bits
     relieved = tuple((names[i], float(ring_load[i]), float(load[i]))
                      for i in np.argsort(-saved, kind="stable") if fewer[i])

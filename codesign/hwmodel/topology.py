@@ -21,8 +21,9 @@ Cost of one stage: a set of simultaneous transfers, ``bytes[q, p]`` from device 
 messages of a stage start together, so their start-up latencies overlap (ASSUMPTION: NCCL
 groups a stage's sends and receives; a software stack that serializes them pays more). The
 busiest-resource term is contention: two transfers through one NIC take twice as long as one.
-Everything is jnp and linear in ``bytes`` up to the max, so the cost is differentiable in the
-byte counts (the max passes its gradient to the busiest resource).
+Everything is jnp and linear in ``bytes`` up to the max (and, for a resource with a capacity,
+the step at it), so the cost is differentiable in the byte counts almost everywhere (the max
+passes its gradient to the busiest resource).
 
 Resources are one-directional (a full-duplex link is two resources, ``tx`` and ``rx``). Switch
 fabrics (NVSwitch, the InfiniBand fat tree) are taken as non-blocking and are not resources
@@ -90,6 +91,9 @@ class Topology:
         hands inter-host traffic to when relaying (its "rail" peer: the same local index on h,
         whose NIC is d's NIC's counterpart); ``relay_peer[d][host(d)] = d``. Default: local
         index modulo the host's device count.
+      plans: optional tuple of plan kinds (`codesign.hwmodel.planner.KINDS`) the runtime on this
+        topology executes; the planner chooses only among them. Default None: every kind that
+        applies (the plan is then a cost-model choice, not an executed schedule).
 
     Derived (numpy): ``crosses`` float32 [P, P, R], ``bw`` [R], ``energy_pj_per_byte`` [R],
     ``route_latency_s`` [P, P], ``n_devices``, ``n_hosts``, ``host_devices`` (tuple of device
@@ -107,6 +111,7 @@ class Topology:
     resources: tuple
     routes: tuple
     relay_peer: tuple = None
+    plans: Optional[tuple] = None
 
     def __post_init__(self):
         own = f"Topology({self.name!r})"
@@ -118,6 +123,9 @@ class Topology:
         if set(dh) != set(range(n_hosts)):
             raise ValueError(f"{own}.device_host: hosts must be numbered 0..H-1 with a device each, got {dh}")
         object.__setattr__(self, "device_host", dh)
+        if self.plans is not None and (not isinstance(self.plans, tuple) or not self.plans
+                                       or not all(isinstance(k, str) for k in self.plans)):
+            raise ValueError(f"{own}.plans: must be None or a non-empty tuple of plan kinds, got {self.plans!r}")
         res = tuple(self.resources)
         if not res or not all(isinstance(r, Resource) for r in res):
             raise ValueError(f"{own}.resources: must be a non-empty tuple of Resource")
@@ -244,7 +252,8 @@ class TransferCost:
     """Cost of one stage of simultaneous transfers (float32; R resources).
 
     Fields: ``load_bytes`` [R] bytes through each resource; ``time_s`` scalar (busiest resource
-    + the longest route latency); ``busy_s`` [R] ``load / bw`` of each resource; ``energy_j``."""
+    + the longest route latency); ``busy_s`` [R] seconds of each resource (`Topology.busy_s`:
+    ``load / bw``, or ``load / spill_bw`` beyond a capacity); ``energy_j``."""
 
     load_bytes: jax.Array
     busy_s: jax.Array
@@ -363,8 +372,8 @@ def two_dgx_h100_ib() -> Topology:
 LOOPBACK_GLOO_TOPOLOGY_FIT = {"latency_s": 328.22e-6, "switch_s": 417.57e-6, "bw_bytes_per_s": 3.3699 * GB,
                               "spill_bw_bytes_per_s": 1.6940 * GB, "cache_bytes": float(32 << 20), "cores": 2}
 """`loopback_gloo`'s parameters, fitted by ``experiments/comm_measure.py`` (`fit_loopback_gloo`
-on run A of ``results/comm_loopback_cpu.json``, its ``topology_fit``; a test keeps the two
-equal). See `LOOPBACK_FIT_KEYS`."""
+on runs 0 and 3 of ``results/comm_loopback_cpu.json``, its ``topology_fit``; a test keeps the
+two equal). See `LOOPBACK_FIT_KEYS`."""
 
 LOOPBACK_FIT_KEYS = ("latency_s", "switch_s", "bw_bytes_per_s", "spill_bw_bytes_per_s", "cache_bytes", "cores")
 """``latency_s``: a stage's start-up with every process on its own core; ``switch_s``: added per
@@ -379,6 +388,8 @@ def _check_fit(fit, where: str) -> dict:
         raise ValueError(f"{where}(fit): must be a dict with keys {LOOPBACK_FIT_KEYS}, got {fit!r}")
     for k in LOOPBACK_FIT_KEYS:
         v, positive = fit[k], k != "switch_s"
+        if k == "cores" and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            raise ValueError(f"{where}(fit).cores: must be an int > 0, got {v!r}")
         if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0 or (positive and v == 0):
             raise ValueError(f"{where}(fit).{k}: must be a finite number {'> 0' if positive else '>= 0'}, got {v!r}")
     return fit
@@ -412,7 +423,9 @@ def loopback_gloo(n_processes: int = 2, *, fit: dict | None = None) -> Topology:
     Fitted on measurement (``fit``, default `LOOPBACK_GLOO_TOPOLOGY_FIT`: `fit_loopback_gloo` on
     ``experiments/comm_measure.py``'s per-layer exchanges at N = 2, 4, 8 on this 2-core
     machine; docs/log/dgcl_planner.md gives the errors in and out of sample). Valid for the
-    machine it was measured on. Energy 0: not measured.
+    machine it was measured on, one device per process. Its only plan is the ring
+    (`Topology.plans`): what `codesign.distributed.halo` runs and what was measured. Energy 0:
+    not measured.
 
     Raises:
       ValueError: ``n_processes`` not an int >= 1, or a malformed ``fit``.
@@ -423,7 +436,9 @@ def loopback_gloo(n_processes: int = 2, *, fit: dict | None = None) -> Topology:
     lat = f["latency_s"] + f["switch_s"] * max(0.0, n_processes - f["cores"])
     res = (Resource("loopback", float(f["bw_bytes_per_s"]), float(lat), 0.0, float(f["cache_bytes"]),
                     float(f["spill_bw_bytes_per_s"])),)
-    return Topology(f"loopback_gloo{n_processes}", (0,) * n_processes, res, _routes(n_processes, lambda q, p: (0,)))
+    # plans ("ring",): what `codesign.distributed.halo` executes, and what the fit measured
+    return Topology(f"loopback_gloo{n_processes}", (0,) * n_processes, res, _routes(n_processes, lambda q, p: (0,)),
+                    plans=("ring",))
 
 
 def fit_loopback_gloo(rows, cores: int, cache_bytes: float) -> dict:
@@ -442,33 +457,43 @@ def fit_loopback_gloo(rows, cores: int, cache_bytes: float) -> dict:
       ``cache_bytes`` as given.
 
     Raises:
-      ValueError: fewer than 4 rows, a row with N < 2 or a non-positive value, ``cores`` < 1,
-        ``cache_bytes`` <= 0, no row with N > ``cores`` or none whose stage outgrows the cache
-        (``switch_s`` or ``spill_bw`` would not be identifiable).
+      ValueError: fewer than 4 rows, a row with N < 2 or a non-integer N or a non-positive
+        value, ``cores`` < 1, ``cache_bytes`` <= 0, fewer than two values of ``max(0, N - cores)``
+        or none above 0, no row whose stage fits in the cache or none that outgrows it (a
+        parameter would not be identifiable), or the least-squares solver not converging.
     """
     from scipy.optimize import least_squares
     x = np.asarray(list(rows), np.float64)
     if x.ndim != 2 or x.shape[1] != 3 or x.shape[0] < 4:
         raise ValueError(f"fit_loopback_gloo(rows): need >= 4 rows of (n_processes, bytes, seconds), got shape {x.shape}")
-    if not np.all(np.isfinite(x)) or np.any(x[:, 0] < 2) or np.any(x[:, 1:] <= 0):
-        raise ValueError("fit_loopback_gloo(rows): every row needs N >= 2 and finite positive bytes and seconds")
+    if not np.all(np.isfinite(x)) or np.any(x[:, 0] < 2) or np.any(x[:, 0] != np.round(x[:, 0])) or np.any(x[:, 1:] <= 0):
+        raise ValueError("fit_loopback_gloo(rows): every row needs an integer N >= 2 and finite positive bytes and seconds")
     if isinstance(cores, bool) or not isinstance(cores, numbers.Integral) or cores < 1:
         raise ValueError(f"fit_loopback_gloo(cores): must be an int >= 1, got {cores!r}")
     if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, numbers.Real) or not cache_bytes > 0:
         raise ValueError(f"fit_loopback_gloo(cache_bytes): must be a number > 0, got {cache_bytes!r}")
     n, b, t = x.T
-    if not np.any(n > cores):
+    extra = np.maximum(0.0, n - cores)
+    if not np.any(extra > 0):
         raise ValueError(f"fit_loopback_gloo(rows): no row with more processes than the {cores} cores; "
                          "switch_s cannot be fitted")
+    if len(np.unique(extra)) < 2:
+        raise ValueError(f"fit_loopback_gloo(rows): every row has the same max(0, N - {cores}); "
+                         "latency_s and switch_s cannot be told apart")
     if not np.any(n * b > cache_bytes):
         raise ValueError("fit_loopback_gloo(rows): no row whose stage (N x bytes) outgrows cache_bytes; "
                          "spill_bw_bytes_per_s cannot be fitted")
+    if not np.any(n * b <= cache_bytes):
+        raise ValueError("fit_loopback_gloo(rows): no row whose stage (N x bytes) fits in cache_bytes; "
+                         "bw_bytes_per_s cannot be fitted")
 
     def resid(p):
         lat, sw, bw, spill = np.exp(p)
         return np.log(_loopback_ring_s(n, b, lat, sw, bw, spill, cache_bytes, cores) / t)
 
     r = least_squares(resid, np.log([2e-4, 4e-4, 3e9, 1.5e9]))
+    if not r.success:
+        raise ValueError(f"fit_loopback_gloo: the least-squares fit did not converge ({r.message})")
     lat, sw, bw, spill = (float(v) for v in np.exp(r.x))
     return {"latency_s": lat, "switch_s": sw, "bw_bytes_per_s": bw, "spill_bw_bytes_per_s": spill,
             "cache_bytes": float(cache_bytes), "cores": int(cores)}
@@ -487,11 +512,14 @@ def get_topology(name: str, n_devices: int | None = None) -> Topology:
     """
     if name not in TOPOLOGIES:
         raise ValueError(f"unknown topology preset {name!r}; choose from {sorted(TOPOLOGIES)}")
+    if n_devices is not None and (isinstance(n_devices, bool) or not isinstance(n_devices, numbers.Integral)
+                                  or n_devices < 1):
+        raise ValueError(f"get_topology(n_devices): must be an int >= 1, got {n_devices!r}")
     if name == "loopback_gloo":
         return loopback_gloo(2 if n_devices is None else n_devices)
     topo = TOPOLOGIES[name]()
     if n_devices is not None and n_devices != topo.n_devices:
-        raise ValueError(f"topology {name!r} has {topo.n_devices} devices, not {n_devices}")
+        raise ValueError(f"get_topology(n_devices): topology {name!r} has {topo.n_devices} devices, not {n_devices}")
     return topo
 
 
