@@ -321,7 +321,7 @@ def cmd_train(args) -> int:
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
             results = (train_distributed(graph, cfg, hw, args.devices,
-                                         link=args.link if args.topology is None else None, topology=args.topology,
+                                         link=args.link, topology=args.topology,
                                          int8_halo=args.int8_halo,
                                          shards=args.shards, on_epoch=progress) for cfg, _ in todo)
         else:  # the seeds on one compiled step where the model allows (codesign.train.train_seeds)
@@ -802,7 +802,8 @@ def _check_combinations(parser: argparse.ArgumentParser, args) -> None:
             if args.topology == "loopback_gloo" and n != args.devices:
                 parser.exit(2, "codesign train: error: argument --topology: loopback_gloo prices one device per "
                                "process: needs --processes (or --num-processes) equal to --devices\n")
-        args.link = args.link or "nvlink4"
+        elif args.link is None:
+            args.link = "nvlink4"
         if args.save is not None:
             if args.devices > 1:
                 parser.exit(2, "codesign train: error: argument --save: single device only (not with --devices > 1)\n")

@@ -185,8 +185,9 @@ def main(argv=None) -> dict:
         ns, args.sizes, args.reps = [2], [4 << 10, 512 << 10], 5
     if args.refit:  # the stored runs, analysed again (after a model change; the data stay as measured)
         stored = json.loads(Path(args.refit).read_text())
-        runs, ns, args.sizes = stored["runs"], sorted(int(n) for n in stored["runs"][0]["processes"]), \
-            [r["bytes"] for r in stored["runs"][0]["processes"][str(min(int(n) for n in stored["runs"][0]["processes"]))]]
+        runs, first = stored["runs"], stored["runs"][0]["processes"]
+        ns = sorted(int(n) for n in first)
+        args.sizes = [r["bytes"] for r in first[str(ns[0])]]
         measured_on, cores, cache = stored["date"], stored["cpu_count"], stored.get("cache_bytes") or stored["topology_fit"]["cache_bytes"]
     else:
         runs = []

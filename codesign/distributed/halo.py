@@ -91,21 +91,14 @@ def _step_sum(acc, src, snd, rcv, w, chunked):
     """``acc + segment_sum(w[:, None] * src[snd], rcv)``; ``chunked``: over `REMAT_CHUNK_EDGES`
     slots at a time (a `jax.lax.scan` adding into ``acc`` in place), so no [L, F] message buffer
     of the whole step is formed (the rematerializing ring, whose backward pass does not need it)."""
-    n, c = snd.shape[0], REMAT_CHUNK_EDGES
-    if not chunked or n <= c:
+    if not chunked or snd.shape[0] <= REMAT_CHUNK_EDGES:
         return acc + jax.ops.segment_sum(w[:, None].astype(src.dtype) * src[snd], rcv, num_segments=acc.shape[0])
-    pad = -n % c  # padding slots: weight 0, node 0 (they add 0)
-    chunks = [jnp.pad(a, (0, pad)).reshape(-1, c) for a in (snd, rcv, w)]
 
     def body(a, chunk):
         s_c, r_c, w_c = chunk
         return a.at[r_c].add((w_c[:, None].astype(src.dtype) * src[s_c]).astype(a.dtype)), None
 
-    return jax.lax.scan(body, acc, tuple(chunks))[0]
-
-
-def _local_step(acc, y, snd, rcv, w, chunked=False):
-    return _step_sum(acc, y, snd, rcv, w, chunked)
+    return jax.lax.scan(body, acc, _chunks(snd, rcv, w))[0]
 
 
 def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked=False):
@@ -120,7 +113,7 @@ def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, c
     acc = jnp.zeros_like(y)
     o, n = offsets[0], lengths[0]
     if n:
-        acc = _local_step(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked)
+        acc = _step_sum(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked)
     for s in range(1, n_parts):
         rows = send_rows[s - 1]
         o, n = offsets[s], lengths[s]
@@ -138,25 +131,30 @@ REMAT_CHUNK_EDGES = 1 << 14
 [C, F] buffers small, 4 MB at F = 64, while a chunk is still thousands of rows of work)."""
 
 
+def _chunks(snd, rcv, w) -> tuple:
+    """``(snd, rcv, w)`` [L] of one step as [ceil(L / C), C] rows of `REMAT_CHUNK_EDGES` slots,
+    the last one padded with slots of weight 0 at node 0 (they add 0; their ``dw`` is dropped)."""
+    pad = -snd.shape[0] % REMAT_CHUNK_EDGES
+    return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
+
+
 def _step_grads(ct, src, snd, rcv, w):
     """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * src[snd], rcv)`` for the
     cotangent ``ct`` [B, F]: ``dw_e = <ct[rcv_e], src[snd_e]>``, ``d_src = segment_sum(w * ct[rcv],
     snd)``, over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the
     whole step is formed."""
-    n, c = snd.shape[0], REMAT_CHUNK_EDGES
-    if n <= c:
+    n = snd.shape[0]
+    if n <= REMAT_CHUNK_EDGES:
         ct_e = ct[rcv]
         return (jnp.sum(ct_e * src[snd], axis=1),
                 jax.ops.segment_sum(w[:, None].astype(ct.dtype) * ct_e, snd, num_segments=src.shape[0]))
-    pad = -n % c  # padding slots: weight 0, node 0 (their dw is dropped, their d_src adds 0)
-    chunks = [jnp.pad(a, (0, pad)).reshape(-1, c) for a in (snd, rcv, w)]
 
     def body(d_src, chunk):
         s_c, r_c, w_c = chunk
         ct_e = ct[r_c]
         return d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e), jnp.sum(ct_e * src[s_c], axis=1)
 
-    d_src, dw = jax.lax.scan(body, jnp.zeros_like(src, dtype=ct.dtype), tuple(chunks))  # (zeros_like: varying like src)
+    d_src, dw = jax.lax.scan(body, jnp.zeros_like(src, dtype=ct.dtype), _chunks(snd, rcv, w))  # (zeros_like: varying like src)
     return dw.reshape(-1)[:n], d_src
 
 

@@ -378,7 +378,8 @@ two equal). See `LOOPBACK_FIT_KEYS`."""
 LOOPBACK_FIT_KEYS = ("latency_s", "switch_s", "bw_bytes_per_s", "spill_bw_bytes_per_s", "cache_bytes", "cores")
 """``latency_s``: a stage's start-up with every process on its own core; ``switch_s``: added per
 process beyond the cores, per stage; ``bw_bytes_per_s``: the shared loopback while a stage's
-bytes fit in the last-level cache; ``spill_bw_bytes_per_s``: for the bytes beyond it;
+bytes fit in the last-level cache; ``spill_bw_bytes_per_s``: for all of a stage's bytes once
+they outgrow it;
 ``cache_bytes``: the last-level cache (read off the machine, not fitted); ``cores``: the
 machine's CPU count (read off the machine)."""
 
@@ -416,8 +417,8 @@ def loopback_gloo(n_processes: int = 2, *, fit: dict | None = None) -> Topology:
     The transfers share the loopback's bandwidth (the copies run on the same cores and memory);
     a stage whose bytes outgrow the last-level cache moves them all at the lower ``spill_bw``
     (ASSUMPTION: streaming copies larger than an LRU cache miss on every line; measured here, a
-    tiered model, only the excess at ``spill_bw``, fitted worse); when the processes outnumber the cores every stage waits for the extra processes to be
-    scheduled (ASSUMPTION: a fixed delay per extra process; fitted, not derived). A layer's ring
+    tiered model, only the excess at ``spill_bw``, fitted worse); when the processes outnumber
+    the cores every stage waits for the extra processes to be scheduled (ASSUMPTION: a fixed delay per extra process; fitted, not derived). A layer's ring
     on N processes is N - 1 stages.
 
     Fitted on measurement (``fit``, default `LOOPBACK_GLOO_TOPOLOGY_FIT`: `fit_loopback_gloo` on
