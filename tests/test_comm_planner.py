@@ -377,3 +377,14 @@ def test_bad_inputs_name_the_field():
         dist.hierarchical_partition(np.array([0, 1]), np.array([1, 0]), 4, 2, 1.5)
     with pytest.raises(TypeError, match=r"^communication_cost\(link\): must be a LinkSpec, got Topology"):
         comm.communication_cost([comm.communication_stage("l", np.ones((4, 4)), 4, 32)], topo)
+
+
+def test_topology_plans_and_device_count_refused_in_one_line():
+    topo = T.loopback_gloo(2)
+    with pytest.raises(ValueError, match=r"^Topology\('x'\)\.plans: must be None or a non-empty tuple"):
+        T.Topology("x", topo.device_host, topo.resources, topo.routes, plans=())
+    with pytest.raises(ValueError, match=r"^get_topology\(n_devices\): topology 'dgx_h100' has 8 devices, not 4$"):
+        T.get_topology("dgx_h100", 4)
+    with pytest.raises(ValueError, match=r"^get_topology\(n_devices\): must be an int >= 1"):
+        T.get_topology("loopback_gloo", 0)
+    assert T.get_topology("loopback_gloo", 8).n_devices == 8
