@@ -339,3 +339,23 @@ def test_distillation_teacher_is_a_step_argument_not_a_program_constant(cora):
     ts = make_step(model, bare, cfg, objective(cfg))
     with pytest.raises(ValueError, match="Problem.targets"):
         ts.step.lower(ts.state, bare.data, ts.controller.init())
+
+
+def test_fit_on_the_models_own_arrays_equals_fit_on_copies(cora):
+    """``fit(donate_model=True)`` (train_distributed's: no copy of the per-edge gate logits) trains
+    exactly as on copies, and leaves the model at the trained weights."""
+    from flax import nnx
+    import jax
+    from codesign.train import objective
+    from codesign.train.loop import _prepare, fit
+    cfg = TrainConfig.from_flat(epochs=4, edge_mask=True, cost_weight=0.5)
+    hw = presets.get("h100")
+    out = []
+    for donate in (False, True):
+        run = _prepare(cora, cfg, hw)
+        run.model.train()
+        fitted = fit(run.model, run.problem, cfg, objective(cfg), donate_model=donate)
+        out.append((fitted.final_loss, nnx.state(run.model, nnx.Param)))
+    assert out[0][0] == out[1][0]
+    for a, b in zip(jax.tree.leaves(out[0][1]), jax.tree.leaves(out[1][1]), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -26,6 +26,7 @@ Only the "fixed" quantizer kind and the per-edge mask ("edge") are supported; th
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -283,7 +284,10 @@ class HaloAdjacency:
       send_rows: tuple of P-1 int32 [H_s]; senders, receivers: int32 [S]; weight: float32 [S] edge
         values (gates applied; 0 on padding slots); inv_sqrt_deg: float32 [B, 1] ``D^-1/2`` of this
         device's rows (self-loop counted); offsets, lengths: the static slot ranges of each step;
-        int8: send halo rows as int8 + row scales; remat: rematerialize each ring step.
+        int8: send halo rows as int8 + row scales; remat: rematerialize each ring step;
+        weight_sink: None, or a list to which `sar_gcn_aggregate` appends the edge values it
+        aggregated with, threaded through the ring (`sar_aggregate`'s ``thread_weight``): the next
+        layer aggregates with that array, so the layers' edge-weight gradients share one buffer.
     """
 
     send_rows: tuple
@@ -295,6 +299,7 @@ class HaloAdjacency:
     lengths: tuple
     int8: bool = False
     remat: bool = True
+    weight_sink: Optional[list] = None
 
     # what a vertex program reads of the adjacency it runs on (`codesign.vertex.Program.__call__`
     # with ``aggregate=sar_gcn_aggregate``: `GCNConv` runs its program on this view)
@@ -326,9 +331,14 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
     Shapes: ``x`` float32 [B, F] -> [B, F].
     """
     del impl
+    thread = adj.weight_sink is not None
     zs = adj.inv_sqrt_deg * x
-    return adj.inv_sqrt_deg * (zs + sar_aggregate(zs, adj.send_rows, adj.senders, adj.receivers, adj.weight,
-                                                  adj.offsets, adj.lengths, int8=adj.int8, remat=adj.remat))
+    agg = sar_aggregate(zs, adj.send_rows, adj.senders, adj.receivers, adj.weight, adj.offsets, adj.lengths,
+                        int8=adj.int8, remat=adj.remat, thread_weight=thread)
+    if thread:
+        agg, w = agg
+        adj.weight_sink.append(w)
+    return adj.inv_sqrt_deg * (zs + agg)
 
 
 def check_model(model) -> None:
@@ -430,8 +440,11 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
                 g = hc.deterministic(la)
             w = w * g
         deg = jax.ops.segment_sum(w, rcv, num_segments=x.shape[0]) + 1.0  # + self-loop (weight 1)
+        # with edge gates the first layer's ring passes its weights on to the second's (one
+        # buffer for both layers' edge-weight gradients, `HaloAdjacency.weight_sink`)
+        sink = [] if "log_alpha" in d else None
         adj = HaloAdjacency(send_rows, snd, rcv, w, jax.lax.rsqrt(jnp.maximum(deg, 1e-12))[:, None],
-                            offsets, lengths, int8_halo, remat)
+                            offsets, lengths, int8_halo, remat, sink)
         conv1, conv2 = _local_conv(gd1, st1, sar_gcn_aggregate), _local_conv(gd2, st2, sar_gcn_aggregate)
         rows = jnp.maximum(node_id, 0).astype(jnp.uint32)[:, None]
 
@@ -447,6 +460,8 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
         if "cz" in d:
             h = h * d["cz"][None, :]
         h = jnp.where((node_id >= 0)[:, None], h, 0.0)  # padding rows stay zero (they would enter the quantizer's max)
+        if sink:
+            adj = dataclasses.replace(adj, weight=sink[-1], weight_sink=None)
         logits = conv2(h, adj, dropout("seed1"))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         total = jax.lax.psum(jnp.sum(jnp.where(m, ce, 0.0)), AXIS)

@@ -138,7 +138,7 @@ def _chunks(snd, rcv, w) -> tuple:
     return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
 
 
-def _step_grads(ct, src, snd, rcv, w):
+def _step_grads(ct, src, snd, rcv, w, zero=None):
     """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * src[snd], rcv)`` for the
     cotangent ``ct`` [B, F]: ``dw_e = <ct[rcv_e], src[snd_e]>``, ``d_src = segment_sum(w * ct[rcv],
     snd)``, over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the
@@ -154,32 +154,38 @@ def _step_grads(ct, src, snd, rcv, w):
         ct_e = ct[r_c]
         return d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e), jnp.sum(ct_e * src[s_c], axis=1)
 
-    d_src, dw = jax.lax.scan(body, jnp.zeros_like(src, dtype=ct.dtype), _chunks(snd, rcv, w))  # (zeros_like: varying like src)
+    # the scan's initial zeros: from ``zero`` (a 0 computed from the gradient so far) when given, so
+    # the compiler cannot materialize every step's [R, F] zeros at the start of the program
+    init = jnp.zeros_like(src, dtype=ct.dtype) if zero is None else jnp.broadcast_to(zero.astype(ct.dtype), src.shape)
+    d_src, dw = jax.lax.scan(body, init, _chunks(snd, rcv, w))  # (zeros_like: varying like src)
     return dw.reshape(-1)[:n], d_src
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _sar_remat(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
-    return _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
-
-
-def _sar_remat_fwd(y, send_rows, senders, receivers, weight, offsets, lengths, int8):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _sar_remat(y, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
     out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
-    return out, (y, send_rows, senders, receivers, weight)  # its inputs only: no halo, no message
+    return (out, weight) if thread else out
 
 
-def _sar_remat_bwd(offsets, lengths, int8, res, ct):
-    """SAR's backward pass, one ring step at a time: re-fetch the step's halo, then its gradients
-    ``dw_e = <ct[rcv_e], src[snd_e]>`` and ``d_src = segment_sum(w * ct[rcv], snd)``, the halo's
-    part sent back to its owner (inverse permutation, float32; straight-through for int8) and added
-    at the rows it came from. Each step starts from the gradient the previous one left, through an
+def _sar_remat_fwd(y, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
+    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
+    return ((out, weight) if thread else out), (y, send_rows, senders, receivers, weight)  # its inputs only: no halo, no message
+
+
+def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw):
+    """SAR's backward pass of ``A @ y`` for the cotangent ``ct`` [B, F], one ring step at a time:
+    re-fetch the step's halo, then its gradients ``dw_e = <ct[rcv_e], src[snd_e]>`` (added into
+    ``dw`` [S]) and ``d_src = segment_sum(w * ct[rcv], snd)``, the halo's part sent back to its
+    owner (inverse permutation, float32; straight-through for int8) and added at the rows it came
+    from. Each step starts from the gradient the previous one left, through an
     `jax.lax.optimization_barrier` and a data dependence (``+ 0 * dy[0, 0]`` on the rows re-fetched,
-    which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the steps run in sequence, holding one step's buffers,
-    and the re-fetch cannot be merged with the forward exchange by common-subexpression elimination."""
-    y, send_rows, senders, receivers, weight = res
+    which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the steps run in
+    sequence, holding one step's buffers, and the re-fetch cannot be merged with the forward
+    exchange by common-subexpression elimination.
+
+    Returns ``(dy [B, F], dw [S])``."""
     n_parts = len(offsets)
     dy = jnp.zeros_like(y)
-    dw = jnp.zeros_like(weight)
     for s in range(n_parts):
         o, n = offsets[s], lengths[s]
         if n == 0 or (s and send_rows[s - 1].shape[0] == 0):
@@ -194,12 +200,32 @@ def _sar_remat_bwd(offsets, lengths, int8, res, ct):
             rows = send_rows[s - 1]
             perm = ring_perm(n_parts, s)
             src = exchange(y_b[rows] + zero, perm, int8)  # the re-fetch (SAR's rematerialization)
-        dw_s, d_src = _step_grads(ct_b + zero, src, snd, rcv, w)
+        dw_s, d_src = _step_grads(ct_b + zero, src, snd, rcv, w, zero)
         dw = dw.at[o:o + n].add(dw_s.astype(dw.dtype))
         if s == 0:
             dy = dy + d_src
         else:
             dy = dy.at[rows].add(jax.lax.ppermute(d_src, AXIS, _inverse(perm)))
+    return dy, dw
+
+
+def _threaded_dw(ct, weight, thread):
+    """``(ct, dw)``: with ``thread`` the cotangent of the weights passed on (the later layers'
+    edge-weight gradient, which this layer's adds into), else zeros computed from ``ct`` (``0 *
+    ct[0, 0]``, 0 also when that is not finite), so the compiler cannot materialize the [S] zeros
+    at the start of the program and keep them through the forward pass."""
+    if thread:
+        ct, dw = ct
+        return ct, dw.astype(weight.dtype)
+    c0 = ct[0, 0]
+    return ct, jnp.broadcast_to((jnp.where(jnp.isfinite(c0), c0, 0.0) * 0.0).astype(weight.dtype), weight.shape)
+
+
+def _sar_remat_bwd(offsets, lengths, int8, thread, res, ct):
+    """SAR's backward pass (`_ring_grads`)."""
+    y, send_rows, senders, receivers, weight = res
+    ct, dw = _threaded_dw(ct, weight, thread)
+    dy, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw)
     return dy, None, None, None, dw
 
 
@@ -207,7 +233,8 @@ _sar_remat.defvjp(_sar_remat_fwd, _sar_remat_bwd)
 
 
 def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers: jax.Array, weight: jax.Array,
-                  offsets: tuple, lengths: tuple, *, int8: bool = False, remat: bool = True) -> jax.Array:
+                  offsets: tuple, lengths: tuple, *, int8: bool = False, remat: bool = True,
+                  thread_weight: bool = False):
     """One device's block of ``A @ Y`` by sequential aggregation over the ring (module docstring).
 
     Call inside `shard_map` over the mesh axis `AXIS` (P devices).
@@ -220,13 +247,20 @@ def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers:
       offsets, lengths: static slot ranges of each step (``Partition.edge_offsets/_lengths``).
       int8: send halo rows as int8 + per-row scales.
       remat: rematerialize: the backward pass fetches each step's halo again (`_sar_remat`).
+      thread_weight: also return ``weight`` itself, for the next layer to aggregate with. The
+        edge-weight gradient that later layer leaves (its cotangent) is then the buffer this
+        layer's backward pass adds its own into, so the layers' edge-weight gradients [S] share
+        one buffer instead of one per layer summed at the end (learnable edge gates, with
+        ``remat``; without, autodiff sums them as usual).
 
     Returns:
-      float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}``.
+      float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}``; with ``thread_weight``, ``(that, weight)``.
     """
     if remat:
-        return _sar_remat(y, tuple(send_rows), senders, receivers, weight, tuple(offsets), tuple(lengths), bool(int8))
-    return _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8)
+        return _sar_remat(y, tuple(send_rows), senders, receivers, weight, tuple(offsets), tuple(lengths), bool(int8),
+                          bool(thread_weight))
+    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8)
+    return (out, weight) if thread_weight else out
 
 
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,

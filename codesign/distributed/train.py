@@ -221,7 +221,8 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         return partitioned_cost(m, layout, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.cost.objective] / dense_c
 
     model.train()
-    fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch)
+    # the model's arrays are the training state (no copy: with edge gates, one per-edge array less)
+    fitted = fit(model, Problem(sg, forward, cost_ratio), cfg, objective(cfg), on_epoch=on_epoch, donate_model=True)
 
     model.eval()
     replicated = NamedSharding(mesh, PartitionSpec())

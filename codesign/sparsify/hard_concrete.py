@@ -50,32 +50,57 @@ def _stretch_clip(s: jax.Array) -> jax.Array:
     return jnp.clip(s * (ZETA - GAMMA) + GAMMA, 0.0, 1.0)
 
 
+def _noise(key: jax.Array, shape: tuple, dtype) -> jax.Array:
+    """Logistic noise ``log u - log(1 - u)``, ``u ~ U(0, 1)`` clipped to ``[_U_EPS, 1 - _U_EPS]``."""
+    u = jnp.clip(jax.random.uniform(key, shape, dtype), _U_EPS, 1.0 - _U_EPS)
+    return jnp.log(u) - jnp.log1p(-u)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _gate(noise: jax.Array, log_alpha: jax.Array, beta: float) -> jax.Array:
-    """``_stretch_clip(sigmoid((noise + log_alpha) / beta))`` whose backward pass keeps one array
-    per gate, the sigmoid ``s``, and recomputes the clip's mask from it; with autodiff the
+def _sample(key: jax.Array, log_alpha: jax.Array, beta: float) -> jax.Array:
+    """``_stretch_clip(sigmoid((noise + log_alpha) / beta))`` with ``noise = _noise(key)``, whose
+    backward pass keeps no array per gate: it draws the same noise again from ``key`` and
+    recomputes the sigmoid ``s`` (the logits are the caller's parameters, alive anyway). Saving
+    ``s`` cost one float32 array per gate from the forward to the backward pass; with autodiff the
     compiler also kept the clip's two derivative factors, computed ahead of the cotangent (two
     more arrays per gate: 32 MB of a partitioned training step's temporaries with 4 M edge gates
     per process, docs/log/scale_out_rss.md). Gradient: ``[0 < stretch(s) < 1] (ZETA - GAMMA) s (1 - s) / beta``,
     autodiff's but for exact ties at the clip's ends (autodiff gives half there; a tie has
     probability 0 under the continuous noise)."""
-    return _stretch_clip(jax.nn.sigmoid((noise + log_alpha) / beta))
+    return _stretch_clip(jax.nn.sigmoid((_noise(key, log_alpha.shape, log_alpha.dtype) + log_alpha) / beta))
 
 
-def _gate_fwd(noise, log_alpha, beta):
-    s = jax.nn.sigmoid((noise + log_alpha) / beta)
-    return _stretch_clip(s), s
+def _sample_fwd(key, log_alpha, beta):
+    return _sample(key, log_alpha, beta), (key, log_alpha)
 
 
-def _gate_bwd(beta, s, ct):
+def _after(key: jax.Array, ct: jax.Array) -> jax.Array:
+    """``key`` unchanged in value, but computed from ``ct``: its key data plus an integer 0 that
+    the compiler cannot fold (``0 * ct[0]``, a float product XLA does not simplify; a non-finite
+    ``ct[0]`` counts as 0)."""
+    c0 = ct.reshape(-1)[0]
+    zero = (jnp.where(jnp.isfinite(c0), c0, 0.0) * 0.0).astype(jnp.uint32)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(jax.random.key_data(key) + zero, impl=jax.random.key_impl(key))
+    return key + zero
+
+
+def _sample_bwd(beta, res, ct):
+    # The noise is drawn again from a key that depends on the cotangent (`_after`), so the
+    # redraw runs when the cotangent exists, at the end of the backward pass, and cannot be merged
+    # with the forward pass's draw: merged (common subexpression elimination) or scheduled early,
+    # its [...] arrays would stay alive through the backward pass. An optimization barrier alone
+    # does not do it: XLA removes barriers before it schedules.
+    key, log_alpha = res
+    key = _after(key, ct)
+    s = jax.nn.sigmoid((_noise(key, log_alpha.shape, log_alpha.dtype) + log_alpha) / beta)
     # one elementwise expression of (ct, s), so the compiler cannot compute a factor of it ahead
-    # of the cotangent and keep that instead of s (it did with the clip's own derivative)
+    # of the cotangent and keep that instead (it did with the clip's own derivative)
     pre = s * (ZETA - GAMMA) + GAMMA
-    d = jnp.where((pre > 0.0) & (pre < 1.0), ct * (ZETA - GAMMA), 0.0) * (s * (1 - s)) / beta
-    return d, d
+    return None, jnp.where((pre > 0.0) & (pre < 1.0), ct * (ZETA - GAMMA), 0.0) * (s * (1 - s)) / beta
 
 
-_gate.defvjp(_gate_fwd, _gate_bwd)
+_sample.defvjp(_sample_fwd, _sample_bwd)
 
 
 def sample(key: jax.Array, log_alpha: jax.Array, beta: float = BETA) -> jax.Array:
@@ -93,11 +118,7 @@ def sample(key: jax.Array, log_alpha: jax.Array, beta: float = BETA) -> jax.Arra
     Raises:
       ValueError: ``beta`` not a finite positive number.
     """
-    beta = check_beta(beta)
-    log_alpha = jnp.asarray(log_alpha)
-    u = jax.random.uniform(key, log_alpha.shape, log_alpha.dtype)
-    u = jnp.clip(u, _U_EPS, 1.0 - _U_EPS)
-    return _gate(jnp.log(u) - jnp.log1p(-u), log_alpha, beta)
+    return _sample(key, jnp.asarray(log_alpha), check_beta(beta))
 
 
 def deterministic(log_alpha: jax.Array) -> jax.Array:

@@ -91,7 +91,7 @@ class FitResult:
 
 def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
               first_layer: str = "conv1", tx: Optional[optax.GradientTransformation] = None,
-              wrt=nnx.Param) -> TrainStep:
+              wrt=nnx.Param, donate_model: bool = False) -> TrainStep:
     """The training step of `fit`, for callers that drive or time the epochs themselves
     (experiments/bench_train.py times exactly this step).
 
@@ -107,8 +107,12 @@ def make_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTer
       tx: an optax transformation replacing ``cfg``'s optimizer (a baseline's own, e.g. UGS's
         Adam with coupled L2 on every trained parameter).
       wrt: the `nnx` filter of the trained parameters (default every `nnx.Param`).
+      donate_model: the returned ``state`` holds the model's own arrays, not copies, and the
+        first step donates them: the model must not be read until it is updated from a step's
+        state (`fit` does at its end). One copy of every parameter less while training (with
+        edge gates on a large graph, the gate logits and their mask are per-edge arrays).
     """
-    graphdef, state, step, controller = _pure_step(model, problem, cfg, terms, first_layer, tx, wrt)
+    graphdef, state, step, controller = _pure_step(model, problem, cfg, terms, first_layer, tx, wrt, donate_model)
     return TrainStep(graphdef, state, jax.jit(step, donate_argnums=0), controller)
 
 
@@ -190,14 +194,15 @@ def unstack(tree, i: int) -> Any:
 
 
 def _pure_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], first_layer: str,
-               tx: Optional[optax.GradientTransformation], wrt):
+               tx: Optional[optax.GradientTransformation], wrt, donate_model: bool = False):
     """``(graphdef, state, step, controller)`` of `make_step`, the step not yet jitted."""
     opt = nnx.Optimizer(model, tx, wrt=wrt) if tx is not None else optimizer(cfg, model, first_layer)
     controller = pi_controller(cfg.cost.budget, cfg.cost.budget_lr, cfg.cost.budget_kp, cfg.cost.budget_band) \
         if cfg.cost.budget is not None else no_controller()
     forward, cost_ratio, terms = problem.forward, problem.cost_ratio, tuple(terms)
     graphdef, state = nnx.split((model, opt))
-    state = jax.tree.map(jnp.copy, state)  # donated below: never the caller's arrays (the model may share them)
+    if not donate_model:  # donated below: never the caller's arrays (the model may share them)
+        state = jax.tree.map(jnp.copy, state)
 
     def loss_fn(m, data, ctrl, targets):
         logits, task = forward(m, data)
@@ -220,7 +225,7 @@ def _pure_step(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTe
 
 def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
         first_layer: str = "conv1", on_epoch: Optional[Callable[[int, dict], None]] = None,
-        tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param) -> FitResult:
+        tx: Optional[optax.GradientTransformation] = None, wrt=nnx.Param, donate_model: bool = False) -> FitResult:
     """Trains ``model`` on ``problem`` for ``cfg.optim.epochs`` full-batch steps (`make_step`).
 
     With ``cfg.optim.select="best_val"`` the eval-mode model is validated after every step
@@ -235,13 +240,16 @@ def fit(model, problem: Problem, cfg: TrainConfig, terms: Sequence[LossTerm], *,
       first_layer: attribute name of the model's first layer (weight decay scope "first").
       on_epoch: optional callback ``(epoch, {"loss", "cost_ratio", "multiplier"})``.
       tx, wrt: a baseline's own optimizer and trained-parameter filter (`make_step`).
+      donate_model: train on the model's own arrays instead of copies (`make_step`); the model
+        is unreadable until this returns, and must share no array with another model.
 
     Raises:
       ValueError: ``select="best_val"`` on a problem without ``evaluate``.
       FloatingPointError: the final loss is not finite; the message names the first epoch with a
         non-finite loss and the settings used.
     """
-    return _finite(cfg, _fit([model], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False)[0])
+    return _finite(cfg, _fit([model], problem, cfg, terms, first_layer, on_epoch, tx, wrt, batched=False,
+                             donate_model=donate_model)[0])
 
 
 def _finite(cfg: TrainConfig, fitted: FitResult) -> FitResult:
@@ -286,7 +294,7 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
 
 def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, on_epoch, tx, wrt, *,
          batched: bool, batched_targets: bool = False, batch_size: Any = "auto",
-         shared: Optional[TrainStep] = None) -> list[FitResult]:
+         shared: Optional[TrainStep] = None, donate_model: bool = False) -> list[FitResult]:
     """The epoch loop of `fit` (one model, ``batched=False``; ``shared``: a `make_step` of a
     model of the same structure, whose compiled step this model's state runs) and `fit_seeds`
     (``batched=True``: the same loop over the seed-stacked state, with mapped step and vmapped
@@ -307,7 +315,8 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
         track = track_best_seeds
     else:
         graphdef, state, step, controller = shared or make_step(models[0], problem, cfg, terms,
-                                                                first_layer=first_layer, tx=tx, wrt=wrt)
+                                                                first_layer=first_layer, tx=tx, wrt=wrt,
+                                                                donate_model=donate_model)
         ctrl = controller.init()
         best = BestVal.start(models[0]) if cfg.optim.select == "best_val" else None
         first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
