@@ -101,8 +101,16 @@ def _step_sum(acc, src, snd, rcv, w, chunked):
     return jax.lax.scan(body, acc, _chunks(snd, rcv, w))[0]
 
 
-def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked=False):
-    halo = exchange(y[rows], perm, int8)
+def _zero_of(a: jax.Array, dtype) -> jax.Array:
+    """A scalar 0 of ``dtype`` computed from ``a[0, 0]`` (0 also when that is not finite): adding it
+    makes a value depend on ``a``, which the compiler cannot fold away (``0 * x`` is not simplified
+    for floats), so the value is computed after ``a`` exists."""
+    a0 = a[0, 0]
+    return (jnp.where(jnp.isfinite(a0), a0, 0.0) * 0.0).astype(dtype)
+
+
+def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked=False, zero=None):
+    halo = exchange(y[rows] if zero is None else y[rows] + zero, perm, int8)
     return _step_sum(acc, halo, snd, rcv, w, chunked)
 
 
@@ -119,10 +127,12 @@ def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, c
         o, n = offsets[s], lengths[s]
         if rows.shape[0] == 0:
             continue  # no device sends anything at this step
-        # order: this step's send waits for the previous step's sum (one halo buffer at a time)
+        # order: this step's send waits for the previous step's sum (one halo buffer at a time):
+        # a barrier, and a data dependence (``+ 0 * acc[0, 0]``), since XLA removes barriers
+        # before it schedules
         y_b, acc = jax.lax.optimization_barrier((y, acc))
         acc = _remote_step(acc, y_b, rows, senders[o:o + n], receivers[o:o + n], weight[o:o + n],
-                           perm=ring_perm(n_parts, s), int8=int8, chunked=chunked)
+                           perm=ring_perm(n_parts, s), int8=int8, chunked=chunked, zero=_zero_of(acc, y.dtype))
     return acc
 
 
@@ -192,8 +202,7 @@ def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8
             continue
         snd, rcv, w = senders[o:o + n], receivers[o:o + n], weight[o:o + n]
         dy, dw, ct_b, y_b = jax.lax.optimization_barrier((dy, dw, ct, y))
-        # 0 unless the gradient so far is not finite at [0, 0] (then 0 too: not NaN, which 0 * inf is)
-        zero = (jnp.where(jnp.isfinite(dy[0, 0]), dy[0, 0], 0.0) * 0.0).astype(y.dtype)
+        zero = _zero_of(dy, y.dtype)  # (0 also where dy[0, 0] is not finite: not NaN, which 0 * inf is)
         if s == 0:
             src = y_b
         else:
@@ -217,8 +226,7 @@ def _threaded_dw(ct, weight, thread):
     if thread:
         ct, dw = ct
         return ct, dw.astype(weight.dtype)
-    c0 = ct[0, 0]
-    return ct, jnp.broadcast_to((jnp.where(jnp.isfinite(c0), c0, 0.0) * 0.0).astype(weight.dtype), weight.shape)
+    return ct, jnp.broadcast_to(_zero_of(ct, weight.dtype), weight.shape)
 
 
 def _sar_remat_bwd(offsets, lengths, int8, thread, res, ct):
