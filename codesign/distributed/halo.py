@@ -18,14 +18,16 @@ gradient in chunks of `REMAT_CHUNK_EDGES` edge slots, and sends the latter back 
 (inverse permutation, in the cotangent's dtype). A `jax.checkpoint` per step did not survive the compiler: XLA's
 common-subexpression elimination merged the re-fetch with the forward exchange, so every step's
 gathered [L_s, F] messages stayed live from the forward to the backward pass (it compiled to the
-same 12 collective-permutes as no rematerialization; with edge gates and ``remat=False``, 1.01 GB
-of temporaries per device at R-MAT 2^17, P = 4, hidden 64; 0.15 GB with this VJP and the chunked sums:
-`experiments/remat_memory.py`). The re-fetch
+same 12 collective-permutes as no rematerialization; with edge gates and ``remat=False``, about
+0.8 GB per device at R-MAT 2^17, P = 4, hidden 64, against about 0.12 GB with this VJP and the
+chunked sums: `experiments/remat_memory.py`, results/remat_memory_cpu.json). The re-fetch
 and each step's gradients depend on the gradient the previous step left (an
 `jax.lax.optimization_barrier` and an added ``0 * dy[0, 0]``, which XLA does not fold for floats),
 so the steps run in sequence and are not merged. Without edge gates the re-fetched rows feed
-nothing and XLA removes the exchange. In the forward pass an `jax.lax.optimization_barrier` ties
-each step's send to the previous step's result, so the scheduler cannot issue all exchanges at once.
+nothing and XLA removes the exchange. In the forward pass each step's send depends on the previous
+step's sum (an `jax.lax.optimization_barrier` and an added ``0 * acc[0, 0]``: XLA removes barriers
+before it schedules, so a barrier alone let it issue all exchanges at once), so one halo buffer is
+received at a time.
 
 What one device holds at once during aggregation (B block rows, F columns, H_s halo rows of
 step s, L_s edge slots of step s): its own Y block [B, F], the accumulator [B, F], one halo
