@@ -166,6 +166,8 @@ def test_sample_gradient_redraws_the_forward_noise(getkey, typed_key):
     # a non-finite cotangent at [0] does not poison the redraw (only that entry's gradient)
     g = jax.grad(lambda a: jnp.sum(w.at[0].set(jnp.inf) * sample(key, a)))(la)
     assert bool(jnp.all(jnp.isfinite(g[1:])))
+    # no gates at all (a graph without edges): an empty gradient, not an index error
+    assert jax.grad(lambda a: jnp.sum(sample(key, a)))(jnp.zeros((0,), jnp.float32)).shape == (0,)
 
 
 # ---------------------------------------------------------------- modes

@@ -354,7 +354,9 @@ def test_fit_on_the_models_own_arrays_equals_fit_on_copies(cora):
     for donate in (False, True):
         run = _prepare(cora, cfg, hw)
         run.model.train()
+        first = jax.tree.leaves(nnx.state(run.model, nnx.Param))[0]
         fitted = fit(run.model, run.problem, cfg, objective(cfg), donate_model=donate)
+        assert first.is_deleted() == donate  # donated: the model's own array was the training state
         out.append((fitted.final_loss, nnx.state(run.model, nnx.Param)))
     assert out[0][0] == out[1][0]
     for a, b in zip(jax.tree.leaves(out[0][1]), jax.tree.leaves(out[1][1]), strict=True):

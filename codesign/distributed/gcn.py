@@ -460,8 +460,9 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
         if "cz" in d:
             h = h * d["cz"][None, :]
         h = jnp.where((node_id >= 0)[:, None], h, 0.0)  # padding rows stay zero (they would enter the quantizer's max)
-        if sink:
-            adj = dataclasses.replace(adj, weight=sink[-1], weight_sink=None)
+        if sink is not None:  # the GCN program aggregates with exactly adj.weight, so the threaded array is it
+            assert len(sink) == 1, "logits_and_loss: the first layer must aggregate once"
+            adj = dataclasses.replace(adj, weight=sink[0], weight_sink=None)
         logits = conv2(h, adj, dropout("seed1"))
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
         total = jax.lax.psum(jnp.sum(jnp.where(m, ce, 0.0)), AXIS)

@@ -107,12 +107,12 @@ def _zero_of(a: jax.Array, dtype) -> jax.Array:
     """A scalar 0 of ``dtype`` computed from ``a[0, 0]`` (0 also when that is not finite): adding it
     makes a value depend on ``a``, which the compiler cannot fold away (``0 * x`` is not simplified
     for floats), so the value is computed after ``a`` exists."""
-    a0 = a[0, 0]
+    a0 = jax.lax.stop_gradient(a[0, 0])  # an ordering device only: no gradient flows through it
     return (jnp.where(jnp.isfinite(a0), a0, 0.0) * 0.0).astype(dtype)
 
 
-def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked=False, zero=None):
-    halo = exchange(y[rows] if zero is None else y[rows] + zero, perm, int8)
+def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked, zero):
+    halo = exchange(y[rows] + zero, perm, int8)  # ``zero``: `_zero_of` the previous step's sum
     return _step_sum(acc, halo, snd, rcv, w, chunked)
 
 
@@ -150,11 +150,13 @@ def _chunks(snd, rcv, w) -> tuple:
     return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
 
 
-def _step_grads(ct, src, snd, rcv, w, zero=None):
+def _step_grads(ct, src, snd, rcv, w, zero):
     """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * src[snd], rcv)`` for the
     cotangent ``ct`` [B, F]: ``dw_e = <ct[rcv_e], src[snd_e]>``, ``d_src = segment_sum(w * ct[rcv],
     snd)``, over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the
-    whole step is formed."""
+    whole step is formed. ``zero``: a scalar 0 computed from the gradient so far (`_zero_of`), from
+    which the scan's initial ``d_src`` is broadcast, so the compiler cannot materialize every
+    step's zeros at the start of the program."""
     n = snd.shape[0]
     if n <= REMAT_CHUNK_EDGES:
         ct_e = ct[rcv]
@@ -166,10 +168,8 @@ def _step_grads(ct, src, snd, rcv, w, zero=None):
         ct_e = ct[r_c]
         return d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e), jnp.sum(ct_e * src[s_c], axis=1)
 
-    # the scan's initial zeros: from ``zero`` (a 0 computed from the gradient so far) when given, so
-    # the compiler cannot materialize every step's [R, F] zeros at the start of the program
-    init = jnp.zeros_like(src, dtype=ct.dtype) if zero is None else jnp.broadcast_to(zero.astype(ct.dtype), src.shape)
-    d_src, dw = jax.lax.scan(body, init, _chunks(snd, rcv, w))  # (zeros_like: varying like src)
+    # (the initial zeros are varying over the mesh axis, as ``src`` is: ``zero`` comes from ``dy``)
+    d_src, dw = jax.lax.scan(body, jnp.broadcast_to(zero.astype(ct.dtype), src.shape), _chunks(snd, rcv, w))
     return dw.reshape(-1)[:n], d_src
 
 

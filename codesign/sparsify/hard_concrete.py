@@ -78,6 +78,8 @@ def _after(key: jax.Array, ct: jax.Array) -> jax.Array:
     """``key`` unchanged in value, but computed from ``ct``: its key data plus an integer 0 that
     the compiler cannot fold (``0 * ct[0]``, a float product XLA does not simplify; a non-finite
     ``ct[0]`` counts as 0)."""
+    if ct.size == 0:  # no gates: nothing to order
+        return key
     c0 = ct.reshape(-1)[0]
     zero = (jnp.where(jnp.isfinite(c0), c0, 0.0) * 0.0).astype(jnp.uint32)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
