@@ -56,6 +56,11 @@ def _noise(key: jax.Array, shape: tuple, dtype) -> jax.Array:
     return jnp.log(u) - jnp.log1p(-u)
 
 
+def _sigmoid(key: jax.Array, log_alpha: jax.Array, beta: float) -> jax.Array:
+    """The sample's pre-clip value ``s = sigmoid((noise + log_alpha) / beta)``, ``noise = _noise(key)``."""
+    return jax.nn.sigmoid((_noise(key, log_alpha.shape, log_alpha.dtype) + log_alpha) / beta)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _sample(key: jax.Array, log_alpha: jax.Array, beta: float) -> jax.Array:
     """``_stretch_clip(sigmoid((noise + log_alpha) / beta))`` with ``noise = _noise(key)``, whose
@@ -67,7 +72,7 @@ def _sample(key: jax.Array, log_alpha: jax.Array, beta: float) -> jax.Array:
     per process, docs/log/scale_out_rss.md). Gradient: ``[0 < stretch(s) < 1] (ZETA - GAMMA) s (1 - s) / beta``,
     autodiff's but for exact ties at the clip's ends (autodiff gives half there; a tie has
     probability 0 under the continuous noise)."""
-    return _stretch_clip(jax.nn.sigmoid((_noise(key, log_alpha.shape, log_alpha.dtype) + log_alpha) / beta))
+    return _stretch_clip(_sigmoid(key, log_alpha, beta))
 
 
 def _sample_fwd(key, log_alpha, beta):
@@ -95,7 +100,7 @@ def _sample_bwd(beta, res, ct):
     # does not do it: XLA removes barriers before it schedules.
     key, log_alpha = res
     key = _after(key, ct)
-    s = jax.nn.sigmoid((_noise(key, log_alpha.shape, log_alpha.dtype) + log_alpha) / beta)
+    s = _sigmoid(key, log_alpha, beta)
     # one elementwise expression of (ct, s), so the compiler cannot compute a factor of it ahead
     # of the cotangent and keep that instead (it did with the clip's own derivative)
     pre = s * (ZETA - GAMMA) + GAMMA
