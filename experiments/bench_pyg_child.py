@@ -4,14 +4,16 @@ environment's python (it imports torch, torch_geometric and NumPy only, never co
     <venv>/bin/python experiments/bench_pyg_child.py SPEC.json
 
 SPEC.json (written by `bench_train`): ``graph_npz`` (senders, receivers, x, y,
-train_mask, n_nodes), ``config`` (a `CONFIGS` name), ``model`` ("gcn" | "gat"), ``hidden``,
+train_mask, n_nodes), ``config`` (a `CONFIGS` name), ``model`` ("gcn" | "gat" | "sage"), ``hidden``,
 ``heads``, ``out_heads``, ``dropout``, ``lr``, ``weight_decay``, ``epochs``, ``seed``,
 ``threads``. Prints one JSON line: ``epoch_s`` (list, s), ``first_step_s``, ``first_loss`` (the
 loss of the first epoch, before any update: equal across configurations up to rounding, since
 both draw the same initial weights and dropout masks), ``baseline_rss_mib``, ``peak_mib``,
 ``peak_first_step_mib``, ``peak_reset``, ``final_loss``, ``versions``.
 
-The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/gat.py``),
+The models are the ones of PyG's own examples (``examples/gcn.py``, ``examples/gat.py``; GraphSAGE:
+``SAGEConv`` with its defaults, mean aggregation of the neighbours plus a root weight, as
+``examples/ogbn_products_sage.py`` builds it, here full-batch with two layers),
 ``torch.optim.Adam`` with L2 ``weight_decay`` (the same update as optax ``add_decayed_weights``
 followed by ``adam``), in one of two configurations (`CONFIGS`):
 
@@ -89,7 +91,7 @@ def main(spec_path: str) -> dict:
     import torch
     import torch.nn.functional as F
     import torch_geometric
-    from torch_geometric.nn import GATConv, GCNConv
+    from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
     torch.set_num_threads(int(spec["threads"]))
     torch.manual_seed(int(spec["seed"]))
@@ -132,7 +134,16 @@ def main(spec_path: str) -> dict:
             h = F.elu(self.conv1(F.dropout(x, p, self.training), adj))
             return self.conv2(F.dropout(h, p, self.training), adj)
 
-    model = {"gcn": GCN, "gat": GAT}[spec["model"]]()
+    class SAGE(torch.nn.Module):  # mean aggregation, root weight, one bias: codesign's SAGEConv
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = SAGEConv(n_in, hidden), SAGEConv(hidden, n_cls)
+
+        def forward(self, x, adj):
+            h = F.relu(self.conv1(F.dropout(x, p, self.training), adj))
+            return self.conv2(F.dropout(h, p, self.training), adj)
+
+    model = {"gcn": GCN, "gat": GAT, "sage": SAGE}[spec["model"]]()
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=float(spec["lr"]), weight_decay=float(spec["weight_decay"]))
 

@@ -60,6 +60,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,10 +78,14 @@ for _path in (ROOT, ROOT / "experiments"):  # codesign, and the PyG child beside
 from bench_pyg_child import CONFIGS as PYG_CONFIGS  # noqa: E402
 from bench_pyg_child import peak_mib, reset_peak, rss_mib  # noqa: E402  one memory definition, both sides
 
-GRAPHS = ("cora", "rmat", "wordnet")
-MODELS = ("gcn", "gat")
+GRAPHS = ("cora", "rmat", "wordnet", "csbm-products")
+MODELS = ("gcn", "gat", "sage")
 IMPLS = ("auto", "segment")
-DEFAULT_EPOCHS = {"cora": 50, "rmat": 10, "wordnet": 10}
+DEFAULT_EPOCHS = {"cora": 50, "rmat": 10, "wordnet": 10, "csbm-products": 3}
+LARGE_GRAPHS = ("csbm-products",)
+"""Graphs of ogbn-products' scale: hidden 256 (OGB's full-batch GCN and GraphSAGE baselines, Hu et
+al. 2020, sec. 4.1), and a child that runs out of memory is recorded (``oom``), not fatal: that PyG
+stops at some size is a result."""
 FIRST_LOSS_RTOL = 1e-4
 """GCN's first-epoch loss may differ between the PyG configurations by this much (relative):
 float32 sums in another order, nothing more (same weights, same dropout masks)."""
@@ -114,8 +119,9 @@ def model_spec(graph: str, model: str) -> dict:
     """
     if graph not in GRAPHS:
         raise ValueError(f"bench train: unknown graph {graph!r}; choose from {GRAPHS}")
-    if model == "gcn":
-        return {"model": "gcn", "hidden": 16 if graph == "cora" else 64, "heads": 1, "out_heads": 1,
+    if model in ("gcn", "sage"):
+        hidden = 16 if graph == "cora" and model == "gcn" else 256 if graph in LARGE_GRAPHS else 64
+        return {"model": model, "hidden": hidden, "heads": 1, "out_heads": 1,
                 "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
     if model == "gat":
         return {"model": "gat", "hidden": 8, "heads": 8, "out_heads": 1, "dropout": 0.6, "lr": 0.005,
@@ -146,7 +152,7 @@ def run_codesign(spec: dict) -> dict:
     from flax import nnx
 
     from codesign.kernels import CooAdjacency, with_csr_pattern
-    from codesign.models import GAT, GCN
+    from codesign.models import GAT, GCN, GraphSAGE
     from codesign.train import Problem, TrainConfig, make_step, masked_cross_entropy, task_term
 
     if spec["impl"] not in IMPLS:
@@ -161,12 +167,13 @@ def run_codesign(spec: dict) -> dict:
     baseline = rss_mib()
     reset = reset_peak()
 
+    cls = {"gcn": GCN, "gat": GAT, "sage": GraphSAGE}[spec["model"]]
     if spec["impl"] == "auto":  # per-graph host structure: counted in the training memory
-        adj = with_csr_pattern(adj, self_loops=True)
+        adj = with_csr_pattern(adj, self_loops=cls.SELF_LOOPS)
     seed, p, n_cls = int(spec["seed"]), float(spec["dropout"]), int(y.max()) + 1
     rngs = nnx.Rngs(params=seed, dropout=seed + 1)
-    if spec["model"] == "gcn":
-        model = GCN(x.shape[1], int(spec["hidden"]), n_cls, dropout=p, rngs=rngs)
+    if spec["model"] in ("gcn", "sage"):
+        model = cls(x.shape[1], int(spec["hidden"]), n_cls, dropout=p, rngs=rngs)
     else:
         model = GAT(x.shape[1], int(spec["hidden"]), n_cls, heads=int(spec["heads"]),
                     out_heads=int(spec["out_heads"]), dropout=p, rngs=rngs)
@@ -279,10 +286,13 @@ def ensure_pyg_venv(venv: Path, create: bool, log: Callable[[str], None] = print
 
 # ---------------------------------------------------------------------------------- graphs
 
-def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec()):
+def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec(),
+                csbm_nodes: Optional[int] = None):
     """The benchmark `Graph`: ``"cora"`` or ``"wordnet"`` (`codesign.data.load_dataset`: Cora's
-    public split; WordNet 3.0 symmetrized, 2,000 bag-of-words features, 45 classes) or ``"rmat"``
-    (`rmat_graph` of ``rmat``).
+    public split; WordNet 3.0 symmetrized, 2,000 bag-of-words features, 45 classes), ``"rmat"``
+    (`rmat_graph` of ``rmat``) or ``"csbm-products"`` (`codesign.data.load_csbm_products`:
+    ogbn-products' shape, 2,449,029 nodes and 123,718,280 directed edges; ``csbm_nodes``: the same
+    generator at that many nodes, `CsbmProductsParams.scaled`, mean degree kept).
 
     Raises:
       ValueError: unknown name; FileNotFoundError: dataset files missing (see `load_planetoid`,
@@ -291,6 +301,9 @@ def build_graph(name: str, data_root: Optional[str] = None, rmat: RmatSpec = Rma
     if name in ("cora", "wordnet"):
         from codesign.data import load_dataset
         return load_dataset(name, root=data_root)
+    if name == "csbm-products":
+        from codesign.data.csbm_products import CsbmProductsParams, load_csbm_products
+        return load_csbm_products(None if csbm_nodes is None else CsbmProductsParams().scaled(csbm_nodes))
     if name == "rmat":
         from codesign.data import rmat_graph
         return rmat_graph(rmat.scale, rmat.draws, n_features=rmat.features, n_classes=rmat.classes, seed=rmat.seed)
@@ -312,16 +325,33 @@ def save_graph_npz(graph, path: Path) -> dict:
 
 # -------------------------------------------------------------------------------- the run
 
-def _child(cmd: list, spec: dict, spec_path: Path, env: dict) -> dict:
+def _child(cmd: list, spec: dict, spec_path: Path, env: dict, tolerate_kill: bool = False) -> dict:
     """Runs one side in a fresh process; adds the 1-minute load average before and after it
-    (``loadavg``: other work on the machine slows both sides, see the module docstring)."""
+    (``loadavg``: other work on the machine slows both sides, see the module docstring) and the
+    process's whole-life peak RSS as the kernel accounts it (``max_rss_mib``, ``wait4``'s
+    ``ru_maxrss``: loading and compiling included, no baseline subtracted).
+
+    With ``tolerate_kill``, a child killed by SIGKILL (the kernel's out-of-memory killer) returns
+    ``{"killed": True, "max_rss_mib", "loadavg"}`` instead of raising.
+
+    Raises:
+      RuntimeError: the child failed (otherwise).
+    """
     spec_path.write_text(json.dumps(spec))
     load_before = os.getloadavg()[0]
-    r = subprocess.run([*map(str, cmd), str(spec_path)], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise RuntimeError(f"bench train: child {cmd[0]} failed ({r.returncode}) on {spec['model']}:\n"
-                           f"{(r.stdout + r.stderr)[-3000:]}")
-    return {**json.loads(r.stdout.strip().splitlines()[-1]), "loadavg": [load_before, os.getloadavg()[0]]}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([*map(str, cmd), str(spec_path)], stdout=out, stderr=err, text=True, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage (subprocess.run drops it)
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    tail = {"max_rss_mib": usage.ru_maxrss * 1024 / float(1 << 20), "loadavg": [load_before, os.getloadavg()[0]]}
+    if rc == -signal.SIGKILL and tolerate_kill:
+        return {"killed": True, **tail}
+    if rc != 0:
+        raise RuntimeError(f"bench train: child {cmd[0]} failed ({rc}) on {spec['model']}:\n"
+                           f"{(stdout + stderr)[-3000:]}")
+    return {**json.loads(stdout.strip().splitlines()[-1]), **tail}
 
 
 def _summary(runs: list[dict]) -> dict:
@@ -335,6 +365,7 @@ def _summary(runs: list[dict]) -> dict:
            "baseline_rss_mib": med("baseline_rss_mib"),
            "resident_after_first_step_mib": med("resident_after_first_step_mib"),
            "peak_reset": all(r["peak_reset"] for r in runs),
+           "max_rss_mib": float(max(r["max_rss_mib"] for r in runs)),
            "final_loss": [r["final_loss"] for r in runs], "epoch_s": [r["epoch_s"] for r in runs],
            "loadavg": [r["loadavg"] for r in runs]}
     if "compile_s" in runs[0]:
@@ -364,12 +395,12 @@ def _check_first_loss(model: str, runs: dict) -> Optional[float]:
     return diff
 
 
-def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
+def bench_train(graphs: Sequence[str] = GRAPHS[:3], models: Sequence[str] = ("gcn", "gat"),
                 impls: Sequence[str] = ("auto",), rounds: int = 3, epochs: Optional[int] = None,
                 pyg_venv: Optional[Path] = DEFAULT_VENV, create_venv: bool = False,
                 pyg_configs: Sequence[str] = PYG_CONFIGS,
                 data_root: Optional[str] = None, rmat: RmatSpec = RmatSpec(), seed: int = 0,
-                log: Callable[[str], None] = print) -> dict:
+                csbm_nodes: Optional[int] = None, log: Callable[[str], None] = print) -> dict:
     """Runs the benchmark (see the module docstring) and returns its JSON-able result.
 
     Args:
@@ -381,6 +412,7 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
         ``PYG_CONFIGS``: ``pyg`` on ``edge_index``, ``pyg_csr`` cached on a CSR ``adj_t``).
       data_root: dataset root for Cora and WordNet (None: ``$CODESIGN_DATA`` or the cache).
       rmat: the R-MAT graph. seed: model init and dropout seed (both sides).
+      csbm_nodes: ``csbm-products`` at this many nodes (None: ogbn-products' 2,449,029).
       log: progress lines.
 
     Returns:
@@ -412,11 +444,11 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     sides = [("codesign", impl) for impl in impls] + ([("pyg", c) for c in pyg_configs] if pyg_py else [])
-    runs, rdiffs = {}, {}
+    runs, rdiffs, killed = {}, {}, {}
     with tempfile.TemporaryDirectory(prefix="codesign_bench_train_") as tmp:
         sizes = {}
         for gname in graphs:
-            sizes[gname] = save_graph_npz(build_graph(gname, data_root, rmat), Path(tmp) / f"{gname}.npz")
+            sizes[gname] = save_graph_npz(build_graph(gname, data_root, rmat, csbm_nodes), Path(tmp) / f"{gname}.npz")
             log(f"graph {gname}: {sizes[gname]}")
         for rnd in range(rounds):
             for gname in graphs:
@@ -424,17 +456,24 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                     base = {**model_spec(gname, model), "graph_npz": str(Path(tmp) / f"{gname}.npz"),
                             "epochs": epochs or DEFAULT_EPOCHS[gname], "seed": seed, "threads": threads}
                     for side, conf in (sides if rnd % 2 == 0 else sides[::-1]):
+                        key = (gname, model, side, conf)
+                        if key in killed:  # out of memory once: the same run would be again
+                            continue
                         if side == "pyg":
                             cmd, spec = [pyg_py, _CHILD_SCRIPT], {**base, "config": conf}
                         else:
                             cmd, spec = [sys.executable, Path(__file__).resolve(), "child"], {**base, "impl": conf}
-                        r = _child(cmd, spec, Path(tmp) / "spec.json", env)
-                        runs.setdefault((gname, model, side, conf), []).append(r)
-                        log(f"round {rnd + 1}/{rounds} {gname} {model} {'codesign/' if side == 'codesign' else ''}"
-                            f"{conf}: {np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB, "
-                            f"load {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}")
+                        r = _child(cmd, spec, Path(tmp) / "spec.json", env, tolerate_kill=gname in LARGE_GRAPHS)
+                        name = f"round {rnd + 1}/{rounds} {gname} {model} {'codesign/' if side == 'codesign' else ''}{conf}"
+                        if r.get("killed"):
+                            killed[key] = r
+                            log(f"{name}: killed (out of memory) at {r['max_rss_mib']:.0f} MiB")
+                            continue
+                        runs.setdefault(key, []).append(r)
+                        log(f"{name}: {np.median(r['epoch_s']):.4f} s/epoch, peak {r['peak_mib']:.0f} MiB "
+                            f"(process {r['max_rss_mib']:.0f} MiB), load {r['loadavg'][0]:.1f}-{r['loadavg'][1]:.1f}")
                     d = _check_first_loss(model, {c: runs[(gname, model, "pyg", c)][-1]
-                                                  for side, c in sides if side == "pyg"})
+                                                  for side, c in sides if side == "pyg" and (gname, model, side, c) in runs})
                     if d is not None:
                         rdiffs.setdefault((gname, model), []).append(d)
                         log(f"round {rnd + 1}/{rounds} {gname} {model}: PyG configurations' first-epoch losses "
@@ -445,13 +484,18 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
             entry = {"graph": gname, "model": model, **model_spec(gname, model), "codesign": {}, "pyg": None,
                      "pyg_best": None, "speedup": {}, "speedup_per_pyg": {}, "round_speedups": {},
                      "memory_ratio": {}, "pyg_first_loss_rdiff": rdiffs.get((gname, model))}
-            pyg_runs = {c: runs[(gname, model, "pyg", c)] for side, c in sides if side == "pyg"}
+            pyg_runs = {c: runs[(gname, model, "pyg", c)] for side, c in sides
+                        if side == "pyg" and (gname, model, side, c) in runs}
+            entry["killed"] = {f"{side}/{c}": {"max_rss_mib": r["max_rss_mib"]}
+                               for (g, m, side, c), r in killed.items() if (g, m) == (gname, model)}
             if pyg_runs:
                 entry["pyg"] = {c: {**_summary(rs), "first_loss": [r["first_loss"] for r in rs]}
                                 for c, rs in pyg_runs.items()}
                 entry["pyg_best"] = min(entry["pyg"], key=lambda c: entry["pyg"][c]["epoch_s_median"])
                 versions.update(next(iter(pyg_runs.values()))[0]["versions"])
             for impl in impls:
+                if (gname, model, "codesign", impl) not in runs:
+                    continue
                 cs = runs[(gname, model, "codesign", impl)]
                 versions.update({k: v for k, v in cs[0]["versions"].items() if k != "python"})
                 entry["codesign"][impl] = s = _summary(cs)
@@ -469,7 +513,7 @@ def bench_train(graphs: Sequence[str] = GRAPHS, models: Sequence[str] = MODELS,
                         "loadavg_start": list(load_start), "loadavg_end": list(os.getloadavg())},
             "settings": {"rounds": rounds, "epochs": {g: epochs or DEFAULT_EPOCHS[g] for g in graphs},
                          "impls": list(impls), "pyg_configs": list(pyg_configs) if pyg_py else [], "seed": seed,
-                         "rmat": dataclasses.asdict(rmat), "threads": threads},
+                         "rmat": dataclasses.asdict(rmat), "csbm_nodes": csbm_nodes, "threads": threads},
             "pyg": pyg_note, "graphs": sizes, "results": results}
 
 
@@ -529,14 +573,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH", type=_json_path,
                    help="without PATH: print one JSON object instead of a table; with PATH: also write the result "
                         "there (atomically)")
-    p.add_argument("--graphs", default=",".join(GRAPHS), help=f"comma-separated, from {', '.join(GRAPHS)}")
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated, from gcn, gat")
+    p.add_argument("--graphs", default=",".join(GRAPHS[:3]), help=f"comma-separated, from {', '.join(GRAPHS)}")
+    p.add_argument("--models", default="gcn,gat", help=f"comma-separated, from {', '.join(MODELS)}")
+    p.add_argument("--csbm-nodes", type=_positive_int, default=None,
+                   help="csbm-products at this many nodes (default: ogbn-products' 2,449,029)")
     p.add_argument("--impls", default="auto",
                    help="codesign side(s), comma-separated: auto (CsrPattern attached: scipy CSR where faster), "
                         "segment (XLA segment_sum only)")
     p.add_argument("--rounds", type=_positive_int, default=3, help="interleaved repetitions of every configuration")
     p.add_argument("--epochs", type=_positive_int, default=None,
-                   help="timed epochs per run (default: cora 50, rmat 10, wordnet 10)")
+                   help="timed epochs per run (default: cora 50, rmat 10, wordnet 10, csbm-products 3)")
     p.add_argument("--pyg-venv", default=str(DEFAULT_VENV), help="virtual environment with torch_geometric")
     p.add_argument("--create-venv", action="store_true", help="create --pyg-venv if it is missing")
     p.add_argument("--no-pyg", action="store_true", help="codesign side only")
@@ -576,7 +622,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              create_venv=args.create_venv, pyg_configs=_names(args.pyg_configs),
                              data_root=args.data_root,
                              rmat=RmatSpec(scale=args.rmat_scale, draws=args.rmat_draws, features=args.rmat_features),
-                             log=log)
+                             csbm_nodes=args.csbm_nodes, log=log)
     except (ValueError, OSError) as e:
         print(f"bench_train.py: error: {e}", file=sys.stderr)
         return 2

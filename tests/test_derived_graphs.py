@@ -145,7 +145,12 @@ def test_load_csbm_products_caches_by_params(cache_home, monkeypatch):
     assert len(calls) == 1 and np.array_equal(np.asarray(g1.x), np.asarray(g2.x))
     assert g1.n_nodes == 500 and g1.n_edges == 2 * p.n_edges and int(np.asarray(g1.train_mask).sum()) == 40
     load_csbm_products(dataclasses.replace(p, mu=1.0))
-    assert len(calls) == 2 and derived.read_meta(cp.NAME)["params"]["mu"] == 1.0
+    assert len(calls) == 2 and derived.read_meta(cp.slot_name(p))["params"]["mu"] == 1.0
+    # another size has its own slot: loading it leaves this one in place (no rebuild on return)
+    load_csbm_products(CsbmProductsParams().scaled(600))
+    load_csbm_products(dataclasses.replace(p, mu=1.0))
+    assert len(calls) == 3 and cp.slot_name(p) == "csbm-products-500"
+    assert cp.slot_name(CsbmProductsParams()) == "csbm-products"
 
 
 def test_load_dataset_lists_and_dispatches():

@@ -280,11 +280,19 @@ def csbm_products_arrays(params: CsbmProductsParams = CsbmProductsParams()) -> d
     return dict(senders=senders, receivers=receivers, x=x, y=y, split=split, theta=theta.astype(np.float32))
 
 
+def slot_name(params: CsbmProductsParams) -> str:
+    """The cache slot of ``params``: ``csbm-products`` at ogbn-products' node count, else
+    ``csbm-products-<n_nodes>``, so a reduced-size graph (`CsbmProductsParams.scaled`) and the full
+    one are cached side by side instead of rebuilding each other; other parameters at the same
+    size replace the slot (`cached_arrays` compares them)."""
+    return NAME if params.n_nodes == CsbmProductsParams.n_nodes else f"{NAME}-{params.n_nodes}"
+
+
 def load_csbm_products(params: CsbmProductsParams | None = None, *, cache: bool = True,
                        return_arrays: bool = False) -> Graph | tuple[Graph, dict]:
     """``csbm-products`` as a `Graph` (module docstring; construction in `csbm_products_arrays`).
 
-    The arrays are cached by `codesign.data.derived.cached_arrays` (slot ``csbm-products``,
+    The arrays are cached by `codesign.data.derived.cached_arrays` (slot `slot_name`,
     ``${XDG_CACHE_HOME:-~/.cache}/codesign/derived/``) with their SHA-256 and ``params``; other
     parameters rebuild the slot. At the default parameters: N = 2,449,029, E = 123,718,280
     directed edges, x float32 [N, 100] (0.98 GB), senders/receivers int32 (0.49 GB each).
@@ -304,7 +312,7 @@ def load_csbm_products(params: CsbmProductsParams | None = None, *, cache: bool 
         params = CsbmProductsParams()
     if not isinstance(params, CsbmProductsParams):
         raise ValueError(f"load_csbm_products: params must be a CsbmProductsParams, got {type(params).__name__}")
-    a = cached_arrays(NAME, params.as_dict(), lambda: csbm_products_arrays(params), cache=cache)
+    a = cached_arrays(slot_name(params), params.as_dict(), lambda: csbm_products_arrays(params), cache=cache)
     split = a["split"]
     graph = Graph(senders=jnp.asarray(a["senders"]), receivers=jnp.asarray(a["receivers"]),
                   x=jnp.asarray(a["x"]), y=jnp.asarray(a["y"]), train_mask=jnp.asarray(split == 0),

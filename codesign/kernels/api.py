@@ -120,7 +120,8 @@ def candidates(adj: Adjacency, x: jax.Array, op: str = "spmm") -> tuple[str, ...
 
     ``op="spmm"`` (`aggregate`): Pallas for the block formats on a GPU, their XLA reference
     elsewhere; for a `CooAdjacency` "segment", plus "pallas_csr" with an attached `CsrChunks` on a
-    GPU for float32 / bfloat16 x, plus "csr_scipy" with a `CsrPattern` on the CPU. ``op="attention"``
+    GPU for float32 / bfloat16 x, plus "csr_scipy" with a `CsrPattern` of the adjacency's entries on the CPU (a pattern built
+    with self-loops is not a candidate for the adjacency without them). ``op="attention"``
     (`ATTENTION_BACKENDS`): "pallas" on a GPU, else "reference", plus "csr" with a `CsrPattern` of
     the adjacency's E edges on the CPU.
 
@@ -143,7 +144,8 @@ def candidates(adj: Adjacency, x: jax.Array, op: str = "spmm") -> tuple[str, ...
     out = ["segment"]
     if isinstance(adj.pattern, CsrChunks) and backend == "gpu" and x.dtype in (jnp.float32, jnp.bfloat16):
         out.append("pallas_csr")
-    if isinstance(adj.pattern, CsrPattern) and backend == "cpu":
+    p = adj.pattern  # a CSR pattern runs only the adjacency it describes (e.g. built with its self-loops)
+    if isinstance(p, CsrPattern) and backend == "cpu" and p.n_entries == adj.n_edges and p.n_nodes == adj.n_nodes:
         out.append("csr_scipy")
     return tuple(out)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Optional
 
+import jax
 import numpy as np
 from flax import nnx
 
 from codesign import hwmodel
 from codesign.graph import Graph, feature_column_nnz
-from codesign.kernels import CooAdjacency
+from codesign.kernels import CooAdjacency, with_csr_pattern
 from codesign.models import MODELS
 from codesign.quant import pin_ranges
 from codesign.sparsify import BlockEdgeMask, DropEdge, EdgeScorer
@@ -62,9 +63,20 @@ def _edge_sparsifier(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs):
     return DropEdge(graph.n_edges, cfg.masks.dropedge_rate, rngs=rngs)
 
 
-def adjacency(graph: Graph) -> CooAdjacency:
-    """The graph's edges as a `CooAdjacency` (the models add self-loops and normalize)."""
-    return CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
+def adjacency(graph: Graph, self_loops: Optional[bool] = None) -> CooAdjacency:
+    """The graph's edges as a `CooAdjacency` (the models add self-loops and normalize).
+
+    With ``self_loops`` (the model's `codesign.models.GNN.SELF_LOOPS`: whether it appends N
+    self-loops before aggregating) and JAX on the CPU, a `codesign.kernels.CsrPattern` of the edges
+    the model aggregates is attached (host-side, O(E log E), once per graph), so that
+    ``impl="auto"`` may run scipy's CSR kernel: `codesign.kernels.auto_impl` picks it where its
+    modeled cost on the CPU preset is lower than XLA's gather + segment_sum, whose [E, F] message
+    buffer is what keeps a large graph (``csbm-products``: 124M edges) from training in memory.
+    None: no pattern (the aggregation runs XLA's segment_sum)."""
+    adj = CooAdjacency(graph.senders, graph.receivers, graph.edge_weight, graph.n_nodes)
+    if self_loops is None or jax.default_backend() != "cpu":
+        return adj
+    return with_csr_pattern(adj, self_loops=bool(self_loops))
 
 
 def workload_inputs(cfg: TrainConfig, graph: Graph) -> dict:

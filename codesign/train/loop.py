@@ -25,6 +25,7 @@ from flax import nnx
 
 from codesign import hwmodel, kernels
 from codesign.graph import Graph
+from codesign.models import MODELS
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
 from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, store_costs, teacher_config,
@@ -552,7 +553,8 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     if like is None:
         inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
-        (dense_store, dense), adj = dense_reference(cfg, graph, hw, inputs), adjacency(graph)
+        (dense_store, dense) = dense_reference(cfg, graph, hw, inputs)
+        adj = adjacency(graph, MODELS[cfg.model.name].SELF_LOOPS)
     else:
         inputs, dense_store, dense, adj = like.inputs, like.dense_store, like.dense, like.adj
     dense_c = float(getattr(dense, cfg.cost.objective))
