@@ -25,13 +25,17 @@ What is measured (both sides, same definitions):
     epochs of all rounds; the per-round speedups are reported too.
 
 Models (same hyper-parameters on both sides): GCN (Kipf & Welling 2017): 2 layers, hidden 16 on
-Cora and 64 on R-MAT and WordNet, dropout 0.5, lr 0.01, weight decay 5e-4 (all weights). GAT
+Cora, 64 on R-MAT and WordNet, 256 on csbm-products, dropout 0.5, lr 0.01, weight decay 5e-4 (all
+weights). GraphSAGE (Hamilton et al. 2017; PyG's ``SAGEConv`` defaults: neighbour mean plus a root
+weight, one bias): the same widths (64 on Cora), dropout and optimizer. GAT
 (Veličković et al. 2018): 8 heads x 8 hidden, 1 output head (averaged), dropout 0.6 on inputs and
 attention, lr 0.005, weight decay 5e-4. Graphs (`build_graph`): Cora (public split); an R-MAT
 graph (scale 17: 131,072 nodes, 2,033,118 directed edges after symmetrization and
 de-duplication, 64 N(0,1) features, 8 random classes, 60 % train nodes); WordNet 3.0
 (`codesign.data.load_wordnet`: 117,659 synsets, 367,578 directed edges after symmetrization,
-2,000 binary bag-of-words features, 45 classes, 60/20/20 stratified split). Every graph reaches
+2,000 binary bag-of-words features, 45 classes, 60/20/20 stratified split); csbm-products
+(`codesign.data.load_csbm_products`: ogbn-products' shape, 2,449,029 nodes, 123,718,280 directed
+edges, 100 dense features, 47 classes; ``--csbm-nodes`` scales it). Every graph reaches
 the children the same way (`save_graph_npz`, features dense and uncompressed).
 
 codesign's side either attaches a `codesign.kernels.CsrPattern` to the adjacency (impl "auto", the

@@ -127,3 +127,30 @@ def test_unknown_op_and_nothing_allowed_are_refused(getkey):
         auto_impl(adj, x, op="softmax")
     with pytest.raises(ValueError, match="no attention backend"):
         auto_impl(adj, x, op="attention", allowed=("pallas",))
+
+
+def test_a_csr_pattern_is_a_candidate_only_for_the_adjacency_it_describes(getkey):
+    """A pattern built with the N self-loops (GCN, GAT) describes E + N entries: GraphSAGE's E-edge
+    adjacency must not run it (scipy would read the wrong structure), the looped one may."""
+    s = jnp.array([0, 1, 2, 3]); r = jnp.array([1, 2, 3, 0])
+    x = jax.random.normal(getkey(), (4, 3))
+    looped_pattern = with_csr_pattern(CooAdjacency(s, r, None, 4), self_loops=True).pattern
+    bare = CooAdjacency(s, r, None, 4, looped_pattern)
+    assert "csr_scipy" not in api.candidates(bare, x)
+    looped = CooAdjacency(jnp.concatenate([s, jnp.arange(4)]), jnp.concatenate([r, jnp.arange(4)]), None, 4,
+                          looped_pattern)
+    assert api.candidates(looped, x) == ("segment", "csr_scipy")
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_training_attaches_the_pattern_of_the_edges_the_model_aggregates(model):
+    """`codesign.train.adjacency` with the model's SELF_LOOPS: a `CsrPattern` of E + N entries for
+    GCN (it appends self-loops), E for GraphSAGE; none without SELF_LOOPS (or off the CPU)."""
+    from codesign.data import rmat_graph
+    from codesign.models import MODELS
+    from codesign.train import adjacency
+    g = rmat_graph(6, 300, n_features=4, n_classes=3, seed=0)
+    adj = adjacency(g, MODELS[model].SELF_LOOPS)
+    assert isinstance(adj.pattern, csr_cpu.CsrPattern)
+    assert adj.pattern.n_entries == g.n_edges + (g.n_nodes if model == "gcn" else 0)
+    assert adjacency(g).pattern is None

@@ -28,7 +28,7 @@ TINY = ["--graphs", "rmat", "--rmat-scale", "7", "--rmat-draws", "600", "--rmat-
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "bench_train.json"
-    code = bt.main([*TINY, "--models", "gcn", "--rounds", "1", "--epochs", "2", "--no-pyg",
+    code = bt.main([*TINY, "--models", "gcn,sage", "--rounds", "1", "--epochs", "2", "--no-pyg",
                      "--json", str(out)])
     assert code == 0
     return json.loads(out.read_text())
@@ -39,17 +39,18 @@ def test_cli_writes_the_result_json(cli_run, capsys):
     assert {"date", "versions", "machine", "settings", "pyg", "graphs", "results"} <= set(r)
     assert r["machine"]["cpu_count"] >= 1 and "jax" in r["versions"]
     assert r["graphs"]["rmat"]["n_nodes"] == 128 and r["graphs"]["rmat"]["n_features"] == 8
-    assert [(e["graph"], e["model"]) for e in r["results"]] == [("rmat", "gcn")]
+    assert [(e["graph"], e["model"]) for e in r["results"]] == [("rmat", "gcn"), ("rmat", "sage")]
     for e in r["results"]:
         s = e["codesign"]["auto"]
         assert len(s["epoch_s"]) == 1 and len(s["epoch_s"][0]) == 2
         assert s["epoch_s_median"] > 0 and s["compile_s"] > 0 and s["first_step_s"] > 0
-        assert s["peak_mib"] >= 0 and s["baseline_rss_mib"] > 0
+        assert s["peak_mib"] >= 0 and s["baseline_rss_mib"] > 0 and s["max_rss_mib"] > s["baseline_rss_mib"]
+        assert e["killed"] == {}
         assert all(np.isfinite(s["final_loss"]))
         assert e["pyg"] is None and e["speedup"] == {}  # --no-pyg
     table = format_table(r)
     assert table.splitlines()[0].split()[:5] == ["graph", "model", "impl", "codesign", "s/ep"]
-    assert len(table.splitlines()) == 2 + 1
+    assert len(table.splitlines()) == 2 + 2
 
 
 def test_missing_venv_skips_with_a_clear_message(tmp_path):
@@ -59,7 +60,7 @@ def test_missing_venv_skips_with_a_clear_message(tmp_path):
 
 def test_bad_arguments_raise_value_error():
     with pytest.raises(ValueError, match="unknown model"):
-        model_spec("cora", "sage")
+        model_spec("cora", "gin")
     assert bt.main([*TINY, "--models", "gin", "--no-pyg"]) == 2
     assert bt.build_parser().parse_args(["--json"]).json == "-"  # bare --json: print JSON
 
@@ -184,3 +185,24 @@ def test_pyg_configurations_train_the_same_model(tmp_path, model):
                    for c, v in r.items())
         assert r["pyg_csr"]["first_loss"] == pytest.approx(r["pyg"]["first_loss"], rel=1e-5, abs=1e-6)
         assert r["pyg_csr"]["final_loss"] == pytest.approx(r["pyg"]["final_loss"], rel=1e-4, abs=1e-6)
+
+
+def test_csbm_products_is_a_benchmark_graph_at_ogb_width(tmp_path, monkeypatch):
+    """csbm-products at a reduced node count (``--csbm-nodes``), hidden 256 for GCN and GraphSAGE as
+    OGB's full-batch baselines on ogbn-products."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert "csbm-products" in GRAPHS and "sage" in bt.MODELS
+    assert model_spec("csbm-products", "gcn")["hidden"] == model_spec("csbm-products", "sage")["hidden"] == 256
+    g = build_graph("csbm-products", csbm_nodes=500)
+    assert g.n_nodes == 500 and g.x.shape == (500, 100)
+
+
+def test_a_child_killed_for_memory_is_recorded_on_large_graphs_only(tmp_path):
+    """The kernel's out-of-memory killer sends SIGKILL: on a large graph that is a result (PyG stops
+    at that size), with the child's peak RSS; elsewhere a failure."""
+    kill = [sys.executable, "-c", "import os, signal; x = bytearray(50 << 20); os.kill(os.getpid(), signal.SIGKILL)"]
+    spec = {"model": "gcn"}
+    r = bt._child(kill, spec, tmp_path / "spec.json", dict(__import__("os").environ), tolerate_kill=True)
+    assert r["killed"] and r["max_rss_mib"] >= 50
+    with pytest.raises(RuntimeError, match=r"failed \(-9\)"):
+        bt._child(kill, spec, tmp_path / "spec.json", dict(__import__("os").environ))
