@@ -88,7 +88,7 @@ IMPLS = ("auto", "segment")
 DEFAULT_EPOCHS = {"cora": 50, "rmat": 10, "wordnet": 10, "csbm-products": 3}
 LARGE_GRAPHS = ("csbm-products",)
 """Graphs of ogbn-products' scale: hidden 256 (OGB's full-batch GCN and GraphSAGE baselines, Hu et
-al. 2020, sec. 4.1), and a child that runs out of memory is recorded (``oom``), not fatal: that PyG
+al. 2020, sec. 4.1), and a child killed for memory is recorded (``killed``), not fatal: that PyG
 stops at some size is a result."""
 FIRST_LOSS_RTOL = 1e-4
 """GCN's first-epoch loss may differ between the PyG configurations by this much (relative):

@@ -111,13 +111,13 @@ def _fake_runs(monkeypatch, pyg_s_per_epoch: dict, first_loss: dict):
     monkeypatch.setattr(bt, "ensure_pyg_venv", lambda venv, create, log: (Path("/fake/python"), "fake PyG"))
     specs = []
 
-    def child(cmd, spec, spec_path, env):
+    def child(cmd, spec, spec_path, env, tolerate_kill=False):
         specs.append(spec)
         pyg = "config" in spec
         t = pyg_s_per_epoch[spec["config"]] if pyg else 0.1
         out = {"epoch_s": [t] * spec["epochs"], "first_step_s": 1.0, "baseline_rss_mib": 100.0,
                "peak_mib": 50.0 if pyg else 20.0, "peak_first_step_mib": 60.0, "resident_after_first_step_mib": 5.0,
-               "peak_reset": True, "final_loss": 1.0, "loadavg": [0.0, 0.0],
+               "peak_reset": True, "final_loss": 1.0, "loadavg": [0.0, 0.0], "max_rss_mib": 200.0,
                "versions": {"torch": "x", "torch_geometric": "y"} if pyg else {"jax": "z"}}
         return {**out, "first_loss": first_loss[spec["config"]]} if pyg else {**out, "compile_s": 0.5}
     monkeypatch.setattr(bt, "_child", child)

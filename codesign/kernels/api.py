@@ -120,8 +120,9 @@ def candidates(adj: Adjacency, x: jax.Array, op: str = "spmm") -> tuple[str, ...
 
     ``op="spmm"`` (`aggregate`): Pallas for the block formats on a GPU, their XLA reference
     elsewhere; for a `CooAdjacency` "segment", plus "pallas_csr" with an attached `CsrChunks` on a
-    GPU for float32 / bfloat16 x, plus "csr_scipy" with a `CsrPattern` of the adjacency's entries on the CPU (a pattern built
-    with self-loops is not a candidate for the adjacency without them). ``op="attention"``
+    GPU for float32 / bfloat16 x, plus "csr_scipy" with a `CsrPattern` of the adjacency's entries
+    on the CPU (a pattern built with self-loops is no candidate for the adjacency without them).
+    ``op="attention"``
     (`ATTENTION_BACKENDS`): "pallas" on a GPU, else "reference", plus "csr" with a `CsrPattern` of
     the adjacency's E edges on the CPU.
 

@@ -146,8 +146,7 @@ class SAGEConv(Layer):
         # One GEMM per layer, not one per weight: [agg(x) | x] @ [W_neigh; W_root] aggregate-first,
         # x @ [W_neigh | W_root] combine-first. The same products and sums, but the layer's output
         # (and, in the backward pass, the input gradient) is one [N, F_out] array: with two GEMMs
-        # XLA kept both products and both input-gradient terms live (five [N, 256] buffers at the
-        # peak of a GraphSAGE step on csbm-products at 250k nodes, against three for GCN).
+        # XLA kept both products and both input-gradient terms live (docs/log/large_graphs.md).
         if self.aggr == "max":
             return jnp.concatenate([max_aggregate(adj, x, edge_weight), x], 1) @ jnp.concatenate([w_neigh, w_root]) \
                 + self.bias[...]
