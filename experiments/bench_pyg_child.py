@@ -82,6 +82,22 @@ def peak_mib() -> float:
     return _status_kib("VmHWM") * 1024 / _MIB
 
 
+def run_child(cmd: list, env: dict | None = None, capture_stderr: bool = True) -> tuple[int, str, str, float]:
+    """Runs ``cmd`` to completion: ``(exit code, stdout, stderr, peak RSS of its whole life in MiB)``,
+    the peak from ``wait4``'s ``ru_maxrss`` (``subprocess.run`` drops the child's rusage). The exit
+    code is negative for a signal (-9: SIGKILL, the kernel's out-of-memory killer). Without
+    ``capture_stderr`` the child writes to this process's stderr as it runs (stderr returned "")."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err if capture_stderr else None,
+                                text=True, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = rc = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        return rc, out.read(), err.read(), usage.ru_maxrss * 1024 / _MIB
+
+
 def main(spec_path: str) -> dict:
     with open(spec_path) as f:
         spec = json.load(f)

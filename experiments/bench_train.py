@@ -80,7 +80,7 @@ for _path in (ROOT, ROOT / "experiments"):  # codesign, and the PyG child beside
         sys.path.insert(0, str(_path))
 
 from bench_pyg_child import CONFIGS as PYG_CONFIGS  # noqa: E402
-from bench_pyg_child import peak_mib, reset_peak, rss_mib  # noqa: E402  one memory definition, both sides
+from bench_pyg_child import peak_mib, reset_peak, rss_mib, run_child  # noqa: E402  one memory definition, both sides
 
 GRAPHS = ("cora", "rmat", "wordnet", "csbm-products")
 MODELS = ("gcn", "gat", "sage")
@@ -343,13 +343,8 @@ def _child(cmd: list, spec: dict, spec_path: Path, env: dict, tolerate_kill: boo
     """
     spec_path.write_text(json.dumps(spec))
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([*map(str, cmd), str(spec_path)], stdout=out, stderr=err, text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage (subprocess.run drops it)
-        proc.returncode = rc = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    tail = {"max_rss_mib": usage.ru_maxrss * 1024 / float(1 << 20), "loadavg": [load_before, os.getloadavg()[0]]}
+    rc, stdout, stderr, max_rss = run_child([*cmd, spec_path], env)
+    tail = {"max_rss_mib": max_rss, "loadavg": [load_before, os.getloadavg()[0]]}
     if rc == -signal.SIGKILL and tolerate_kill:
         return {"killed": True, **tail}
     if rc != 0:

@@ -19,8 +19,8 @@ the next one's peak):
 Models: GCN and GraphSAGE with two layers, hidden 256 (OGB's full-batch baselines on
 ogbn-products, Hu et al. 2020, sec. 4.1), dropout 0.5, Adam lr 0.01, the models' default weight
 decay. Results are appended to ``--out`` (default ``results/large_graph_train_cpu.json``) as each
-run finishes, atomically under a file lock; a run already there (same model, nodes, hidden and
-epochs) is skipped.
+run finishes, atomically under a file lock; a run already there (same model, nodes, hidden,
+epochs and seed) is skipped.
 """
 
 from __future__ import annotations
@@ -30,15 +30,16 @@ import datetime
 import json
 import os
 import resource
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "experiments"):  # codesign, and the shared child runner beside this script
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench_pyg_child import run_child  # noqa: E402  one way to run a child and read its peak RSS
 
 DEFAULT_OUT = ROOT / "results" / "large_graph_train_cpu.json"
 MODELS = ("gcn", "sage")
@@ -112,11 +113,11 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(run_one(models[0], args.nodes, args.hidden, args.epochs, args.seed)))
         return 0
+    from codesign.data.csbm_products import CsbmProductsParams
     out = Path(args.out)
     done = {_key(r) for r in json.loads(out.read_text())["runs"]} if out.exists() else set()
+    nodes = (CsbmProductsParams() if args.nodes is None else CsbmProductsParams().scaled(args.nodes)).n_nodes
     for model in models:
-        from codesign.data.csbm_products import CsbmProductsParams
-        nodes = (CsbmProductsParams() if args.nodes is None else CsbmProductsParams().scaled(args.nodes)).n_nodes
         if (model, nodes, args.hidden, args.epochs, args.seed) in done:
             print(f"{model} at {nodes} nodes: already in {out}")
             continue
@@ -124,13 +125,8 @@ def main(argv=None) -> int:
                "--epochs", str(args.epochs), "--seed", str(args.seed)]
         if args.nodes is not None:
             cmd += ["--nodes", str(args.nodes)]
-        with tempfile.TemporaryFile("w+") as so:
-            proc = subprocess.Popen(cmd, stdout=so, stderr=None, text=True)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = rc = os.waitstatus_to_exitcode(status)
-            so.seek(0)
-            text = so.read()
-        peak = usage.ru_maxrss * 1024 / 1e9
+        rc, text, _, peak_mib = run_child(cmd, capture_stderr=False)  # its per-epoch lines show as they come
+        peak = peak_mib * (1 << 20) / 1e9
         if rc != 0:
             print(f"{model} at {nodes} nodes: failed ({rc}) at peak RSS {peak:.2f} GB", file=sys.stderr)
             record = {"model": model, "nodes": nodes, "hidden": args.hidden, "epochs": args.epochs, "seed": args.seed,
