@@ -431,6 +431,25 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
     Returns:
       `CostReport`.
     """
+    if _traced(workload) and _hashable(hw):
+        return _estimate_jit(workload, hw, allow_nmp, overlap_units, hardened)
+    return _estimate(workload, hw, allow_nmp, overlap_units, hardened)
+
+
+def _traced(tree) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(tree))
+
+
+def _hashable(hw: HardwareSpec) -> bool:
+    try:
+        hash(hw)
+    except TypeError:  # a spec holding arrays (e.g. one differentiated through)
+        return False
+    return True
+
+
+def _estimate(workload: Workload, hw: HardwareSpec, allow_nmp: bool, overlap_units: bool,
+              hardened: bool) -> CostReport:
     stages, agg_first, on_nmp = {}, {}, {}
     total_latency = jnp.zeros((), jnp.float32)
     for layer in workload.layers:
@@ -461,3 +480,11 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
     static_j = hw.static_power_w * total_latency
     return CostReport(total_latency, total("energy_j") + static_j, total("dram_bytes"), stages, agg_first, on_nmp,
                       levels, static_j)
+
+
+_estimate_jit = jax.jit(_estimate, static_argnums=(1, 2, 3, 4))
+"""`_estimate` as one jitted function, which `estimate` calls when the workload is traced (a cost
+term inside a training step) and the spec is concrete: JAX then traces the cost model once per
+workload structure and spec in a process and reuses it in every later trace of a step (a new
+`train` call, another seed), instead of re-tracing its several hundred operations each time.
+Concrete workloads keep the eager path (no compilation of one-off reports)."""
