@@ -487,4 +487,6 @@ _estimate_jit = jax.jit(_estimate, static_argnums=(1, 2, 3, 4))
 term inside a training step) and the spec is concrete: JAX then traces the cost model once per
 workload structure and spec in a process and reuses it in every later trace of a step (a new
 `train` call, another seed), instead of re-tracing its several hundred operations each time.
-Concrete workloads keep the eager path (no compilation of one-off reports)."""
+Concrete workloads keep the eager path (no compilation of one-off reports). Assumption: the
+cost model reads only the workload, the spec and the flags (no module-level state that could change
+between calls); a spec that cannot be hashed (one holding arrays) takes the eager path."""
