@@ -5,8 +5,8 @@ document runs end to end, shortened (``--epochs 2 --seeds 1``; a sweep with one 
 They run in this process through `codesign.cli.main` (the function the ``codesign`` console script
 calls), in their own working directory, stdout and stderr captured: no Python start, JAX import
 and teardown per command, and the traces the commands share (the cost model's,
-`codesign.hwmodel.estimate`) are reused (this file: 152 s with a subprocess per command, 89 s
-in-process; docs/log/suite_time.md). The console script itself runs in a subprocess once
+`codesign.hwmodel.estimate`) are reused (the time this saves: docs/log/suite_time.md). The
+console script itself runs in a subprocess once
 (`test_the_console_script_prints_what_main_prints`).
 
 Not here: the multi-device commands (``--devices``; tests/test_distributed.py, tests/test_cli_train_e2e.py,

@@ -172,8 +172,7 @@ def _stages_cost_s(name: str, n: int, nnz: int, width: int, bits: float, heads: 
                    learned_edge_weights: bool, hw: hwmodel.HardwareSpec) -> float:
     """`modeled_cost_s`'s stage sum, memoized on its static arguments (``hw`` is a frozen, hashable
     dataclass). Why: `auto_impl` runs at every trace of every aggregation, and the stage costs are
-    computed eagerly (op by op, 5-10 ms a call); a 2-epoch Cora training test spent 15 % of its time
-    here before the cache (py-spy, 2026-11-27)."""
+    computed eagerly, op by op (what that cost, measured: docs/log/suite_time.md)."""
     with jax.ensure_compile_time_eval():
         stages = _stages(name, n, nnz, width, bits, heads)
         if training:  # a hidden layer's call (its input needs a gradient)
