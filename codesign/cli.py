@@ -317,7 +317,9 @@ def cmd_train(args) -> int:
         print(f"train: {len(todo)} of {len(configs)} seeds to train, results in {store.path}", file=sys.stderr)
     with tqdm(total=sum(c.optim.epochs for c, _ in todo), disable=args.json or not primary or None, desc="train",
               unit="epoch") as bar:
-        progress = lambda epoch, values: bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
+        def progress(epoch, values):
+            args.progress.check()  # a Ctrl-C Python dropped (`_Progress.check`)
+            bar.update(np.size(values["loss"]))  # [S] losses when seeds are batched
         if args.devices > 1:  # partitioned full-batch training over a device mesh (codesign.distributed)
             from codesign.distributed import train_distributed
             results = (train_distributed(graph, cfg, hw, args.devices,
@@ -832,6 +834,15 @@ class _Progress:
 
     def __init__(self):
         self.store, self.todo, self.saved = None, set(), 0
+        self.interrupted = False  # set by `_run`'s SIGINT handler
+
+    def check(self) -> None:
+        """Raise `KeyboardInterrupt` if a SIGINT arrived. Python drops an exception raised while a
+        garbage-collector callback runs (JAX registers one; it prints "Exception ignored in
+        _xla_gc_callback"), so a Ctrl-C landing there would be lost; the training loops' epoch
+        callbacks call this, so it takes effect within an epoch."""
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def summary(self) -> str:
         """``N run(s) stored in PATH[, M checkpoint(s) saved]; ...``: N counted in the file (an
@@ -896,8 +907,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _run(args) -> int:
     """``args.func(args)`` with `main`'s error handling."""
     import os
+    import signal
+    import threading
+
+    def on_sigint(signum, frame):
+        args.progress.interrupted = True  # remembered where Python drops the exception (`_Progress.check`)
+        signal.default_int_handler(signum, frame)
+
+    # only Python's own handler is wrapped (not one a host program such as pytest set), from the main thread
+    own = (threading.current_thread() is threading.main_thread()
+           and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, on_sigint) if own else None
     try:
-        return args.func(args)
+        code = args.func(args)
+        args.progress.check()
+        return code
     except KeyboardInterrupt:
         print(f"codesign {args.command}: interrupted: {args.progress.summary()}", file=sys.stderr)
         return 130
@@ -918,6 +942,9 @@ def _run(args) -> int:
             raise
         print(f"codesign {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        if own:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _total_memory_gib() -> float:

@@ -141,6 +141,41 @@ def test_out_of_memory_is_one_line_exit_1(cora, capsys, monkeypatch, tmp_path):
     assert not (tmp_path / "shards").exists()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped exception, expected
+def test_ctrl_c_that_python_drops_still_ends_the_command_with_130(capsys):
+    """A SIGINT whose KeyboardInterrupt is raised where Python ignores exceptions (a ``__del__`` here;
+    JAX's garbage-collector callback in the run that found this: the command ran to the end and
+    exited 0) is remembered by `main`'s handler: the next epoch callback raises it (`_Progress.check`)
+    and a command that returns anyway ends with the one interrupted line and 130."""
+    import gc
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as in a console process
+    epochs_after = []
+
+    class DropsIt:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # the handler runs at a bytecode boundary in here
+                pass
+
+    def command(args):
+        DropsIt()
+        gc.collect()
+        for epoch in range(3):  # a training loop's epoch callback
+            epochs_after.append(epoch)
+            args.progress.check()
+        return 0
+    try:
+        args = argparse.Namespace(command="train", func=command, progress=cli._Progress())
+        assert cli._run(args) == 130
+        assert args.progress.interrupted and epochs_after == [0]
+        assert capsys.readouterr().err.strip() == "codesign train: interrupted: nothing stored"
+        assert signal.signal(signal.SIGINT, before) is signal.default_int_handler  # the handler put back
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 # ---- TrainConfig: one case per class of bad value, each naming the field
 
 BAD_CONFIG = [
