@@ -290,12 +290,21 @@ except FileNotFoundError as e:
     out["train_distributed"] = {"skip": str(e)}
 else:
     cfg = TrainConfig.from_flat(epochs=2, bits=8, cost_weight=0.1, edge_mask=True, seed=0)
+    import logging
+    class _Compiles(logging.Handler):  # lowerings of the training step for compilation (jax_log_compiles)
+        n = 0
+        def emit(self, record):
+            _Compiles.n += record.getMessage().startswith("Compiling jit(step) ")
+    logging.getLogger("jax").addHandler(_Compiles())
+    jax.config.update("jax_log_compiles", True)
     res = dist.train_distributed(cora, cfg, presets.get("h100"), 2, topology="loopback_gloo", int8_halo=True)
+    jax.config.update("jax_log_compiles", False)
+    res["step_compiles"] = _Compiles.n
     check_run_record(res)
     out["train_distributed"] = {k: res[k] for k in ("test_accuracy", "val_accuracy", "train_accuracy", "final_loss",
                                                     "modeled", "dense_modeled", "densities", "layer_bits", "bits",
                                                     "selected_epoch", "devices", "partition", "comm_bytes_per_epoch",
-                                                    "link", "topology")}
+                                                    "link", "topology", "step_compiles")}
 print("RESULT" + json.dumps(out))
 """
 
@@ -526,6 +535,9 @@ def test_train_distributed_on_cora(multi_device):
     assert r["modeled"]["comm_bytes"] > 0 and r["comm_bytes_per_epoch"] > 0
     assert set(r["layer_bits"]) == {"x0", "w0", "x1", "w1"} and r["bits"] == 8
     assert r["selected_epoch"] == 1 and r["devices"] == 2 and r["partition"]["n_parts"] == 2
+    # the step is compiled once: its state starts laid out on the mesh as the step returns it
+    # (train.loop._on_the_mesh; without, the second epoch compiled it again)
+    assert r["step_compiles"] == 1
     assert 0.0 <= r["densities"]["edge"] <= 1.0
     assert set(RUN_RECORD_FIELDS) >= {"layer_bits", "selected_epoch"}
     # priced on the declared topology (this machine's loopback, hundreds of us per stage), not on a link

@@ -293,6 +293,33 @@ def fit_seeds(models: Sequence, problem: Problem, cfg: TrainConfig, terms: Seque
                 batched_targets=batched_targets, batch_size=batch_size)
 
 
+def _on_the_mesh(tree, data):
+    """``tree`` with every array that is not laid out on a device mesh put there, replicated
+    (``NamedSharding(mesh, P())``), when ``data`` lives on a mesh of several devices (partitioned
+    training, `codesign.distributed`); else ``tree`` unchanged.
+
+    The step returns its state and controller laid out on the mesh; arrays made on one device
+    (the controller's scalars, an optimizer count) or replicated under another sharding type would
+    make the second epoch's call differ from the first in its argument shardings, and JAX would
+    compile the whole step a second time (measured 2026-11-28, R-MAT 2^19, 4 processes, edge gates:
+    a second 10 s compile at the second epoch, and the process's peak memory set there;
+    docs/log/scale_out_rss.md)."""
+    mesh = next((x.sharding.mesh for x in jax.tree.leaves(data)
+                 if isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
+                 and x.sharding.mesh.size > 1), None)
+    if mesh is None:
+        return tree
+    leaves, treedef = jax.tree.flatten(tree)
+    move = [i for i, x in enumerate(leaves)
+            if isinstance(x, jax.Array) and not isinstance(x.sharding, jax.sharding.NamedSharding)]
+    if move:  # a jitted identity, not device_put: across processes the mesh has devices this process cannot address
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        moved = jax.jit(lambda xs: xs, out_shardings=replicated)([leaves[i] for i in move])
+        for i, x in zip(move, moved):
+            leaves[i] = x
+    return jax.tree.unflatten(treedef, leaves)
+
+
 def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, on_epoch, tx, wrt, *,
          batched: bool, batched_targets: bool = False, batch_size: Any = "auto",
          shared: Optional[TrainStep] = None, donate_model: bool = False) -> list[FitResult]:
@@ -319,6 +346,7 @@ def _fit(models: list, problem: Problem, cfg: TrainConfig, terms, first_layer, o
                                                                 first_layer=first_layer, tx=tx, wrt=wrt,
                                                                 donate_model=donate_model)
         ctrl = controller.init()
+        state, ctrl = _on_the_mesh((state, ctrl), problem.data)
         best = BestVal.start(models[0]) if cfg.optim.select == "best_val" else None
         first_bad = jnp.int32(-1)  # first epoch with a non-finite loss (-1: none), kept on the device
         track = track_best
