@@ -361,3 +361,27 @@ def test_fit_on_the_models_own_arrays_equals_fit_on_copies(cora):
     assert out[0][0] == out[1][0]
     for a, b in zip(jax.tree.leaves(out[0][1]), jax.tree.leaves(out[1][1]), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fit_returns_the_compilers_freed_heap_once_after_the_first_step(cora, monkeypatch):
+    """`fit` calls `release_free_heap` (glibc's ``malloc_trim``) exactly once, after the first
+    step (compiled by then), and training is the same with it as without; on this Linux (glibc)
+    the call exists and runs."""
+    import sys
+    import codesign.train.loop as loop
+    from codesign.train import objective
+    from codesign.train.loop import _prepare, fit
+    if sys.platform.startswith("linux"):
+        assert loop.release_free_heap() is True
+    cfg = TrainConfig.from_flat(epochs=3)
+    hw = presets.get("h100")
+    losses, real = [], loop.release_free_heap
+    for trim in (True, False):
+        calls = []
+        monkeypatch.setattr(loop, "release_free_heap", (lambda: calls.append(1) or real()) if trim else (lambda: False))
+        run = _prepare(cora, cfg, hw)
+        run.model.train()
+        losses.append(fit(run.model, run.problem, cfg, objective(cfg)).final_loss)
+        if trim:
+            assert calls == [1]
+    assert losses[0] == losses[1]
