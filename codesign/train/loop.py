@@ -309,9 +309,8 @@ def release_free_heap() -> bool:
     Why: compiling a training step (XLA's LLVM backend) frees its many small allocations back to
     glibc's heap, which keeps them as resident memory; the step's own buffers then come on top,
     so the process's peak resident set holds the compiler's garbage too. `fit` calls this once,
-    after the first step is compiled. Measured 2026-11-28 (R-MAT 2^19, 4 processes, hidden 64,
-    largest process): plain GCN 0.89 -> 0.83 GB, with edge gates 1.12 -> 0.97 GB
-    (docs/log/scale_out_rss.md). A memory-use measure only: results are unchanged."""
+    after the first step is compiled. What it saves per process in multi-process training is in
+    docs/log/scale_out_rss.md. A memory-use measure only: results are unchanged."""
     trim = _malloc_trim()
     if trim is None:
         return False
@@ -327,9 +326,8 @@ def _on_the_mesh(tree, data):
     The step returns its state and controller laid out on the mesh; arrays made on one device
     (the controller's scalars, an optimizer count) or replicated under another sharding type would
     make the second epoch's call differ from the first in its argument shardings, and JAX would
-    compile the whole step a second time (measured 2026-11-28, R-MAT 2^19, 4 processes, edge gates:
-    a second 10 s compile at the second epoch, and the process's peak memory set there;
-    docs/log/scale_out_rss.md)."""
+    compile the whole step a second time (found with a per-process memory sampler: the peak was
+    set during that second compile; docs/log/scale_out_rss.md)."""
     mesh = next((x.sharding.mesh for x in jax.tree.leaves(data)
                  if isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
                  and x.sharding.mesh.size > 1), None)
