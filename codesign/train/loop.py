@@ -326,8 +326,8 @@ def _on_the_mesh(tree, data):
     The step returns its state and controller laid out on the mesh; arrays made on one device
     (the controller's scalars, an optimizer count) or replicated under another sharding type would
     make the second epoch's call differ from the first in its argument shardings, and JAX would
-    compile the whole step a second time (found with a per-process memory sampler: the peak was
-    set during that second compile; docs/log/scale_out_rss.md)."""
+    compile the whole step a second time (found with a per-process memory sampler: the process's
+    peak came at that second epoch; docs/log/scale_out_rss.md)."""
     mesh = next((x.sharding.mesh for x in jax.tree.leaves(data)
                  if isinstance(x, jax.Array) and isinstance(x.sharding, jax.sharding.NamedSharding)
                  and x.sharding.mesh.size > 1), None)
