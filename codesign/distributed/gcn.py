@@ -332,13 +332,12 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
     """
     del impl
     thread = adj.weight_sink is not None
-    zs = adj.inv_sqrt_deg * x
-    agg = sar_aggregate(zs, adj.send_rows, adj.senders, adj.receivers, adj.weight, adj.offsets, adj.lengths,
-                        int8=adj.int8, remat=adj.remat, thread_weight=thread)
+    out = sar_aggregate(x, adj.send_rows, adj.senders, adj.receivers, adj.weight, adj.offsets, adj.lengths,
+                        int8=adj.int8, remat=adj.remat, thread_weight=thread, row_scale=adj.inv_sqrt_deg)
     if thread:
-        agg, w = agg
+        out, w = out
         adj.weight_sink.append(w)
-    return adj.inv_sqrt_deg * (zs + agg)
+    return out
 
 
 def check_model(model) -> None:

@@ -89,16 +89,23 @@ def exchange(rows: jax.Array, perm: tuple, int8: bool = False) -> jax.Array:
     return int8_exchange(rows, perm) if int8 else jax.lax.ppermute(rows, AXIS, perm)
 
 
-def _step_sum(acc, src, snd, rcv, w, chunked):
-    """``acc + segment_sum(w[:, None] * src[snd], rcv)``; ``chunked``: over `REMAT_CHUNK_EDGES`
-    slots at a time (a `jax.lax.scan` adding into ``acc`` in place), so no [L, F] message buffer
-    of the whole step is formed (the rematerializing ring, whose backward pass does not need it)."""
+def _gather(src, scale, idx):
+    """``(scale * src)[idx]`` without forming ``scale * src`` (``scale`` None: ``src[idx]``)."""
+    return src[idx] if scale is None else scale[idx] * src[idx]
+
+
+def _step_sum(acc, src, snd, rcv, w, chunked, scale=None):
+    """``acc + segment_sum(w[:, None] * (scale * src)[snd], rcv)`` (``scale`` [R, 1] or None: 1);
+    ``chunked``: over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan` adding into ``acc`` in
+    place), so no [L, F] message buffer of the whole step is formed (the rematerializing ring,
+    whose backward pass does not need it)."""
     if not chunked or snd.shape[0] <= REMAT_CHUNK_EDGES:
-        return acc + jax.ops.segment_sum(w[:, None].astype(src.dtype) * src[snd], rcv, num_segments=acc.shape[0])
+        return acc + jax.ops.segment_sum(w[:, None].astype(src.dtype) * _gather(src, scale, snd), rcv,
+                                         num_segments=acc.shape[0])
 
     def body(a, chunk):
         s_c, r_c, w_c = chunk
-        return a.at[r_c].add((w_c[:, None].astype(src.dtype) * src[s_c]).astype(a.dtype)), None
+        return a.at[r_c].add((w_c[:, None].astype(src.dtype) * _gather(src, scale, s_c)).astype(a.dtype)), None
 
     return jax.lax.scan(body, acc, _chunks(snd, rcv, w))[0]
 
@@ -111,19 +118,21 @@ def _zero_of(a: jax.Array, dtype) -> jax.Array:
     return (jnp.where(jnp.isfinite(a0), a0, 0.0) * 0.0).astype(dtype)
 
 
-def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked, zero):
-    halo = exchange(y[rows] + zero, perm, int8)  # ``zero``: `_zero_of` the previous step's sum
+def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked, zero, scale=None):
+    # ``zero``: `_zero_of` the previous step's sum; the halo rows are sent scaled
+    halo = exchange(_gather(y, scale, rows) + zero, perm, int8)
     return _step_sum(acc, halo, snd, rcv, w, chunked)
 
 
-def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=False):
-    """The ring of `sar_aggregate`'s forward pass (without rematerialization autodiff keeps what
-    it needs; ``chunked``: each step's sum in chunks, `_step_sum`)."""
+def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=False, scale=None):
+    """The ring of `sar_aggregate`'s forward pass, ``A @ (scale * y)`` (``scale`` [B, 1] or None:
+    1; without rematerialization autodiff keeps what it needs; ``chunked``: each step's sum in
+    chunks, `_step_sum`)."""
     n_parts = len(offsets)
     acc = jnp.zeros_like(y)
     o, n = offsets[0], lengths[0]
     if n:
-        acc = _step_sum(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked)
+        acc = _step_sum(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked, scale)
     for s in range(1, n_parts):
         rows = send_rows[s - 1]
         o, n = offsets[s], lengths[s]
@@ -134,7 +143,8 @@ def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, c
         # before it schedules
         y_b, acc = jax.lax.optimization_barrier((y, acc))
         acc = _remote_step(acc, y_b, rows, senders[o:o + n], receivers[o:o + n], weight[o:o + n],
-                           perm=ring_perm(n_parts, s), int8=int8, chunked=chunked, zero=_zero_of(acc, y.dtype))
+                           perm=ring_perm(n_parts, s), int8=int8, chunked=chunked, zero=_zero_of(acc, y.dtype),
+                           scale=scale)
     return acc
 
 
@@ -150,54 +160,75 @@ def _chunks(snd, rcv, w) -> tuple:
     return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
 
 
-def _step_grads(ct, src, snd, rcv, w, zero):
-    """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * src[snd], rcv)`` for the
-    cotangent ``ct`` [B, F]: ``dw_e = <ct[rcv_e], src[snd_e]>``, ``d_src = segment_sum(w * ct[rcv],
-    snd)``, over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the
-    whole step is formed. ``zero``: a scalar 0 computed from the gradient so far (`_zero_of`), from
+def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
+    """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * (scale * src)[snd], rcv)``
+    (``scale`` [R, 1] or None: 1) for the cotangent ``ct_scale * ct`` [B, F] (``ct_scale`` [B, 1]
+    or None: 1, applied as rows are gathered): ``dw_e = <ct[rcv_e], (scale * src)[snd_e]>``,
+    ``d_src = segment_sum(w * ct[rcv], snd)`` (the cotangent of ``scale * src``),
+    over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the whole
+    step is formed. ``zero``: a scalar 0 computed from the gradient so far (`_zero_of`), from
     which the scan's initial ``d_src`` is broadcast, so the compiler cannot materialize every
     step's zeros at the start of the program."""
     n = snd.shape[0]
     if n <= REMAT_CHUNK_EDGES:
-        ct_e = ct[rcv]
-        return (jnp.sum(ct_e * src[snd], axis=1),
+        ct_e = _gather(ct, ct_scale, rcv) + zero
+        return (jnp.sum(ct_e * _gather(src, scale, snd), axis=1),
                 jax.ops.segment_sum(w[:, None].astype(ct.dtype) * ct_e, snd, num_segments=src.shape[0]))
 
     def body(d_src, chunk):
         s_c, r_c, w_c = chunk
-        ct_e = ct[r_c]
-        return d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e), jnp.sum(ct_e * src[s_c], axis=1)
+        ct_e = _gather(ct, ct_scale, r_c) + zero  # (the order: after the gradient so far, without a copy of ``ct`` per step)
+        return (d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e),
+                jnp.sum(ct_e * _gather(src, scale, s_c), axis=1))
 
     # (the initial zeros are varying over the mesh axis, as ``src`` is: ``zero`` comes from ``dy``)
     d_src, dw = jax.lax.scan(body, jnp.broadcast_to(zero.astype(ct.dtype), src.shape), _chunks(snd, rcv, w))
     return dw.reshape(-1)[:n], d_src
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _sar_remat(y, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
-    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
+def _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8):
+    """``(out, agg)``: `sar_aggregate`'s value ``out`` and the ring's sum ``agg = A @ (scale * y)``
+    (``out = agg`` without ``scale``, else ``scale * (scale * y + agg)``)."""
+    agg = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True, scale=scale)
+    return (agg if scale is None else scale * (scale * y + agg)), agg
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
+def _sar_remat(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
+    out = _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8)[0]
     return (out, weight) if thread else out
 
 
-def _sar_remat_fwd(y, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
-    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
-    return ((out, weight) if thread else out), (y, send_rows, senders, receivers, weight)  # its inputs only: no halo, no message
+def _sar_remat_fwd(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
+    out, agg = _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8)
+    # its inputs only (no halo, no message) and, with a row scale, the ring's sum: XLA keeps
+    # that array anyway for the next operation's backward (the GCN's ReLU recomputes its mask
+    # from ``y`` and ``agg`` in one fused loop instead of keeping ``out``), so it costs nothing
+    # here; keeping ``out`` (or ``scale * y``) instead held one more [B, F] array
+    res = (y, scale, send_rows, senders, receivers, weight, None if scale is None else agg)
+    return ((out, weight) if thread else out), res
 
 
-def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw):
-    """SAR's backward pass of ``A @ y`` for the cotangent ``ct`` [B, F], one ring step at a time:
-    re-fetch the step's halo, then its gradients ``dw_e = <ct[rcv_e], src[snd_e]>`` (added into
-    ``dw`` [S]) and ``d_src = segment_sum(w * ct[rcv], snd)``, the halo's part sent back to its
-    owner (inverse permutation, float32; straight-through for int8) and added at the rows it came
-    from. Each step starts from the gradient the previous one left, through an
-    `jax.lax.optimization_barrier` and a data dependence (``+ 0 * dy[0, 0]`` on the rows re-fetched,
-    which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the steps run in
-    sequence, holding one step's buffers, and the re-fetch cannot be merged with the forward
-    exchange by common-subexpression elimination.
+def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale=None,
+                after=None):
+    """SAR's backward pass of ``A @ (scale * y)`` (``scale`` [B, 1] or None: 1) for the cotangent
+    ``scale * ct`` [B, F] (``ct`` alone without ``scale``; scaled as its rows are gathered, so the
+    product is never formed), one ring step at a time, after ``after`` (an array [R, C], default
+    ``ct``: the ring starts from zeros computed from its first element): re-fetch the step's halo, then its gradients ``dw_e =
+    <ct[rcv_e], src[snd_e]>`` (added into ``dw`` [S]) and ``d_src = segment_sum(w * ct[rcv], snd)``,
+    the halo's part sent back to its owner (inverse permutation, float32; straight-through for
+    int8) and added at the rows it came from. The rows are scaled as they are gathered or sent,
+    so ``scale * y`` is never formed. Each step starts from the gradient the previous one left,
+    through an `jax.lax.optimization_barrier` and a data dependence (``+ 0 * dy[0, 0]`` on the rows
+    re-fetched, which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the
+    steps run in sequence, holding one step's buffers, and the re-fetch cannot be merged with the
+    forward exchange by common-subexpression elimination.
 
-    Returns ``(dy [B, F], dw [S])``."""
+    Returns ``(dz [B, F], dw [S])``, ``dz`` the cotangent of ``scale * y``."""
     n_parts = len(offsets)
-    dy = jnp.zeros_like(y)
+    # the sum starts as zeros computed from ``ct``: a constant [B, F] broadcast was scheduled at
+    # the start of the program and held through the forward pass
+    dy = jnp.broadcast_to(_zero_of(ct if after is None else after, y.dtype), y.shape)
     for s in range(n_parts):
         o, n = offsets[s], lengths[s]
         if n == 0 or (s and send_rows[s - 1].shape[0] == 0):
@@ -206,12 +237,12 @@ def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8
         dy, dw, ct_b, y_b = jax.lax.optimization_barrier((dy, dw, ct, y))
         zero = _zero_of(dy, y.dtype)  # (0 also where dy[0, 0] is not finite: not NaN, which 0 * inf is)
         if s == 0:
-            src = y_b
+            dw_s, d_src = _step_grads(ct_b, y_b, snd, rcv, w, zero, scale, scale)
         else:
             rows = send_rows[s - 1]
             perm = ring_perm(n_parts, s)
-            src = exchange(y_b[rows] + zero, perm, int8)  # the re-fetch (SAR's rematerialization)
-        dw_s, d_src = _step_grads(ct_b + zero, src, snd, rcv, w, zero)
+            src = exchange(_gather(y_b, scale, rows) + zero, perm, int8)  # the re-fetch (SAR's rematerialization)
+            dw_s, d_src = _step_grads(ct_b, src, snd, rcv, w, zero, None, scale)
         dw = dw.at[o:o + n].add(dw_s.astype(dw.dtype))
         if s == 0:
             dy = dy + d_src
@@ -232,11 +263,21 @@ def _threaded_dw(ct, weight, thread):
 
 
 def _sar_remat_bwd(offsets, lengths, int8, thread, res, ct):
-    """SAR's backward pass (`_ring_grads`)."""
-    y, send_rows, senders, receivers, weight = res
+    """SAR's backward pass (`_ring_grads`). With a row scale ``s`` (``out = s * (z + agg)``, ``z =
+    s * y``, ``agg = A z``): the cotangent of ``z`` is ``g = s * ct + A^T (s * ct)``; ``dy = s * g``
+    and ``ds = <ct, z + agg> + <g, y>`` per row."""
+    y, scale, send_rows, senders, receivers, weight, agg = res
     ct, dw = _threaded_dw(ct, weight, thread)
-    dy, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw)
-    return dy, None, None, None, dw
+    if scale is None:
+        dy, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw)
+        return dy, None, None, None, None, dw
+    # ``<ct, z + agg>`` first, and the ring made to wait for it, so ``agg`` is freed before the
+    # ring's buffers exist (computed at the end, it kept one more [B, F] array through the ring)
+    d_scale = jnp.sum(ct * (scale * y + agg), axis=1, keepdims=True)
+    dz, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale, d_scale)
+    g = scale * ct + dz
+    d_scale = (d_scale + jnp.sum(g * y, axis=1, keepdims=True)).astype(scale.dtype)
+    return scale * g, d_scale, None, None, None, dw
 
 
 _sar_remat.defvjp(_sar_remat_fwd, _sar_remat_bwd)
@@ -244,7 +285,7 @@ _sar_remat.defvjp(_sar_remat_fwd, _sar_remat_bwd)
 
 def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers: jax.Array, weight: jax.Array,
                   offsets: tuple, lengths: tuple, *, int8: bool = False, remat: bool = True,
-                  thread_weight: bool = False):
+                  thread_weight: bool = False, row_scale: jax.Array | None = None):
     """One device's block of ``A @ Y`` by sequential aggregation over the ring (module docstring).
 
     Call inside `shard_map` over the mesh axis `AXIS` (P devices).
@@ -262,14 +303,23 @@ def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers:
         layer's backward pass adds its own into, so the layers' edge-weight gradients [S] share
         one buffer instead of one per layer summed at the end (learnable edge gates, with
         ``remat``; without, autodiff sums them as usual).
+      row_scale: None, or float [B, 1] ``s`` (this device's rows; each sender scales the rows it
+        sends): the result is then ``s * (s * Y + A @ (s * Y))``, the GCN's symmetric
+        normalization with self-loops for ``s = D^-1/2`` (Kipf & Welling, ICLR 2017, eq. 2),
+        differentiable in ``s``. With ``remat`` its backward pass keeps ``Y`` and ``A @ (s * Y)``,
+        not ``s * Y`` (one [B, F] array less per layer than autodiff kept where the degrees have
+        a gradient, i.e. with edge gates).
 
     Returns:
-      float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}``; with ``thread_weight``, ``(that, weight)``.
+      float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}`` (or its normalization, ``row_scale``); with
+      ``thread_weight``, ``(that, weight)``.
     """
     if remat:
-        return _sar_remat(y, tuple(send_rows), senders, receivers, weight, tuple(offsets), tuple(lengths), bool(int8),
-                          bool(thread_weight))
-    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8)
+        return _sar_remat(y, row_scale, tuple(send_rows), senders, receivers, weight, tuple(offsets), tuple(lengths),
+                          bool(int8), bool(thread_weight))
+    out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, scale=row_scale)
+    if row_scale is not None:
+        out = row_scale * (row_scale * y + out)
     return (out, weight) if thread_weight else out
 
 
