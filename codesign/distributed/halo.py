@@ -18,9 +18,9 @@ gradient in chunks of `REMAT_CHUNK_EDGES` edge slots, and sends the latter back 
 (inverse permutation, in the cotangent's dtype). A `jax.checkpoint` per step did not survive the compiler: XLA's
 common-subexpression elimination merged the re-fetch with the forward exchange, so every step's
 gathered [L_s, F] messages stayed live from the forward to the backward pass (it compiled to the
-same 12 collective-permutes as no rematerialization; with edge gates and ``remat=False``, about
-1.0 GB per device at R-MAT 2^17, P = 4, hidden 64, against about 0.12 GB with this VJP and the
-chunked sums: `experiments/remat_memory.py`, results/remat_memory_cpu.json). The re-fetch
+same 12 collective-permutes as no rematerialization; with edge gates and ``remat=False`` about
+ten times this VJP's memory per device: `experiments/remat_memory.py`,
+results/remat_memory_cpu.json, docs/log/scale_out_rss.md). The re-fetch
 and each step's gradients depend on the gradient the previous step left (an
 `jax.lax.optimization_barrier` and an added ``0 * dy[0, 0]``, which XLA does not fold for floats),
 so the steps run in sequence and are not merged. Without edge gates the re-fetched rows feed
