@@ -1,6 +1,7 @@
 """Deploy: a hardened model as a compact inference program, and `measure` of what it saves.
 
-`deploy(model, graph)` turns a hardened (eval-mode) GCN into a `CompactGCN`:
+`deploy(model, graph)` turns a hardened (eval-mode) GCN into a `CompactGCN` (a GraphSAGE into a
+`CompactSAGE`, below):
 
 - input features whose gate is 0 are removed: the program stores ``Q(X[:, kept] * z[kept])``
   (the feature store of the deployed model holds only the columns it reads, quantized once: the
@@ -38,8 +39,11 @@ activation at every call, so these are its calibrated static scales.
 
 Supported: `codesign.models.GCN` with any edge sparsifier whose deterministic gates are per
 edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`, and the
-"fixed" quantizer (`FakeQuant`), learned bit-widths (`LearnedBitQuant`) or none. Other models and
-quantizers raise `NotDeployableError` (a NotImplementedError, and a ValueError so that the command
+"fixed" quantizer (`FakeQuant`), learned bit-widths (`LearnedBitQuant`) or none; and
+`codesign.models.GraphSAGE` with the mean aggregator, the same masks and the fixed quantizer or
+none (`CompactSAGE`: the mean over the kept edges, ``D^-1 A_gated``, recomputed as the hardened
+model defines it, and the root and neighbour weights of each layer stored as codes on their own
+grids). Other models, aggregators and quantizers raise `NotDeployableError` (a NotImplementedError, and a ValueError so that the command
 line reports it in one line); `check_deployable` asks that of a `TrainConfig` before training.
 """
 
@@ -57,7 +61,7 @@ import scipy.sparse as sp
 
 from codesign.bench import MALLOC_ENV
 from codesign.graph import Graph
-from codesign.models import GCN
+from codesign.models import GCN, GraphSAGE
 from codesign.quant import FakeQuant, LearnedBitQuant, qrange
 
 COMPUTE_BITS = 32
@@ -72,7 +76,8 @@ vector). Measured on this CPU (docs/results.md): scipy's CSR products run slower
 not multiples of 4 than at the next multiple (Cora, width 15: X @ W 172 us, A @ H 57 us; width
 16: 128 us, 50 us), so a pruned width of 15 ran slower than the full 16."""
 
-__all__ = ["NotDeployableError", "check_deployable", "COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN", "deploy",
+__all__ = ["NotDeployableError", "check_deployable", "COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN",
+           "CompactSAGE", "deploy",
            "dense_program", "pick_feature_store", "measure", "measure_model"]
 
 
@@ -84,8 +89,18 @@ class NotDeployableError(NotImplementedError, ValueError):
 def _check_supported(model) -> None:
     """Raises `NotDeployableError` unless `deploy` compiles ``model``'s kind and quantizers (the
     structural rules of `deploy`, in one place)."""
+    if isinstance(model, GraphSAGE):
+        if model.aggr != "mean":
+            raise NotDeployableError(f"deploy: GraphSAGE compiles with the mean aggregator only, got aggr={model.aggr!r}")
+        for conv in (model.conv1, model.conv2):
+            for q in (conv.quant_x, conv.quant_w_neigh, conv.quant_w_root):
+                if not isinstance(q, FakeQuant):
+                    raise NotDeployableError(f"deploy: GraphSAGE compiles with the fixed quantizer (FakeQuant) or none "
+                                             f"only, got {type(q).__name__}")
+        return
     if not isinstance(model, GCN):
-        raise NotDeployableError(f"deploy: only codesign.models.GCN is supported so far, got {type(model).__name__}")
+        raise NotDeployableError(f"deploy: only codesign.models.GCN and GraphSAGE are supported so far, got "
+                                 f"{type(model).__name__}")
     for conv in (model.conv1, model.conv2):
         for q in (conv.quant_x, conv.quant_w):
             if not isinstance(q, (FakeQuant, LearnedBitQuant)):
@@ -268,6 +283,98 @@ def _stored_bytes(a) -> int:
     return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes) if sp.issparse(a) else int(a.nbytes)
 
 
+@dataclasses.dataclass(frozen=True)
+class CompactSAGE:
+    """A deployed two-layer GraphSAGE with the mean aggregator (`deploy`): run it with
+    ``compact()``. Each layer is ``A_mean @ h @ W_neigh + h @ W_root + b`` (Hamilton et al.,
+    NeurIPS 2017, Alg. 1 with ``W`` split in two, as `codesign.models.SAGEConv`).
+
+    Fields (as `CompactGCN`, except):
+      adj: scipy CSR float32 [N, N], ``D^-1 A`` over the kept edges, rows = receivers, no
+        self-loops (`codesign.models.sage.mean_adjacency`: the gates weight the mean).
+      w0_neigh, w0_root: `QuantizedMatrix` [F_kept, H_kept]; w1_neigh, w1_root: [H_kept, C].
+    """
+
+    adj: sp.csr_matrix
+    x: np.ndarray | sp.csr_matrix
+    w0_neigh: QuantizedMatrix
+    w0_root: QuantizedMatrix
+    w1_neigh: QuantizedMatrix
+    w1_root: QuantizedMatrix
+    b0: np.ndarray
+    b1: np.ndarray
+    channel_gate: np.ndarray
+    bits: Optional[int]
+    kept: dict
+
+    def __post_init__(self):
+        # as CompactGCN: the hidden width padded with zero channels to a multiple of CHANNEL_LANES
+        pad = self.run_channels - self.w0_neigh.codes.shape[1]
+        cols = lambda m: np.pad(m.dequantized(), ((0, 0), (0, pad)))
+        rows = lambda m: np.pad(m.dequantized(), ((0, pad), (0, 0)))
+        object.__setattr__(self, "_w0", (cols(self.w0_neigh), cols(self.w0_root)))
+        object.__setattr__(self, "_w1", (rows(self.w1_neigh), rows(self.w1_root)))
+        object.__setattr__(self, "_b0", np.pad(self.b0, (0, pad)))
+        gate = None if np.all(self.channel_gate == 1.0) else np.pad(self.channel_gate, (0, pad))
+        object.__setattr__(self, "_gate", gate)
+
+    def __call__(self) -> np.ndarray:
+        """Logits float32 [N, C]."""
+        h = _sage_layer(self.adj, self.x, *self._w0, self._b0)
+        np.maximum(h, 0, out=h)
+        if self._gate is not None:
+            h *= self._gate
+        return _sage_layer(self.adj, _quantize_activation(h, self.bits), *self._w1, self.b1)
+
+    @property
+    def run_channels(self) -> int:
+        """The hidden width the program computes with (`CompactGCN.run_channels`)."""
+        return -(-self.w0_neigh.codes.shape[1] // CHANNEL_LANES) * CHANNEL_LANES
+
+    @property
+    def feature_store(self) -> str:
+        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
+        return "csr" if sp.issparse(self.x) else "dense"
+
+    @property
+    def model_bytes(self) -> int:
+        """Stored parameter bytes: integer codes (packed) + scales + biases + channel gates."""
+        ws = (self.w0_neigh, self.w0_root, self.w1_neigh, self.w1_root)
+        return sum(w.stored_bytes for w in ws) + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
+
+    @property
+    def graph_bytes(self) -> int:
+        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
+        return _stored_bytes(self.adj) + _stored_bytes(self.x)
+
+
+def _sage_layer(adj: sp.csr_matrix, x, w_neigh: np.ndarray, w_root: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``A @ x @ w_neigh + x @ w_root + b``, float32 [N, width]: combine first (one GEMM with both
+    weights side by side, then the aggregation of the neighbour half) when that narrows the
+    aggregated matrix or ``x`` is sparse, else aggregate ``x`` first (`codesign.models.SAGEConv`'s
+    orders)."""
+    f = w_neigh.shape[1]
+    if f <= w_neigh.shape[0] or sp.issparse(x):
+        both = np.asarray(x @ np.concatenate([w_neigh, w_root], 1))
+        out = np.asarray(adj @ np.ascontiguousarray(both[:, :f]))
+        out += both[:, f:]
+    else:
+        out = np.asarray(adj @ x) @ w_neigh
+        out += x @ w_root
+    out += b
+    return out
+
+
+def _mean_csr(senders: np.ndarray, receivers: np.ndarray, weight: np.ndarray, n: int) -> sp.csr_matrix:
+    """``D^-1 A`` as float32 CSR (rows = receivers, no self-loops; a row without edges is empty),
+    computed as `codesign.models.sage.mean_adjacency`."""
+    w = weight.astype(np.float32)
+    deg = np.zeros(n, np.float32)
+    np.add.at(deg, receivers, w)
+    inv = np.where(deg > 0, 1.0 / np.where(deg > 0, deg, 1.0), 0.0).astype(np.float32)
+    return sp.csr_matrix(((w * inv[receivers]).astype(np.float32), (receivers, senders)), shape=(n, n))
+
+
 def _layer(adj: sp.csr_matrix, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``A @ x @ w + b`` in the cheaper order (combine first when it narrows the matrix, or when
     ``x`` is sparse: aggregating it first would be a sparse x sparse product), float32 [N, width];
@@ -322,23 +429,26 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     return xs if median_s(xs) < median_s(x) else x
 
 
-def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
-    """The compact program of the hardened ``model`` on ``graph`` (see the module docstring).
+def deploy(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") -> CompactGCN | CompactSAGE:
+    """The compact program of the hardened ``model`` on ``graph`` (see the module docstring): a
+    `CompactGCN`, or a `CompactSAGE` for a `codesign.models.GraphSAGE` (mean aggregator).
 
     Args:
-      model: a trained `codesign.models.GCN`; it is switched to eval mode (deterministic gates).
+      model: a trained `codesign.models.GCN` or `GraphSAGE`; it is switched to eval mode
+        (deterministic gates).
       graph: the `Graph` it runs on (its features are stored compact in the program).
       feature_store: "dense", "csr" or "auto" (`pick_feature_store`).
 
     Raises:
-      NotDeployableError: (a NotImplementedError and a ValueError) a model other than GCN, or a
-        quantizer other than `FakeQuant` and `LearnedBitQuant`.
+      NotDeployableError: (a NotImplementedError and a ValueError) a model other than GCN and
+        GraphSAGE (mean), or a quantizer other than `FakeQuant` and `LearnedBitQuant` (GraphSAGE:
+        `FakeQuant` or none).
       ValueError: ``graph.n_features`` differs from the model's input width; an unknown
         ``feature_store``.
     """
     _check_supported(model)
     convs = (model.conv1, model.conv2)
-    quantizers = [q for conv in convs for q in (conv.quant_x, conv.quant_w)]
+    quantizers = [] if isinstance(model, GraphSAGE) else [q for conv in convs for q in (conv.quant_x, conv.quant_w)]
     if graph.n_features != model.in_features:
         raise ValueError(f"graph.x: the model expects {model.in_features} input features, got {graph.n_features}")
     model.eval()
@@ -352,7 +462,7 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
         weight = weight * np.asarray(model.edge_mask.edge_gates(graph.x, graph.senders, graph.receivers,
                                                                 deterministic=True), np.float32)
     keep_e = weight != 0
-    adj = _normalized_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
+    adj = None if isinstance(model, GraphSAGE) else _normalized_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
 
     x = np.asarray(graph.x, np.float32)
     z_f = np.ones(x.shape[1], np.float32) if model.feature_mask is None else \
@@ -362,6 +472,12 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
     z_c = np.ones(hidden, np.float32) if model.channel_mask is None else \
         np.asarray(model.channel_mask.gate(True), np.float32)
     keep_c = z_c > 0
+    kept = {"features": int(keep_f.sum()), "feature_fraction": float(keep_f.mean()),
+            "channels": int(keep_c.sum()), "channel_fraction": float(keep_c.mean()),
+            "edges": int(keep_e.sum()), "edge_fraction": float(keep_e.mean()) if len(keep_e) else 1.0}
+    if isinstance(model, GraphSAGE):
+        adj = _mean_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
+        return _sage_program(model, adj, x, z_f, z_c, kept, feature_store)
 
     hidden_grid = _grid(model.conv2.quant_x)  # before any other call of the quantizers
     w0, s0, b0bits = _weight_codes(model.conv1.quant_w, np.asarray(model.conv1.kernel[...]))
@@ -378,19 +494,53 @@ def deploy(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
         w1=QuantizedMatrix(np.ascontiguousarray(w1[keep_c]), s1, b1bits),
         b0=np.asarray(model.conv1.bias[...], np.float32)[keep_c], b1=np.asarray(model.conv2.bias[...], np.float32),
         channel_gate=z_c[keep_c], bits=model.conv2.quant_x.bits if hidden_grid is None else None,
-        hidden_grid=hidden_grid,
-        kept={"features": int(keep_f.sum()), "feature_fraction": float(keep_f.mean()),
-              "channels": int(keep_c.sum()), "channel_fraction": float(keep_c.mean()),
-              "edges": int(keep_e.sum()), "edge_fraction": float(keep_e.mean()) if len(keep_e) else 1.0})
+        hidden_grid=hidden_grid, kept=kept)
 
 
-def dense_program(model: GCN, graph: Graph, feature_store: str = "auto") -> CompactGCN:
+def _sage_program(model: GraphSAGE, adj: sp.csr_matrix, x: np.ndarray, z_f: np.ndarray, z_c: np.ndarray, kept: dict,
+                  feature_store: str) -> CompactSAGE:
+    """`deploy`'s program of a GraphSAGE (mean, fixed quantizer or none): the kept feature columns
+    (gate-scaled, quantized once on the per-tensor grid), the kept hidden channels' columns of both
+    layer-0 weights and bias and rows of both layer-1 weights, each weight's codes on its own
+    quantizer's grid taken from the full weight."""
+    keep_f, keep_c = z_f > 0, z_c > 0
+    c0, c1 = model.conv1, model.conv2
+    def q(quant, kernel, sel):
+        codes, scale, bits = _weight_codes(quant, np.asarray(kernel[...], np.float32))
+        return QuantizedMatrix(np.ascontiguousarray(sel(codes)), scale, bits)
+
+    first = lambda c: c[keep_f][:, keep_c]
+    second = lambda c: c[keep_c]
+    w0n, w0r = q(c0.quant_w_neigh, c0.kernel_neigh, first), q(c0.quant_w_root, c0.kernel_root, first)
+    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), c0.quant_x.bits)
+    both = np.concatenate([w0n.dequantized(), w0r.dequantized()], 1)  # the first product's weight, as it runs
+    return CompactSAGE(adj=adj, x=pick_feature_store(x, both, feature_store), w0_neigh=w0n, w0_root=w0r,
+                       w1_neigh=q(c1.quant_w_neigh, c1.kernel_neigh, second),
+                       w1_root=q(c1.quant_w_root, c1.kernel_root, second),
+                       b0=np.asarray(c0.bias[...], np.float32)[keep_c], b1=np.asarray(c1.bias[...], np.float32),
+                       channel_gate=z_c[keep_c], bits=c1.quant_x.bits, kept=kept)
+
+
+def dense_program(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") -> CompactGCN | CompactSAGE:
     """The dense FP32 program of the same architecture (all features, channels and edges, float32
     weights of ``model``, no quantization), run by the same code: the fair reference of `measure`.
     ``feature_store`` as in `deploy` (the faster store by default: the reference's best
     configuration)."""
     n = graph.n_nodes
     weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
+    if isinstance(model, GraphSAGE):
+        hidden = model.conv1.out_features
+        kept = {"features": model.in_features, "feature_fraction": 1.0, "channels": hidden, "channel_fraction": 1.0,
+                "edges": graph.n_edges, "edge_fraction": 1.0}
+        c0, c1 = model.conv1, model.conv2
+        f32 = lambda k: QuantizedMatrix(np.array(k[...], np.float32), 1.0, 32)
+        w0n, w0r = f32(c0.kernel_neigh), f32(c0.kernel_root)
+        x = pick_feature_store(np.array(graph.x, np.float32, order="C"),
+                               np.concatenate([w0n.codes, w0r.codes], 1), feature_store)
+        return CompactSAGE(adj=_mean_csr(np.asarray(graph.senders), np.asarray(graph.receivers), weight, n), x=x,
+                           w0_neigh=w0n, w0_root=w0r, w1_neigh=f32(c1.kernel_neigh), w1_root=f32(c1.kernel_root),
+                           b0=np.asarray(c0.bias[...], np.float32), b1=np.asarray(c1.bias[...], np.float32),
+                           channel_gate=np.ones(hidden, np.float32), bits=None, kept=kept)
     adj = _normalized_csr(np.asarray(graph.senders), np.asarray(graph.receivers), weight, n)
     w0, w1 = (np.asarray(c.kernel[...], np.float32) for c in (model.conv1, model.conv2))
     # an owned C-contiguous copy, as the compact program's feature store (not a view of the JAX buffer)
@@ -461,14 +611,14 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
             "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV}}
 
 
-def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
+def measure_model(model: GCN | GraphSAGE, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
                   locality=None, feature_store: str = "auto") -> dict:
     """Deploys the hardened ``model`` and measures it next to the dense FP32 program on this
     machine (`measure`), beside the cost model's prediction for this machine: the record fields of
     a measured design point (`codesign sweep --measure`, `codesign deploy`, experiments/deploy_measure.py).
 
     Args:
-      model: a trained `codesign.models.GCN` (switched to eval mode).
+      model: a trained `codesign.models.GCN` or `GraphSAGE` (switched to eval mode).
       graph: the `Graph` it runs on.
       local_hw: the `codesign.hwmodel.HardwareSpec` of the machine that measures, as the
         programs use it (the ``cpu_numpy`` preset on a CPU: one core, numpy / scipy calls; it
@@ -508,7 +658,9 @@ def measure_model(model: GCN, graph: Graph, local_hw, *, reps: int = 20, warmup:
     modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality,
                                               feature_nnz=nnz_of(compact),
                                               densities={"channel": min(1.0, compact.run_channels / hidden)}), local_hw)
-    shell = GCN(model.in_features, hidden, model.conv2.out_features, rngs=nnx.Rngs(0))
+    # the dense model of the same architecture (no masks, no quantizers), priced as the reference runs
+    shell = GraphSAGE(model.in_features, hidden, model.conv2.out_features, aggr=model.aggr, rngs=nnx.Rngs(0)) \
+        if isinstance(model, GraphSAGE) else GCN(model.in_features, hidden, model.conv2.out_features, rngs=nnx.Rngs(0))
     ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense),
                                           densities={"channel": min(1.0, dense.run_channels / hidden)}), local_hw)
     logits = np.asarray(model(graph.x, adjacency(graph)))

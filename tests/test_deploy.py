@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from codesign import hwmodel
 from codesign.deploy import QuantizedMatrix, deploy, dense_program, measure, pick_feature_store
 from codesign.graph import Graph, feature_column_nnz
-from codesign.models import GAT, GCN
+from codesign.models import GAT, GCN, GraphSAGE
 from codesign.train import adjacency
 
 
@@ -174,8 +174,12 @@ def test_measure_reports_both_programs():
 
 def test_unsupported_models_and_widths_are_refused():
     g = _graph()
-    with pytest.raises(NotImplementedError, match="only codesign.models.GCN"):
+    with pytest.raises(NotImplementedError, match="only codesign.models.GCN and GraphSAGE"):
         deploy(GAT(g.n_features, 4, 3, heads=2, rngs=nnx.Rngs(0)), g)
+    with pytest.raises(NotImplementedError, match="GraphSAGE compiles with the mean aggregator only, got aggr='max'"):
+        deploy(GraphSAGE(g.n_features, 8, 3, aggr="max", rngs=nnx.Rngs(0)), g)
+    with pytest.raises(NotImplementedError, match=r"GraphSAGE compiles with the fixed quantizer \(FakeQuant\)"):
+        deploy(GraphSAGE(g.n_features, 8, 3, bits=8, quantizer="lsq", rngs=nnx.Rngs(0)), g)
     with pytest.raises(NotImplementedError, match=r"only the fixed \(FakeQuant\) and learned bit-width"):
         deploy(GCN(g.n_features, 8, 3, bits=8, quantizer="lsq", rngs=nnx.Rngs(0)), g)
     with pytest.raises(ValueError, match=r"graph\.x: the model expects 5 input features, got 12"):
@@ -286,7 +290,7 @@ def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, caps
     capsys.readouterr()
     assert cli.main(argv) == 0 and "0 runs to do" in capsys.readouterr().err  # resumed, nothing retrained
     assert cli.main(["sweep", "--measure", "--model", "gat", "--seeds", "1", "--out", str(tmp_path)]) == 2
-    assert "--measure: codesign.deploy compiles GCN models only" in capsys.readouterr().err
+    assert "--measure: codesign.deploy compiles GCN and GraphSAGE models only" in capsys.readouterr().err
 
 
 def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
@@ -531,3 +535,63 @@ def test_any_single_byte_corruption_of_a_state_file_is_detected(saved_ck, data):
             return
         with pytest.raises(CheckpointError, match=rf"^checkpoint {re.escape(str(ck))}: {_rel(ck, target)} is corrupt"):
             load_model(ck, g)
+
+
+def _hardened_sage(g, bits, seed=0, hidden=8):
+    """`_hardened_gcn`'s gates on a GraphSAGE (mean aggregator, fixed quantizer)."""
+    m = GraphSAGE(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
+                  channel_mask=True, bits=bits, rngs=nnx.Rngs(seed))
+    ref = _hardened_gcn(g, None, seed, hidden)
+    for mask in ("feature_mask", "channel_mask", "edge_mask"):
+        getattr(m, mask).gate.log_alpha[...] = getattr(ref, mask).gate.log_alpha[...]
+    m.eval()
+    return m
+
+
+@pytest.mark.parametrize("bits", [None, 8, 4])
+@pytest.mark.parametrize("store", ["dense", "csr"])
+def test_compact_sage_logits_equal_the_hardened_model(bits, store):
+    """GraphSAGE (mean): removed features, channels and edges are gone from the program (the mean
+    over the kept edges only: a pruned edge also leaves the degree) and the logits are the
+    hardened model's; each of the four weights is stored on its own quantizer's grid."""
+    g = _graph()
+    m = _hardened_sage(g, bits)
+    ref = np.asarray(m(g.x, adjacency(g)))
+    c = deploy(m, g, store)
+    n_f, n_c = (int(np.asarray(mask.hard_mask()).sum()) for mask in (m.feature_mask, m.channel_mask))
+    assert c.feature_store == store and c.x.shape == (g.n_nodes, n_f)
+    for w in (c.w0_neigh, c.w0_root):
+        assert w.codes.shape == (n_f, n_c)
+    for w in (c.w1_neigh, c.w1_root):
+        assert w.codes.shape == (n_c, 3)
+    kept_e = int(np.asarray(m.edge_mask.hard_mask()).sum())
+    assert c.adj.nnz == kept_e < g.n_edges  # no self-loops
+    rows = np.asarray(c.adj.sum(axis=1)).ravel()
+    np.testing.assert_allclose(rows[rows > 0], 1.0, rtol=1e-6)  # a mean: each non-empty row sums to 1
+    np.testing.assert_allclose(c(), ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+    if bits:
+        hi = 2 ** (bits - 1) - 1
+        full = np.asarray(m.conv1.kernel_root[...])
+        assert c.w0_root.bits == bits and c.w0_root.scale == pytest.approx(float(np.abs(full).max()) / hi, rel=1e-6)
+        assert c.model_bytes < dense_program(m, g).model_bytes
+
+
+def test_dense_sage_program_is_the_fp32_model_without_masks():
+    g = _graph()
+    m = GraphSAGE(g.n_features, 8, 3, rngs=nnx.Rngs(1))
+    m.eval()
+    ref = np.asarray(m(g.x, adjacency(g)))
+    for store in ("dense", "csr"):
+        np.testing.assert_allclose(dense_program(m, g, store)(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_measure_model_of_a_sage_prices_both_programs_as_they_run():
+    from codesign.deploy import measure_model
+    g = _graph()
+    m = _hardened_sage(g, 8)
+    r = measure_model(m, g, hwmodel.presets.get("cpu_numpy"), reps=3, warmup=1)
+    assert r["max_logit_gap"] < 1e-4
+    assert r["kept"]["edges"] < g.n_edges and r["kept"]["channels"] < 8
+    # fewer features, channels and edges: the compact program is modeled cheaper than the dense one
+    assert 0 < r["modeled_local"]["latency_s"] < r["dense_modeled_local"]["latency_s"]
+    assert r["measured"]["model_bytes"] < r["dense_measured"]["model_bytes"]

@@ -419,7 +419,8 @@ def test_deploy_of_a_gat_checkpoint_is_one_line(cora, tmp_path, capsys):
     ck = _cora_checkpoint(cora, tmp_path / "gat", model="gat")
     assert cli.main(["deploy", str(ck), "--reps", "1"]) == 2
     assert _one_error_line(capsys.readouterr().err, "deploy").startswith(
-        "codesign deploy: error: deploy: only codesign.models.GCN is supported so far, got GAT (TrainConfig "
+        "codesign deploy: error: deploy: only codesign.models.GCN and GraphSAGE are supported so far, got GAT "
+        "(TrainConfig "
         "model='gat'")
 
 
