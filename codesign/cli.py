@@ -439,8 +439,9 @@ def cmd_sweep(args) -> int:
     from codesign.results import ResultsStore
     from codesign.train import train_seeds
     configs = sweep_configs(args)  # a method that cannot be swept fails here, before any loading
-    if args.measure and args.model not in ("gcn", "sage"):
-        raise ValueError(f"--measure: codesign.deploy compiles GCN and GraphSAGE models only, got --model {args.model}")
+    if args.measure and args.model not in ("gcn", "sage", "gat"):
+        raise ValueError(f"--measure: codesign.deploy compiles GCN, GraphSAGE and GAT models only, got --model "
+                         f"{args.model}")
     name = args.name or (f"{args.dataset}_{args.model}_{args.hw}" + (f"_{args.method}" if args.method else "")
                          + ("_measured" if args.measure else ""))
     path = os.path.join(args.out, f"{name}.jsonl")
@@ -685,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a method of the paper (codesign.experiment.METHODS, e.g. codesign_int8): its TrainConfig "
                         "overrides replace the flags' values; cost-level methods run at every --cost-weights value")
     p.add_argument("--measure", action="store_true",
-                   help="also deploy every trained model (codesign.deploy: GCN, GraphSAGE) and time it next to the dense "
+                   help="also deploy every trained model (codesign.deploy: GCN, GraphSAGE, GAT) and time it next to the dense "
                         "FP32 program on this machine, beside the cpu preset's modeled latency: adds measured, "
                         "dense_measured and modeled_local to each record")
     p.add_argument("--reps", type=_positive_int("reps"), default=20, help="with --measure: timed inferences of each "

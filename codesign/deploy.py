@@ -1,7 +1,7 @@
 """Deploy: a hardened model as a compact inference program, and `measure` of what it saves.
 
 `deploy(model, graph)` turns a hardened (eval-mode) GCN into a `CompactGCN` (a GraphSAGE into a
-`CompactSAGE`, below):
+`CompactSAGE`, a GAT into a `CompactGAT`, below):
 
 - input features whose gate is 0 are removed: the program stores ``Q(X[:, kept] * z[kept])``
   (the feature store of the deployed model holds only the columns it reads, quantized once: the
@@ -43,7 +43,11 @@ edge (`EdgeMask`, `BlockEdgeMask`, `DropEdge`), a `FeatureMask`, a `ChannelMask`
 `codesign.models.GraphSAGE` with the mean aggregator, the same masks and the fixed quantizer or
 none (`CompactSAGE`: the mean over the kept edges, ``D^-1 A_gated``, recomputed as the hardened
 model defines it, and the root and neighbour weights of each layer stored as codes on their own
-grids). Other models, aggregators and quantizers raise `NotDeployableError` (a NotImplementedError, and a ValueError so that the command
+grids); and `codesign.models.GAT` with the same masks and the fixed quantizer or none
+(`CompactGAT`: per head the kept channels, the attention over the kept edges and the self-loops
+with each edge counted ``g_e`` times in its receiver's softmax, as
+`codesign.vertex.Program.with_edge_gates` defines it, in numpy / scipy CSR). Other models,
+aggregators and quantizers raise `NotDeployableError` (a NotImplementedError, and a ValueError so that the command
 line reports it in one line); `check_deployable` asks that of a `TrainConfig` before training.
 """
 
@@ -61,7 +65,7 @@ import scipy.sparse as sp
 
 from codesign.bench import MALLOC_ENV
 from codesign.graph import Graph
-from codesign.models import GCN, GraphSAGE
+from codesign.models import GAT, GCN, GraphSAGE
 from codesign.quant import FakeQuant, LearnedBitQuant, qrange
 
 COMPUTE_BITS = 32
@@ -77,7 +81,7 @@ not multiples of 4 than at the next multiple (Cora, width 15: X @ W 172 us, A @ 
 16: 128 us, 50 us), so a pruned width of 15 ran slower than the full 16."""
 
 __all__ = ["NotDeployableError", "check_deployable", "COMPUTE_BITS", "CHANNEL_LANES", "FEATURE_STORES", "QuantizedMatrix", "CompactGCN",
-           "CompactSAGE", "deploy",
+           "CompactSAGE", "CompactGAT", "deploy",
            "dense_program", "pick_feature_store", "measure", "measure_model"]
 
 
@@ -98,8 +102,15 @@ def _check_supported(model) -> None:
                     raise NotDeployableError(f"deploy: GraphSAGE compiles with the fixed quantizer (FakeQuant) or none "
                                              f"only, got {type(q).__name__}")
         return
+    if isinstance(model, GAT):
+        for conv in (model.conv1, model.conv2):
+            for q in (conv.quant_x, conv.quant_w):
+                if not isinstance(q, FakeQuant):
+                    raise NotDeployableError(f"deploy: GAT compiles with the fixed quantizer (FakeQuant) or none only, "
+                                             f"got {type(q).__name__}")
+        return
     if not isinstance(model, GCN):
-        raise NotDeployableError(f"deploy: only codesign.models.GCN and GraphSAGE are supported so far, got "
+        raise NotDeployableError(f"deploy: only codesign.models.GCN, GraphSAGE and GAT are supported so far, got "
                                  f"{type(model).__name__}")
     for conv in (model.conv1, model.conv2):
         for q in (conv.quant_x, conv.quant_w):
@@ -196,12 +207,13 @@ def _quantize_on_grid(x: np.ndarray, grid: tuple[np.ndarray, np.ndarray]) -> np.
     return (d * np.round(np.clip(x, 0, qmax) * (np.float32(1.0) / d))).astype(np.float32)
 
 
-def _quantize_activation(x: np.ndarray, bits: Optional[int]) -> np.ndarray:
-    """`fake_quant` of an unsigned activation (per-tensor max scale), float32."""
+def _quantize_activation(x: np.ndarray, bits: Optional[int], signed: bool = False) -> np.ndarray:
+    """`fake_quant` of an activation (per-tensor max scale: ``max(x, 0)`` unsigned, ``max|x|``
+    signed), float32."""
     if bits is None or bits >= 32:
         return x
-    lo, hi = qrange(bits, False)
-    amax = np.float32(np.max(np.maximum(x, 0)))
+    lo, hi = qrange(bits, signed)
+    amax = np.float32(np.max(np.abs(x) if signed else np.maximum(x, 0)))
     scale = amax / np.float32(hi) if amax > 0 else np.float32(1.0)
     return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
 
@@ -348,6 +360,104 @@ class CompactSAGE:
         return _stored_bytes(self.adj) + _stored_bytes(self.x)
 
 
+@dataclasses.dataclass(frozen=True)
+class CompactGAT:
+    """A deployed two-layer GAT (`deploy`): run it with ``compact()``. Per layer and head ``k``
+    (Velickovic et al., ICLR 2018, eq. 1-4): ``h = x @ W_k``, scores ``LeakyReLU(a_src . h_u +
+    a_dst . h_v)`` on the kept edges and the self-loops, a softmax per receiver in which an edge
+    counts ``g_e`` times (its deterministic gate; self-loops 1: `codesign.vertex.Program.with_edge_gates`),
+    ``out = sum_u alpha_uv h_u``; layer 0 concatenates its heads, layer 1 averages them; ELU between.
+
+    Fields:
+      senders, receivers: int32 [E_kept + N] kept edges then self-loops; gate: float32 [E_kept + N].
+      x: float32 [N, F_kept] (dense or scipy CSR, `feature_store`), gate-scaled and quantized once.
+      heads0: per head of layer 0, ``(columns int [C_k], W QuantizedMatrix [F_kept, C_k], att_src,
+        att_dst float32 [C_k])``: its kept channels (indices into layer 0's H*F output), their
+        weight columns and attention entries (a channel gate scales ``h``; folded in at run time).
+      channel_gate: float32 [C_kept] the kept channels' gates; b0: float32 [C_kept].
+      w1: `QuantizedMatrix` [C_kept, H1*F1]; att1_src, att1_dst: float32 [H1, F1]; b1: float32 [F1].
+      bits1: layer 1's input bits (signed grid, per-tensor max; None = fp32); slopes: the two
+        layers' LeakyReLU slopes; kept: as `CompactGCN`.
+    """
+
+    senders: np.ndarray
+    receivers: np.ndarray
+    gate: np.ndarray
+    x: np.ndarray | sp.csr_matrix
+    heads0: tuple
+    channel_gate: np.ndarray
+    b0: np.ndarray
+    w1: QuantizedMatrix
+    att1_src: np.ndarray
+    att1_dst: np.ndarray
+    b1: np.ndarray
+    bits1: Optional[int]
+    slopes: tuple
+    kept: dict
+
+    def __post_init__(self):
+        n = self.x.shape[0]
+        order = np.argsort(self.receivers, kind="stable")  # CSR order (rows = receivers), once
+        indptr = np.searchsorted(self.receivers[order], np.arange(n + 1)).astype(np.int64)
+        object.__setattr__(self, "_csr", (self.senders[order], self.receivers[order], self.gate[order], indptr,
+                                          np.diff(indptr)))
+        # one GEMM for all heads: the kept columns side by side, the channel gate folded in
+        ws = [w.dequantized() for _, w, _, _ in self.heads0]
+        w0 = np.concatenate(ws, 1) if ws else np.zeros((self.x.shape[1], 0), np.float32)
+        object.__setattr__(self, "_w0", np.ascontiguousarray(w0 * self.channel_gate[None, :]))
+        bounds = np.cumsum([0] + [w.shape[1] for w in ws])
+        object.__setattr__(self, "_heads", [(slice(a, b), a_s, a_d) for a, b, (_, _, a_s, a_d)
+                                            in zip(bounds[:-1], bounds[1:], self.heads0)])
+
+    def _attend(self, h: np.ndarray, a_src: np.ndarray, a_dst: np.ndarray, slope: float) -> np.ndarray:
+        """One head: ``sum_u alpha_uv h_u`` [N, C] for h [N, C] (CSR over the receivers)."""
+        n = h.shape[0]
+        s, r, g, indptr, counts = self._csr
+        e = (h @ a_src)[s] + (h @ a_dst)[r]
+        e = np.where(e > 0, e, slope * e).astype(np.float32)
+        # every row holds its self-loop, so no row is empty (reduceat needs that)
+        p = g * np.exp(e - np.repeat(np.maximum.reduceat(e, indptr[:-1]), counts))  # max-shifted, as jax.nn.softmax
+        alpha = (p / np.repeat(np.add.reduceat(p, indptr[:-1]), counts)).astype(np.float32)
+        return np.asarray(sp.csr_matrix((alpha, s, indptr), shape=(n, n)) @ h)
+
+    def __call__(self) -> np.ndarray:
+        """Logits float32 [N, F1]."""
+        h0 = np.asarray(self.x @ self._w0)
+        outs = [self._attend(np.ascontiguousarray(h0[:, sl]), a_s, a_d, self.slopes[0]) for sl, a_s, a_d in self._heads]
+        h = np.concatenate(outs, 1) if outs else np.zeros((self.x.shape[0], 0), np.float32)
+        h += self.b0
+        h = np.where(h > 0, h, np.expm1(np.minimum(h, 0))).astype(np.float32)  # ELU
+        h *= self.channel_gate
+        h = _quantize_activation(h, self.bits1, signed=True)
+        heads, f = self.att1_src.shape
+        z = (h @ self.w1.dequantized()).reshape(h.shape[0], heads, f)
+        out = sum(self._attend(np.ascontiguousarray(z[:, k]), self.att1_src[k], self.att1_dst[k], self.slopes[1])
+                  for k in range(heads)) / heads
+        return (out + self.b1).astype(np.float32)
+
+    @property
+    def run_channels(self) -> int:
+        """Layer 0's kept output channels (all heads; not padded)."""
+        return int(self.channel_gate.size)
+
+    @property
+    def feature_store(self) -> str:
+        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
+        return "csr" if sp.issparse(self.x) else "dense"
+
+    @property
+    def model_bytes(self) -> int:
+        """Stored parameter bytes: weight codes (packed) + scales, attention vectors, biases, channel gates."""
+        w = sum(h[1].stored_bytes for h in self.heads0) + self.w1.stored_bytes
+        f32 = sum(h[2].size + h[3].size for h in self.heads0) + self.att1_src.size + self.att1_dst.size
+        return int(w + 4 * (f32 + self.b0.size + self.b1.size + self.channel_gate.size))
+
+    @property
+    def graph_bytes(self) -> int:
+        """Stored bytes of the kept edges (int32 senders, receivers; float32 gates) and the features."""
+        return int(self.senders.nbytes + self.receivers.nbytes + self.gate.nbytes) + _stored_bytes(self.x)
+
+
 def _sage_layer(adj: sp.csr_matrix, x, w_neigh: np.ndarray, w_root: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``A @ x @ w_neigh + x @ w_root + b``, float32 [N, width]: combine first (one GEMM with both
     weights side by side, then the aggregation of the neighbour half) when that narrows the
@@ -429,26 +539,27 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     return xs if median_s(xs) < median_s(x) else x
 
 
-def deploy(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") -> CompactGCN | CompactSAGE:
+def deploy(model: GCN | GraphSAGE | GAT, graph: Graph, feature_store: str = "auto"):
     """The compact program of the hardened ``model`` on ``graph`` (see the module docstring): a
-    `CompactGCN`, or a `CompactSAGE` for a `codesign.models.GraphSAGE` (mean aggregator).
+    `CompactGCN`, a `CompactSAGE` for a `codesign.models.GraphSAGE` (mean aggregator), a
+    `CompactGAT` for a `codesign.models.GAT`.
 
     Args:
-      model: a trained `codesign.models.GCN` or `GraphSAGE`; it is switched to eval mode
+      model: a trained `codesign.models.GCN`, `GraphSAGE` or `GAT`; it is switched to eval mode
         (deterministic gates).
       graph: the `Graph` it runs on (its features are stored compact in the program).
       feature_store: "dense", "csr" or "auto" (`pick_feature_store`).
 
     Raises:
-      NotDeployableError: (a NotImplementedError and a ValueError) a model other than GCN and
-        GraphSAGE (mean), or a quantizer other than `FakeQuant` and `LearnedBitQuant` (GraphSAGE:
-        `FakeQuant` or none).
+      NotDeployableError: (a NotImplementedError and a ValueError) a model other than GCN,
+        GraphSAGE (mean) and GAT, or a quantizer other than `FakeQuant` and `LearnedBitQuant`
+        (GraphSAGE, GAT: `FakeQuant` or none).
       ValueError: ``graph.n_features`` differs from the model's input width; an unknown
         ``feature_store``.
     """
     _check_supported(model)
     convs = (model.conv1, model.conv2)
-    quantizers = [] if isinstance(model, GraphSAGE) else [q for conv in convs for q in (conv.quant_x, conv.quant_w)]
+    quantizers = [q for conv in convs for q in (conv.quant_x, conv.quant_w)] if isinstance(model, GCN) else []
     if graph.n_features != model.in_features:
         raise ValueError(f"graph.x: the model expects {model.in_features} input features, got {graph.n_features}")
     model.eval()
@@ -457,18 +568,19 @@ def deploy(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") ->
         model(graph.x, adjacency(graph))
     n = graph.n_nodes
     senders, receivers = np.asarray(graph.senders), np.asarray(graph.receivers)
-    weight = np.ones(len(senders), np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
-    if model.edge_mask is not None:
-        weight = weight * np.asarray(model.edge_mask.edge_gates(graph.x, graph.senders, graph.receivers,
-                                                                deterministic=True), np.float32)
+    gate = np.ones(len(senders), np.float32) if model.edge_mask is None else \
+        np.asarray(model.edge_mask.edge_gates(graph.x, graph.senders, graph.receivers, deterministic=True), np.float32)
+    # GAT reads no edge weights (its attention weighs the edges): the gates alone
+    weight = gate if graph.edge_weight is None or isinstance(model, GAT) else \
+        np.asarray(graph.edge_weight, np.float32) * gate
     keep_e = weight != 0
-    adj = None if isinstance(model, GraphSAGE) else _normalized_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
+    adj = _normalized_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n) if isinstance(model, GCN) else None
 
     x = np.asarray(graph.x, np.float32)
     z_f = np.ones(x.shape[1], np.float32) if model.feature_mask is None else \
         np.asarray(model.feature_mask.gate(True), np.float32)
     keep_f = z_f > 0
-    hidden = model.conv1.out_features
+    hidden = _hidden_width(model)
     z_c = np.ones(hidden, np.float32) if model.channel_mask is None else \
         np.asarray(model.channel_mask.gate(True), np.float32)
     keep_c = z_c > 0
@@ -478,6 +590,11 @@ def deploy(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") ->
     if isinstance(model, GraphSAGE):
         adj = _mean_csr(senders[keep_e], receivers[keep_e], weight[keep_e], n)
         return _sage_program(model, adj, x, z_f, z_c, kept, feature_store)
+    if isinstance(model, GAT):  # the kept edges, then the self-loops (never gated)
+        loops = np.arange(n)
+        return _gat_program(model, np.concatenate([senders[keep_e], loops]), np.concatenate([receivers[keep_e], loops]),
+                            np.concatenate([weight[keep_e], np.ones(n, np.float32)]).astype(np.float32), x, z_f, z_c,
+                            kept, feature_store)
 
     hidden_grid = _grid(model.conv2.quant_x)  # before any other call of the quantizers
     w0, s0, b0bits = _weight_codes(model.conv1.quant_w, np.asarray(model.conv1.kernel[...]))
@@ -495,6 +612,42 @@ def deploy(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") ->
         b0=np.asarray(model.conv1.bias[...], np.float32)[keep_c], b1=np.asarray(model.conv2.bias[...], np.float32),
         channel_gate=z_c[keep_c], bits=model.conv2.quant_x.bits if hidden_grid is None else None,
         hidden_grid=hidden_grid, kept=kept)
+
+
+def _hidden_width(model) -> int:
+    """Layer 0's output channels, the channel mask's width: H * F for a GAT, F otherwise."""
+    c = model.conv1
+    return c.heads * c.out_features if isinstance(model, GAT) else c.out_features
+
+
+def _gat_program(model: GAT, senders: np.ndarray, receivers: np.ndarray, gate: np.ndarray, x: np.ndarray,
+                 z_f: np.ndarray, z_c: np.ndarray, kept: dict, feature_store: str, fp32: bool = False) -> CompactGAT:
+    """`deploy`'s program of a GAT (fixed quantizer or none): the kept edges and self-loops with
+    their gates, the kept feature columns (quantized once), per head of layer 0 its kept channels'
+    weight columns (codes on the full weight's grid) and attention entries, layer 1's weight rows
+    of the kept channels. ``fp32``: no quantizer at all (`dense_program`)."""
+    keep_f, keep_c = z_f > 0, z_c > 0
+    c0, c1 = model.conv1, model.conv2
+    codes = (lambda q, w: _quantize_weight(w, None)) if fp32 else _weight_codes
+    codes0, s0, bits0 = codes(c0.quant_w, np.asarray(c0.kernel[...], np.float32))
+    codes1, s1, bits1 = codes(c1.quant_w, np.asarray(c1.kernel[...], np.float32))
+    a_src, a_dst = (np.asarray(a[...], np.float32) for a in (c0.att_src, c0.att_dst))
+    f = c0.out_features
+    heads0 = []
+    for k in range(c0.heads):
+        cols = np.flatnonzero(keep_c[k * f:(k + 1) * f])
+        if len(cols):  # a head with every channel removed contributes nothing
+            heads0.append((cols + k * f, QuantizedMatrix(np.ascontiguousarray(codes0[keep_f][:, cols + k * f]), s0, bits0),
+                           a_src[k, cols].copy(), a_dst[k, cols].copy()))
+    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), None if fp32 else c0.quant_x.bits)
+    w_all = np.concatenate([h[1].dequantized() for h in heads0], 1) if heads0 else np.zeros((x.shape[1], 0), np.float32)
+    return CompactGAT(senders=senders.astype(np.int32), receivers=receivers.astype(np.int32), gate=gate,
+                      x=pick_feature_store(x, w_all, feature_store), heads0=tuple(heads0), channel_gate=z_c[keep_c],
+                      b0=np.asarray(c0.bias[...], np.float32)[keep_c],
+                      w1=QuantizedMatrix(np.ascontiguousarray(codes1[keep_c]), s1, bits1),
+                      att1_src=np.asarray(c1.att_src[...], np.float32), att1_dst=np.asarray(c1.att_dst[...], np.float32),
+                      b1=np.asarray(c1.bias[...], np.float32), bits1=None if fp32 else c1.quant_x.bits,
+                      slopes=(float(c0.negative_slope), float(c1.negative_slope)), kept=kept)
 
 
 def _sage_program(model: GraphSAGE, adj: sp.csr_matrix, x: np.ndarray, z_f: np.ndarray, z_c: np.ndarray, kept: dict,
@@ -521,13 +674,21 @@ def _sage_program(model: GraphSAGE, adj: sp.csr_matrix, x: np.ndarray, z_f: np.n
                        channel_gate=z_c[keep_c], bits=c1.quant_x.bits, kept=kept)
 
 
-def dense_program(model: GCN | GraphSAGE, graph: Graph, feature_store: str = "auto") -> CompactGCN | CompactSAGE:
+def dense_program(model: GCN | GraphSAGE | GAT, graph: Graph, feature_store: str = "auto"):
     """The dense FP32 program of the same architecture (all features, channels and edges, float32
     weights of ``model``, no quantization), run by the same code: the fair reference of `measure`.
     ``feature_store`` as in `deploy` (the faster store by default: the reference's best
     configuration)."""
     n = graph.n_nodes
     weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
+    if isinstance(model, GAT):
+        hidden, loops = _hidden_width(model), np.arange(n)
+        kept = {"features": model.in_features, "feature_fraction": 1.0, "channels": hidden, "channel_fraction": 1.0,
+                "edges": graph.n_edges, "edge_fraction": 1.0}
+        return _gat_program(model, np.concatenate([np.asarray(graph.senders), loops]),
+                            np.concatenate([np.asarray(graph.receivers), loops]), np.ones(graph.n_edges + n, np.float32),
+                            np.array(graph.x, np.float32, order="C"), np.ones(model.in_features, np.float32),
+                            np.ones(hidden, np.float32), kept, feature_store, fp32=True)
     if isinstance(model, GraphSAGE):
         hidden = model.conv1.out_features
         kept = {"features": model.in_features, "feature_fraction": 1.0, "channels": hidden, "channel_fraction": 1.0,
@@ -611,14 +772,14 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
             "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV}}
 
 
-def measure_model(model: GCN | GraphSAGE, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
+def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
                   locality=None, feature_store: str = "auto") -> dict:
     """Deploys the hardened ``model`` and measures it next to the dense FP32 program on this
     machine (`measure`), beside the cost model's prediction for this machine: the record fields of
     a measured design point (`codesign sweep --measure`, `codesign deploy`, experiments/deploy_measure.py).
 
     Args:
-      model: a trained `codesign.models.GCN` or `GraphSAGE` (switched to eval mode).
+      model: a trained `codesign.models.GCN`, `GraphSAGE` or `GAT` (switched to eval mode).
       graph: the `Graph` it runs on.
       local_hw: the `codesign.hwmodel.HardwareSpec` of the machine that measures, as the
         programs use it (the ``cpu_numpy`` preset on a CPU: one core, numpy / scipy calls; it
@@ -654,13 +815,19 @@ def measure_model(model: GCN | GraphSAGE, graph: Graph, local_hw, *, reps: int =
     # and stores in (`COMPUTE_BITS`: float32 here, integer codes dequantized), not the quantizers' width
     col_nnz = feature_column_nnz(graph.x)
     nnz_of = lambda prog: col_nnz if prog.feature_store == "csr" else None
-    hidden = model.conv1.out_features  # each program priced at the hidden width it computes with (run_channels)
+    hidden = _hidden_width(model)  # each program priced at the hidden width it computes with (run_channels)
     modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality,
                                               feature_nnz=nnz_of(compact),
                                               densities={"channel": min(1.0, compact.run_channels / hidden)}), local_hw)
     # the dense model of the same architecture (no masks, no quantizers), priced as the reference runs
-    shell = GraphSAGE(model.in_features, hidden, model.conv2.out_features, aggr=model.aggr, rngs=nnx.Rngs(0)) \
-        if isinstance(model, GraphSAGE) else GCN(model.in_features, hidden, model.conv2.out_features, rngs=nnx.Rngs(0))
+    c0, c1 = model.conv1, model.conv2
+    if isinstance(model, GAT):
+        shell = GAT(model.in_features, c0.out_features, c1.out_features, heads=c0.heads, out_heads=c1.heads,
+                    rngs=nnx.Rngs(0))
+    elif isinstance(model, GraphSAGE):
+        shell = GraphSAGE(model.in_features, hidden, c1.out_features, aggr=model.aggr, rngs=nnx.Rngs(0))
+    else:
+        shell = GCN(model.in_features, hidden, c1.out_features, rngs=nnx.Rngs(0))
     ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense),
                                           densities={"channel": min(1.0, dense.run_channels / hidden)}), local_hw)
     logits = np.asarray(model(graph.x, adjacency(graph)))

@@ -174,8 +174,11 @@ def test_measure_reports_both_programs():
 
 def test_unsupported_models_and_widths_are_refused():
     g = _graph()
-    with pytest.raises(NotImplementedError, match="only codesign.models.GCN and GraphSAGE"):
-        deploy(GAT(g.n_features, 4, 3, heads=2, rngs=nnx.Rngs(0)), g)
+    from codesign.models import GIN
+    with pytest.raises(NotImplementedError, match="only codesign.models.GCN, GraphSAGE and GAT"):
+        deploy(GIN(g.n_features, 4, 3, rngs=nnx.Rngs(0)), g)
+    with pytest.raises(NotImplementedError, match=r"GAT compiles with the fixed quantizer \(FakeQuant\)"):
+        deploy(GAT(g.n_features, 4, 3, heads=2, bits=8, quantizer="lsq", rngs=nnx.Rngs(0)), g)
     with pytest.raises(NotImplementedError, match="GraphSAGE compiles with the mean aggregator only, got aggr='max'"):
         deploy(GraphSAGE(g.n_features, 8, 3, aggr="max", rngs=nnx.Rngs(0)), g)
     with pytest.raises(NotImplementedError, match=r"GraphSAGE compiles with the fixed quantizer \(FakeQuant\)"):
@@ -289,8 +292,8 @@ def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, caps
     assert dense["modeled_local"] == dense["dense_modeled_local"]  # the reference is its own dense model
     capsys.readouterr()
     assert cli.main(argv) == 0 and "0 runs to do" in capsys.readouterr().err  # resumed, nothing retrained
-    assert cli.main(["sweep", "--measure", "--model", "gat", "--seeds", "1", "--out", str(tmp_path)]) == 2
-    assert "--measure: codesign.deploy compiles GCN and GraphSAGE models only" in capsys.readouterr().err
+    assert cli.main(["sweep", "--measure", "--model", "gin", "--seeds", "1", "--out", str(tmp_path)]) == 2
+    assert "--measure: codesign.deploy compiles GCN, GraphSAGE and GAT models only" in capsys.readouterr().err
 
 
 def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
@@ -595,3 +598,54 @@ def test_measure_model_of_a_sage_prices_both_programs_as_they_run():
     # fewer features, channels and edges: the compact program is modeled cheaper than the dense one
     assert 0 < r["modeled_local"]["latency_s"] < r["dense_modeled_local"]["latency_s"]
     assert r["measured"]["model_bytes"] < r["dense_measured"]["model_bytes"]
+
+
+def _hardened_gat(g, bits, seed=0, hidden=4, heads=2, out_heads=1):
+    """`_hardened_gcn`'s gates on a GAT: a third of the features, of the heads x hidden channels
+    and of the edges closed (at least one of each), the rest open in (0, 1]."""
+    m = GAT(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
+            channel_mask=True, bits=bits, heads=heads, out_heads=out_heads, rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for gate, n in ((m.feature_mask.gate, g.n_features), (m.channel_mask.gate, heads * hidden),
+                    (m.edge_mask.gate, g.n_edges)):
+        closed = (rng.random(n) < 1 / 3) | (np.arange(n) == 0)
+        gate.log_alpha[...] = jnp.asarray(np.where(closed, -10.0, rng.uniform(-1.5, 3.0, n)), jnp.float32)
+    m.eval()
+    return m
+
+
+@pytest.mark.parametrize("bits", [None, 8])
+@pytest.mark.parametrize("store", ["dense", "csr"])
+def test_compact_gat_logits_equal_the_hardened_model(bits, store):
+    """GAT: the kept edges (+ self-loops) with their gates counted in the softmax, the kept
+    features, the kept channels of each head (a whole head may go), signed quantization of the
+    hidden ELU output on the per-tensor grid; the logits are the hardened model's."""
+    g = _graph()
+    m = _hardened_gat(g, bits, out_heads=2)
+    ref = np.asarray(m(g.x, adjacency(g)))
+    c = deploy(m, g, store)
+    n_f, n_c, n_e = (int(np.asarray(mask.hard_mask()).sum()) for mask in (m.feature_mask, m.channel_mask, m.edge_mask))
+    assert c.feature_store == store and c.x.shape == (g.n_nodes, n_f)
+    assert sum(len(h[0]) for h in c.heads0) == n_c == c.run_channels < 8 and c.w1.codes.shape[0] == n_c
+    assert len(c.senders) == n_e + g.n_nodes and n_e < g.n_edges
+    np.testing.assert_allclose(c(), ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))
+    if bits:
+        assert c.model_bytes < dense_program(m, g).model_bytes
+
+
+def test_dense_gat_program_is_the_fp32_model_without_masks():
+    g = _graph()
+    m = GAT(g.n_features, 4, 3, heads=2, rngs=nnx.Rngs(1))
+    m.eval()
+    ref = np.asarray(m(g.x, adjacency(g)))
+    np.testing.assert_allclose(dense_program(m, g)(), ref, rtol=1e-4, atol=1e-6)
+
+
+def test_measure_model_of_a_gat_prices_both_programs_as_they_run():
+    from codesign.deploy import measure_model
+    g = _graph()
+    m = _hardened_gat(g, 8)
+    r = measure_model(m, g, hwmodel.presets.get("cpu_numpy"), reps=3, warmup=1)
+    assert r["max_logit_gap"] < 1e-3
+    assert r["kept"]["channels"] < 8 and r["kept"]["edges"] < g.n_edges
+    assert 0 < r["modeled_local"]["latency_s"] < r["dense_modeled_local"]["latency_s"]

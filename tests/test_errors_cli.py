@@ -415,13 +415,12 @@ def test_deploy_of_a_corrupted_or_edited_checkpoint_is_one_line(cora, tmp_path, 
         f"meta_sha256 saved in it); re-save it (codesign train --save)")
 
 
-def test_deploy_of_a_gat_checkpoint_is_one_line(cora, tmp_path, capsys):
-    ck = _cora_checkpoint(cora, tmp_path / "gat", model="gat")
+def test_deploy_of_a_gin_checkpoint_is_one_line(cora, tmp_path, capsys):
+    ck = _cora_checkpoint(cora, tmp_path / "gin", model="gin")
     assert cli.main(["deploy", str(ck), "--reps", "1"]) == 2
     assert _one_error_line(capsys.readouterr().err, "deploy").startswith(
-        "codesign deploy: error: deploy: only codesign.models.GCN and GraphSAGE are supported so far, got GAT "
-        "(TrainConfig "
-        "model='gat'")
+        "codesign deploy: error: deploy: only codesign.models.GCN, GraphSAGE and GAT are supported so far, got GIN "
+        "(TrainConfig model='gin'")
 
 
 def test_deploy_of_a_truncated_checkpoint_in_a_process_is_one_line(cora, tmp_path):
