@@ -406,34 +406,55 @@ class CompactGAT:
         w0 = np.concatenate(ws, 1) if ws else np.zeros((self.x.shape[1], 0), np.float32)
         object.__setattr__(self, "_w0", np.ascontiguousarray(w0 * self.channel_gate[None, :]))
         bounds = np.cumsum([0] + [w.shape[1] for w in ws])
-        object.__setattr__(self, "_heads", [(slice(a, b), a_s, a_d) for a, b, (_, _, a_s, a_d)
-                                            in zip(bounds[:-1], bounds[1:], self.heads0)])
+        heads1, f1 = self.att1_src.shape
+        # the attention scores of all heads as one product: h @ [C, H] (a head's column holds its
+        # attention vector at its own channels' rows, zeros elsewhere)
+        src0, dst0 = (np.zeros((int(bounds[-1]), len(ws)), np.float32) for _ in range(2))
+        for k, (a, b, (_, _, a_s, a_d)) in enumerate(zip(bounds[:-1], bounds[1:], self.heads0)):
+            src0[a:b, k], dst0[a:b, k] = a_s, a_d
+        src1, dst1 = (np.zeros((heads1 * f1, heads1), np.float32) for _ in range(2))
+        for k in range(heads1):
+            src1[k * f1:(k + 1) * f1, k], dst1[k * f1:(k + 1) * f1, k] = self.att1_src[k], self.att1_dst[k]
+        object.__setattr__(self, "_layers", (
+            (src0, dst0, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]),
+            (src1, dst1, [slice(k * f1, (k + 1) * f1) for k in range(heads1)])))
+        object.__setattr__(self, "_w1", self.w1.dequantized())
+        # one CSR matrix per head, built once: a call only writes its values (scipy's constructor
+        # cost about as much as a head's product on Cora)
+        s_, _, _, indptr, _ = self._csr
+        csr = lambda: sp.csr_matrix((np.zeros(len(s_), np.float32), s_, indptr), shape=(n, n))
+        object.__setattr__(self, "_heads_csr", tuple([csr() for _ in sl] for _, _, sl in self._layers))
 
-    def _attend(self, h: np.ndarray, a_src: np.ndarray, a_dst: np.ndarray, slope: float) -> np.ndarray:
-        """One head: ``sum_u alpha_uv h_u`` [N, C] for h [N, C] (CSR over the receivers)."""
-        n = h.shape[0]
-        s, r, g, indptr, counts = self._csr
-        e = (h @ a_src)[s] + (h @ a_dst)[r]
-        e = np.where(e > 0, e, slope * e).astype(np.float32)
-        # every row holds its self-loop, so no row is empty (reduceat needs that)
-        p = g * np.exp(e - np.repeat(np.maximum.reduceat(e, indptr[:-1]), counts))  # max-shifted, as jax.nn.softmax
-        alpha = (p / np.repeat(np.add.reduceat(p, indptr[:-1]), counts)).astype(np.float32)
-        return np.asarray(sp.csr_matrix((alpha, s, indptr), shape=(n, n)) @ h)
+    def _attend(self, h: np.ndarray, layer: int) -> np.ndarray:
+        """All heads of ``layer``: ``sum_u alpha_uv h_u`` per head, side by side [N, C] for h [N, C];
+        the scores, the softmax and the normalization of every head in one pass over the edges
+        [E', H], then one CSR product (rows = receivers) per head."""
+        src, dst, slices = self._layers[layer]
+        s, r, g, indptr, _ = self._csr
+        e = (h @ src)[s] + (h @ dst)[r]  # [E', H]
+        slope = np.float32(self.slopes[layer])
+        e = np.where(e > 0, e, slope * e)
+        # every row holds its self-loop, so no row is empty (reduceat needs that); max-shifted as jax.nn.softmax
+        e -= np.maximum.reduceat(e, indptr[:-1], axis=0)[r]
+        p = np.exp(e, out=e)
+        p *= g[:, None]
+        p /= np.add.reduceat(p, indptr[:-1], axis=0)[r]
+        out = np.empty_like(h)
+        for k, (sl, a) in enumerate(zip(slices, self._heads_csr[layer])):
+            a.data[:] = p[:, k]
+            out[:, sl] = a @ h[:, sl]
+        return out
 
     def __call__(self) -> np.ndarray:
         """Logits float32 [N, F1]."""
-        h0 = np.asarray(self.x @ self._w0)
-        outs = [self._attend(np.ascontiguousarray(h0[:, sl]), a_s, a_d, self.slopes[0]) for sl, a_s, a_d in self._heads]
-        h = np.concatenate(outs, 1) if outs else np.zeros((self.x.shape[0], 0), np.float32)
+        h = self._attend(np.asarray(self.x @ self._w0), 0)
         h += self.b0
         h = np.where(h > 0, h, np.expm1(np.minimum(h, 0))).astype(np.float32)  # ELU
         h *= self.channel_gate
         h = _quantize_activation(h, self.bits1, signed=True)
         heads, f = self.att1_src.shape
-        z = (h @ self.w1.dequantized()).reshape(h.shape[0], heads, f)
-        out = sum(self._attend(np.ascontiguousarray(z[:, k]), self.att1_src[k], self.att1_dst[k], self.slopes[1])
-                  for k in range(heads)) / heads
-        return (out + self.b1).astype(np.float32)
+        z = self._attend(h @ self._w1, 1).reshape(h.shape[0], heads, f)
+        return (z.mean(axis=1) + self.b1).astype(np.float32)
 
     @property
     def run_channels(self) -> int:
