@@ -177,7 +177,8 @@ def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
 
     def body(d_src, chunk):
         s_c, r_c, w_c = chunk
-        ct_e = _gather(ct, ct_scale, r_c) + zero  # (the order: after the gradient so far, without a copy of ``ct`` per step)
+        # ``+ zero`` on the gathered rows: ordered after the gradient so far, no copy of ``ct`` per step
+        ct_e = _gather(ct, ct_scale, r_c) + zero
         return (d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e),
                 jnp.sum(ct_e * _gather(src, scale, s_c), axis=1))
 
@@ -214,8 +215,9 @@ def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8
     """SAR's backward pass of ``A @ (scale * y)`` (``scale`` [B, 1] or None: 1) for the cotangent
     ``scale * ct`` [B, F] (``ct`` alone without ``scale``; scaled as its rows are gathered, so the
     product is never formed), one ring step at a time, after ``after`` (an array [R, C], default
-    ``ct``: the ring starts from zeros computed from its first element): re-fetch the step's halo, then its gradients ``dw_e =
-    <ct[rcv_e], src[snd_e]>`` (added into ``dw`` [S]) and ``d_src = segment_sum(w * ct[rcv], snd)``,
+    ``ct``: the ring starts from zeros computed from its first element): re-fetch the step's
+    halo, then its gradients ``dw_e = <ct[rcv_e], src[snd_e]>`` (added into ``dw`` [S]) and
+    ``d_src = segment_sum(w * ct[rcv], snd)``,
     the halo's part sent back to its owner (inverse permutation, float32; straight-through for
     int8) and added at the rows it came from. The rows are scaled as they are gathered or sent,
     so ``scale * y`` is never formed. Each step starts from the gradient the previous one left,
