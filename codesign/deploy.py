@@ -218,8 +218,34 @@ def _quantize_activation(x: np.ndarray, bits: Optional[int], signed: bool = Fals
     return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
 
 
+class _CompactProgram:
+    """What every compact program (`CompactGCN`, `CompactSAGE`, `CompactGAT`) reports of its
+    storage: the feature store and the stored graph bytes (adjacency + feature columns)."""
+
+    @property
+    def feature_store(self) -> str:
+        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
+        return "csr" if sp.issparse(self.x) else "dense"
+
+    @property
+    def graph_bytes(self) -> int:
+        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
+        return _stored_bytes(self.adj) + _stored_bytes(self.x)
+
+
+def _lane_width(kept: int) -> int:
+    """``kept`` hidden channels rounded up to a multiple of `CHANNEL_LANES` (the width a program computes with)."""
+    return -(-kept // CHANNEL_LANES) * CHANNEL_LANES
+
+
+def _all_kept(features: int, channels: int, edges: int) -> dict:
+    """A dense program's `CompactGCN.kept`: every feature, channel and edge."""
+    return {"features": features, "feature_fraction": 1.0, "channels": channels, "channel_fraction": 1.0,
+            "edges": edges, "edge_fraction": 1.0}
+
+
 @dataclasses.dataclass(frozen=True)
-class CompactGCN:
+class CompactGCN(_CompactProgram):
     """A deployed two-layer GCN (`deploy`): run it with ``compact()`` (its features are stored).
 
     Fields:
@@ -272,22 +298,12 @@ class CompactGCN:
     def run_channels(self) -> int:
         """The hidden width the program computes with: the kept channels rounded up to a multiple
         of `CHANNEL_LANES` (zero channels; the stored model keeps only the kept ones)."""
-        return -(-self.w0.codes.shape[1] // CHANNEL_LANES) * CHANNEL_LANES
-
-    @property
-    def feature_store(self) -> str:
-        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
-        return "csr" if sp.issparse(self.x) else "dense"
+        return _lane_width(self.w0.codes.shape[1])
 
     @property
     def model_bytes(self) -> int:
         """Stored parameter bytes: integer codes (packed) + scales + biases + channel gates."""
         return self.w0.stored_bytes + self.w1.stored_bytes + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
-
-    @property
-    def graph_bytes(self) -> int:
-        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
-        return _stored_bytes(self.adj) + _stored_bytes(self.x)
 
 
 def _stored_bytes(a) -> int:
@@ -296,7 +312,7 @@ def _stored_bytes(a) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class CompactSAGE:
+class CompactSAGE(_CompactProgram):
     """A deployed two-layer GraphSAGE with the mean aggregator (`deploy`): run it with
     ``compact()``. Each layer is ``A_mean @ h @ W_neigh + h @ W_root + b`` (Hamilton et al.,
     NeurIPS 2017, Alg. 1 with ``W`` split in two, as `codesign.models.SAGEConv`).
@@ -341,12 +357,7 @@ class CompactSAGE:
     @property
     def run_channels(self) -> int:
         """The hidden width the program computes with (`CompactGCN.run_channels`)."""
-        return -(-self.w0_neigh.codes.shape[1] // CHANNEL_LANES) * CHANNEL_LANES
-
-    @property
-    def feature_store(self) -> str:
-        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
-        return "csr" if sp.issparse(self.x) else "dense"
+        return _lane_width(self.w0_neigh.codes.shape[1])
 
     @property
     def model_bytes(self) -> int:
@@ -354,14 +365,9 @@ class CompactSAGE:
         ws = (self.w0_neigh, self.w0_root, self.w1_neigh, self.w1_root)
         return sum(w.stored_bytes for w in ws) + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
 
-    @property
-    def graph_bytes(self) -> int:
-        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
-        return _stored_bytes(self.adj) + _stored_bytes(self.x)
-
 
 @dataclasses.dataclass(frozen=True)
-class CompactGAT:
+class CompactGAT(_CompactProgram):
     """A deployed two-layer GAT (`deploy`): run it with ``compact()``. Per layer and head ``k``
     (Velickovic et al., ICLR 2018, eq. 1-4): ``h = x @ W_k``, scores ``LeakyReLU(a_src . h_u +
     a_dst . h_v)`` on the kept edges and the self-loops, a softmax per receiver in which an edge
@@ -460,11 +466,6 @@ class CompactGAT:
     def run_channels(self) -> int:
         """Layer 0's kept output channels (all heads; not padded)."""
         return int(self.channel_gate.size)
-
-    @property
-    def feature_store(self) -> str:
-        """``"csr"`` when the features are stored as scipy CSR, else ``"dense"``."""
-        return "csr" if sp.issparse(self.x) else "dense"
 
     @property
     def model_bytes(self) -> int:
@@ -704,16 +705,14 @@ def dense_program(model: GCN | GraphSAGE | GAT, graph: Graph, feature_store: str
     weight = np.ones(graph.n_edges, np.float32) if graph.edge_weight is None else np.asarray(graph.edge_weight, np.float32)
     if isinstance(model, GAT):
         hidden, loops = _hidden_width(model), np.arange(n)
-        kept = {"features": model.in_features, "feature_fraction": 1.0, "channels": hidden, "channel_fraction": 1.0,
-                "edges": graph.n_edges, "edge_fraction": 1.0}
+        kept = _all_kept(model.in_features, hidden, graph.n_edges)
         return _gat_program(model, np.concatenate([np.asarray(graph.senders), loops]),
                             np.concatenate([np.asarray(graph.receivers), loops]), np.ones(graph.n_edges + n, np.float32),
                             np.array(graph.x, np.float32, order="C"), np.ones(model.in_features, np.float32),
                             np.ones(hidden, np.float32), kept, feature_store, fp32=True)
     if isinstance(model, GraphSAGE):
         hidden = model.conv1.out_features
-        kept = {"features": model.in_features, "feature_fraction": 1.0, "channels": hidden, "channel_fraction": 1.0,
-                "edges": graph.n_edges, "edge_fraction": 1.0}
+        kept = _all_kept(model.in_features, hidden, graph.n_edges)
         c0, c1 = model.conv1, model.conv2
         f32 = lambda k: QuantizedMatrix(np.array(k[...], np.float32), 1.0, 32)
         w0n, w0r = f32(c0.kernel_neigh), f32(c0.kernel_root)
@@ -731,8 +730,7 @@ def dense_program(model: GCN | GraphSAGE | GAT, graph: Graph, feature_store: str
                       w1=QuantizedMatrix(w1, 1.0, 32), b0=np.asarray(model.conv1.bias[...], np.float32),
                       b1=np.asarray(model.conv2.bias[...], np.float32),
                       channel_gate=np.ones(w0.shape[1], np.float32), bits=None,
-                      kept={"features": w0.shape[0], "feature_fraction": 1.0, "channels": w0.shape[1],
-                            "channel_fraction": 1.0, "edges": graph.n_edges, "edge_fraction": 1.0})
+                      kept=_all_kept(w0.shape[0], w0.shape[1], graph.n_edges))
 
 
 def _peak_bytes(fn: Callable[[], object]) -> int:
