@@ -53,12 +53,13 @@ line reports it in one line); `check_deployable` asks that of a `TrainConfig` be
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import os
 import statistics
 import time
 import tracemalloc
-from typing import Callable, Optional
+from typing import Callable, Optional, final
 
 import numpy as np
 import scipy.sparse as sp
@@ -218,9 +219,29 @@ def _quantize_activation(x: np.ndarray, bits: Optional[int], signed: bool = Fals
     return (np.clip(np.round(x / scale), lo, hi) * scale).astype(np.float32)
 
 
-class _CompactProgram:
-    """What every compact program (`CompactGCN`, `CompactSAGE`, `CompactGAT`) reports of its
-    storage: the feature store and the stored graph bytes (adjacency + feature columns)."""
+class _CompactProgram(abc.ABC):
+    """What every compact program (`CompactGCN`, `CompactSAGE`, `CompactGAT`) offers: a call that
+    returns the logits, its hidden width, and its stored bytes (parameters; graph = edges +
+    feature columns)."""
+
+    @abc.abstractmethod
+    def __call__(self) -> np.ndarray:
+        """Logits float32 [N, C]."""
+
+    @property
+    @abc.abstractmethod
+    def run_channels(self) -> int:
+        """The hidden width the program computes with."""
+
+    @property
+    @abc.abstractmethod
+    def model_bytes(self) -> int:
+        """Stored parameter bytes."""
+
+    @property
+    @abc.abstractmethod
+    def edge_bytes(self) -> int:
+        """Stored bytes of the edges the program aggregates over."""
 
     @property
     def feature_store(self) -> str:
@@ -229,8 +250,8 @@ class _CompactProgram:
 
     @property
     def graph_bytes(self) -> int:
-        """Stored bytes of the adjacency (CSR indptr, indices, values) and the feature columns."""
-        return _stored_bytes(self.adj) + _stored_bytes(self.x)
+        """Stored bytes of the edges (`edge_bytes`) and the feature columns."""
+        return self.edge_bytes + _stored_bytes(self.x)
 
 
 def _lane_width(kept: int) -> int:
@@ -244,6 +265,7 @@ def _all_kept(features: int, channels: int, edges: int) -> dict:
             "edges": edges, "edge_fraction": 1.0}
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class CompactGCN(_CompactProgram):
     """A deployed two-layer GCN (`deploy`): run it with ``compact()`` (its features are stored).
@@ -305,12 +327,18 @@ class CompactGCN(_CompactProgram):
         """Stored parameter bytes: integer codes (packed) + scales + biases + channel gates."""
         return self.w0.stored_bytes + self.w1.stored_bytes + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
 
+    @property
+    def edge_bytes(self) -> int:
+        """Stored bytes of the adjacency (CSR indptr, indices, values)."""
+        return _stored_bytes(self.adj)
+
 
 def _stored_bytes(a) -> int:
     """Bytes of a dense array or of a scipy CSR matrix's indptr, indices and values."""
     return int(a.indptr.nbytes + a.indices.nbytes + a.data.nbytes) if sp.issparse(a) else int(a.nbytes)
 
 
+@final
 @dataclasses.dataclass(frozen=True)
 class CompactSAGE(_CompactProgram):
     """A deployed two-layer GraphSAGE with the mean aggregator (`deploy`): run it with
@@ -365,7 +393,13 @@ class CompactSAGE(_CompactProgram):
         ws = (self.w0_neigh, self.w0_root, self.w1_neigh, self.w1_root)
         return sum(w.stored_bytes for w in ws) + 4 * (self.b0.size + self.b1.size + self.channel_gate.size)
 
+    @property
+    def edge_bytes(self) -> int:
+        """Stored bytes of the adjacency (CSR indptr, indices, values)."""
+        return _stored_bytes(self.adj)
 
+
+@final
 @dataclasses.dataclass(frozen=True)
 class CompactGAT(_CompactProgram):
     """A deployed two-layer GAT (`deploy`): run it with ``compact()``. Per layer and head ``k``
@@ -475,9 +509,9 @@ class CompactGAT(_CompactProgram):
         return int(w + 4 * (f32 + self.b0.size + self.b1.size + self.channel_gate.size))
 
     @property
-    def graph_bytes(self) -> int:
-        """Stored bytes of the kept edges (int32 senders, receivers; float32 gates) and the features."""
-        return int(self.senders.nbytes + self.receivers.nbytes + self.gate.nbytes) + _stored_bytes(self.x)
+    def edge_bytes(self) -> int:
+        """Stored bytes of the kept edges and self-loops (int32 senders, receivers; float32 gates)."""
+        return int(self.senders.nbytes + self.receivers.nbytes + self.gate.nbytes)
 
 
 def _sage_layer(adj: sp.csr_matrix, x, w_neigh: np.ndarray, w_root: np.ndarray, b: np.ndarray) -> np.ndarray:
