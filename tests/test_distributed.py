@@ -223,6 +223,32 @@ for gates in (False, True):
             permutes=dist.collective_permute_bytes(c.as_text())["ops"],
             grads=[np.asarray(x).ravel().tolist() for x in jax.tree.leaves(gr)])
 
+# sar_aggregate's ``kernel``: the GEMM inside the ring's VJP equals the GEMM before it (values and
+# gradients of x, kernel, edge weights and row scales), narrower and wider outputs (F < K, F > K)
+def ring_loss(x, kern, w, sc, fused, remat):
+    def body(xb, wb, scb, snd, rcv, *rows):
+        y = xb[0] if fused else xb[0] @ kern
+        out = dist.sar_aggregate(y, tuple(r[0] for r in rows), snd[0], rcv[0], wb[0], sg.offsets, sg.lengths,
+                                 remat=remat, row_scale=scb[0], kernel=kern if fused else None)
+        return jax.lax.psum(jnp.sum(jnp.sin(out)), dist.AXIS)
+    spec = PS(dist.AXIS)
+    return dist.shard_map(body, mesh, in_specs=(spec,) * (5 + len(sg.send_rows)), out_specs=PS())(
+        x, w, sc, sg.senders, sg.receivers, *sg.send_rows)
+from jax.sharding import PartitionSpec as PS
+out["kernel"] = {}
+for K, Fo in ((6, 3), (3, 6)):
+    xs = jnp.asarray(rng.normal(0.0, 1.0, sg.x.shape[:2] + (K,)), jnp.float32)
+    kern = jnp.asarray(rng.normal(0.0, 1.0, (K, Fo)), jnp.float32)
+    scs = jnp.asarray(rng.uniform(0.2, 1.0, sg.x.shape[:2] + (1,)), jnp.float32)
+    vals = {}
+    for fused, remat in ((False, False), (True, True), (True, False)):
+        f = jax.jit(jax.value_and_grad(lambda *a: ring_loss(*a, fused, remat), argnums=(0, 1, 2, 3)))
+        vals[(fused, remat)] = f(xs, kern, sg.weight, scs)
+    ref_l, ref_g = vals[(False, False)]
+    out["kernel"][f"{K}->{Fo}"] = {f"{fu}:{re}": [abs(float(l) - float(ref_l)) / abs(float(ref_l))] +
+                                   [rel(a, b) for a, b in zip(gr, ref_g)]
+                                   for (fu, re), (l, gr) in vals.items() if fu}
+
 # int8 halo: close to float32, sends s8 codes + f32 row scales
 P = 4
 part = dist.partition_graph(s, r, N, P)
@@ -380,6 +406,18 @@ def test_rematerialization_survives_the_compiler(multi_device):
         assert abs(on["loss"] - off["loss"]) <= 1e-6 * abs(off["loss"])
         for a, b in zip(on["grads"], off["grads"], strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sar_kernel_inside_the_ring(multi_device):
+    """``sar_aggregate(kernel=W)`` (the combine GEMM inside the ring's VJP, whose backward pass
+    never forms X W) equals aggregating X W: loss and the gradients of X, W, the edge weights and
+    the row scales, for outputs narrower and wider than the input (the two ways `_row_dot_y` goes)."""
+    r = multi_device["kernel"]
+    assert set(r) == {"6->3", "3->6"}
+    for case, runs in r.items():
+        assert set(runs) == {"True:True", "True:False"}
+        for name, errs in runs.items():
+            assert len(errs) == 5 and max(errs) <= 1e-5, (case, name, errs)
 
 
 def test_int8_halo(multi_device):

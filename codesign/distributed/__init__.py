@@ -8,7 +8,7 @@ from codesign.distributed.partition import (METHODS, Partition, PartitionLayout,
                                            host_halo_counts, metis_parts, partition_graph)
 from codesign.distributed.gcn import (PART_FIELDS, HaloAdjacency, PartitionedEdgeMask, ShardedGraph, check_model,
                                       edge_slot_mask, graph_blocks, halo_widths, logits_and_loss, loss_fn, partition_edge_mask,
-                                      sar_gcn_aggregate, shard_graph, sharded_graph_from_parts)
+                                      sar_gcn_aggregate, sar_gcn_combine_aggregate, shard_graph, sharded_graph_from_parts)
 from codesign.distributed.shards import (GraphSizes, Shard, ShardError, load_local, load_shard, read_layout, shard_blocks,
                                          write_shards)
 
@@ -16,7 +16,7 @@ __all__ = ["collective_permute_bytes", "exchange", "int8_exchange", "ring_perm",
            "initialize", "is_primary", "local_parts", "make_mesh", "shard_map", "sharded", "METHODS", "Partition", "PartitionLayout", "cut_by_level",
            "hierarchical_partition", "host_halo_counts", "metis_parts",
            "partition_graph", "HaloAdjacency", "PartitionedEdgeMask", "ShardedGraph",
-           "check_model", "edge_slot_mask", "graph_blocks", "halo_widths", "logits_and_loss", "loss_fn", "partition_edge_mask", "sar_gcn_aggregate",
+           "check_model", "edge_slot_mask", "graph_blocks", "halo_widths", "logits_and_loss", "loss_fn", "partition_edge_mask", "sar_gcn_aggregate", "sar_gcn_combine_aggregate",
            "shard_graph", "PART_FIELDS", "sharded_graph_from_parts", "GraphSizes", "Shard", "ShardError",
            "load_local", "load_shard", "read_layout", "shard_blocks", "write_shards"]
 from codesign.distributed.train import build_partitioned_model, comm_stages, partitioned_cost, train_distributed

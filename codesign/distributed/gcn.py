@@ -287,7 +287,9 @@ class HaloAdjacency:
         int8: send halo rows as int8 + row scales; remat: rematerialize each ring step;
         weight_sink: None, or a list to which `sar_gcn_aggregate` appends the edge values it
         aggregated with, threaded through the ring (`sar_aggregate`'s ``thread_weight``): the next
-        layer aggregates with that array, so the layers' edge-weight gradients share one buffer.
+        layer aggregates with that array, so the layers' edge-weight gradients share one buffer;
+        weight_grad: whether the edge values (so the degrees) have a gradient (edge gates);
+        False: ``D^-1/2`` is a constant to the ring's backward pass (`sar_aggregate`'s ``scale_grad``).
     """
 
     send_rows: tuple
@@ -300,6 +302,7 @@ class HaloAdjacency:
     int8: bool = False
     remat: bool = True
     weight_sink: Optional[list] = None
+    weight_grad: bool = True
 
     # what a vertex program reads of the adjacency it runs on (`codesign.vertex.Program.__call__`
     # with ``aggregate=sar_gcn_aggregate``: `GCNConv` runs its program on this view)
@@ -331,9 +334,24 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
     Shapes: ``x`` float32 [B, F] -> [B, F].
     """
     del impl
+    return _sar_gcn(adj, x, None)
+
+
+def sar_gcn_combine_aggregate(adj: HaloAdjacency, x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """``D^-1/2 (A + I) D^-1/2 (x @ kernel)`` for this device's rows: `sar_gcn_aggregate` with the
+    combine-first GEMM inside the ring's backward rule (`sar_aggregate`'s ``kernel``), which
+    computes ``x @ kernel`` again instead of keeping it; `GCNConv`'s ``combine_aggregate_fn``.
+
+    Shapes: ``x`` float32 [B, K], ``kernel`` float32 [K, F] -> [B, F].
+    """
+    return _sar_gcn(adj, x, kernel)
+
+
+def _sar_gcn(adj: HaloAdjacency, x: jax.Array, kernel) -> jax.Array:
     thread = adj.weight_sink is not None
     out = sar_aggregate(x, adj.send_rows, adj.senders, adj.receivers, adj.weight, adj.offsets, adj.lengths,
-                        int8=adj.int8, remat=adj.remat, thread_weight=thread, row_scale=adj.inv_sqrt_deg)
+                        int8=adj.int8, remat=adj.remat, thread_weight=thread, row_scale=adj.inv_sqrt_deg,
+                        scale_grad=adj.weight_grad, kernel=kernel)
     if thread:
         out, w = out
         adj.weight_sink.append(w)
@@ -387,6 +405,7 @@ def _local_conv(graphdef, state, aggregate_fn) -> GCNConv:
     tensor (`FakeQuant` with ``axis_name``: a ``pmax`` over the mesh, 4 bytes per device)."""
     conv = nnx.merge(graphdef, state)
     conv.aggregate_fn = aggregate_fn
+    conv.combine_aggregate_fn = sar_gcn_combine_aggregate
     conv.quant_x = FakeQuant(conv.quant_x.bits, signed=conv.quant_x.signed, axis_name=AXIS)
     return conv
 
@@ -443,7 +462,7 @@ def logits_and_loss(model, sg: ShardedGraph, mesh: Mesh, *, int8_halo: bool = Fa
         # buffer for both layers' edge-weight gradients, `HaloAdjacency.weight_sink`)
         sink = [] if "log_alpha" in d else None
         adj = HaloAdjacency(send_rows, snd, rcv, w, jax.lax.rsqrt(jnp.maximum(deg, 1e-12))[:, None],
-                            offsets, lengths, int8_halo, remat, sink)
+                            offsets, lengths, int8_halo, remat, sink, "log_alpha" in d)
         conv1, conv2 = _local_conv(gd1, st1, sar_gcn_aggregate), _local_conv(gd2, st2, sar_gcn_aggregate)
         rows = jnp.maximum(node_id, 0).astype(jnp.uint32)[:, None]
 

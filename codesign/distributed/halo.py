@@ -89,9 +89,11 @@ def exchange(rows: jax.Array, perm: tuple, int8: bool = False) -> jax.Array:
     return int8_exchange(rows, perm) if int8 else jax.lax.ppermute(rows, AXIS, perm)
 
 
-def _gather(src, scale, idx):
-    """``(scale * src)[idx]`` without forming ``scale * src`` (``scale`` None: ``src[idx]``)."""
-    return src[idx] if scale is None else scale[idx] * src[idx]
+def _gather(src, scale, idx, kernel=None):
+    """``(scale * src @ kernel)[idx]`` without forming ``scale * src @ kernel``: the rows gathered,
+    then multiplied (``scale`` None: 1; ``kernel`` None: the identity)."""
+    rows = src[idx] if kernel is None else src[idx] @ kernel
+    return rows if scale is None else scale[idx] * rows
 
 
 def _step_sum(acc, src, snd, rcv, w, chunked, scale=None):
@@ -124,12 +126,13 @@ def _remote_step(acc, y, rows, snd, rcv, w, *, perm, int8, chunked, zero, scale=
     return _step_sum(acc, halo, snd, rcv, w, chunked)
 
 
-def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=False, scale=None):
-    """The ring of `sar_aggregate`'s forward pass, ``A @ (scale * y)`` (``scale`` [B, 1] or None:
-    1; without rematerialization autodiff keeps what it needs; ``chunked``: each step's sum in
-    chunks, `_step_sum`)."""
+def _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=False, scale=None,
+             init=None):
+    """The ring of `sar_aggregate`'s forward pass, ``init + A @ (scale * y)`` (``scale`` [B, 1] or
+    None: 1; ``init`` [B, F] or None: 0; without rematerialization autodiff keeps what it needs;
+    ``chunked``: each step's sum in chunks, `_step_sum`)."""
     n_parts = len(offsets)
-    acc = jnp.zeros_like(y)
+    acc = jnp.zeros_like(y) if init is None else init
     o, n = offsets[0], lengths[0]
     if n:
         acc = _step_sum(acc, y, senders[o:o + n], receivers[o:o + n], weight[o:o + n], chunked, scale)
@@ -160,11 +163,12 @@ def _chunks(snd, rcv, w) -> tuple:
     return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
 
 
-def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
+def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None, kernel=None):
     """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * (scale * src)[snd], rcv)``
     (``scale`` [R, 1] or None: 1) for the cotangent ``ct_scale * ct`` [B, F] (``ct_scale`` [B, 1]
     or None: 1, applied as rows are gathered): ``dw_e = <ct[rcv_e], (scale * src)[snd_e]>``,
-    ``d_src = segment_sum(w * ct[rcv], snd)`` (the cotangent of ``scale * src``),
+    ``d_src = segment_sum(w * ct[rcv], snd)`` (the cotangent of ``scale * src``; ``kernel`` [K, F]
+    or None: ``src`` [R, K] stands for ``src @ kernel``, each chunk's rows multiplied as gathered),
     over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the whole
     step is formed. ``zero``: a scalar 0 computed from the gradient so far (`_zero_of`), from
     which the scan's initial ``d_src`` is broadcast, so the compiler cannot materialize every
@@ -172,7 +176,7 @@ def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
     n = snd.shape[0]
     if n <= REMAT_CHUNK_EDGES:
         ct_e = _gather(ct, ct_scale, rcv) + zero
-        return (jnp.sum(ct_e * _gather(src, scale, snd), axis=1),
+        return (jnp.sum(ct_e * _gather(src, scale, snd, kernel), axis=1),
                 jax.ops.segment_sum(w[:, None].astype(ct.dtype) * ct_e, snd, num_segments=src.shape[0]))
 
     def body(d_src, chunk):
@@ -180,38 +184,70 @@ def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
         # ``+ zero`` on the gathered rows: ordered after the gradient so far, no copy of ``ct`` per step
         ct_e = _gather(ct, ct_scale, r_c) + zero
         return (d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e),
-                jnp.sum(ct_e * _gather(src, scale, s_c), axis=1))
+                jnp.sum(ct_e * _gather(src, scale, s_c, kernel), axis=1))
 
     # (the initial zeros are varying over the mesh axis, as ``src`` is: ``zero`` comes from ``dy``)
-    d_src, dw = jax.lax.scan(body, jnp.broadcast_to(zero.astype(ct.dtype), src.shape), _chunks(snd, rcv, w))
+    d_src, dw = jax.lax.scan(body, jnp.broadcast_to(zero.astype(ct.dtype), (src.shape[0], ct.shape[1])),
+                             _chunks(snd, rcv, w))
     return dw.reshape(-1)[:n], d_src
 
 
 def _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8):
-    """``(out, agg)``: `sar_aggregate`'s value ``out`` and the ring's sum ``agg = A @ (scale * y)``
-    (``out = agg`` without ``scale``, else ``scale * (scale * y + agg)``)."""
-    agg = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True, scale=scale)
-    return (agg if scale is None else scale * (scale * y + agg)), agg
+    """``(out, acc)``: `sar_aggregate`'s value ``out`` and the ring's result ``acc``: without
+    ``scale`` both are ``A @ y``, else ``acc = scale * y + A @ (scale * y)`` and ``out = scale * acc``."""
+    if scale is None:
+        acc = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True)
+        return acc, acc
+    # the ring adds into ``scale * y``, so ``out`` is one product of the ring's result: the compiler
+    # fuses ``out`` into its later readers (the ReLU's backward pass) and then keeps that result
+    # alone from the forward to the backward pass (from ``scale * (scale * y + agg)`` it kept ``y``
+    # and ``agg``)
+    acc = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, chunked=True, scale=scale,
+                   init=scale * y)
+    return scale * acc, acc
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
-def _sar_remat(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
-    out = _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8)[0]
+def _varying(a):
+    """``a`` (None passes) cast to varying over `AXIS` where it is replicated (a GCN kernel): inside
+    `_sar_remat` its gradient is then per device, and autodiff sums it over the devices (the
+    transpose of the cast), as it does for a replicated kernel used in a per-device product."""
+    if a is None:
+        return a
+    t = jax.typeof(a)
+    kinds = getattr(t, "manual_axis_type", None)  # JAX 0.10; earlier releases: ``vma``
+    varying = kinds.varying if kinds is not None else getattr(t, "vma", None)
+    if varying is not None:
+        return a if AXIS in varying else jax.lax.pcast(a, AXIS, to="varying")
+    try:  # a release that names it otherwise: the cast refuses an array that already varies
+        return jax.lax.pcast(a, AXIS, to="varying")
+    except ValueError:
+        return a
+
+
+def _combine(x, kernel):
+    """``x @ kernel`` (``kernel`` None: ``x``): the combine GEMM `sar_aggregate` may run first."""
+    return x if kernel is None else x @ kernel
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11))
+def _sar_remat(x, kernel, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread, scale_grad):
+    out = _ring_out(_combine(x, kernel), scale, send_rows, senders, receivers, weight, offsets, lengths, int8)[0]
     return (out, weight) if thread else out
 
 
-def _sar_remat_fwd(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread):
-    out, agg = _ring_out(y, scale, send_rows, senders, receivers, weight, offsets, lengths, int8)
-    # its inputs only (no halo, no message) and, with a row scale, the ring's sum: XLA keeps
-    # that array anyway for the next operation's backward (the GCN's ReLU recomputes its mask
-    # from ``y`` and ``agg`` in one fused loop instead of keeping ``out``), so it costs nothing
-    # here; keeping ``out`` (or ``scale * y``) instead held one more [B, F] array
-    res = (y, scale, send_rows, senders, receivers, weight, None if scale is None else agg)
+def _sar_remat_fwd(x, kernel, scale, send_rows, senders, receivers, weight, offsets, lengths, int8, thread,
+                   scale_grad):
+    out, acc = _ring_out(_combine(x, kernel), scale, send_rows, senders, receivers, weight, offsets, lengths, int8)
+    # its inputs only (no halo, no message, not ``y = x @ kernel``: the backward pass computes it
+    # again) and, with a row scale, the ring's result ``acc``: the next operation's backward keeps
+    # that array anyway (the GCN's ReLU takes its mask from ``out = scale * acc``, recomputed in
+    # one fused loop), so it costs nothing here
+    res = (x, kernel, scale, send_rows, senders, receivers, weight, acc if scale is not None and scale_grad else None)
     return ((out, weight) if thread else out), res
 
 
 def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale=None,
-                after=None):
+                after=None, kernel=None):
     """SAR's backward pass of ``A @ (scale * y)`` (``scale`` [B, 1] or None: 1) for the cotangent
     ``scale * ct`` [B, F] (``ct`` alone without ``scale``; scaled as its rows are gathered, so the
     product is never formed), one ring step at a time, after ``after`` (an array [R, C], default
@@ -220,30 +256,36 @@ def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8
     ``d_src = segment_sum(w * ct[rcv], snd)``,
     the halo's part sent back to its owner (inverse permutation, float32; straight-through for
     int8) and added at the rows it came from. The rows are scaled as they are gathered or sent,
-    so ``scale * y`` is never formed. Each step starts from the gradient the previous one left,
+    so ``scale * y`` is never formed; with ``kernel`` [K, F], ``y`` [B, K] stands for ``y @
+    kernel`` and the rows are multiplied as they are gathered too (only the rows sent, and each
+    chunk's senders), so that product is never formed either. Each step starts from the gradient the previous one left,
     through an `jax.lax.optimization_barrier` and a data dependence (``+ 0 * dy[0, 0]`` on the rows
     re-fetched, which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the
     steps run in sequence, holding one step's buffers, and the re-fetch cannot be merged with the
     forward exchange by common-subexpression elimination.
 
-    Returns ``(dz [B, F], dw [S])``, ``dz`` the cotangent of ``scale * y``."""
+    Returns ``(dz [B, F], dw [S])``, ``dz`` the cotangent of ``scale * y`` (of ``scale * y @ kernel``)."""
     n_parts = len(offsets)
     # the sum starts as zeros computed from ``ct``: a constant [B, F] broadcast was scheduled at
     # the start of the program and held through the forward pass
-    dy = jnp.broadcast_to(_zero_of(ct if after is None else after, y.dtype), y.shape)
+    dy = jnp.broadcast_to(_zero_of(ct if after is None else after, ct.dtype), ct.shape)
     for s in range(n_parts):
         o, n = offsets[s], lengths[s]
         if n == 0 or (s and send_rows[s - 1].shape[0] == 0):
             continue
         snd, rcv, w = senders[o:o + n], receivers[o:o + n], weight[o:o + n]
         dy, dw, ct_b, y_b = jax.lax.optimization_barrier((dy, dw, ct, y))
-        zero = _zero_of(dy, y.dtype)  # (0 also where dy[0, 0] is not finite: not NaN, which 0 * inf is)
-        if s == 0:
-            dw_s, d_src = _step_grads(ct_b, y_b, snd, rcv, w, zero, scale, scale)
+        zero = _zero_of(dy, ct.dtype)  # (0 also where dy[0, 0] is not finite: not NaN, which 0 * inf is)
+        if s == 0:  # the local step reads about every row: ``y @ kernel`` formed for it alone
+            y_k = y_b if kernel is None else y_b @ (kernel + zero.astype(kernel.dtype))
+            dw_s, d_src = _step_grads(ct_b, y_k, snd, rcv, w, zero, scale, scale)
         else:
             rows = send_rows[s - 1]
             perm = ring_perm(n_parts, s)
-            src = exchange(_gather(y_b, scale, rows) + zero, perm, int8)  # the re-fetch (SAR's rematerialization)
+            # the re-fetch (SAR's rematerialization); its rows' indices depend on ``dy`` too: with a
+            # kernel the gather reads ``y`` (= ``x``), which exists from the forward pass on, and
+            # the compiler issued every step's gather at once
+            src = exchange(_gather(y_b, scale, rows + zero.astype(rows.dtype), kernel) + zero, perm, int8)
             dw_s, d_src = _step_grads(ct_b, src, snd, rcv, w, zero, None, scale)
         dw = dw.at[o:o + n].add(dw_s.astype(dw.dtype))
         if s == 0:
@@ -264,22 +306,56 @@ def _threaded_dw(ct, weight, thread):
     return ct, jnp.broadcast_to(_zero_of(ct, weight.dtype), weight.shape)
 
 
-def _sar_remat_bwd(offsets, lengths, int8, thread, res, ct):
+def _sar_remat_bwd(offsets, lengths, int8, thread, scale_grad, res, ct):
     """SAR's backward pass (`_ring_grads`). With a row scale ``s`` (``out = s * (z + agg)``, ``z =
-    s * y``, ``agg = A z``): the cotangent of ``z`` is ``g = s * ct + A^T (s * ct)``; ``dy = s * g``
-    and ``ds = <ct, z + agg> + <g, y>`` per row."""
-    y, scale, send_rows, senders, receivers, weight, agg = res
+    s * y``, ``agg = A z``, ``y = x @ kernel``, or ``x`` without a kernel): the cotangent of ``z`` is
+    ``g = s * ct + A^T (s * ct)``; ``dy = s * g`` and ``ds = <ct, z + agg> + <g, y>`` per row (``z
+    + agg`` is the ring's result ``acc``, kept; ``<g, y> = <g kernel^T, x>``). Then ``dx = dy
+    kernel^T`` and ``dkernel = x^T dy``. ``y`` is never formed here: the ring multiplies the rows
+    of ``x`` it gathers by the kernel (`_ring_grads`), so no [B, F] array but the cotangent's and
+    the sum's is held through the ring (formed, ``x @ kernel`` was held through it; kept from the
+    forward pass, from the forward to the backward pass). Without ``scale_grad`` the row scale is
+    a constant: ``ds`` is returned as zeros, not computed."""
+    x, kernel, scale, send_rows, senders, receivers, weight, acc = res
     ct, dw = _threaded_dw(ct, weight, thread)
     if scale is None:
-        dy, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw)
-        return dy, None, None, None, None, dw
-    # ``<ct, z + agg>`` first, and the ring made to wait for it, so ``agg`` is freed before the
-    # ring's buffers exist (computed at the end, it kept one more [B, F] array through the ring)
-    d_scale = jnp.sum(ct * (scale * y + agg), axis=1, keepdims=True)
-    dz, dw = _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale, d_scale)
-    g = scale * ct + dz
-    d_scale = (d_scale + jnp.sum(g * y, axis=1, keepdims=True)).astype(scale.dtype)
-    return scale * g, d_scale, None, None, None, dw
+        dy, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, kernel=kernel)
+        d_scale = None
+    elif not scale_grad:
+        dz, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale,
+                             kernel=kernel)
+        dy = scale * (scale * ct + dz)
+        d_scale = jnp.zeros_like(scale)
+    else:
+        # ``<ct, acc>`` first, and the ring made to wait for it, so ``acc`` can be freed before the
+        # ring's buffers exist (computed at the end, it kept one more [B, F] array through the ring)
+        d_scale = jnp.sum(ct * acc, axis=1, keepdims=True)
+        dz, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale, d_scale,
+                             kernel)
+        g = scale * ct + dz
+        d_scale = (d_scale + _row_dot_y(g, x, kernel)).astype(scale.dtype)
+        dy = scale * g
+    if kernel is None:
+        return dy, None, d_scale, None, None, None, dw
+    d_kernel = x.T @ dy
+    # ``dx`` waits for all of ``d_kernel`` and ``d_scale`` (``+ 0 * sum(...)``; of one element, the
+    # compiler computed that element alone): left to the end of the program (only the optimizer
+    # and the degrees' gradient read them), these reductions kept ``x``, the previous layer's
+    # output, through that layer's backward ring
+    done = jnp.sum(d_kernel, keepdims=True) + (jnp.sum(d_scale, keepdims=True) if acc is not None else 0.0)
+    dx = dy @ kernel.T + _zero_of(done, dy.dtype)
+    return dx, d_kernel, d_scale, None, None, None, dw
+
+
+def _row_dot_y(g, x, kernel):
+    """``<g, y>`` per row, float [B, 1], for ``y = x @ kernel`` [B, F] (``x`` without a kernel),
+    through the narrower of the two products: ``y`` itself where F <= K, else ``<g kernel^T, x>``
+    (``g kernel^T`` [B, K]), computed after ``g``."""
+    if kernel is None:
+        return jnp.sum(g * x, axis=1, keepdims=True)
+    if kernel.shape[1] <= kernel.shape[0]:  # (``+ 0 * g[0, 0]``: not merged with the forward pass's product)
+        return jnp.sum(g * (x @ (kernel + _zero_of(g, kernel.dtype))), axis=1, keepdims=True)
+    return jnp.sum((g @ kernel.T) * x, axis=1, keepdims=True)
 
 
 _sar_remat.defvjp(_sar_remat_fwd, _sar_remat_bwd)
@@ -287,7 +363,8 @@ _sar_remat.defvjp(_sar_remat_fwd, _sar_remat_bwd)
 
 def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers: jax.Array, weight: jax.Array,
                   offsets: tuple, lengths: tuple, *, int8: bool = False, remat: bool = True,
-                  thread_weight: bool = False, row_scale: jax.Array | None = None):
+                  thread_weight: bool = False, row_scale: jax.Array | None = None, scale_grad: bool = True,
+                  kernel: jax.Array | None = None):
     """One device's block of ``A @ Y`` by sequential aggregation over the ring (module docstring).
 
     Call inside `shard_map` over the mesh axis `AXIS` (P devices).
@@ -308,17 +385,26 @@ def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers:
       row_scale: None, or float [B, 1] ``s`` (this device's rows; each sender scales the rows it
         sends): the result is then ``s * (s * Y + A @ (s * Y))``, the GCN's symmetric
         normalization with self-loops for ``s = D^-1/2`` (Kipf & Welling, ICLR 2017, eq. 2),
-        differentiable in ``s``. With ``remat`` its backward pass keeps ``Y`` and ``A @ (s * Y)``,
-        not ``s * Y`` (one [B, F] array less per layer than autodiff kept where the degrees have
-        a gradient, i.e. with edge gates).
+        differentiable in ``s``; ``s`` must be > 0 (the backward pass divides by it). With
+        ``remat`` its backward pass keeps the output, not ``s * Y`` nor ``A @ (s * Y)`` (autodiff
+        kept two more [B, F] arrays per layer where the degrees have a gradient, i.e. with edge
+        gates).
+      scale_grad: whether ``row_scale`` has a gradient (with ``remat``; False: it is taken as
+        a constant, its gradient not computed but returned as zeros: a GCN whose degrees are data,
+        without edge gates).
+      kernel: None, or float [K, F]: ``y`` is then the layer's input X [B, K] and Y = X @ kernel
+        (the combine-first GEMM of a GCN layer) is computed inside: with ``remat`` the backward
+        pass computes the product again instead of keeping it (one [B, F] array less from the
+        forward to the backward pass where the edge-weight gradient needs Y, i.e. with edge gates).
 
     Returns:
       float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}`` (or its normalization, ``row_scale``); with
       ``thread_weight``, ``(that, weight)``.
     """
     if remat:
-        return _sar_remat(y, row_scale, tuple(send_rows), senders, receivers, weight, tuple(offsets), tuple(lengths),
-                          bool(int8), bool(thread_weight))
+        return _sar_remat(y, _varying(kernel), row_scale, tuple(send_rows), senders, receivers, weight, tuple(offsets),
+                          tuple(lengths), bool(int8), bool(thread_weight), bool(scale_grad))
+    y = _combine(y, kernel)
     out = _forward(y, send_rows, senders, receivers, weight, offsets, lengths, int8, scale=row_scale)
     if row_scale is not None:
         out = row_scale * (row_scale * y + out)

@@ -40,7 +40,11 @@ class GCNConv(Layer):
     adjacency. Weights use Glorot-uniform init, as in the paper. ``aggregate_fn(adj, x, impl=...)``
     is the aggregation (default `codesign.kernels.aggregate`), injected as in jraph's
     ``GraphConvolution(aggregate_nodes_fn=...)``, so another aggregation (a fused or a
-    distributed one) runs the same layer.
+    distributed one) runs the same layer. ``combine_aggregate_fn`` (default None), when set,
+    replaces the combine-first pair ``aggregate_fn(adj, x @ W)`` by ``combine_aggregate_fn(adj, x,
+    W)`` (dense ``x``): an aggregation that runs the GEMM inside its own backward rule
+    (`codesign.distributed.sar_gcn_combine_aggregate`, which computes ``x @ W`` again in the
+    backward pass instead of keeping it).
 
     The aggregation is the `PROGRAM` vertex program (`codesign.vertex.layers.weighted_sum` over
     A_hat's weights): the forward runs its lowering (`run_weighted_sum`, whose fused SpMM calls
@@ -54,6 +58,7 @@ class GCNConv(Layer):
                  aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
         self.aggregate_fn = aggregate_fn
+        self.combine_aggregate_fn: Optional[Callable] = None
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
@@ -84,6 +89,8 @@ class GCNConv(Layer):
         x = x.with_values(self.quant_x(x.values)) if isinstance(x, SparseFeatures) else self.quant_x(x)
         if dropout is not None:
             x = dropout(x)
+        if self.combine_first and self.combine_aggregate_fn is not None and not isinstance(x, SparseFeatures):
+            return self.combine_aggregate_fn(adj, x, w) + self.bias[...]
         agg = lambda h: run_weighted_sum(self.PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
         out = agg(x @ w) if self.combine_first else agg(x) @ w
         return out + self.bias[...]
