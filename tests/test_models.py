@@ -59,6 +59,47 @@ def test_hash_dropout_statistics_and_modes():
         HashDropout(1.0, rngs=nnx.Rngs(0))
 
 
+def test_relu_dropout_fused_equals_relu_then_dropout():
+    """`HashDropout.relu_apply` (one op, keeps only its output) = dropout(relu(z)): the same draw,
+    values and gradient, zeros and exact ties at 0 included; and the GCN/GraphSAGE forward that
+    uses it (fp32, no channel mask) gives the loss and gradients of the written-out composition."""
+    z = jnp.asarray(np.random.default_rng(0).normal(size=(60, 40)), jnp.float32).at[:, 0].set(0.0)
+    ct = jnp.asarray(np.random.default_rng(1).normal(size=z.shape), jnp.float32)
+    fused, plain = HashDropout(0.4, rngs=nnx.Rngs(3)), HashDropout(0.4, rngs=nnx.Rngs(3))
+    a, b = fused.relu_apply(z), plain(jax.nn.relu(z))
+    np.testing.assert_array_equal(a, b)
+    assert 0 < float((a > 0).mean()) < float((z > 0).mean())  # both masks acted
+    ga = jax.grad(lambda z: jnp.sum(ct * HashDropout(0.4, rngs=nnx.Rngs(3)).relu_apply(z)))(z)
+    gb = jax.grad(lambda z: jnp.sum(ct * HashDropout(0.4, rngs=nnx.Rngs(3))(jax.nn.relu(z))))(z)
+    np.testing.assert_array_equal(ga, gb)
+    fused.eval()
+    np.testing.assert_array_equal(fused.relu_apply(z), jax.nn.relu(z))
+
+    from codesign.models import GraphSAGE
+    adj = ring(30)
+    x = jax.random.uniform(jax.random.key(0), (30, 12))
+    orig = HashDropout.relu_apply
+    for cls in (GCN, GraphSAGE):
+        runs, calls = {}, []
+
+        def counted(self, z, fuse):
+            calls.append(fuse)  # fused: the op; not: the written-out ReLU, then the same dropout
+            return orig(self, z) if fuse else self(jax.nn.relu(z))
+
+        for fuse in (True, False):
+            HashDropout.relu_apply = lambda self, z, fuse=fuse: counted(self, z, fuse)
+            try:
+                m = cls(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
+                m.train()
+                runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, adj))))(m)
+            finally:
+                HashDropout.relu_apply = orig
+        assert calls == [True, False], calls  # the models take the fused path
+        assert float(runs[True][0]) == float(runs[False][0])
+        for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
+            np.testing.assert_allclose(ga, gb, rtol=1e-6, atol=1e-7)
+
+
 def test_hash_bits_are_uniform():
     h = np.asarray(hash_uniform_u32(jnp.uint32(12345), (1 << 16,)))
     counts = np.bincount(h >> 28, minlength=16)  # top 4 bits: 16 bins of 4096 expected

@@ -13,6 +13,8 @@ module's `nnx.Rngs` stream per call. Kept values are scaled by ``1 / (1 - rate)`
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -44,6 +46,27 @@ def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     for d in shape:
         n *= d
     return hash_u32(jax.lax.iota(jnp.uint32, n).reshape(shape), seed)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _relu_dropout(z: jax.Array, seed: jax.Array, rate: float) -> jax.Array:
+    h = hash_uniform_u32(seed, z.shape)
+    keep = h >= jnp.uint32(int(rate * 2**32))
+    return jnp.where(keep, jax.nn.relu(z) / (1.0 - rate), jnp.zeros((), z.dtype))
+
+
+def _relu_dropout_fwd(z, seed, rate):
+    out = _relu_dropout(z, seed, rate)
+    return out, out
+
+
+def _relu_dropout_bwd(rate, out, g):
+    # ReLU's derivative times the mask: both are in the sign of the output (an element is > 0
+    # iff it was kept and its input was > 0; ReLU's derivative at 0 is 0, as jax.nn.relu's)
+    return jnp.where(out > 0, g / (1.0 - rate), jnp.zeros((), g.dtype)), None
+
+
+_relu_dropout.defvjp(_relu_dropout_fwd, _relu_dropout_bwd)
 
 
 class HashDropout(nnx.Module):
@@ -89,6 +112,15 @@ class HashDropout(nnx.Module):
         h = hash_uniform_u32(seed, x.shape) if index is None else hash_u32(index, seed)
         keep = h >= jnp.uint32(int(self.rate * 2**32))
         return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
+
+    def relu_apply(self, z: jax.Array) -> jax.Array:
+        """``self(jax.nn.relu(z))`` (the same values, the same draw of the stream, the same
+        gradient) as one operation whose backward pass keeps only its output: the output's sign
+        holds both ReLU's derivative and the mask, so autodiff's two [..] arrays (ReLU's input
+        for its derivative and the dropped output for the next GEMM) become one. Inactive: ReLU."""
+        if not self.active:
+            return jax.nn.relu(z)
+        return _relu_dropout(z, self.draw_seed(), float(self.rate))
 
     def __call__(self, x, *, deterministic: bool | None = None):
         """``x`` (an array, or `codesign.kernels.SparseFeatures`: its stored entries are dropped

@@ -23,7 +23,7 @@ from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
                                     input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
-                                    run_weighted_sum,
+                                    relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
 from codesign.quant import FakeQuant
@@ -185,10 +185,9 @@ class GCN(GNN):
         adj = gcn_normalize(adj, gates)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.relu(self.conv1(x, adj, self.dropout if self.input_dropout else None))
-        if self.channel_mask is not None:
-            h = self.channel_mask(h)
-        return self.conv2(h, adj, self.dropout)
+        z = self.conv1(x, adj, self.dropout if self.input_dropout else None)
+        h, dropout = relu_then_input_dropout(z, self.channel_mask, self.conv2, self.dropout)
+        return self.conv2(h, adj, dropout)
 
     def takes_sparse_input(self) -> bool:
         """`GNN.takes_sparse_input`: True when the first layer runs combine-first (``X @ W``

@@ -14,7 +14,7 @@ from flax import nnx
 
 from codesign import hwmodel
 from codesign import quant as q
-from codesign.quant import FakeQuant
+from codesign.quant import NO_QUANT_BITS, FakeQuant
 from codesign.sparsify import BlockEdgeMask, EdgeMask, FeatureMask
 
 FP32_BITS = 32
@@ -375,3 +375,26 @@ def model_workload(layers, *, training: bool, learned_edge_weights: bool) -> hwm
     `codesign.sparsify.learns_edge_weights`)."""
     wl = hwmodel.Workload(tuple(layers))
     return hwmodel.autograd_training(wl, learned_edge_weights) if training else wl
+
+
+def relu_then_input_dropout(z: jax.Array, channel_mask, next_layer, dropout):
+    """``(h, next_dropout)``: ``h = ReLU(z)`` (then the channel mask, when there is one) and the
+    dropout the next layer applies to its input (``next_layer(h, ..., next_dropout)``), for the
+    two-layer models (GCN, GraphSAGE) whose hidden ReLU feeds the next layer's input dropout.
+
+    Where nothing sits between the two (no channel mask; the next layer's input quantizer is the
+    identity: a `FakeQuant` at 32 bits) they are one operation, `HashDropout.relu_apply`, whose
+    backward pass keeps only its output, and ``next_dropout`` is None: the same values and
+    gradients, one [N, F] array less from the forward to the backward pass (autodiff kept ReLU's
+    input beside the dropped output the next GEMM reads). Otherwise as written.
+
+    Shapes: ``z`` float32 [N, F] -> ``h`` float32 [N, F]."""
+    qx = next_layer.quant_x
+    if channel_mask is None and dropout is not None and dropout.active and type(qx) is FakeQuant \
+            and qx.hard_bits() >= NO_QUANT_BITS:
+        return dropout.relu_apply(z), None
+    h = jax.nn.relu(z)
+    if channel_mask is not None:
+        h = channel_mask(h)
+    return h, dropout
+

@@ -47,7 +47,7 @@ from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
                                     input_nnz, override_bits, quant_bits, derived_message_passing,
-                                    run_weighted_sum,
+                                    relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -273,10 +273,9 @@ class GraphSAGE(GNN):
         gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        h = jax.nn.relu(self.conv1(x, adj, gates, self.dropout))
-        if self.channel_mask is not None:
-            h = self.channel_mask(h)
-        return self.conv2(h, adj, gates, self.dropout)
+        z = self.conv1(x, adj, gates, self.dropout)
+        h, dropout = relu_then_input_dropout(z, self.channel_mask, self.conv2, self.dropout)
+        return self.conv2(h, adj, gates, dropout)
 
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask),
