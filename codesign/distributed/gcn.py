@@ -339,8 +339,9 @@ def sar_gcn_aggregate(adj: HaloAdjacency, x: jax.Array, impl: str = "auto") -> j
 
 def sar_gcn_combine_aggregate(adj: HaloAdjacency, x: jax.Array, kernel: jax.Array) -> jax.Array:
     """``D^-1/2 (A + I) D^-1/2 (x @ kernel)`` for this device's rows: `sar_gcn_aggregate` with the
-    combine-first GEMM inside the ring's backward rule (`sar_aggregate`'s ``kernel``), which
-    computes ``x @ kernel`` again instead of keeping it; `GCNConv`'s ``combine_aggregate_fn``.
+    combine-first GEMM inside the ring's custom VJP (`sar_aggregate`'s ``kernel``), whose backward
+    pass neither keeps ``x @ kernel`` nor holds it through the ring; `GCNConv`'s
+    ``combine_aggregate_fn``.
 
     Shapes: ``x`` float32 [B, K], ``kernel`` float32 [K, F] -> [B, F].
     """

@@ -163,12 +163,11 @@ def _chunks(snd, rcv, w) -> tuple:
     return tuple(jnp.pad(a, (0, pad)).reshape(-1, REMAT_CHUNK_EDGES) for a in (snd, rcv, w))
 
 
-def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None, kernel=None):
+def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None):
     """``(dw [L], d_src [R, F])`` of one step's ``segment_sum(w[:, None] * (scale * src)[snd], rcv)``
     (``scale`` [R, 1] or None: 1) for the cotangent ``ct_scale * ct`` [B, F] (``ct_scale`` [B, 1]
     or None: 1, applied as rows are gathered): ``dw_e = <ct[rcv_e], (scale * src)[snd_e]>``,
-    ``d_src = segment_sum(w * ct[rcv], snd)`` (the cotangent of ``scale * src``; ``kernel`` [K, F]
-    or None: ``src`` [R, K] stands for ``src @ kernel``, each chunk's rows multiplied as gathered),
+    ``d_src = segment_sum(w * ct[rcv], snd)`` (the cotangent of ``scale * src``),
     over `REMAT_CHUNK_EDGES` slots at a time (a `jax.lax.scan`), so no [L, F] buffer of the whole
     step is formed. ``zero``: a scalar 0 computed from the gradient so far (`_zero_of`), from
     which the scan's initial ``d_src`` is broadcast, so the compiler cannot materialize every
@@ -176,7 +175,7 @@ def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None, kernel=No
     n = snd.shape[0]
     if n <= REMAT_CHUNK_EDGES:
         ct_e = _gather(ct, ct_scale, rcv) + zero
-        return (jnp.sum(ct_e * _gather(src, scale, snd, kernel), axis=1),
+        return (jnp.sum(ct_e * _gather(src, scale, snd), axis=1),
                 jax.ops.segment_sum(w[:, None].astype(ct.dtype) * ct_e, snd, num_segments=src.shape[0]))
 
     def body(d_src, chunk):
@@ -184,7 +183,7 @@ def _step_grads(ct, src, snd, rcv, w, zero, scale=None, ct_scale=None, kernel=No
         # ``+ zero`` on the gathered rows: ordered after the gradient so far, no copy of ``ct`` per step
         ct_e = _gather(ct, ct_scale, r_c) + zero
         return (d_src.at[s_c].add(w_c[:, None].astype(ct.dtype) * ct_e),
-                jnp.sum(ct_e * _gather(src, scale, s_c, kernel), axis=1))
+                jnp.sum(ct_e * _gather(src, scale, s_c), axis=1))
 
     # (the initial zeros are varying over the mesh axis, as ``src`` is: ``zero`` comes from ``dy``)
     d_src, dw = jax.lax.scan(body, jnp.broadcast_to(zero.astype(ct.dtype), (src.shape[0], ct.shape[1])),
@@ -257,8 +256,9 @@ def _ring_grads(y, send_rows, senders, receivers, weight, offsets, lengths, int8
     the halo's part sent back to its owner (inverse permutation, float32; straight-through for
     int8) and added at the rows it came from. The rows are scaled as they are gathered or sent,
     so ``scale * y`` is never formed; with ``kernel`` [K, F], ``y`` [B, K] stands for ``y @
-    kernel`` and the rows are multiplied as they are gathered too (only the rows sent, and each
-    chunk's senders), so that product is never formed either. Each step starts from the gradient the previous one left,
+    kernel``: the local step (which reads about every row) forms that product for itself alone,
+    each remote step multiplies only the rows it re-fetches, so it is not held through the remote
+    steps. Each step starts from the gradient the previous one left,
     through an `jax.lax.optimization_barrier` and a data dependence (``+ 0 * dy[0, 0]`` on the rows
     re-fetched, which XLA does not fold for floats; a non-finite ``dy[0, 0]`` counts as 0), so the
     steps run in sequence, holding one step's buffers, and the re-fetch cannot be merged with the
@@ -310,12 +310,11 @@ def _sar_remat_bwd(offsets, lengths, int8, thread, scale_grad, res, ct):
     """SAR's backward pass (`_ring_grads`). With a row scale ``s`` (``out = s * (z + agg)``, ``z =
     s * y``, ``agg = A z``, ``y = x @ kernel``, or ``x`` without a kernel): the cotangent of ``z`` is
     ``g = s * ct + A^T (s * ct)``; ``dy = s * g`` and ``ds = <ct, z + agg> + <g, y>`` per row (``z
-    + agg`` is the ring's result ``acc``, kept; ``<g, y> = <g kernel^T, x>``). Then ``dx = dy
-    kernel^T`` and ``dkernel = x^T dy``. ``y`` is never formed here: the ring multiplies the rows
-    of ``x`` it gathers by the kernel (`_ring_grads`), so no [B, F] array but the cotangent's and
-    the sum's is held through the ring (formed, ``x @ kernel`` was held through it; kept from the
-    forward pass, from the forward to the backward pass). Without ``scale_grad`` the row scale is
-    a constant: ``ds`` is returned as zeros, not computed."""
+    + agg`` is the ring's result ``acc``, kept; ``<g, y>`` through `_row_dot_y`). Then ``dx = dy
+    kernel^T`` and ``dkernel = x^T dy``. ``y`` is not kept from the forward pass and not held
+    through the ring: `_ring_grads` forms it for the local step alone and multiplies the rows each
+    remote step re-fetches. Without ``scale_grad`` the row scale is a constant: ``ds`` is returned
+    as zeros, not computed."""
     x, kernel, scale, send_rows, senders, receivers, weight, acc = res
     ct, dw = _threaded_dw(ct, weight, thread)
     if scale is None:
@@ -385,17 +384,17 @@ def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers:
       row_scale: None, or float [B, 1] ``s`` (this device's rows; each sender scales the rows it
         sends): the result is then ``s * (s * Y + A @ (s * Y))``, the GCN's symmetric
         normalization with self-loops for ``s = D^-1/2`` (Kipf & Welling, ICLR 2017, eq. 2),
-        differentiable in ``s``; ``s`` must be > 0 (the backward pass divides by it). With
-        ``remat`` its backward pass keeps the output, not ``s * Y`` nor ``A @ (s * Y)`` (autodiff
-        kept two more [B, F] arrays per layer where the degrees have a gradient, i.e. with edge
-        gates).
+        differentiable in ``s``. With ``remat`` its backward pass keeps the ring's result ``s * Y
+        + A @ (s * Y)`` alone (autodiff kept ``Y``, ``s * Y`` and the output where the degrees
+        have a gradient, i.e. with edge gates).
       scale_grad: whether ``row_scale`` has a gradient (with ``remat``; False: it is taken as
         a constant, its gradient not computed but returned as zeros: a GCN whose degrees are data,
         without edge gates).
       kernel: None, or float [K, F]: ``y`` is then the layer's input X [B, K] and Y = X @ kernel
         (the combine-first GEMM of a GCN layer) is computed inside: with ``remat`` the backward
-        pass computes the product again instead of keeping it (one [B, F] array less from the
-        forward to the backward pass where the edge-weight gradient needs Y, i.e. with edge gates).
+        pass neither keeps Y nor holds it through the ring (`_sar_remat_bwd`), where the edge-weight
+        gradient needs it (edge gates); ``kernel`` may be replicated over the mesh, its gradient is
+        then summed over the devices.
 
     Returns:
       float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}`` (or its normalization, ``row_scale``); with

@@ -116,8 +116,9 @@ class HashDropout(nnx.Module):
     def relu_apply(self, z: jax.Array) -> jax.Array:
         """``self(jax.nn.relu(z))`` (the same values, the same draw of the stream, the same
         gradient) as one operation whose backward pass keeps only its output: the output's sign
-        holds both ReLU's derivative and the mask, so autodiff's two [..] arrays (ReLU's input
-        for its derivative and the dropped output for the next GEMM) become one. Inactive: ReLU."""
+        holds both ReLU's derivative and the mask, so autodiff's two arrays of ``z``'s shape
+        (ReLU's input for its derivative, the dropped output for the next GEMM) become one.
+        Inactive (eval, rate 0): ReLU. Shapes: ``z`` float [...] -> the same."""
         if not self.active:
             return jax.nn.relu(z)
         return _relu_dropout(z, self.draw_seed(), float(self.rate))

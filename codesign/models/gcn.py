@@ -43,8 +43,8 @@ class GCNConv(Layer):
     distributed one) runs the same layer. ``combine_aggregate_fn`` (default None), when set,
     replaces the combine-first pair ``aggregate_fn(adj, x @ W)`` by ``combine_aggregate_fn(adj, x,
     W)`` (dense ``x``): an aggregation that runs the GEMM inside its own backward rule
-    (`codesign.distributed.sar_gcn_combine_aggregate`, which computes ``x @ W`` again in the
-    backward pass instead of keeping it).
+    (`codesign.distributed.sar_gcn_combine_aggregate`, whose backward pass neither keeps ``x @ W``
+    from the forward pass nor holds it through its ring).
 
     The aggregation is the `PROGRAM` vertex program (`codesign.vertex.layers.weighted_sum` over
     A_hat's weights): the forward runs its lowering (`run_weighted_sum`, whose fused SpMM calls
