@@ -225,6 +225,7 @@ for gates in (False, True):
 
 # sar_aggregate's ``kernel``: the GEMM inside the ring's VJP equals the GEMM before it (values and
 # gradients of x, kernel, edge weights and row scales), narrower and wider outputs (F < K, F > K)
+from jax.sharding import PartitionSpec as PS
 def ring_loss(x, kern, w, sc, fused, remat):
     def body(xb, wb, scb, snd, rcv, *rows):
         y = xb[0] if fused else xb[0] @ kern
@@ -234,7 +235,6 @@ def ring_loss(x, kern, w, sc, fused, remat):
     spec = PS(dist.AXIS)
     return dist.shard_map(body, mesh, in_specs=(spec,) * (5 + len(sg.send_rows)), out_specs=PS())(
         x, w, sc, sg.senders, sg.receivers, *sg.send_rows)
-from jax.sharding import PartitionSpec as PS
 out["kernel"] = {}
 for K, Fo in ((6, 3), (3, 6)):
     xs = jnp.asarray(rng.normal(0.0, 1.0, sg.x.shape[:2] + (K,)), jnp.float32)

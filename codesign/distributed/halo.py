@@ -320,19 +320,15 @@ def _sar_remat_bwd(offsets, lengths, int8, thread, scale_grad, res, ct):
     if scale is None:
         dy, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, kernel=kernel)
         d_scale = None
-    elif not scale_grad:
-        dz, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale,
-                             kernel=kernel)
-        dy = scale * (scale * ct + dz)
-        d_scale = jnp.zeros_like(scale)
     else:
-        # ``<ct, acc>`` first, and the ring made to wait for it, so ``acc`` can be freed before the
-        # ring's buffers exist (computed at the end, it kept one more [B, F] array through the ring)
-        d_scale = jnp.sum(ct * acc, axis=1, keepdims=True)
-        dz, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale, d_scale,
+        # ``<ct, acc>`` first (with ``scale_grad``: ``acc`` kept), and the ring made to wait for it,
+        # so ``acc`` can be freed before the ring's buffers exist (computed at the end, it kept one
+        # more [B, F] array through the ring)
+        d_acc = None if acc is None else jnp.sum(ct * acc, axis=1, keepdims=True)
+        dz, dw = _ring_grads(x, send_rows, senders, receivers, weight, offsets, lengths, int8, ct, dw, scale, d_acc,
                              kernel)
         g = scale * ct + dz
-        d_scale = (d_scale + _row_dot_y(g, x, kernel)).astype(scale.dtype)
+        d_scale = jnp.zeros_like(scale) if acc is None else (d_acc + _row_dot_y(g, x, kernel)).astype(scale.dtype)
         dy = scale * g
     if kernel is None:
         return dy, None, d_scale, None, None, None, dw

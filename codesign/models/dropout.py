@@ -48,11 +48,16 @@ def hash_uniform_u32(seed: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     return hash_u32(jax.lax.iota(jnp.uint32, n).reshape(shape), seed)
 
 
+def _dropped(x: jax.Array, seed: jax.Array, rate: float, index: jax.Array | None = None) -> jax.Array:
+    """``x`` with the mask of ``seed`` (`HashDropout.apply`)."""
+    h = hash_uniform_u32(seed, x.shape) if index is None else hash_u32(index, seed)
+    keep = h >= jnp.uint32(int(rate * 2**32))
+    return jnp.where(keep, x / (1.0 - rate), jnp.zeros((), x.dtype))
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _relu_dropout(z: jax.Array, seed: jax.Array, rate: float) -> jax.Array:
-    h = hash_uniform_u32(seed, z.shape)
-    keep = h >= jnp.uint32(int(rate * 2**32))
-    return jnp.where(keep, jax.nn.relu(z) / (1.0 - rate), jnp.zeros((), z.dtype))
+    return _dropped(jax.nn.relu(z), seed, rate)
 
 
 def _relu_dropout_fwd(z, seed, rate):
@@ -109,9 +114,7 @@ class HashDropout(nnx.Module):
         """``x`` with the mask of ``seed``: element ``e`` kept iff ``hash_u32(index[e], seed) >=
         rate * 2^32``, scaled by ``1 / (1 - rate)``. ``index``: uint32 of ``x``'s shape, the
         elements' flat indices in the whole tensor (None = ``x``'s own flat index)."""
-        h = hash_uniform_u32(seed, x.shape) if index is None else hash_u32(index, seed)
-        keep = h >= jnp.uint32(int(self.rate * 2**32))
-        return jnp.where(keep, x / (1.0 - self.rate), jnp.zeros((), x.dtype))
+        return _dropped(x, seed, self.rate, index)
 
     def relu_apply(self, z: jax.Array) -> jax.Array:
         """``self(jax.nn.relu(z))`` (the same values, the same draw of the stream, the same
