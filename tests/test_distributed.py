@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -94,6 +95,9 @@ def test_bad_inputs():
         dist.make_mesh(len(jax.devices()) + 1)
     with pytest.raises(ValueError, match="n_devices must be an int >= 1"):
         dist.make_mesh(0)
+    with pytest.raises(ValueError, match=r"sar_aggregate: kernel must be \[K, F\] with K = y's 3 columns, got shape \(4, 2\)"):
+        dist.sar_aggregate(jnp.ones((5, 3)), (), jnp.zeros(1, jnp.int32), jnp.zeros(1, jnp.int32), jnp.ones(1), (0,), (1,),
+                           kernel=jnp.ones((4, 2)))
 
 
 def test_communication_stage_counts():

@@ -395,7 +395,13 @@ def sar_aggregate(y: jax.Array, send_rows: tuple, senders: jax.Array, receivers:
     Returns:
       float [B, F]: ``sum_s A_{p, p-s} Y_{p-s}`` (or its normalization, ``row_scale``); with
       ``thread_weight``, ``(that, weight)``.
+
+    Raises:
+      ValueError: ``kernel`` not of shape [K, F] with K = ``y``'s columns.
     """
+    if kernel is not None and (kernel.ndim != 2 or kernel.shape[0] != y.shape[-1]):
+        raise ValueError(f"sar_aggregate: kernel must be [K, F] with K = y's {y.shape[-1]} columns, "
+                         f"got shape {tuple(kernel.shape)}")
     if remat:
         return _sar_remat(y, _varying(kernel), row_scale, tuple(send_rows), senders, receivers, weight, tuple(offsets),
                           tuple(lengths), bool(int8), bool(thread_weight), bool(scale_grad))
