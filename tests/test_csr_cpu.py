@@ -56,6 +56,28 @@ def test_pattern_is_the_csr_of_the_edge_list(getkey, self_loops):
     assert h.indptr[3] == h.indptr[4] or self_loops  # row 3 is empty without self-loops
 
 
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_symmetric_structure_stores_the_transpose_once(getkey, self_loops):
+    """An undirected edge list (both directions of every edge): Aᵀ's CSR structure is A's, held as
+    the same array; the backward pass through it (values not symmetric) equals segment_sum's.
+    A directed list keeps its own transposed structure."""
+    directed = simple_adj(getkey(), 40, 150)
+    s, r = np.asarray(directed.senders), np.asarray(directed.receivers)
+    sym = CooAdjacency(jnp.asarray(np.concatenate([s, r])), jnp.asarray(np.concatenate([r, s])), None, 40)
+    h = csr_pattern(sym.senders, sym.receivers, 40, self_loops=self_loops).host
+    assert h.t_indices is h.indices and np.array_equal(h.t_indptr, h.indptr)
+    h_dir = csr_pattern(directed.senders, directed.receivers, 40, self_loops=self_loops).host
+    assert h_dir.t_indices is not h_dir.indices
+    w = jax.random.normal(getkey(), (sym.senders.shape[0],))  # asymmetric values: data[t_perm] matters
+    x = jax.random.normal(getkey(), (40, 7))
+    cadj = with_csr_pattern(sym)
+    loss = lambda fn: lambda x, w: jnp.sum(jnp.sin(fn(x, w)))
+    got = jax.grad(loss(lambda x, w: csr_aggregate(cadj, x, w)), (0, 1))(x, w)
+    want = jax.grad(loss(lambda x, w: segment_spmm(sym.with_weight(w), x)), (0, 1))(x, w)
+    for g, ref in zip(got, want):
+        np.testing.assert_allclose(g, ref, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("n,e,f,weighted", [(1, 1, 1, True), (17, 60, 5, False), (64, 1000, 33, True)])
 def test_values_match_segment(getkey, weighted, n, e, f):
     adj = random_adj(getkey(), n, e, weighted, empty_rows=(0,) if n > 1 else ())

@@ -55,8 +55,10 @@ class HostCsr:
     static pytree metadata, one ``jit`` trace per pattern object.
 
     Fields (E entries, N nodes): indptr int32 [N+1]; indices int32 [E] (column of each CSR entry);
-    rows int32 [E] (row of each CSR entry); t_indptr int32 [N+1], t_indices int32 [E] (Aᵀ's CSR);
-    t_perm int32 [E] (CSR position of each Aᵀ entry: Aᵀ's values are ``data[t_perm]``).
+    rows int32 [E] (row of each CSR entry); t_indptr int32 [N+1], t_indices int32 [E] (Aᵀ's CSR;
+    the same array as ``indices`` when the structure is symmetric, as an undirected graph's is, so
+    it is stored once); t_perm int32 [E] (CSR position of each Aᵀ entry: Aᵀ's values are
+    ``data[t_perm]``).
     """
 
     indptr: np.ndarray
@@ -129,10 +131,15 @@ def csr_pattern(senders, receivers, n_nodes: int, self_loops: bool = False) -> C
     perm = np.lexsort((s, r))  # primary key: receiver
     col, row = s[perm], r[perm]
     t_perm = np.lexsort((row, col))  # CSR positions grouped by sender, receivers ascending
+    del s, r
     indices, rows = jnp.asarray(col, jnp.int32), jnp.asarray(row, jnp.int32)
-    host = HostCsr(indptr=_indptr(row, n), indices=np.asarray(indices), rows=np.asarray(rows),  # views, no copy
-                   t_indptr=_indptr(col[t_perm], n), t_indices=row[t_perm].astype(np.int32),
-                   t_perm=t_perm.astype(np.int32))
+    indptr, t_indptr = _indptr(row, n), _indptr(col[t_perm], n)
+    t_indices = row[t_perm].astype(np.int32)
+    host_indices = np.asarray(indices)  # a view, no copy
+    if np.array_equal(t_indptr, indptr) and np.array_equal(t_indices, host_indices):
+        t_indices = host_indices  # structurally symmetric (an undirected graph): Aᵀ's CSR is A's
+    host = HostCsr(indptr=indptr, indices=host_indices, rows=np.asarray(rows), t_indptr=t_indptr,
+                   t_indices=t_indices, t_perm=t_perm.astype(np.int32))
     return CsrPattern(indices=indices, rows=rows, perm=jnp.asarray(perm, jnp.int32), host=host, n_nodes=n)
 
 
