@@ -125,6 +125,10 @@ def _flagship(**change) -> dict:
 LEARNED_QUANT_MODELS = tuple(name for name, m in MODELS.items() if m.accepts("quantizer"))
 """The models whose layers take a quantizer kind: the methods with learned bit-widths apply to these."""
 
+CHANNEL_GATED_MODELS = tuple(name for name, m in MODELS.items()
+                             if m.accepts("channel_mask") and m.accepts("edge_sparsifier"))
+"""The models that take edge gates and a hidden-channel mask (``codesign_cpu`` prunes both)."""
+
 _NO_EDGES = dict(edge_mask=False, edge_l0_weight=0.0)
 _NO_FEATURES = dict(feature_mask=False, channel_mask=False)
 _NO_BITS = dict(quantizer="fixed", bits=None, pin_ranges=False, bits_weight=0.0)
@@ -140,7 +144,7 @@ PAPER_METHODS = {
     "codesign_int8": Method("codesign", dict(edge_mask=False, feature_mask=True, channel_mask=True, bits=8), "cost"),
     "codesign_cpu": Method("codesign", dict(edge_mask=True, feature_mask=True, channel_mask=True, bits=None,
                                             sparse_features=True, objective="latency_s", **DISTILL), "cost",
-                           models=("gcn",)),
+                           models=CHANNEL_GATED_MODELS),
     "edge_only": Method("codesign", dict(edge_mask=True, feature_mask=False, gate_optimizer="tensor_adam"), "cost"),
     "quant_only": Method("codesign", dict(edge_mask=False, feature_mask=False, quantizer="learned", bits=8), "cost"),
     # the flagship with one ingredient dropped (the "what each ingredient buys" ablation)
