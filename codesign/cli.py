@@ -389,6 +389,7 @@ def cmd_deploy(args) -> int:
     graph = load_dataset(meta["dataset"], root=args.data_root)
     model, cfg, meta = load_model(args.checkpoint, graph)
     check_deployable(cfg, graph)  # a model deploy cannot compile (GAT, ...): one line
+    _warn_fit_host("cpu_numpy")
     out = measure_model(model, graph, hwmodel.presets.get("cpu_numpy"), reps=args.reps)
     kept = out["kept"]
     if args.json:
@@ -469,6 +470,7 @@ def cmd_sweep(args) -> int:
         from codesign.deploy import measure_model
         from codesign.hwmodel import measure_locality
         local_hw, locality = presets.get("cpu_numpy"), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+        _warn_fit_host("cpu_numpy")
     grouped = {}  # the seeds of a point, trained together (codesign.train.train_seeds)
     for cfg, config in todo:
         grouped.setdefault(cfg.replace(seed=0), []).append((cfg, config))
@@ -489,6 +491,18 @@ def cmd_sweep(args) -> int:
     run_grid(store, points, desc=f"sweep {name}")  # the one grid runner of experiments/tradeoff.py too
     print(path)
     return 0
+
+
+def _warn_fit_host(preset: str) -> None:
+    """One line on stderr when the measured ``preset`` was fitted on another CPU than this one
+    (`hwmodel.presets.fit_host`): its ``modeled_local`` then prices that CPU, not this."""
+    from codesign.hwmodel.presets import fit_host
+    check = fit_host(preset)
+    if check is not None and not check["matches"]:
+        f, h = check["fit"], check["here"]
+        print(f"warning: the {preset} preset was fitted on {f['cpu_model']} ({', '.join(f['simd'] or [])}), this host "
+              f"is {h['cpu_model']} ({', '.join(h['simd'] or [])}): modeled_local prices the other CPU; re-fit with "
+              f"python experiments/hwmodel_validation.py --peaks-only --save-preset", file=sys.stderr)
 
 
 def cmd_cost(args) -> int:

@@ -288,6 +288,7 @@ def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, caps
             assert r[side]["latency_s"] > 0 and r[side]["peak_bytes"] > 0 and r[side]["model_bytes"] > 0
         assert r["modeled_local"]["latency_s"] > 0 and r["dense_modeled_local"]["energy_j"] > 0
         assert r["max_logit_gap"] < 1e-2  # the compact program computes the hardened model's logits
+        assert set(r["preset_host"]) == {"fit", "here", "matches"}
     dense = next(r for r in recs if r["config"]["cost_weight"] == 0.0)
     assert dense["modeled_local"] == dense["dense_modeled_local"]  # the reference is its own dense model
     capsys.readouterr()
@@ -649,3 +650,23 @@ def test_measure_model_of_a_gat_prices_both_programs_as_they_run():
     assert r["max_logit_gap"] < 1e-3
     assert r["kept"]["channels"] < 8 and r["kept"]["edges"] < g.n_edges
     assert 0 < r["modeled_local"]["latency_s"] < r["dense_modeled_local"]["latency_s"]
+
+
+def test_fit_host_compares_the_fitted_cpu_with_this_one(monkeypatch, capsys):
+    """A measured preset names the host it was fitted on; a different CPU (model or SIMD levels)
+    is reported, and the CLI says so in one line before it measures."""
+    from codesign import cli
+    from codesign.hwmodel import calibrate, presets
+    fit = presets.load_fit("cpu")["host"]
+    same = {"cpu_model": fit["cpu_model"], "simd": fit["simd"]}
+    monkeypatch.setattr(calibrate, "machine", lambda: dict(same, platform="x"))
+    assert presets.fit_host("cpu_numpy") == {"fit": same, "here": same, "matches": True}
+    cli._warn_fit_host("cpu_numpy")
+    assert capsys.readouterr().err == ""
+    other = dict(same, simd=[f for f in same["simd"] if f != "avx2"] + ["other"])
+    monkeypatch.setattr(calibrate, "machine", lambda: dict(other))
+    assert presets.fit_host("cpu")["matches"] is False
+    cli._warn_fit_host("cpu_numpy")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fitted on" in err and "--peaks-only --save-preset" in err
+    assert presets.fit_host("h100") is None  # a published preset has no host to match
