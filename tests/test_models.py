@@ -77,7 +77,7 @@ def test_relu_dropout_fused_equals_relu_then_dropout():
 
     from codesign.models import GraphSAGE
     adj = ring(30)
-    x = jax.random.uniform(jax.random.key(0), (30, 20))  # 20 -> 16: the first layer multiplies first
+    x = jax.random.uniform(jax.random.key(0), (30, 12))
     orig = HashDropout.relu_apply
     for cls in (GCN, GraphSAGE):
         runs, calls = {}, []
@@ -89,7 +89,7 @@ def test_relu_dropout_fused_equals_relu_then_dropout():
         for fuse in (True, False):
             HashDropout.relu_apply = lambda self, z, fuse=fuse: counted(self, z, fuse)
             try:
-                m = cls(20, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
+                m = cls(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
                 m.train()
                 runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, adj))))(m)
             finally:
@@ -98,72 +98,6 @@ def test_relu_dropout_fused_equals_relu_then_dropout():
         assert float(runs[True][0]) == float(runs[False][0])
         for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
             np.testing.assert_allclose(ga, gb, rtol=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("rate,chunk", [(0.0, 7), (0.4, 300), (0.4, 1000), (0.4, 5000)])
-def test_hidden_block_equals_the_written_out_composition(rate, chunk):
-    """`hidden_block` (row blocks; the last one overlapping the one before when the block size does
-    not divide N) = dropout(relu(a @ w1 + b1)) @ w2 with the same HashDropout draw: value and the
-    gradients of a, w1, b1, w2."""
-    from codesign.models.hidden_block import hidden_block
-    r = np.random.default_rng(0)
-    a, w1, b1, w2 = (jnp.asarray(r.normal(size=s), jnp.float32) for s in ((1000, 12), (12, 32), (32,), (32, 5)))
-
-    def run(block):
-        d = HashDropout(rate, rngs=nnx.Rngs(7))
-        seed = d.draw_seed() if rate else None  # drawn outside the trace, passed in as the module would draw it
-        def f(a, w1, b1, w2):
-            if block:
-                fixed = HashDropout(rate, rngs=nnx.Rngs(7)) if rate else None
-                return jnp.sum(jnp.sin(hidden_block(a, w1, b1, w2, fixed, chunk=chunk)))
-            h = jax.nn.relu(a @ w1 + b1)
-            return jnp.sum(jnp.sin((d.apply(h, seed) if rate else h) @ w2))
-        return f(a, w1, b1, w2), jax.grad(f, (0, 1, 2, 3))(a, w1, b1, w2)
-
-    (v1, g1), (v2, g2) = run(True), run(False)
-    np.testing.assert_allclose(v1, v2, rtol=1e-5)
-    for x, y in zip(g1, g2):
-        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4 * float(jnp.abs(y).max()))
-    with pytest.raises(ValueError, match="w2"):
-        hidden_block(a, w1, b1, w2.T)
-
-
-@pytest.mark.parametrize("cls_name", ["GCN", "GraphSAGE"])
-def test_models_run_the_hidden_block_where_it_applies(monkeypatch, cls_name):
-    """A GCN / GraphSAGE whose first layer aggregates first and whose second multiplies first runs
-    `hidden_block`, with the loss and gradients of the layer-by-layer forward, in training and in
-    eval; and its compiled training step holds fewer temporary bytes (one [N, H] array less, less the
-    [block, H] temporaries of the blocks)."""
-    import codesign.models as models
-    from codesign.models import gcn as gcn_mod, hidden_block as block_mod, sage as sage_mod
-    monkeypatch.setattr(block_mod, "ROW_CHUNK", 512)  # 8 blocks here, as at scale
-    mod = gcn_mod if cls_name == "GCN" else sage_mod
-    cls = getattr(models, cls_name)
-    n = 4000
-    adj = ring(n)
-    x = jax.random.uniform(jax.random.key(0), (n, 12))
-    fuse = mod.fuses_hidden_block
-
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, adj)))
-
-    runs, temps = {}, {}
-    for fused in (True, False):
-        monkeypatch.setattr(mod, "fuses_hidden_block", fuse if fused else (lambda *a: False))
-        m = cls(12, 256, 3, dropout=0.5, rngs=nnx.Rngs(0))
-        assert fuse(m.conv1, m.conv2, m.channel_mask)
-        m.train()
-        runs[fused] = nnx.value_and_grad(loss)(m)
-        graphdef, params, rest = nnx.split(m, nnx.Param, ...)
-        step = jax.jit(lambda p, r: nnx.state(nnx.grad(loss)(nnx.merge(graphdef, p, r))))
-        temps[fused] = step.lower(params, rest).compile().memory_analysis().temp_size_in_bytes
-        m.eval()
-        runs[fused, "eval"] = m(x, adj)
-    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-5)
-    for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
-        np.testing.assert_allclose(ga, gb, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(runs[True, "eval"], runs[False, "eval"], rtol=1e-5, atol=1e-6)
-    assert temps[True] <= temps[False] - 0.75 * n * 256 * 4, temps  # one [N, H] array less, less the blocks' own
 
 
 def test_hash_bits_are_uniform():

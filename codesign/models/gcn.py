@@ -20,11 +20,10 @@ from codesign.hwmodel.workload import FAKE_QUANT_OPS
 from codesign.kernels import CooAdjacency, SparseFeatures, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.hidden_block import hidden_block
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
                                     input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
-                                    relu_then_input_dropout, run_weighted_sum, fuses_hidden_block,
+                                    relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
 from codesign.quant import FakeQuant
@@ -83,43 +82,18 @@ class GCNConv(Layer):
         learned step size is then fitted to the un-scaled values that inference sees (dropout's
         1/(1-p) scaling before the quantizer made LSQ steps rounding test-time features to zero on
         Cora)."""
-        if not self.combine_first:
-            a, w = self.gemm_input(x, adj, dropout)
-            return a @ w + self.bias[...]
-        w = self.weight()
+        if isinstance(x, SparseFeatures) and not self.combine_first:
+            raise ValueError(f"x: GCNConv takes SparseFeatures only combine-first (out_features <= in_features), "
+                             f"got {self.in_features} -> {self.out_features}")
+        w = self.quant_w(self.kernel[...])
         x = x.with_values(self.quant_x(x.values)) if isinstance(x, SparseFeatures) else self.quant_x(x)
         if dropout is not None:
             x = dropout(x)
-        if self.combine_aggregate_fn is not None and not isinstance(x, SparseFeatures):
+        if self.combine_first and self.combine_aggregate_fn is not None and not isinstance(x, SparseFeatures):
             return self.combine_aggregate_fn(adj, x, w) + self.bias[...]
-        return self.aggregate_product(x @ w, adj)
-
-    def weight(self) -> jax.Array:
-        """float32 [in_features, out_features]: the (fake-quantized) weight the GEMM uses."""
-        return self.quant_w(self.kernel[...])
-
-    def _aggregate(self, adj, h):
-        return run_weighted_sum(self.PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
-
-    def gemm_input(self, x, adj, dropout=None) -> tuple[jax.Array, jax.Array]:
-        """Aggregate-first: ``(A_hat @ dropout(Q(x)), Q(W))``, the two operands of the layer's GEMM
-        (the layer is their product + bias). Shapes: x float32 [N, in_features] (dense) ->
-        ([N, in_features], [in_features, out_features]).
-
-        Raises:
-          ValueError: ``x`` is `SparseFeatures` (combine-first only)."""
-        if isinstance(x, SparseFeatures):
-            raise ValueError(f"x: GCNConv takes SparseFeatures only combine-first (out_features <= in_features), "
-                             f"got {self.in_features} -> {self.out_features}")
-        x = self.quant_x(x)
-        if dropout is not None:
-            x = dropout(x)
-        return self._aggregate(adj, x), self.weight()
-
-    def aggregate_product(self, y: jax.Array, adj) -> jax.Array:
-        """Combine-first: ``A_hat @ y + b`` for the product ``y = dropout(Q(x)) @ Q(W)``, float32
-        [N, out_features] -> [N, out_features]."""
-        return self._aggregate(adj, y) + self.bias[...]
+        agg = lambda h: run_weighted_sum(self.PROGRAM, adj, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
+        out = agg(x @ w) if self.combine_first else agg(x) @ w
+        return out + self.bias[...]
 
     def input_bits(self, hard: bool = False) -> jax.Array:
         """float32 scalar: the bits of its input features (``quant_x``; expected or deployed)."""
@@ -211,14 +185,7 @@ class GCN(GNN):
         adj = gcn_normalize(adj, gates)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        first_dropout = self.dropout if self.input_dropout else None
-        # aggregate-first, then combine-first, nothing between: conv1's GEMM, ReLU, dropout and conv2's
-        # GEMM as one row-blocked operation (the same values; one [N, hidden] array less in each pass)
-        if fuses_hidden_block(self.conv1, self.conv2, self.channel_mask):
-            a, w1 = self.conv1.gemm_input(x, adj, first_dropout)
-            y = hidden_block(a, w1, self.conv1.bias[...], self.conv2.weight(), self.dropout)
-            return self.conv2.aggregate_product(y, adj)
-        z = self.conv1(x, adj, first_dropout)
+        z = self.conv1(x, adj, self.dropout if self.input_dropout else None)
         h, dropout = relu_then_input_dropout(z, self.channel_mask, self.conv2, self.dropout)
         return self.conv2(h, adj, dropout)
 

@@ -398,15 +398,3 @@ def relu_then_input_dropout(z: jax.Array, channel_mask, next_layer, dropout):
         h = channel_mask(h)
     return h, dropout
 
-
-
-def fuses_hidden_block(conv1, conv2, channel_mask) -> bool:
-    """Whether a two-layer model's ``conv1 -> ReLU -> dropout -> conv2`` runs as one
-    `codesign.models.hidden_block.hidden_block`: ``conv1`` aggregates first (its GEMM reads the
-    aggregated input), ``conv2`` multiplies first (``combine_first``), nothing sits between them
-    (no channel mask; ``conv2``'s input quantizer the identity, a `FakeQuant` at 32 bits). Both
-    layers must offer ``gemm_input`` / ``weight`` / ``aggregate_product`` (`GCNConv`,
-    `SAGEConv` with the mean aggregator)."""
-    qx = conv2.quant_x
-    return (not conv1.combine_first and conv2.combine_first and channel_mask is None and type(qx) is FakeQuant
-            and qx.hard_bits() >= NO_QUANT_BITS)

@@ -44,11 +44,10 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
-from codesign.models.hidden_block import hidden_block
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
                                     input_nnz, override_bits, quant_bits, derived_message_passing,
-                                    relu_then_input_dropout, run_weighted_sum, fuses_hidden_block,
+                                    relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -139,53 +138,24 @@ class SAGEConv(Layer):
                  dropout: Optional[nnx.Module] = None) -> jax.Array:
         """``edge_weight``: float [E] gates or None; ``dropout`` (optional) acts on the quantized
         input (as in `GCNConv`)."""
+        x = self.quant_x(x)
+        if dropout is not None:
+            x = dropout(x)
+        w_neigh = self.quant_w_neigh(self.kernel_neigh[...])
+        w_root = self.quant_w_root(self.kernel_root[...])
         # One GEMM per layer, not one per weight: [agg(x) | x] @ [W_neigh; W_root] aggregate-first,
         # x @ [W_neigh | W_root] combine-first. The same products and sums, but the layer's output
         # (and, in the backward pass, the input gradient) is one [N, F_out] array: with two GEMMs
         # XLA kept both products and both input-gradient terms live (docs/log/large_graphs.md).
-        if not self.combine_first:
-            a, w = self.gemm_input(x, adj, edge_weight, dropout)
-            return a @ w + self.bias[...]
-        x = self.quant_x(x)
-        if dropout is not None:
-            x = dropout(x)
-        return self.aggregate_product(x @ self.weight(), adj, edge_weight)
-
-    @property
-    def combine_first(self) -> bool:
-        """Whether the layer multiplies before it aggregates: the mean aggregator with
-        ``out_features <= in_features`` (the aggregation reads the narrower matrix); a maximum does
-        not commute with the GEMM."""
-        return self.aggr == "mean" and self.out_features <= self.in_features
-
-    def _weights(self) -> tuple[jax.Array, jax.Array]:
-        return self.quant_w_neigh(self.kernel_neigh[...]), self.quant_w_root(self.kernel_root[...])
-
-    def weight(self) -> jax.Array:
-        """float32 [in_features, 2 out_features]: ``[Q(W_neigh) | Q(W_root)]``, combine-first's GEMM."""
-        return jnp.concatenate(self._weights(), 1)
-
-    def gemm_input(self, x, adj, edge_weight=None, dropout=None) -> tuple[jax.Array, jax.Array]:
-        """Aggregate-first: ``([agg(x') | x'], [Q(W_neigh); Q(W_root)])`` with ``x' =
-        dropout(Q(x))``, the operands of the layer's GEMM (the layer is their product + bias).
-        Shapes: x float32 [N, K] -> ([N, 2K], [2K, out_features])."""
-        x = self.quant_x(x)
-        if dropout is not None:
-            x = dropout(x)
-        w = jnp.concatenate(self._weights())
         if self.aggr == "max":
-            return jnp.concatenate([max_aggregate(adj, x, edge_weight), x], 1), w
-        return jnp.concatenate([self._mean(adj, edge_weight, x), x], 1), w
-
-    def _mean(self, adj, edge_weight, h):
-        return run_weighted_sum(self.PROGRAM, mean_adjacency(adj, edge_weight), h, impl=self.impl,
-                                aggregate_fn=self.aggregate_fn)
-
-    def aggregate_product(self, both: jax.Array, adj, edge_weight=None) -> jax.Array:
-        """Combine-first (mean): ``mean(both[:, :F]) + both[:, F:] + b`` for ``both = x' @
-        [Q(W_neigh) | Q(W_root)]`` float32 [N, 2F] -> [N, F] (F = out_features)."""
-        f = self.out_features
-        return self._mean(adj, edge_weight, both[:, :f]) + both[:, f:] + self.bias[...]
+            return jnp.concatenate([max_aggregate(adj, x, edge_weight), x], 1) @ jnp.concatenate([w_neigh, w_root]) \
+                + self.bias[...]
+        a = mean_adjacency(adj, edge_weight)
+        agg = lambda h: run_weighted_sum(self.PROGRAM, a, h, impl=self.impl, aggregate_fn=self.aggregate_fn)
+        if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
+            both = x @ jnp.concatenate([w_neigh, w_root], 1)
+            return agg(both[:, :self.out_features]) + both[:, self.out_features:] + self.bias[...]
+        return jnp.concatenate([agg(x), x], 1) @ jnp.concatenate([w_neigh, w_root]) + self.bias[...]
 
     def layer_bits(self, hard: bool = False) -> dict:
         """Mean bit-widths (float32 scalars) ``{"x", "w_neigh", "w_root"}`` (see `quant_bits`)."""
@@ -303,12 +273,6 @@ class GraphSAGE(GNN):
         gates = None if self.edge_mask is None else self.edge_mask.edge_gates(x, adj.senders, adj.receivers)
         if self.feature_mask is not None:
             x = self.feature_mask(x)
-        # aggregate-first, then combine-first, nothing between: conv1's GEMM, ReLU, dropout and conv2's
-        # GEMM as one row-blocked operation (the same values; one [N, hidden] array less in each pass)
-        if fuses_hidden_block(self.conv1, self.conv2, self.channel_mask):
-            a, w1 = self.conv1.gemm_input(x, adj, gates, self.dropout)
-            both = hidden_block(a, w1, self.conv1.bias[...], self.conv2.weight(), self.dropout)
-            return self.conv2.aggregate_product(both, adj, gates)
         z = self.conv1(x, adj, gates, self.dropout)
         h, dropout = relu_then_input_dropout(z, self.channel_mask, self.conv2, self.dropout)
         return self.conv2(h, adj, gates, dropout)
