@@ -495,8 +495,8 @@ def cmd_sweep(args) -> int:
 
 def _warn_fit_host(preset: str) -> None:
     """One line on stderr when the measured ``preset`` was fitted on another CPU than this one
-    (`hwmodel.presets.fit_host`): its ``modeled_local`` then prices that CPU, not this."""
-    from codesign.hwmodel.presets import fit_host
+    (`hwmodel.calibrate.fit_host`): its ``modeled_local`` then prices that CPU, not this."""
+    from codesign.hwmodel.calibrate import fit_host
     check = fit_host(preset)
     if check is not None and not check["matches"]:
         f, h = check["fit"], check["here"]

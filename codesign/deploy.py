@@ -850,7 +850,7 @@ def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps:
       the hidden width), ``kept`` (`CompactGCN.kept` + ``feature_nnz``, the kept columns'
       nonzeros, and ``dense_feature_nnz``), ``feature_store`` (``{"compact", "dense"}``: the store
       each program got), ``max_logit_gap`` (max |compact - hardened model| over the logits, float)
-      and ``preset_host`` (`hwmodel.presets.fit_host` of ``local_hw``: whether a measured preset
+      and ``preset_host`` (`hwmodel.calibrate.fit_host` of ``local_hw``: whether a measured preset
       was fitted on this host; None for a published one).
 
     Raises:
@@ -888,7 +888,8 @@ def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps:
     logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
-    out["preset_host"] = hwmodel.presets.fit_host(local_hw.name)
+    from codesign.hwmodel.calibrate import fit_host
+    out["preset_host"] = fit_host(local_hw.name)
     out["feature_store"] = {"compact": compact.feature_store, "dense": dense.feature_store}
     keep_f = np.ones(model.in_features, bool) if model.feature_mask is None else \
         np.asarray(model.feature_mask.hard_mask())

@@ -14,7 +14,6 @@ on). `host_of(name)` is a near-memory preset's host, a preset of its own. `evide
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from codesign.hwmodel.spec import (HOROWITZ_DRAM_PJ_PER_BYTE, N5_ENERGY_PER_NODE_STEP, HardwareSpec, NearMemorySpec,
                                    scaled_nmp_energies, scaled_op_energies)
@@ -708,30 +707,6 @@ def load_fit(name: str = "cpu", path=None) -> dict:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"hardware fit {p}: {group}.{k} must be a finite number >= 0, got {v!r}")
     return rec
-
-
-MEASURED_PRESETS = ("cpu", "cpu_numpy")
-"""The presets whose roofs and factors were measured on a host (``fits/cpu.json``), not published."""
-
-
-def fit_host(name: str = "cpu_numpy") -> Optional[dict]:
-    """Whether the measured preset ``name`` was fitted on the host this process runs on:
-    ``{"fit": {cpu_model, simd}, "here": {cpu_model, simd}, "matches": bool}`` (``simd``: the
-    `calibrate.SIMD_FLAGS` present), comparing ``fits/cpu.json``'s host with /proc/cpuinfo. None
-    for a preset that is not measured (`MEASURED_PRESETS`). A cloud VM of one name lands on
-    different CPUs from day to day (`cpu`'s docstring); a measured program's ``modeled_local`` is
-    only a check of the model where this is True.
-
-    Raises:
-      FileNotFoundError, ValueError: as `load_fit`.
-    """
-    if name not in MEASURED_PRESETS:
-        return None
-    from codesign.hwmodel.calibrate import machine
-    keys = ("cpu_model", "simd")
-    fit = {k: load_fit("cpu")["host"].get(k) for k in keys}
-    here = {k: machine().get(k) for k in keys}
-    return {"fit": fit, "here": here, "matches": fit == here}
 
 
 def cpu() -> HardwareSpec:
