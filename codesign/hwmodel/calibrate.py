@@ -284,22 +284,18 @@ def machine() -> dict:
     return out
 
 
-MEASURED_PRESETS = ("cpu", "cpu_numpy")
-"""The presets whose roofs and factors were measured on a host (``fits/cpu.json``), not published."""
-
-
 def fit_host(name: str = "cpu_numpy") -> Optional[dict]:
     """Whether the measured preset ``name`` was fitted on the host this process runs on:
     ``{"fit": {cpu_model, simd}, "here": {cpu_model, simd}, "matches": bool}`` (``simd``: the
     `calibrate.SIMD_FLAGS` present), comparing ``fits/cpu.json``'s host with /proc/cpuinfo. None
-    for a preset that is not measured (`MEASURED_PRESETS`). A cloud VM of one name lands on
-    different CPUs from day to day (`codesign.hwmodel.presets.cpu`'s docstring); a measured program's ``modeled_local`` is
-    only a check of the model where this is True.
+    for a preset that is not measured (`presets.MEASURED_PRESETS`). A cloud VM of one name lands on
+    different CPUs from day to day (`codesign.hwmodel.presets.cpu`'s docstring); a measured
+    program's ``modeled_local`` is only a check of the model where this is True.
 
     Raises:
       FileNotFoundError, ValueError: as `load_fit`.
     """
-    from codesign.hwmodel.presets import load_fit
+    from codesign.hwmodel.presets import MEASURED_PRESETS, load_fit
     if name not in MEASURED_PRESETS:
         return None
     keys = ("cpu_model", "simd")

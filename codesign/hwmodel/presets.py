@@ -814,6 +814,10 @@ def host_of(name: str) -> HardwareSpec:
     return get(_HOSTS[key])
 
 
+MEASURED_PRESETS = ("cpu", "cpu_numpy")
+"""The presets whose roofs and factors were measured on a host (``fits/cpu.json``), not published:
+`EVIDENCE_LEVELS`' first level (`evidence`), checked against this host by `calibrate.fit_host`."""
+
 EVIDENCE_LEVELS = ("measured on this machine", "fitted on public device timings", "reproduces published ratios",
                    "datasheet only")
 """How far a preset's numbers are checked, strongest first (`evidence`)."""
@@ -852,7 +856,7 @@ def evidence(name: str) -> dict:
       ValueError: unknown preset (as `get`).
     """
     key = get(name).name if name.lower() not in _PRESETS else name.lower()
-    if key in ("cpu", "cpu_numpy"):
+    if key in MEASURED_PRESETS:
         rec = load_fit("cpu")
         val = rec.get("validation", {})
         return {"preset": key, "level": EVIDENCE_LEVELS[0],
