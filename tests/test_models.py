@@ -100,6 +100,45 @@ def test_relu_dropout_fused_equals_relu_then_dropout():
             np.testing.assert_allclose(ga, gb, rtol=1e-6, atol=1e-7)
 
 
+def test_concat_matmul_redraws_the_mask():
+    """`HashDropout.concat_matmul` = ``[a | dropout(x)] @ w`` with the same draw: equal values and
+    gradients in all four inputs (its backward redraws the mask from the seed instead of keeping the
+    dropped copy), the plain product when inactive; GraphSAGE's aggregate-first layer uses it and
+    gives the loss and gradients of the written-out layer."""
+    rng = np.random.default_rng(0)
+    a, x = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((50, 7), (50, 9)))
+    w, ct = jnp.asarray(rng.normal(size=(16, 5)), jnp.float32), jnp.asarray(rng.normal(size=(50, 5)), jnp.float32)
+    drop = HashDropout(0.3, rngs=nnx.Rngs(2))
+    seed = drop.draw_seed()
+    fused = lambda a, x, w: jnp.sum(ct * drop.concat_matmul(a, x, seed, w))
+    plain = lambda a, x, w: jnp.sum(ct * (jnp.concatenate([a, drop.apply(x, seed)], 1) @ w))
+    np.testing.assert_allclose(fused(a, x, w), plain(a, x, w), rtol=1e-6)
+    for ga, gb in zip(jax.grad(fused, (0, 1, 2))(a, x, w), jax.grad(plain, (0, 1, 2))(a, x, w)):
+        np.testing.assert_allclose(ga, gb, rtol=1e-5, atol=1e-6)
+    assert float((jax.grad(fused, 1)(a, x, w) == 0).mean()) > 0.1  # the mask reached dx
+    drop.eval()
+    np.testing.assert_array_equal(drop.concat_matmul(a, x, seed, w), jnp.concatenate([a, x], 1) @ w)
+
+    from codesign.models import GraphSAGE
+    adj, xg = ring(30), jax.random.uniform(jax.random.key(0), (30, 12))
+    orig, runs, calls = HashDropout.concat_matmul, {}, []
+    for fuse in (True, False):
+        def counted(self, a, x, seed, w, fuse=fuse):
+            calls.append(fuse)
+            return orig(self, a, x, seed, w) if fuse else jnp.concatenate([a, self.apply(x, seed)], 1) @ w
+        HashDropout.concat_matmul = counted
+        try:
+            m = GraphSAGE(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
+            m.train()
+            runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(xg, adj))))(m)
+        finally:
+            HashDropout.concat_matmul = orig
+    assert calls == [True, False], calls  # layer 1 (12 -> 16) aggregates first and takes it
+    np.testing.assert_allclose(float(runs[True][0]), float(runs[False][0]), rtol=1e-6)
+    for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
+        np.testing.assert_allclose(ga, gb, rtol=1e-5, atol=1e-6)
+
+
 def test_hash_bits_are_uniform():
     h = np.asarray(hash_uniform_u32(jnp.uint32(12345), (1 << 16,)))
     counts = np.bincount(h >> 28, minlength=16)  # top 4 bits: 16 bins of 4096 expected

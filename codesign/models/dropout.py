@@ -74,6 +74,36 @@ def _relu_dropout_bwd(rate, out, g):
 _relu_dropout.defvjp(_relu_dropout_fwd, _relu_dropout_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _concat_dropped_matmul(a: jax.Array, x: jax.Array, seed: jax.Array, w: jax.Array, rate: float) -> jax.Array:
+    return jnp.concatenate([a, _dropped(x, seed, rate)], 1) @ w
+
+
+def _concat_dropped_matmul_fwd(a, x, seed, w, rate):
+    return _concat_dropped_matmul(a, x, seed, w, rate), (a, x, seed, w)
+
+
+def _concat_dropped_matmul_bwd(rate, res, g):
+    a, x, seed, w = res
+    k = a.shape[1]
+    # XLA:CPU drops optimization barriers, so without help the redrawn copy is either merged with
+    # the forward's (CSE) or computed at the start of the step (it depends on inputs only): either
+    # way an [N, K] array would live from the forward to here again. Two guards: the seed is made
+    # to depend on the cotangent (``min(s, s | bits) == s`` for unsigned integers, which XLA does
+    # not fold), so the redraw is scheduled after ``g`` exists; and the mask is applied select,
+    # then divide (the forward: divide, then select), the same values bit for bit in a different
+    # expression, which CSE does not merge.
+    seed = jnp.minimum(seed, seed | jax.lax.bitcast_convert_type(g.reshape(-1)[:1], jnp.uint32)[0])
+    keep = hash_uniform_u32(seed, x.shape) >= jnp.uint32(int(rate * 2**32))
+    xd = jnp.where(keep, x, jnp.zeros((), x.dtype)) / (1.0 - rate)
+    dw = jnp.concatenate([a.T @ g, xd.T @ g], 0)
+    dx = jnp.where(keep, (g @ w[k:].T) / (1.0 - rate), jnp.zeros((), g.dtype))
+    return g @ w[:k].T, dx, None, dw
+
+
+_concat_dropped_matmul.defvjp(_concat_dropped_matmul_fwd, _concat_dropped_matmul_bwd)
+
+
 class HashDropout(nnx.Module):
     """Inverted dropout (Srivastava et al., JMLR 2014) with a hashed mask.
 
@@ -125,6 +155,19 @@ class HashDropout(nnx.Module):
         if not self.active:
             return jax.nn.relu(z)
         return _relu_dropout(z, self.draw_seed(), float(self.rate))
+
+    def concat_matmul(self, a: jax.Array, x: jax.Array, seed: jax.Array, w: jax.Array) -> jax.Array:
+        """``concatenate([a, self.apply(x, seed)], 1) @ w`` (GraphSAGE's ``[agg | h] @ [W_neigh;
+        W_root]``) as one operation whose backward pass keeps ``a`` and ``x`` and redraws the mask
+        from ``seed``, instead of keeping the dropped copy of ``x`` (autodiff keeps the
+        concatenation, an [N, K_a + K] array, for the weight gradient; ``x``, the caller's input,
+        is live anyway). The same values and gradients.
+
+        Shapes: ``a`` float [N, K_a], ``x`` float [N, K], ``seed`` uint32 scalar (`draw_seed`),
+        ``w`` float [K_a + K, F] -> [N, F]. Inactive (eval, rate 0): the plain product."""
+        if not self.active:
+            return jnp.concatenate([a, x], 1) @ w
+        return _concat_dropped_matmul(a, x, seed, w, float(self.rate))
 
     def __call__(self, x, *, deterministic: bool | None = None):
         """``x`` (an array, or `codesign.kernels.SparseFeatures`: its stored entries are dropped

@@ -139,7 +139,15 @@ class SAGEConv(Layer):
         """``edge_weight``: float [E] gates or None; ``dropout`` (optional) acts on the quantized
         input (as in `GCNConv`)."""
         x = self.quant_x(x)
-        if dropout is not None:
+        # aggregate-first mean, dropout active, dense input: the dropout's mask is redrawn in the
+        # backward pass (`HashDropout.concat_matmul`) instead of keeping [agg | dropout(x)]
+        redraw = (self.aggr == "mean" and self.out_features > self.in_features and dropout is not None
+                  and dropout.active and isinstance(x, jax.Array))
+        x_in, seed = x, None
+        if redraw:
+            seed = dropout.draw_seed()
+            x = dropout.apply(x_in, seed)
+        elif dropout is not None:
             x = dropout(x)
         w_neigh = self.quant_w_neigh(self.kernel_neigh[...])
         w_root = self.quant_w_root(self.kernel_root[...])
@@ -155,6 +163,8 @@ class SAGEConv(Layer):
         if self.out_features <= self.in_features:  # combine first: aggregate the narrower matrix
             both = x @ jnp.concatenate([w_neigh, w_root], 1)
             return agg(both[:, :self.out_features]) + both[:, self.out_features:] + self.bias[...]
+        if redraw:
+            return dropout.concat_matmul(agg(x), x_in, seed, jnp.concatenate([w_neigh, w_root])) + self.bias[...]
         return jnp.concatenate([agg(x), x], 1) @ jnp.concatenate([w_neigh, w_root]) + self.bias[...]
 
     def layer_bits(self, hard: bool = False) -> dict:
