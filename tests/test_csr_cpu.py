@@ -106,6 +106,25 @@ def test_gradients_match_segment_and_finite_differences(getkey):
     np.testing.assert_allclose(gw, want[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_sub_blocked_products_match_segment(getkey, monkeypatch, direct):
+    """Row blocks cut into sub-blocks of a few entries (`_SPMM_CHUNK`; a row longer than a chunk
+    is one sub-block of its own), scipy's kernel writing into the output (``direct``) or through
+    ``csr_matrix @ x``: values and both gradients (the backward's permuted values) as segment_sum's."""
+    monkeypatch.setattr(csr_cpu, "_SPMM_CHUNK", 7)
+    if not direct:
+        monkeypatch.setattr(csr_cpu, "_csr_matvecs", None)
+    adj = random_adj(getkey(), 40, 400, empty_rows=(5, 6))
+    cadj = with_csr_pattern(adj)
+    x, w = jax.random.normal(getkey(), (40, 6)), adj.edge_weight
+    np.testing.assert_allclose(csr_aggregate(cadj, x, w), segment_spmm(adj, x), rtol=1e-5, atol=1e-5)
+    loss = lambda fn: lambda x, w: jnp.sum(jnp.sin(fn(x, w)))
+    got = jax.jit(jax.grad(loss(lambda x, w: csr_aggregate(cadj, x, w)), (0, 1)))(x, w)
+    want = jax.grad(loss(lambda x, w: segment_spmm(adj.with_weight(w), x)), (0, 1))(x, w)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
 def test_multi_head_matches_per_head_segment(getkey):
     adj = random_adj(getkey(), 25, 120, weighted=False, empty_rows=(2,))
     p = csr_pattern(adj.senders, adj.receivers, 25)

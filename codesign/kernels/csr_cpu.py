@@ -42,8 +42,15 @@ import scipy.sparse as sp
 
 from codesign.kernels.coo import CooAdjacency
 
+try:  # scipy's CSR x dense kernel, which ``csr_matrix @ ndarray`` calls with a fresh output array;
+    # called directly it accumulates into a slice of ours (no product-sized temporary)
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - a scipy without it: ``csr_matrix @ x``, one copy more
+    _csr_matvecs = None
+
 __all__ = ["CsrPattern", "HostCsr", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate", "n_host_threads"]
 
+_SPMM_CHUNK = 1 << 22  # entries per SpMM sub-block: its permuted values are a 16 MiB buffer, not [E]
 _SDDMM_CHUNK = 4096  # edges per SDDMM block: the gathered [chunk, H*F] rows stay in L2 cache
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -186,18 +193,35 @@ def _row_blocks(indptr: np.ndarray, n_blocks: int) -> list[tuple[int, int]]:
 
 def _spmm_pieces(indptr, indices, n_cols, pieces, src_perm, dtype) -> None:
     """Run ``out = A(vals) @ x`` for every ``(vals [E], x_of () -> [N, F'], out [R, F'])`` in
-    ``pieces`` (one CSR structure, values per piece), split into row blocks over the thread pool.
-    ``x_of`` is called inside the job, so its copy (a strided head slice) runs on the pool too."""
+    ``pieces`` (one CSR structure, values per piece; ``out`` zeroed), split into row blocks over
+    the thread pool. ``x_of`` is called inside the job, so its copy (a strided head slice) runs on
+    the pool too.
+
+    Each block runs in sub-blocks of at most `_SPMM_CHUNK` entries, so the values it permutes
+    (``src_perm``, the backward pass) are a small buffer, and where ``out``'s rows are contiguous
+    scipy's CSR kernel (``csr_matvecs``, what ``csr_matrix @ dense`` calls) accumulates into them
+    directly instead of into a product of the block's size that is then copied."""
     blocks = _row_blocks(indptr, max(1, -(-n_host_threads() // len(pieces))))
 
     def job(vals_all, x_of, out, r0, r1):
-        lo, hi = int(indptr[r0]), int(indptr[r1])
-        if hi == lo:
+        if int(indptr[r1]) == int(indptr[r0]):
             return
-        vals = vals_all[lo:hi] if src_perm is None else np.take(vals_all, src_perm[lo:hi])
-        vals = np.ascontiguousarray(vals, dtype)
-        a = sp.csr_matrix((vals, indices[lo:hi], indptr[r0:r1 + 1] - lo), shape=(r1 - r0, n_cols))
-        out[r0:r1] = a @ np.ascontiguousarray(x_of())
+        x = np.ascontiguousarray(x_of())
+        direct = _csr_matvecs is not None and out.flags.c_contiguous and out.dtype == x.dtype == dtype
+        n_sub = max(1, -(-(int(indptr[r1]) - int(indptr[r0])) // _SPMM_CHUNK))
+        for s0, s1 in _row_blocks(indptr[r0:r1 + 1], n_sub):
+            s0, s1 = s0 + r0, s1 + r0
+            lo, hi = int(indptr[s0]), int(indptr[s1])
+            if hi == lo:
+                continue
+            vals = vals_all[lo:hi] if src_perm is None else np.take(vals_all, src_perm[lo:hi])
+            vals = np.ascontiguousarray(vals, dtype)
+            ptr = (indptr[s0:s1 + 1] - lo).astype(indices.dtype, copy=False)
+            if direct:  # out[s0:s1] += A_block @ x, in place
+                _csr_matvecs(s1 - s0, n_cols, x.shape[1], ptr, indices[lo:hi], vals, x.reshape(-1),
+                             out[s0:s1].reshape(-1))
+            else:
+                out[s0:s1] = sp.csr_matrix((vals, indices[lo:hi], ptr), shape=(s1 - s0, n_cols)) @ x
 
     _run([functools.partial(job, *piece, r0, r1) for piece in pieces for r0, r1 in blocks])
 
