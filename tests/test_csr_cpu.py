@@ -147,11 +147,16 @@ def test_multi_head_matches_per_head_segment(getkey):
 
 @pytest.mark.parametrize("batched", ["data", "x", "both", "nested"])
 @pytest.mark.parametrize("heads", [None, 2])
-def test_vmap_is_one_host_call_equal_to_a_loop(getkey, monkeypatch, batched, heads):
+@pytest.mark.parametrize("host_call", ["direct", "pure_callback"])
+def test_vmap_is_one_host_call_equal_to_a_loop(getkey, monkeypatch, batched, heads, host_call):
     """``jax.vmap`` over the values, the features or both gives what a Python loop of unbatched
     calls gives, in values and in both gradients, with one host call per product (forward) and
     one per backward, not one per batch element. "nested": two vmaps, values batched on the outer
-    axis and features on the inner one."""
+    axis and features on the inner one. Both host calls: the copy-free primitive (this JAX has
+    its internal) and `jax.pure_callback`, the fallback."""
+    assert csr_cpu._HOST_CALL is not None  # this JAX: the copy-free path is the one that runs
+    if host_call == "pure_callback":
+        monkeypatch.setattr(csr_cpu, "_HOST_CALL", None)
     calls = {"spmm": 0, "bwd": 0}
     spmm_host, bwd_host = csr_cpu._spmm_host, csr_cpu._bwd_host
     monkeypatch.setattr(csr_cpu, "_spmm_host", lambda *a: calls.__setitem__("spmm", calls["spmm"] + 1) or spmm_host(*a))
@@ -178,6 +183,8 @@ def test_vmap_is_one_host_call_equal_to_a_loop(getkey, monkeypatch, batched, hea
         loop = lambda d, xx: jnp.stack([one(d[i] if data_axis == 0 else d, xx[i] if x_axis == 0 else xx)
                                         for i in range(b)])
     loss = lambda fn: jax.jit(jax.value_and_grad(lambda d, xx: jnp.sum(cot * jnp.sin(fn(d, xx))), (0, 1)))
+    want_prim = "codesign_host_call" if host_call == "direct" else "pure_callback"
+    assert want_prim in str(jax.make_jaxpr(batched_fn)(d_in, x_in))
     got_v, got_g = loss(batched_fn)(d_in, x_in)
     assert calls == {"spmm": 2, "bwd": 1}  # the forward's product and the backward's Aᵀ·dY inside its one call
     want_v, want_g = loss(loop)(d_in, x_in)
