@@ -106,6 +106,28 @@ def test_gradients_match_segment_and_finite_differences(getkey):
     np.testing.assert_allclose(gw, want[1], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_structural_degree_is_the_summed_degree(getkey, self_loops):
+    """`structural_degree`: the pattern's entries per row = the scatter-added degree of an unweighted
+    graph (duplicate edges and existing self-loops counted, as segment_sum counts them); None for
+    a weighted graph or a pattern of other entries; the GCN / mean normalizations built on it give
+    the weights of the summed degrees."""
+    from codesign.kernels import structural_degree
+    from codesign.models.norm import gcn_normalize
+    from codesign.models.sage import mean_adjacency
+    adj = random_adj(getkey(), 31, 200, weighted=False, empty_rows=(4,))
+    adj = CooAdjacency(jnp.concatenate([adj.senders, jnp.array([7, 7], jnp.int32)]),
+                       jnp.concatenate([adj.receivers, jnp.array([7, 7], jnp.int32)]), None, 31)  # a self-loop, twice
+    cadj = with_csr_pattern(adj, self_loops=self_loops)
+    deg = np.bincount(np.asarray(adj.receivers), minlength=31) + (1 if self_loops else 0)
+    np.testing.assert_array_equal(structural_degree(cadj, self_loops), deg)
+    assert structural_degree(cadj, not self_loops) is None  # the pattern is of other entries
+    assert structural_degree(cadj.with_weight(jnp.ones((adj.n_edges,))), self_loops) is None
+    assert structural_degree(adj, self_loops) is None  # no pattern
+    norm = gcn_normalize if self_loops else mean_adjacency
+    np.testing.assert_allclose(norm(cadj).edge_weight, norm(adj).edge_weight, rtol=1e-6)
+
+
 @pytest.mark.parametrize("direct", [True, False])
 def test_sub_blocked_products_match_segment(getkey, monkeypatch, direct):
     """Row blocks cut into sub-blocks of a few entries (`_SPMM_CHUNK`; a row longer than a chunk

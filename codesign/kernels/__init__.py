@@ -8,7 +8,7 @@ from codesign.kernels.condensed import CondensedRowWindows, condensed_spmm_refer
 from codesign.kernels.tiling import REORDERINGS
 from codesign.kernels.config import BlockSizes, CsrBlockSizes
 from codesign.kernels.coo import CooAdjacency
-from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, with_csr_pattern
+from codesign.kernels.csr_cpu import CsrPattern, csr_aggregate, csr_pattern, csr_spmm, structural_degree, with_csr_pattern
 from codesign.kernels.features import SparseFeatures, features_matmul, sparse_features
 from codesign.kernels.gat import CsrByReceiver, csr_by_receiver, gat_aggregate, gat_aggregate_reference
 from codesign.kernels.pallas_condensed import condensed_spmm
@@ -26,7 +26,7 @@ __all__ = [
     "SparseFeatures", "sparse_features", "features_matmul",
     "CsrByReceiver", "csr_by_receiver", "gat_aggregate", "gat_aggregate_reference",
     "condensed_spmm",
-    "CsrPattern", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate",
+    "CsrPattern", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate", "structural_degree",
     "CsrBlockSizes", "CsrChunks", "csr_chunks", "with_csr_chunks", "csr_chunk_spmm", "csr_chunk_spmm_int8",
     "csr_chunk_spmm_reference", "csr_chunk_aggregate", "gcn_scales",
 ]

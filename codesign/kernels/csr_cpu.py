@@ -49,7 +49,8 @@ try:  # scipy's CSR x dense kernel, which ``csr_matrix @ ndarray`` calls with a 
 except ImportError:  # pragma: no cover - a scipy without it: ``csr_matrix @ x``, one copy more
     _csr_matvecs = None
 
-__all__ = ["CsrPattern", "HostCsr", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate", "n_host_threads"]
+__all__ = ["CsrPattern", "HostCsr", "csr_pattern", "with_csr_pattern", "csr_spmm", "csr_aggregate", "n_host_threads",
+           "structural_degree"]
 
 _SPMM_CHUNK = 1 << 22  # entries per SpMM sub-block: its permuted values are a 16 MiB buffer, not [E]
 _SDDMM_CHUNK = 4096  # edges per SDDMM block: the gathered [chunk, H*F] rows stay in L2 cache
@@ -89,6 +90,10 @@ class CsrPattern:
                             ``w[perm]`` brings COO-ordered values into CSR order. None: the
                             edge list is in CSR order already (senders = indices, receivers =
                             rows; `codesign.vertex.lower` runs a program's edges so).
+      degree:  float32 [N]  entries per row (the in-degree; self-loops counted when the pattern
+                            was built with them): an unweighted graph's degrees, kept with its
+                            structure so a normalization need not scatter-add E ones every step
+                            (`structural_degree`).
       host:    `HostCsr` (static)  the row pointers and the transposed structure, on the host.
       n_nodes: int (static) N.
 
@@ -98,6 +103,7 @@ class CsrPattern:
     indices: jax.Array
     rows: jax.Array
     perm: Optional[jax.Array]
+    degree: jax.Array
     host: HostCsr = dataclasses.field(default=None, metadata=dict(static=True))
     n_nodes: int = dataclasses.field(default=0, metadata=dict(static=True))
 
@@ -148,7 +154,20 @@ def csr_pattern(senders, receivers, n_nodes: int, self_loops: bool = False) -> C
         t_indices = host_indices  # structurally symmetric (an undirected graph): Aᵀ's CSR is A's
     host = HostCsr(indptr=indptr, indices=host_indices, rows=np.asarray(rows), t_indptr=t_indptr,
                    t_indices=t_indices, t_perm=t_perm.astype(np.int32))
-    return CsrPattern(indices=indices, rows=rows, perm=jnp.asarray(perm, jnp.int32), host=host, n_nodes=n)
+    return CsrPattern(indices=indices, rows=rows, perm=jnp.asarray(perm, jnp.int32),
+                      degree=jnp.asarray(np.diff(indptr), jnp.float32), host=host, n_nodes=n)
+
+
+def structural_degree(adj: CooAdjacency, self_loops: bool) -> Optional[jax.Array]:
+    """float32 [N]: the in-degree of ``adj``'s edges (plus 1 with ``self_loops``) read from its
+    `CsrPattern` where that is the degree a normalization would sum: ``adj`` unweighted
+    (``edge_weight`` None) and its pattern built over its E edges (E + N with ``self_loops``).
+    None otherwise: the caller sums the weights (``segment_sum``; with gates or edge weights the
+    degree is not a property of the structure)."""
+    p = getattr(adj, "pattern", None)
+    if not isinstance(p, CsrPattern) or adj.edge_weight is not None:
+        return None
+    return p.degree if p.n_entries == adj.n_edges + (adj.n_nodes if self_loops else 0) else None
 
 
 def with_csr_pattern(adj: CooAdjacency, self_loops: bool = False) -> CooAdjacency:

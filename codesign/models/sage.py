@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from codesign import hwmodel
-from codesign.kernels import CooAdjacency, aggregate
+from codesign.kernels import CooAdjacency, aggregate, structural_degree
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
@@ -57,7 +57,8 @@ AGGREGATORS = ("mean", "max")
 
 def mean_adjacency(adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -> CooAdjacency:
     """Row-normalized ``D^-1 A`` (E entries, no self-loops): ``aggregate`` with it is the
-    (weighted) neighbour mean; rows without edges aggregate to 0.
+    (weighted) neighbour mean; rows without edges aggregate to 0. An unweighted ``adj`` with a
+    `CsrPattern` of its edges takes ``D`` from the pattern (`structural_degree`), not a scatter-add.
 
     Args:
       adj: E edges; its own weights (None = 1) are kept.
@@ -66,7 +67,9 @@ def mean_adjacency(adj: CooAdjacency, edge_weight: Optional[jax.Array] = None) -
     w = jnp.ones(adj.senders.shape, jnp.float32) if adj.edge_weight is None else adj.edge_weight
     if edge_weight is not None:
         w = w * edge_weight
-    deg = jax.ops.segment_sum(w, adj.receivers, num_segments=adj.n_nodes)
+    deg = structural_degree(adj, self_loops=False) if edge_weight is None else None
+    if deg is None:
+        deg = jax.ops.segment_sum(w, adj.receivers, num_segments=adj.n_nodes)
     inv = jnp.where(deg > 0, 1.0 / jnp.where(deg > 0, deg, 1.0), 0.0)
     return adj.with_weight(w * inv[adj.receivers])
 
