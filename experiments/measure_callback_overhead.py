@@ -1,4 +1,5 @@
-"""Measures the fixed cost of one scipy CSR product called from jitted JAX (`jax.pure_callback`)
+"""Measures the fixed cost of one scipy CSR product called from jitted JAX (a host callback,
+`codesign.kernels.csr_cpu._callback`)
 over XLA's own gather + segment_sum, on a graph so small that neither does measurable work:
 ``host_callback_overhead_s`` = median(csr_scipy) - median(segment) per forward call, A/B
 alternated in one process. Writes ``codesign/hwmodel/fits/cpu_callback.json``, which
@@ -51,7 +52,7 @@ def main() -> None:
             y.block_until_ready()
             per[k].append((time.perf_counter() - t) / a.calls)
     med = {k: statistics.median(v) for k, v in per.items()}
-    rec = {"what": "fixed cost of one jitted scipy CSR product (jax.pure_callback) over XLA's segment_sum on a "
+    rec = {"what": "fixed cost of one jitted scipy CSR product (host callback, csr_cpu._callback) over XLA's segment_sum on a "
                    "64-node, 128-edge graph, F = 1 (no measurable work): host_callback_overhead_s = "
                    "median(csr_scipy) - median(segment) seconds per forward call",
            "host_callback_overhead_s": max(med["csr_scipy"] - med["segment"], 0.0),

@@ -86,7 +86,7 @@ per call, over XLA's dispatch), written by ``experiments/measure_callback_overhe
 
 @functools.lru_cache(maxsize=None)
 def callback_overhead_s() -> float:
-    """Seconds per `jax.pure_callback` scipy product beyond an XLA kernel's dispatch, from
+    """Seconds per host-callback scipy product (`codesign.kernels.csr_cpu`) beyond an XLA kernel's dispatch, from
     `CALLBACK_FIT` (MEASURED on this CPU; see that record's ``date``, ``host``, ``command``).
 
     Raises:
