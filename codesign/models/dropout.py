@@ -93,7 +93,7 @@ def _concat_dropped_matmul_bwd(rate, res, g):
     # not fold), so the redraw is scheduled after ``g`` exists; and the mask is applied select,
     # then divide (the forward: divide, then select), the same values bit for bit in a different
     # expression, which CSE does not merge.
-    seed = jnp.minimum(seed, seed | jax.lax.bitcast_convert_type(g.reshape(-1)[:1], jnp.uint32)[0])
+    seed = jnp.minimum(seed, seed | jax.lax.bitcast_convert_type(g.reshape(-1)[:1].astype(jnp.float32), jnp.uint32)[0])
     keep = hash_uniform_u32(seed, x.shape) >= jnp.uint32(int(rate * 2**32))
     xd = jnp.where(keep, x, jnp.zeros((), x.dtype)) / (1.0 - rate)
     dw = jnp.concatenate([a.T @ g, xd.T @ g], 0)
