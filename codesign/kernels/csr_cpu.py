@@ -322,7 +322,7 @@ def _sddmm_host(rows, indices, g, x):
 # unbatched ones a leading axis of size 1, and the function handles the batch in one call. Where
 # that internal is missing or has another signature (another JAX version), `jax.pure_callback`.
 
-def _direct_host_call_primitive():
+def _direct_host_call():
     try:
         import inspect
 
@@ -360,10 +360,16 @@ def _direct_host_call_primitive():
         return prim.bind(*args, fn=fn, result_avals=avals), [0] * len(avals)
 
     batching.primitive_batchers[prim] = batch
-    return prim
+
+    def host_call(fn, shapes, *args):
+        avals = tuple(jcore.ShapedArray(s.shape, s.dtype) for s in shapes)
+        return prim.bind(*args, fn=fn, result_avals=avals)
+
+    return host_call
 
 
-_HOST_CALL = _direct_host_call_primitive()
+_HOST_CALL = _direct_host_call()
+"""``(fn, shapes, *args) -> list`` through the primitive above, or None (use `jax.pure_callback`)."""
 
 
 def _callback(fn, result_shape_dtypes, *args):
@@ -372,13 +378,11 @@ def _callback(fn, result_shape_dtypes, *args):
     and handle it in one call, instead of one call per batch element."""
     single = isinstance(result_shape_dtypes, jax.ShapeDtypeStruct)
     shapes = (result_shape_dtypes,) if single else tuple(result_shape_dtypes)
+    call = (lambda *a: (fn(*a),)) if single else fn
     if _HOST_CALL is None or jax.default_backend() != "cpu":
-        out = jax.pure_callback(fn if not single else (lambda *a: (fn(*a),)), shapes, *args,
-                                vmap_method="expand_dims")
+        out = jax.pure_callback(call, shapes, *args, vmap_method="expand_dims")
     else:
-        from jax._src import core as jcore
-        avals = tuple(jcore.ShapedArray(s.shape, s.dtype) for s in shapes)
-        out = _HOST_CALL.bind(*args, fn=fn if not single else (lambda *a: (fn(*a),)), result_avals=avals)
+        out = _HOST_CALL(call, shapes, *args)
     return out[0] if single else tuple(out)
 
 
