@@ -59,6 +59,26 @@ def test_hash_dropout_statistics_and_modes():
         HashDropout(1.0, rngs=nnx.Rngs(0))
 
 
+def _model_with_op_as_written(cls, op: str, written_out):
+    """``(runs, calls)``: a 12 -> 16 -> 3 ``cls`` (dropout 0.5, training) on a 30-node ring, its loss
+    and parameter gradients with `HashDropout`'s method ``op`` as it is (``runs[True]``) and
+    replaced by ``written_out(self, *args)`` (``runs[False]``); ``calls``: which of the two ran."""
+    adj, x = ring(30), jax.random.uniform(jax.random.key(0), (30, 12))
+    orig, runs, calls = getattr(HashDropout, op), {}, []
+    for fuse in (True, False):
+        def counted(self, *args, fuse=fuse):
+            calls.append(fuse)
+            return orig(self, *args) if fuse else written_out(self, *args)
+        setattr(HashDropout, op, counted)
+        try:
+            m = cls(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
+            m.train()
+            runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, adj))))(m)
+        finally:
+            setattr(HashDropout, op, orig)
+    return runs, calls
+
+
 def test_relu_dropout_fused_equals_relu_then_dropout():
     """`HashDropout.relu_apply` (one op, keeps only its output) = dropout(relu(z)): the same draw,
     values and gradient, zeros and exact ties at 0 included; and the GCN/GraphSAGE forward that
@@ -76,24 +96,8 @@ def test_relu_dropout_fused_equals_relu_then_dropout():
     np.testing.assert_array_equal(fused.relu_apply(z), jax.nn.relu(z))
 
     from codesign.models import GraphSAGE
-    adj = ring(30)
-    x = jax.random.uniform(jax.random.key(0), (30, 12))
-    orig = HashDropout.relu_apply
-    for cls in (GCN, GraphSAGE):
-        runs, calls = {}, []
-
-        def counted(self, z, fuse):
-            calls.append(fuse)  # fused: the op; not: the written-out ReLU, then the same dropout
-            return orig(self, z) if fuse else self(jax.nn.relu(z))
-
-        for fuse in (True, False):
-            HashDropout.relu_apply = lambda self, z, fuse=fuse: counted(self, z, fuse)
-            try:
-                m = cls(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
-                m.train()
-                runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, adj))))(m)
-            finally:
-                HashDropout.relu_apply = orig
+    for cls in (GCN, GraphSAGE):  # fused: the op; not: the written-out ReLU, then the same dropout
+        runs, calls = _model_with_op_as_written(cls, "relu_apply", lambda self, z: self(jax.nn.relu(z)))
         assert calls == [True, False], calls  # the models take the fused path
         assert float(runs[True][0]) == float(runs[False][0])
         for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
@@ -120,19 +124,8 @@ def test_concat_matmul_redraws_the_mask():
     np.testing.assert_array_equal(drop.concat_matmul(a, x, seed, w), jnp.concatenate([a, x], 1) @ w)
 
     from codesign.models import GraphSAGE
-    adj, xg = ring(30), jax.random.uniform(jax.random.key(0), (30, 12))
-    orig, runs, calls = HashDropout.concat_matmul, {}, []
-    for fuse in (True, False):
-        def counted(self, a, x, seed, w, fuse=fuse):
-            calls.append(fuse)
-            return orig(self, a, x, seed, w) if fuse else jnp.concatenate([a, self.apply(x, seed)], 1) @ w
-        HashDropout.concat_matmul = counted
-        try:
-            m = GraphSAGE(12, 16, 3, dropout=0.5, rngs=nnx.Rngs(0))
-            m.train()
-            runs[fuse] = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(xg, adj))))(m)
-        finally:
-            HashDropout.concat_matmul = orig
+    runs, calls = _model_with_op_as_written(
+        GraphSAGE, "concat_matmul", lambda self, a, x, seed, w: jnp.concatenate([a, self.apply(x, seed)], 1) @ w)
     assert calls == [True, False], calls  # layer 1 (12 -> 16) aggregates first and takes it
     np.testing.assert_allclose(float(runs[True][0]), float(runs[False][0]), rtol=1e-6)
     for ga, gb in zip(jax.tree.leaves(runs[True][1]), jax.tree.leaves(runs[False][1])):
