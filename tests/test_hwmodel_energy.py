@@ -132,6 +132,27 @@ def test_presets_take_their_energies_from_the_one_mechanism():
     assert float(mac_energy_pj(h, 32.0)) == pytest.approx(h.mac_energy_fp32_pj, rel=1e-6)
 
 
+def test_cpu_process_node_is_the_fit_hosts():
+    """The `cpu` preset's energies are scaled to the node of the host its fit was timed on: a re-fit
+    on another host that left `PROCESS_NODES["cpu"]` as it was fails here."""
+    assert presets.PROCESS_NODES["cpu"][:2] == presets.cpu_process_node(presets.load_fit("cpu")["host"])
+    assert presets.cpu_process_node({"cpu_model": "Intel(R) Xeon(R) Processor", "simd": ["avx512f", "amx_tile"]}) == (10.0, 0.75)
+    assert presets.cpu_process_node({"cpu_model": "AMD EPYC", "simd": ["avx2", "avx512f"]}) == (5.0, 0.75)
+    assert presets.cpu_process_node({"cpu_model": "AMD EPYC 7763", "simd": ["avx2"]}) == (7.0, 0.75)
+    with pytest.raises(ValueError, match="cpu_process_node: no process node known for host cpu_model='Apple M2'"):
+        presets.cpu_process_node({"cpu_model": "Apple M2", "simd": []})
+
+
+def test_saving_a_cpu_fit_of_another_node_says_so(capsys):
+    from codesign.hwmodel.calibrate import _warn_if_node_differs
+    _warn_if_node_differs(presets.load_fit("cpu")["host"])
+    assert capsys.readouterr().err == ""
+    _warn_if_node_differs({"cpu_model": "Intel(R) Xeon(R) Processor", "simd": ["avx512f", "amx_tile"]})
+    assert "save_cpu_fit: the fitted host is a 10 nm part, PROCESS_NODES['cpu'] says 5 nm" in capsys.readouterr().err
+    _warn_if_node_differs({"cpu_model": "Apple M2", "simd": []})
+    assert "set PROCESS_NODES['cpu'] by hand" in capsys.readouterr().err
+
+
 def test_docs_power_table_is_current():
     from pathlib import Path
     docs = (Path(__file__).resolve().parent.parent / "docs" / "hwmodel.md").read_text()

@@ -329,4 +329,21 @@ def save_cpu_fit(result: dict, path, old: Optional[dict] = None) -> dict:
                            "results_file": result.get("out")}),
     }
     write_json_atomic(path, rec)
+    _warn_if_node_differs(rec["host"])
     return rec
+
+
+def _warn_if_node_differs(host: dict) -> None:
+    """One line on stderr when the fitted host's process node (`presets.cpu_process_node`) is not the
+    one `presets.PROCESS_NODES` ``["cpu"]`` prices the `cpu` preset's energies at (update it, with
+    its source, before committing the fit; tests/test_hwmodel_energy.py fails until then)."""
+    import sys
+    from codesign.hwmodel.presets import PROCESS_NODES, cpu_process_node
+    try:
+        node = cpu_process_node(host)
+    except ValueError as e:
+        print(f"save_cpu_fit: {e}: set PROCESS_NODES['cpu'] by hand", file=sys.stderr)
+        return
+    if node != PROCESS_NODES["cpu"][:2]:
+        print(f"save_cpu_fit: the fitted host is a {node[0]:g} nm part, PROCESS_NODES['cpu'] says "
+              f"{PROCESS_NODES['cpu'][0]:g} nm: update it (codesign/hwmodel/presets.py)", file=sys.stderr)

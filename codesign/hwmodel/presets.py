@@ -70,7 +70,9 @@ ASSUMPTIONS = {
                                                        "priced as this logic node (nm)"),
     "GNNEAR_NME_NODE_NM": (32.0, (20.0, 65.0), "gnnear rank NMEs (DIMM buffer chip) logic node (nm)"),
     "CPU_WATTS_PER_CORE": (350.0 / 56, (3.0, 10.0), "cpu power limit per core: a 56-core 350 W Sapphire Rapids Xeon "
-                                                   "(the VM's host model is not named)"),
+                                                   "(the VM's host model is not named; the EPYC 9004 parts of the "
+                                                   "current fit's kind span 3.75 W (96 cores, 360 W) to 8.75 W (32 "
+                                                   "cores, 280 W) per core, AMD product pages)"),
     "A100_SCALES_AS_SM_CLOCK": (None, None, "a100 per-row costs = h100's x (132 SMs x 1.98 GHz) / (108 SMs x 1.41 GHz), "
                                             "its L2 gather bandwidth = h100's x the DRAM bandwidth ratio, its per-call "
                                             "cost = h100's (no A100 table here)"),
@@ -119,7 +121,9 @@ PROCESS_NODES = {
                           "(ASSUMPTION GNNEAR_CAE_AS_HYGCN)"),
     "gnnear-nme": (GNNEAR_NME_NODE_NM, DRAM_VDD_V, "ASSUMPTION GNNEAR_NME_NODE_NM: a DIMM buffer chip's logic "
                                                    "node is not published"),
-    "cpu": (10.0, 0.75, "Intel 7 (a 10 nm-class node): the fit record's host has AMX, i.e. Sapphire Rapids or later"),
+    "cpu": (5.0, 0.75, "TSMC N5: the fit record's host (fits/cpu.json) is an AMD EPYC with AVX-512 BF16, i.e. Zen 4 "
+                       "(Genoa) or later, whose core dies are N5 (AMD EPYC 9004 series product brief); below "
+                       "Stillmaker & Baas' 7 nm: extrapolated as h100 (`cpu_process_node` checks it against the fit)"),
     "v100": (12.0, 0.8, "TSMC 12 nm FFN (NVIDIA Volta whitepaper); 0.8 V as the other 12 nm preset"),
     "mi100": (7.0, 0.75, "TSMC N7 (AMD Instinct MI100 datasheet)"),
     "xeon-e5-2698v4": (14.0, 0.9, "Intel 14 nm (Broadwell-EP, Intel ARK); 0.9 V nominal (ASSUMPTION, as NODE_VDD_FACTOR)"),
@@ -171,6 +175,24 @@ stay within (tests/test_hwmodel_energy.py). ``scope`` "system": everything the p
 TDP of a board with its DRAM); "chip": the compute chip alone (`power.CHIP_PARTS`: no DRAM, no
 near-memory units), for a chip whose paper reports the chip's power."""
 TF32_MATRIX = ("h100", "a100")  # Hopper / Ampere: fp32 GEMMs run on TF32 tensor cores (XLA's default precision)
+
+
+def cpu_process_node(host: dict) -> tuple[float, float]:
+    """``(node nm, core supply V)`` of a `cpu` fit record's ``host`` (`load_fit`): an x86 host with
+    AMX is Intel 7, a 10 nm-class node (Sapphire Rapids or later, Intel ARK); an AMD EPYC with AVX-512
+    is Zen 4 or later, TSMC N5 core dies (AMD EPYC 9004 series product brief); an AMD EPYC without it
+    is Zen 2 / Zen 3, TSMC N7. `PROCESS_NODES` ``["cpu"]`` must equal it for the committed fit
+    (tests/test_hwmodel_energy.py), so a re-fit on another host cannot keep the old host's node.
+
+    Raises:
+      ValueError: a host none of these rules places (add its node to `PROCESS_NODES` with a source).
+    """
+    simd, model = set(host.get("simd") or ()), str(host.get("cpu_model") or "")
+    if "amx_tile" in simd:
+        return 10.0, 0.75
+    if "AMD EPYC" in model:
+        return (5.0, 0.75) if "avx512f" in simd else (7.0, 0.75)
+    raise ValueError(f"cpu_process_node: no process node known for host cpu_model={model!r}, simd={sorted(simd)}")
 
 
 def op_energies(key: str, vdd_factor: float = 1.0, per_step_below_7nm: float = N5_ENERGY_PER_NODE_STEP,
@@ -734,7 +756,8 @@ def cpu() -> HardwareSpec:
     priced on `cpu_numpy`, this fit on one core.
     ASSUMPTION: static power not modeled (0; a share of a cloud VM, RAPL not exposed).
     The "cpu" of this VM is not one machine (an AVX2 host on 2026-11-22, AVX-512 EPYC on
-    2026-11-23, a Xeon with AMX on 2026-11-25): re-fit on your host with
+    2026-11-23, a Xeon with AMX on 2026-11-25, the AVX-512 EPYC again from 2026-11-28, the host of
+    the committed fit): re-fit on your host with
     ``python experiments/hwmodel_validation.py --save-preset`` (minutes), or
     ``--peaks-only --save-preset`` to replace only the roofs (seconds).
 
