@@ -15,7 +15,7 @@ from codesign import hwmodel
 from codesign.kernels import CooAdjacency, aggregate
 from codesign.models import MODELS
 from codesign.models.base import GNN
-from codesign.models.gcn import hidden_elementwise_ops
+from codesign.models.layers import hidden_elementwise_ops
 from codesign.models.layers import QUANTIZERS, Layer, graph_counts, make_quantizer
 from codesign.quant import FakeQuant, Quantizer
 
@@ -120,10 +120,10 @@ def test_model_workload_is_the_concatenation_of_its_layers(name):
     e = 50
     for training in (False, True):
         graph = graph_counts(N, e, model.densities(), relation_edges=[e] if name == "rgcn" else None)
-        # the GCN prices its ReLU (and gate, run-time quantization) in its first layer's elementwise stage
+        # the GCN and GraphSAGE price their ReLU (and gate, run-time quantization) in their first layer's elementwise stage
         extra = lambda i: ({"elementwise_ops": hidden_elementwise_ops(model.channel_mask is not None,
                                                                       model.conv2.input_bits(False))}
-                           if name == "gcn" and i == 0 else {})
+                           if name in ("gcn", "sage") and i == 0 else {})
         want = [st for i, layer in enumerate(layers) for lw in layer.workload("l", graph, **extra(i))
                 for st in lw.aggregate_first + lw.combine_first + lw.elementwise]
         wl = model.workload(N, e)

@@ -216,7 +216,9 @@ def test_sage_workload_by_hand(aggr):
         assert stages(l0) == stages(l0, "aggregate_first")
     assert stages(root0) == stages(root0, "aggregate_first") == {"gemm": N * K * 4}
     assert root0.elementwise == ()
-    assert stages(root1) == {"gemm": N * 4 * C} and elem(l1) == {"elementwise": N * C}
+    # hidden: bias, ReLU and the root term's sum; logits: bias and the sum
+    assert elem(l0) == {"elementwise": N * 4 * 3}
+    assert stages(root1) == {"gemm": N * 4 * C} and elem(l1) == {"elementwise": N * C * 2}
 
 
 def test_gin_workload_by_hand():

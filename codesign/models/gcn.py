@@ -16,13 +16,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from codesign import hwmodel
-from codesign.hwmodel.workload import FAKE_QUANT_OPS
 from codesign.kernels import CooAdjacency, SparseFeatures, aggregate
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
+                                    hidden_elementwise_ops, input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
                                     relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
@@ -122,15 +121,6 @@ class GCNConv(Layer):
                                         widths=(self.in_features, self.out_features), kept=(k, f),
                                         bits=(x_bits, out_bits), combine_first_only=in_nnz is not None)
         return (layer,)
-
-
-def hidden_elementwise_ops(channel_gate: bool, hidden_bits) -> jax.Array:
-    """float32 scalar: elementwise ops per element of a two-layer GCN's hidden layer, its bias
-    included (`hwmodel.elementwise_stage`'s ``ops``): bias and ReLU, the channel gate when there is
-    one, and the hidden activation's run-time fake quantization (`FAKE_QUANT_OPS`) when
-    ``hidden_bits`` (float, may be traced) is below 32."""
-    quantized = jnp.asarray(hidden_bits, jnp.float32) < 32.0
-    return 2.0 + float(channel_gate) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)
 
 
 @final

@@ -45,8 +45,8 @@ from codesign.kernels import CooAdjacency, aggregate, structural_degree
 from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
-from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, make_quantizer, mask_densities,
-                                    input_nnz, override_bits, quant_bits, derived_message_passing,
+from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, hidden_elementwise_ops,
+                                    make_quantizer, mask_densities, input_nnz, override_bits, quant_bits, derived_message_passing,
                                     relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
@@ -86,6 +86,11 @@ def max_aggregate(adj: CooAdjacency, x: jax.Array, edge_weight: Optional[jax.Arr
     msgs = jnp.where((w > 0)[:, None], w[:, None] * x[adj.senders], -jnp.inf)  # [E, F]
     out = jax.ops.segment_max(msgs, adj.receivers, num_segments=adj.n_nodes)
     return jnp.where(jnp.isfinite(out), out, 0.0)
+
+
+ROOT_SUM_OPS = 1.0
+"""Elementwise ops per output of a SAGE layer beyond its bias and activation: the sum of the root
+term ``x @ W_root`` with the neighbour term (`SAGEConv.workload`)."""
 
 
 @final
@@ -180,8 +185,10 @@ class SAGEConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None, in_nnz=None) -> tuple[hwmodel.LayerWorkload, ...]:
-        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments):
+                 hard: bool = False, bits=None, in_nnz=None, elementwise_ops=1) -> tuple[hwmodel.LayerWorkload, ...]:
+        """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments; ``elementwise_ops`` as
+        `GCNConv.workload`: the bias and what the model adds, its activation, channel gate and
+        run-time quantization):
 
           ``name``:      the neighbour aggregation over the kept edges (nnz = kept edges, no
                          self-loops) and the neighbour GEMM, + bias/ReLU. Mean: both dataflow
@@ -189,8 +196,10 @@ class SAGEConv(Layer):
                          kernel over the kept tiles). Max: aggregate-first only (a max does not
                          commute with the GEMM); its "spmm" stage counts one compare per gathered
                          element where a SpMM counts one MAC.
-          ``name.root``: the root GEMM N x K x F (its sum with the neighbour term is the GEMM's
-                         accumulate, no separate stage).
+          ``name.root``: the root GEMM N x K x F. Its sum with the neighbour term is one more
+                         elementwise op per output (`ROOT_SUM_OPS`) of ``name``'s elementwise
+                         stage: fused into the epilogue by XLA, a pass of its own where the
+                         executor does not fuse (the deployed program's ``out += x @ W_root``).
 
         With ``in_nnz`` (input stored CSR) both GEMMs run over the stored nonzeros and the mean
         aggregation runs combine-first.
@@ -204,7 +213,7 @@ class SAGEConv(Layer):
         n, nnz = graph.n_nodes, graph.kept_edges
         if self.aggr == "mean":  # derived from the program the forward runs (no self-loops)
             gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wn, out_bits, in_nnz),)
-            elem = (hwmodel.elementwise_stage(n, f, out_bits),)
+            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS),)
             neigh = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
                                             widths=(self.in_features, self.out_features), kept=(k, f),
                                             bits=(x_bits, out_bits), combine_first_only=in_nnz is not None,
@@ -215,7 +224,7 @@ class SAGEConv(Layer):
         else:
             agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
                    hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
-            elem = (hwmodel.elementwise_stage(n, f, out_bits),)
+            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS),)
             neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
         gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wr, out_bits, in_nnz),)
         return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
@@ -325,6 +334,8 @@ class GraphSAGE(GNN):
         return model_workload(
             self.conv1.workload("layer0", graph, in_dim=d["feature"] * self.conv1.in_features, out_dim=hidden,
                                 out_bits=self.conv2.input_bits(hard) if b is None else b, hard=hard, bits=b,
-                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard))
+                                in_nnz=input_nnz(self, feature_nnz, densities, d, hard),
+                                elementwise_ops=hidden_elementwise_ops(self.channel_mask is not None,
+                                                                       self.conv2.input_bits(hard)))
             + self.conv2.workload("layer1", graph, in_dim=hidden, out_bits=FP32_BITS, hard=hard, bits=b),
             training=training, learned_edge_weights=learns_edge_weights(self.edge_mask))
