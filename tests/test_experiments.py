@@ -407,3 +407,23 @@ def test_bench_seeds_quick(tmp_path, cora):
     assert json.loads(out.read_text())["median"].keys() == {"1", "2_vmap", "2_sequential", "2_mapped", "2_reused"}
     for k in ("ratio_vmap_to_one", "ratio_sequential_to_one", "ratio_mapped_to_one", "ratio_reused_to_one"):
         assert np.isfinite(result[k]) and result[k] > 0
+
+
+def test_wordnet_lsa_ceiling_quick_times_every_point_beside_the_reference(tmp_path, monkeypatch):
+    """The script's logic on a small cSBM standing in for wordnet-lsa (128 features, as its LSA):
+    every grid point gets a record with its features sliced to k, measured beside the reference's
+    program, priced on cpu_numpy; a rerun does nothing."""
+    import codesign.data
+    from codesign.data.synthetic import csbm
+    g = csbm(300, 128, 6.0, 0.8, 1.0, n_classes=4, seed=0)
+    monkeypatch.setattr(codesign.data, "load_dataset", lambda name: g if name == "wordnet-lsa" else None)
+    mod = load("wordnet_lsa_ceiling")
+    rows = mod.main(["--quick", "--out", str(tmp_path)])
+    assert [(r["hidden"], r["features"]) for r in rows] == list(mod.GRID[:2])
+    for r in rows:
+        assert r["measured_s"] > 0 and r["reference_measured_s"] > 0 and r["modeled_s"] > 0
+        assert r["speedup_vs_reference"] == pytest.approx(r["reference_measured_s"] / r["measured_s"])
+        assert r["blas_threads"] == "1" and 0 <= r["val_accuracy"] <= 1
+    assert rows[1]["modeled_s"] < rows[0]["modeled_s"]  # half the features: a cheaper first layer
+    assert len((tmp_path / "wordnet_lsa_ceiling_cpu_quick.jsonl").read_text().splitlines()) == 2
+    assert mod.main(["--quick", "--out", str(tmp_path)]) == []
