@@ -136,7 +136,8 @@ def test_cpu_process_node_is_the_fit_hosts():
     """The `cpu` preset's energies are scaled to the node of the host its fit was timed on: a re-fit
     on another host that left `PROCESS_NODES["cpu"]` as it was fails here."""
     assert presets.PROCESS_NODES["cpu"][:2] == presets.cpu_process_node(presets.load_fit("cpu")["host"])
-    assert presets.cpu_process_node({"cpu_model": "Intel(R) Xeon(R) Processor", "simd": ["avx512f", "amx_tile"]}) == (10.0, 0.75)
+    xeon = {"cpu_model": "Intel(R) Xeon(R) Processor", "simd": ["avx512f", "amx_tile"]}
+    assert presets.cpu_process_node(xeon) == (10.0, 0.75)
     assert presets.cpu_process_node({"cpu_model": "AMD EPYC", "simd": ["avx2", "avx512f"]}) == (5.0, 0.75)
     assert presets.cpu_process_node({"cpu_model": "AMD EPYC 7763", "simd": ["avx2"]}) == (7.0, 0.75)
     with pytest.raises(ValueError, match="cpu_process_node: no process node known for host cpu_model='Apple M2'"):

@@ -21,8 +21,8 @@ from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_message_passing, graph_counts,
-                                    hidden_elementwise_ops, input_nnz, make_quantizer, mask_densities, override_bits, quant_bits,
-                                    relu_then_input_dropout, run_weighted_sum,
+                                    hidden_elementwise_ops, input_nnz, make_quantizer, mask_densities,
+                                    override_bits, quant_bits, relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
 from codesign.quant import FakeQuant

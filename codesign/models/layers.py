@@ -400,11 +400,10 @@ def relu_then_input_dropout(z: jax.Array, channel_mask, next_layer, dropout):
     return h, dropout
 
 
-
 def hidden_elementwise_ops(channel_gate: bool, hidden_bits) -> jax.Array:
     """float32 scalar: elementwise ops per element of a two-layer model's hidden layer (GCN,
     GraphSAGE), its bias included (`hwmodel.elementwise_stage`'s ``ops``): bias and ReLU, the channel
-    gate when there is one, and the hidden activation's run-time fake quantization (`FAKE_QUANT_OPS`) when
-    ``hidden_bits`` (float, may be traced) is below 32."""
+    gate when there is one, and the hidden activation's run-time fake quantization
+    (`FAKE_QUANT_OPS`) when ``hidden_bits`` (float, may be traced) is below 32."""
     quantized = jnp.asarray(hidden_bits, jnp.float32) < 32.0
     return 2.0 + float(channel_gate) + jnp.where(quantized, FAKE_QUANT_OPS, 0.0)

@@ -46,8 +46,8 @@ from codesign.models.base import GNN, check_input, check_widths
 from codesign.models.dropout import HashDropout
 from codesign.sparsify import learns_edge_weights
 from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, graph_counts, hidden_elementwise_ops,
-                                    make_quantizer, mask_densities, input_nnz, override_bits, quant_bits, derived_message_passing,
-                                    relu_then_input_dropout, run_weighted_sum,
+                                    make_quantizer, mask_densities, input_nnz, override_bits, quant_bits,
+                                    derived_message_passing, relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.sparsify import BlockEdgeMask, ChannelMask, EdgeMask, FeatureMask
 from codesign.vertex import layers as vertex_layers
@@ -185,7 +185,8 @@ class SAGEConv(Layer):
         return quant_bits(self.quant_x, hard)
 
     def workload(self, name: str, graph: GraphCounts, *, in_dim=None, out_dim=None, out_bits=FP32_BITS,
-                 hard: bool = False, bits=None, in_nnz=None, elementwise_ops=1) -> tuple[hwmodel.LayerWorkload, ...]:
+                 hard: bool = False, bits=None, in_nnz=None,
+                 elementwise_ops=1) -> tuple[hwmodel.LayerWorkload, ...]:
         """Two `hwmodel.LayerWorkload`s (`Layer.workload` for the arguments; ``elementwise_ops`` as
         `GCNConv.workload`: the bias and what the model adds, its activation, channel gate and
         run-time quantization):
