@@ -569,7 +569,10 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     """The features ``x`` float32 [N, K] as the program stores them: dense, scipy CSR, or (``"auto"``)
     whichever computes ``x @ w`` (``w`` float32 [K, H], the first layer's weight) faster here,
     by the median of ``reps`` timed products of each; with ``H`` = 0 (nothing computed), the
-    smaller of the two.
+    smaller of the two. Features whose CSR form is no smaller than the dense array (density above
+    ~1/2: 4 value + 4 index bytes per nonzero) stay dense without timing: the CSR product then
+    does the same multiply-adds through an index per element, and timing two products of a few
+    microseconds on a loaded machine picked CSR for fully dense features by noise.
 
     Raises:
       ValueError: ``store`` not in `FEATURE_STORES`.
@@ -581,7 +584,7 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     xs = sp.csr_matrix(x)
     if store == "csr":
         return xs
-    if w.shape[1] == 0:  # no product to time (every channel removed): the smaller store
+    if w.shape[1] == 0 or _stored_bytes(xs) >= x.nbytes:  # nothing to time, or CSR cannot win: the smaller store
         return xs if _stored_bytes(xs) < x.nbytes else x
 
     def median_s(a):

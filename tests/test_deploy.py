@@ -80,6 +80,26 @@ def test_csr_feature_store_gives_the_same_logits(bits):
     np.testing.assert_allclose(ref(), dense_program(m, g, "dense")(), rtol=1e-5, atol=1e-6)
 
 
+def test_pick_feature_store_keeps_fully_dense_features_dense_without_timing(monkeypatch):
+    """CSR of a matrix with no zeros is twice its bytes and does the same multiply-adds, so "auto"
+    keeps it dense even when the timer would say CSR is faster (a noisy few-microsecond product);
+    a 2 %-dense matrix is still timed and may go either way."""
+    import codesign.deploy as deploy_mod
+    def clock():  # the CSR products (timed first) take 1 s each, the dense ones 2 s
+        t = 0.0
+        for i in range(10**6):
+            yield t
+            t += 1.0 if i < 12 else (2.0 if i % 2 == 0 else 0.0)
+    ticks = clock()
+    monkeypatch.setattr(deploy_mod.time, "perf_counter", lambda: next(ticks))
+    x = np.random.default_rng(0).standard_normal((40, 16)).astype(np.float32)
+    w = np.ones((16, 8), np.float32)
+    assert not sp.issparse(pick_feature_store(x, w, "auto"))
+    sparse_x = np.where(np.random.default_rng(1).random((40, 16)) < 0.02, 1.0, 0.0).astype(np.float32)
+    out = pick_feature_store(sparse_x, w, "auto")
+    np.testing.assert_array_equal(out.toarray() if sp.issparse(out) else out, sparse_x)
+
+
 def test_pick_feature_store_returns_one_of_the_two_stores_and_refuses_unknown():
     x = np.eye(50, dtype=np.float32)
     w = np.ones((50, 4), np.float32)
