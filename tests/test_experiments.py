@@ -427,3 +427,24 @@ def test_wordnet_lsa_ceiling_quick_times_every_point_beside_the_reference(tmp_pa
     assert rows[1]["modeled_s"] < rows[0]["modeled_s"]  # half the features: a cheaper first layer
     assert len((tmp_path / "wordnet_lsa_ceiling_cpu_quick.jsonl").read_text().splitlines()) == 2
     assert mod.main(["--quick", "--out", str(tmp_path)]) == []
+
+
+def test_csbm_products_ceiling_quick_times_each_shape_beside_the_reference(tmp_path, monkeypatch):
+    """A 3,000-node csbm-products: each point's untrained program of its shapes is timed beside the
+    reference's and priced on cpu_numpy; the narrower, sparser point keeps half the edge pairs (both
+    directions together) and is modeled cheaper; a rerun does nothing."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the generated graph
+    mod = load("csbm_products_ceiling")
+    rows = mod.main(["--quick", "--out", str(tmp_path)])
+    assert [(r["model"], r["hidden"], r["features"], r["edge_keep"]) for r in rows] == [
+        ("gcn", 256, 100, 1.0), ("gcn", 128, 50, 0.5)]
+    for r in rows:
+        assert r["measured_s"] > 0 and r["reference_measured_s"] > 0 and r["modeled_s"] > 0
+        assert r["speedup_vs_reference"] == pytest.approx(r["reference_measured_s"] / r["measured_s"])
+        assert r["blas_threads"] == "1" and r["trained"] is False
+    assert 0.4 < rows[1]["kept_edges"] / rows[0]["kept_edges"] < 0.6 and rows[1]["kept_edges"] % 2 == 0
+    assert rows[1]["modeled_s"] < rows[0]["modeled_s"]
+    assert len((tmp_path / "csbm_products_ceiling_cpu_quick.jsonl").read_text().splitlines()) == 2
+    assert mod.main(["--quick", "--out", str(tmp_path)]) == []
+    with pytest.raises(SystemExit, match="--models"):
+        mod.main(["--models", "gat", "--out", str(tmp_path)])
