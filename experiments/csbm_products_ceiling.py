@@ -12,9 +12,8 @@ measured here**; which of these shapes a co-designed model reaches within 1 poin
 runs' question.
 
 For each `GRID` point ``(model, hidden, features, edge keep)``: the first ``features`` input columns
-and a random ``keep`` fraction of the undirected edges (both directions kept or dropped together:
-`codesign.sparsify.random_edge_removal` over pairs, the kept subgraph a pruned model's program
-aggregates over), a 2-layer model (`codesign.train.build_model`, hidden width ``hidden``, FP32, the
+and a random ``keep`` fraction of the undirected edges (one uniform draw per unordered pair, both
+directions kept or dropped together: the kept subgraph a pruned model's program aggregates over), a 2-layer model (`codesign.train.build_model`, hidden width ``hidden``, FP32, the
 seed's initial weights) deployed (`codesign.deploy.dense_program`: the dense program of those shapes,
 as a pruned model's compact program is) and timed **beside the reference program** of its
 architecture (hidden 256, every feature and edge: OGB's full-batch baselines on ogbn-products) in
@@ -27,7 +26,7 @@ measured record of this project.
 One record per point in ``results/csbm_products_ceiling_cpu.jsonl`` (appended as each finishes,
 under a file lock: `codesign.results.ResultsStore`; a rerun skips what is done).
 
-    python experiments/csbm_products_ceiling.py                 # full size: ~15 s an inference, ~40 min, ~14 GB
+    python experiments/csbm_products_ceiling.py                 # full size: ~30 s an inference, ~7 min a point, 15 GB
     python experiments/csbm_products_ceiling.py --nodes 250000  # the same generator at 250k nodes
     python experiments/csbm_products_ceiling.py --quick         # smoke run: 3,000 nodes, 2 points, 2 reps
 """
