@@ -584,8 +584,9 @@ def pick_feature_store(x: np.ndarray, w: np.ndarray, store: str = "auto", reps: 
     xs = sp.csr_matrix(x)
     if store == "csr":
         return xs
-    if w.shape[1] == 0 or _stored_bytes(xs) >= x.nbytes:  # nothing to time, or CSR cannot win: the smaller store
-        return xs if _stored_bytes(xs) < x.nbytes else x
+    csr_smaller = _stored_bytes(xs) < x.nbytes
+    if w.shape[1] == 0 or not csr_smaller:  # nothing to time, or CSR cannot win: the smaller store
+        return xs if csr_smaller else x
 
     def median_s(a):
         ts = []

@@ -13,7 +13,8 @@ runs' question.
 
 For each `GRID` point ``(model, hidden, features, edge keep)``: the first ``features`` input columns
 and a random ``keep`` fraction of the undirected edges (one uniform draw per unordered pair, both
-directions kept or dropped together: the kept subgraph a pruned model's program aggregates over), a 2-layer model (`codesign.train.build_model`, hidden width ``hidden``, FP32, the
+directions kept or dropped together: the kept subgraph a pruned model's program aggregates over),
+a 2-layer model (`codesign.train.build_model`, hidden width ``hidden``, FP32, the
 seed's initial weights) deployed (`codesign.deploy.dense_program`: the dense program of those shapes,
 as a pruned model's compact program is) and timed **beside the reference program** of its
 architecture (hidden 256, every feature and edge: OGB's full-batch baselines on ogbn-products) in
@@ -54,11 +55,9 @@ REFERENCE_SHAPE = (256, 100, 1.0)
 
 
 def _kept_pairs(graph, keep: float, seed: int):
-    """bool [E]: a random ``keep`` fraction of the undirected edges, both directions of a pair
-    together (a pair is identified by its unordered endpoints); all True at ``keep`` = 1."""
+    """bool [E]: a random ``keep`` fraction (< 1) of the undirected edges, both directions of a
+    pair together (a pair is identified by its unordered endpoints)."""
     import numpy as np
-    if keep >= 1.0:
-        return np.ones(graph.n_edges, bool)
     s, r = np.asarray(graph.senders, np.int64), np.asarray(graph.receivers, np.int64)
     pair = np.minimum(s, r) * graph.n_nodes + np.maximum(s, r)
     uniq, inverse = np.unique(pair, return_inverse=True)
@@ -103,14 +102,14 @@ def main(argv=None) -> list[dict]:
     store = ResultsStore(Path(args.out) / f"csbm_products_ceiling_cpu{'_quick' if args.quick else ''}.jsonl")
     done = store.done_keys()
     key_of = lambda m, h, k, keep: f"{m}/n{params.n_nodes}/h{h}/k{k}/keep{keep:g}/seed{args.seed}"
-    out = []
+    out, localities = [], {}  # keep fraction -> locality profile of its kept edges (seeded: the same for each model)
     for model_name in models:
         points = [g for g in grid if g[0] == model_name]
         if all(key_of(*g) in done for g in points):
             continue
 
         def program(hidden, k, keep):
-            graph = full.keep_edges(_kept_pairs(full, keep, args.seed))
+            graph = full if keep >= 1.0 else full.keep_edges(_kept_pairs(full, keep, args.seed))
             graph = dataclasses.replace(graph, x=graph.x[:, :k])
             cfg = TrainConfig.from_flat(model=model_name, hidden=hidden, bits=32, seed=args.seed)
             model = build_model(cfg, graph, nnx.Rngs(args.seed), dense=True)
@@ -124,14 +123,17 @@ def main(argv=None) -> list[dict]:
                 continue
             _, hidden, k, keep = g
             model, graph, prog = program(hidden, k, keep)
-            locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+            if keep not in localities:  # the same kept edges for every shape at this fraction: one sort of them
+                localities[keep] = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+            locality = localities[keep]
             modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, bits=32.0,
                                                       locality=locality), hw)
             side = measure(prog, reference, reps=args.reps, warmup=1)
             row = {"key": key, "dataset": "csbm-products", "nodes": int(graph.n_nodes), "model": model_name,
                    "hidden": hidden, "features": k, "edge_keep": keep, "kept_edges": int(graph.n_edges),
                    "seed": args.seed, "trained": False,
-                   "measured_s": side["measured"]["latency_s"], "measured_spread_s": side["measured"]["latency_spread_s"],
+                   "measured_s": side["measured"]["latency_s"],
+                   "measured_spread_s": side["measured"]["latency_spread_s"],
                    "reference_measured_s": side["dense_measured"]["latency_s"],
                    "speedup_vs_reference": side["speedup"], "speedup_spread": side["speedup_spread"],
                    "peak_bytes": side["measured"]["peak_bytes"],
