@@ -829,6 +829,35 @@ def measure(compact: CompactGCN, dense: CompactGCN, *, reps: int = 20, warmup: i
             "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV}}
 
 
+def program_cost(model: GCN | GraphSAGE | GAT, graph: Graph, hw, *, locality, feature_store: str = "dense",
+                 run_channels: Optional[int] = None):
+    """The modeled cost (`codesign.hwmodel.CostReport`) on ``hw`` of a deployed program of ``model``
+    on ``graph``, priced as the program runs: the model's hard (deployed) masks over
+    ``graph``'s edges, its input features stored as ``feature_store`` ("csr": their nonzeros per
+    column, `codesign.graph.feature_column_nnz`; "dense": the whole array), the hidden width it
+    computes with (``run_channels`` of `_hidden_width`; None: all of them), at the width the
+    program computes and stores in (`COMPUTE_BITS`: float32, integer codes dequantized), not the
+    quantizers' width. The one pricing rule of a deployed program (`measure_model`,
+    `experiments/csbm_products_ceiling.py`).
+
+    Args:
+      locality: a `codesign.hwmodel.LocalityProfile` of ``graph``'s edges.
+
+    Raises:
+      ValueError: ``feature_store`` not "csr" or "dense".
+    """
+    from codesign import hwmodel
+    from codesign.graph import feature_column_nnz
+    if feature_store not in ("csr", "dense"):
+        raise ValueError(f"program_cost: feature_store must be 'csr' or 'dense', got {feature_store!r}")
+    hidden = _hidden_width(model)
+    channels = hidden if run_channels is None else run_channels
+    nnz = feature_column_nnz(graph.x) if feature_store == "csr" else None
+    return hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, bits=float(COMPUTE_BITS),
+                                           locality=locality, feature_nnz=nnz,
+                                           densities={"channel": min(1.0, channels / hidden)}), hw)
+
+
 def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps: int = 20, warmup: int = 3,
                   locality=None, feature_store: str = "auto") -> dict:
     """Deploys the hardened ``model`` and measures it next to the dense FP32 program on this
@@ -869,16 +898,10 @@ def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps:
     out = measure(compact, dense, reps=reps, warmup=warmup)
     if locality is None:
         locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
-    n, e = graph.n_nodes, graph.n_edges
-    # priced as the program runs: its removed features, channels and edges, at the width it computes
-    # and stores in (`COMPUTE_BITS`: float32 here, integer codes dequantized), not the quantizers' width
-    col_nnz = feature_column_nnz(graph.x)
-    nnz_of = lambda prog: col_nnz if prog.feature_store == "csr" else None
-    hidden = _hidden_width(model)  # each program priced at the hidden width it computes with (run_channels)
-    modeled = hwmodel.estimate(model.workload(n, e, hard=True, bits=float(COMPUTE_BITS), locality=locality,
-                                              feature_nnz=nnz_of(compact),
-                                              densities={"channel": min(1.0, compact.run_channels / hidden)}), local_hw)
+    modeled = program_cost(model, graph, local_hw, locality=locality, feature_store=compact.feature_store,
+                           run_channels=compact.run_channels)
     # the dense model of the same architecture (no masks, no quantizers), priced as the reference runs
+    hidden = _hidden_width(model)
     c0, c1 = model.conv1, model.conv2
     if isinstance(model, GAT):
         shell = GAT(model.in_features, c0.out_features, c1.out_features, heads=c0.heads, out_heads=c1.heads,
@@ -887,8 +910,8 @@ def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps:
         shell = GraphSAGE(model.in_features, hidden, c1.out_features, aggr=model.aggr, rngs=nnx.Rngs(0))
     else:
         shell = GCN(model.in_features, hidden, c1.out_features, rngs=nnx.Rngs(0))
-    ref = hwmodel.estimate(shell.workload(n, e, hard=True, locality=locality, feature_nnz=nnz_of(dense),
-                                          densities={"channel": min(1.0, dense.run_channels / hidden)}), local_hw)
+    ref = program_cost(shell, graph, local_hw, locality=locality, feature_store=dense.feature_store,
+                       run_channels=dense.run_channels)
     logits = np.asarray(model(graph.x, adjacency(graph)))
     out["modeled_local"] = {"latency_s": float(modeled.latency_s), "energy_j": float(modeled.energy_j)}
     out["dense_modeled_local"] = {"latency_s": float(ref.latency_s), "energy_j": float(ref.energy_j)}
@@ -897,6 +920,7 @@ def measure_model(model: GCN | GraphSAGE | GAT, graph: Graph, local_hw, *, reps:
     out["feature_store"] = {"compact": compact.feature_store, "dense": dense.feature_store}
     keep_f = np.ones(model.in_features, bool) if model.feature_mask is None else \
         np.asarray(model.feature_mask.hard_mask())
+    col_nnz = feature_column_nnz(graph.x)
     out["kept"] = {**compact.kept, "feature_nnz": float(col_nnz[keep_f].sum()),
                    "dense_feature_nnz": float(col_nnz.sum())}
     out["max_logit_gap"] = float(np.abs(compact() - logits).max())

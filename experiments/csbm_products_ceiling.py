@@ -30,6 +30,13 @@ under a file lock: `codesign.results.ResultsStore`; a rerun skips what is done).
     python experiments/csbm_products_ceiling.py                 # full size: ~30 s an inference, ~7 min a point, 15 GB
     python experiments/csbm_products_ceiling.py --nodes 250000  # the same generator at 250k nodes
     python experiments/csbm_products_ceiling.py --quick         # smoke run: 3,000 nodes, 2 points, 2 reps
+    python experiments/csbm_products_ceiling.py --reprice       # the stored points priced by today's cpu_numpy
+
+``--reprice`` times nothing: it prices every stored point of the run (``--nodes``, ``--seed``) again
+with the committed ``cpu_numpy`` fit (`codesign.deploy.program_cost` on the kept graph's locality)
+and writes ``results/csbm_products_ceiling_repriced_cpu.json`` (per point the measured time, the
+modeled time as recorded and as repriced; MAPE and median modeled / measured of both, and the fit's
+date), so that a change of the cost model is checked on this graph without the hours of timing.
 """
 
 from __future__ import annotations
@@ -72,7 +79,7 @@ def main(argv=None) -> list[dict]:
     from codesign import hwmodel
     from codesign.bench import reexec_with_malloc_env
     from codesign.data.csbm_products import CsbmProductsParams, load_csbm_products
-    from codesign.deploy import dense_program, measure
+    from codesign.deploy import dense_program, measure, program_cost
     from codesign.results import ResultsStore
     from codesign.train import TrainConfig, build_model
 
@@ -83,6 +90,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--models", default="gcn,sage")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: 3,000 nodes, 2 points of GCN, 2 reps, *_quick file")
+    p.add_argument("--reprice", action="store_true",
+                   help="time nothing: price the stored points again with today's cpu_numpy fit (*_repriced_cpu.json)")
     args = p.parse_args(argv)
     if __name__ == "__main__":
         reexec_with_malloc_env(__file__, sys.argv[1:] if argv is None else list(argv))
@@ -100,6 +109,9 @@ def main(argv=None) -> list[dict]:
     full = load_csbm_products(params)
     hw = hwmodel.presets.get("cpu_numpy")
     store = ResultsStore(Path(args.out) / f"csbm_products_ceiling_cpu{'_quick' if args.quick else ''}.jsonl")
+    if args.reprice:
+        return reprice(store, full, hw, args.seed, Path(args.out) / f"csbm_products_ceiling_repriced_cpu"
+                                                                   f"{'_quick' if args.quick else ''}.json")
     done = store.done_keys()
     key_of = lambda m, h, k, keep: f"{m}/n{params.n_nodes}/h{h}/k{k}/keep{keep:g}/seed{args.seed}"
     out, localities = [], {}  # keep fraction -> locality profile of its kept edges (seeded: the same for each model)
@@ -126,8 +138,7 @@ def main(argv=None) -> list[dict]:
             if keep not in localities:  # the same kept edges for every shape at this fraction: one sort of them
                 localities[keep] = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
             locality = localities[keep]
-            modeled = hwmodel.estimate(model.workload(graph.n_nodes, graph.n_edges, hard=True, bits=32.0,
-                                                      locality=locality), hw)
+            modeled = program_cost(model, graph, hw, locality=locality)
             side = measure(prog, reference, reps=args.reps, warmup=1)
             row = {"key": key, "dataset": "csbm-products", "nodes": int(graph.n_nodes), "model": model_name,
                    "hidden": hidden, "features": k, "edge_keep": keep, "kept_edges": int(graph.n_edges),
@@ -147,6 +158,51 @@ def main(argv=None) -> list[dict]:
                   f"{row['modeled_s']:.2f} s ({row['modeled_s'] / row['measured_s']:.2f} of measured)", flush=True)
             del prog
     return out
+
+
+def reprice(store, full, hw, seed: int, path: Path) -> list[dict]:
+    """``--reprice``: every stored point of ``full``'s node count and ``seed`` priced again on ``hw``
+    (the untrained model of its shape on its kept graph, `codesign.deploy.program_cost`), written to
+    ``path`` with the MAPE and median modeled / measured as recorded and as repriced.
+
+    Raises:
+      SystemExit: no stored point of this node count and seed.
+    """
+    import dataclasses
+
+    from flax import nnx
+
+    from codesign import hwmodel
+    from codesign.deploy import program_cost
+    from codesign.results import write_json_atomic
+    from codesign.train import TrainConfig, build_model
+    records = [r for r in store.records() if r["nodes"] == full.n_nodes and r["seed"] == seed]
+    if not records:
+        raise SystemExit(f"csbm_products_ceiling --reprice: no point of {full.n_nodes} nodes and seed {seed} "
+                         f"in {store.path}")
+    rows = []
+    for keep in sorted({r["edge_keep"] for r in records}, reverse=True):
+        graph = full if keep >= 1.0 else full.keep_edges(_kept_pairs(full, keep, seed))
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+        for r in (r for r in records if r["edge_keep"] == keep):
+            g = dataclasses.replace(graph, x=graph.x[:, :r["features"]])
+            cfg = TrainConfig.from_flat(model=r["model"], hidden=r["hidden"], bits=32, seed=seed)
+            model = build_model(cfg, g, nnx.Rngs(seed), dense=True)
+            cost = program_cost(model, g, hw, locality=locality)
+            rows.append({"key": r["key"], "model": r["model"], "hidden": r["hidden"], "features": r["features"],
+                         "edge_keep": keep, "measured_s": r["measured_s"], "modeled_s_recorded": r["modeled_s"],
+                         "modeled_s": float(cost.latency_s)})
+            print(f"{r['key']}: measured {r['measured_s']:.2f} s, modeled {r['modeled_s']:.2f} as recorded, "
+                  f"{rows[-1]['modeled_s']:.2f} now", flush=True)
+        del graph
+    rec = hwmodel.calibrate.repriced(rows, hw.name)
+    summary = rec["summary"]
+    write_json_atomic(path, {"what": "csbm_products_ceiling's stored points priced again on " + hw.name,
+                             "nodes": int(full.n_nodes), "seed": seed, **rec})
+    print(f"wrote {path}: MAPE {100 * summary['modeled_s_recorded']['mape']:.1f} % as recorded, "
+          f"{100 * summary['modeled_s']['mape']:.1f} % repriced (median modeled / measured "
+          f"{summary['modeled_s_recorded']['median_ratio']:.2f} -> {summary['modeled_s']['median_ratio']:.2f})")
+    return rows
 
 
 if __name__ == "__main__":

@@ -93,7 +93,10 @@ def gemm_points(quick: bool, gpu: bool = False):
                     yield {"kind": "gemm", "m": m, "k": k, "n": n, "dtype": dt}
 
 
-RMAT_SCALES = ((10, 8), (12, 4), (12, 16), (14, 4), (14, 16), (16, 8), (18, 4))  # (scale, mean degree)
+RMAT_SCALES = ((10, 8), (12, 4), (12, 16), (14, 4), (14, 16), (16, 8), (18, 4), (20, 4))  # (scale, mean degree)
+"""The CPU grid's R-MAT graphs. 2^20 nodes (since 2026-11-28): its gathered matrix is 64-256 MiB at widths
+16-64, beyond this host's 32 MiB L3, so that the gathers whose lines come from DRAM are priced from the grid
+(`HardwareSpec.llc_bytes`, `line_miss_overhead_s`); before, the largest gathered matrix of a full graph was 64 MiB."""
 
 
 def graphs(quick: bool, data_root, gpu: bool = False, with_wordnet: bool = True):
@@ -430,7 +433,7 @@ def main(argv=None) -> dict:
                     help="kernel kinds that are timed and reported but never fitted (e.g. gemm_numpy where its "
                          "timings are scheduler-bound: OpenBLAS threads waiting out co-tenants' time slices)")
     ap.add_argument("--max-work", type=float, default=None,
-                    help="skip SpMM points with nnz x width above this (default 6e7 on CPU, 4e9 on GPU)")
+                    help="skip SpMM points with nnz x width above this (default 4e8 on CPU, 4e9 on GPU)")
     args = ap.parse_args(argv)
     prev = None
     if args.refit:
@@ -443,7 +446,7 @@ def main(argv=None) -> dict:
     hw_name = args.hw or (prev or {}).get("hw") or ("h100" if gpu else "cpu")
     args.reps = args.reps or (3 if args.quick else (20 if gpu else 7))
     args.passes = args.passes or (1 if args.quick or gpu else 3)
-    args.max_work = args.max_work or (4e9 if gpu else 6e7)
+    args.max_work = args.max_work or (4e9 if gpu else 4e8)
     out = args.out or (f"results/{'gpu/' if gpu else ''}hwmodel_validation_{hw_name}"
                        f"{'_quick' if args.quick else ''}.json")
 
@@ -467,9 +470,11 @@ def main(argv=None) -> dict:
         points, measured, per_pass, peaks = measure(args, gpu, graph_data, features)
     stages = [point_stages(p, graph_data, gpu) for p in points]
     cores = float((prev["machine"] if prev else machine()).get("cpu_count") or 1) if not gpu else 1.0
+    # the CPU's last-level cache is lscpu's L3 of the timed host (not fitted; `HardwareSpec.llc_bytes`)
+    llc = None if gpu else (prev["machine"] if prev else machine()).get("l3_bytes")
     base = with_roofs(hwmodel.presets.get(hw_name), peaks).replace(
         matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0, gather_efficiency=1.0,
-        overlap_exponent=16.0, stage_overhead_s=0.0, cores=cores)
+        overlap_exponent=16.0, stage_overhead_s=0.0, cores=cores, llc_bytes=None if llc is None else float(llc))
     host = [p["kind"] in HOST_KINDS for p in points]
     f = latency_model(stages, base, host)
     rng = np.random.default_rng(0)
@@ -480,7 +485,7 @@ def main(argv=None) -> dict:
     train_idx, test_idx = np.sort(order[: usable.size // 2]), np.sort(order[usable.size // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
     before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0, base.onchip_buffer_bytes,
-                                       0.0, 0.0, 0.0], jnp.float32)))
+                                       0.0, 0.0, 0.0, 0.0], jnp.float32)))
     shipped = hwmodel.presets.get(hw_name)  # the preset as committed (its own roofs and factors), no fit
 
     def shipped_factors(bf16_ratio):
@@ -496,12 +501,14 @@ def main(argv=None) -> dict:
     # CPU: a bf16 GEMM is an f32 GEMM plus converts (point_stages), so its rate ratio stays 1;
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
     x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10,
-          base.onchip_buffer_bytes if gpu else 4.0 * 1024**2, 0.0 if gpu else 1e-9, 1e-6, 1e-13 if gpu else 1e-9]
+          base.onchip_buffer_bytes if gpu else 4.0 * 1024**2, 0.0 if gpu else 1e-9, 1e-6, 1e-13 if gpu else 1e-9,
+          1e-13 if gpu else 1e-9]
     # row_overhead_s (9) is fitted where a kernel with a per-output-row loop is timed (scipy's CSR),
     # host_stage_overhead_s (10) where a numpy / scipy kernel is
     row_loop = any(p["kind"] in ("csr_scipy", "csr_features") for p in points)
     free = (0, 2, 3, 4, 5, 6, 7) if gpu else ((0, 1, 2, 3, 5, 6, 7, 8) + ((9,) if row_loop else ())
-                                               + ((10,) if any(host) else ()) + (11,))
+                                               + ((10,) if any(host) else ()) + (11,)
+                                               + ((12,) if base.llc_bytes is not None else ()))
     theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     # the same fit on other random halves: how much the held-out error depends on the split

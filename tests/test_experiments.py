@@ -427,6 +427,13 @@ def test_wordnet_lsa_ceiling_quick_times_every_point_beside_the_reference(tmp_pa
     assert rows[1]["modeled_s"] < rows[0]["modeled_s"]  # half the features: a cheaper first layer
     assert len((tmp_path / "wordnet_lsa_ceiling_cpu_quick.jsonl").read_text().splitlines()) == 2
     assert mod.main(["--quick", "--out", str(tmp_path)]) == []
+    # --reprice trains and times nothing: each trained dense point priced as measure_model priced it
+    again = mod.main(["--quick", "--reprice", "--out", str(tmp_path)])
+    assert [a["modeled_s"] for a in again] == pytest.approx([r["modeled_s"] for r in rows], rel=1e-5)
+    rec = json.loads((tmp_path / "wordnet_lsa_ceiling_repriced_cpu_quick.json").read_text())
+    assert rec["summary"]["modeled_s"]["n"] == 2
+    with pytest.raises(SystemExit, match="no point stored"):
+        mod.main(["--quick", "--reprice", "--out", str(tmp_path / "empty")])
 
 
 def test_csbm_products_ceiling_quick_times_each_shape_beside_the_reference(tmp_path, monkeypatch):
@@ -446,5 +453,14 @@ def test_csbm_products_ceiling_quick_times_each_shape_beside_the_reference(tmp_p
     assert rows[1]["modeled_s"] < rows[0]["modeled_s"]
     assert len((tmp_path / "csbm_products_ceiling_cpu_quick.jsonl").read_text().splitlines()) == 2
     assert mod.main(["--quick", "--out", str(tmp_path)]) == []
+    # --reprice times nothing: the stored points priced again by today's preset, as they were priced
+    again = mod.main(["--quick", "--reprice", "--out", str(tmp_path)])
+    assert [r["key"] for r in again] == [r["key"] for r in rows]
+    for r, a in zip(rows, again):
+        assert a["measured_s"] == r["measured_s"] and a["modeled_s"] == pytest.approx(r["modeled_s"], rel=1e-5)
+    rec = json.loads((tmp_path / "csbm_products_ceiling_repriced_cpu_quick.json").read_text())
+    assert rec["summary"]["modeled_s"]["n"] == 2 and rec["fit_date"]
     with pytest.raises(SystemExit, match="--models"):
         mod.main(["--models", "gat", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no point of 3000 nodes and seed 7"):
+        mod.main(["--quick", "--reprice", "--seed", "7", "--out", str(tmp_path)])

@@ -31,11 +31,12 @@ from codesign.hwmodel.spec import HardwareSpec
 
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
            "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
-           "host_stage_overhead_s", "row_miss_overhead_s")
+           "host_stage_overhead_s", "row_miss_overhead_s", "line_miss_overhead_s")
 """The host factors `fit` adjusts, in the order of its parameter vector. host_stage_overhead_s: the
 fixed cost of one numpy / scipy call in a deployed program (priced on `cpu_numpy`: one core), where
 stage_overhead_s is XLA's dispatch; onchip_buffer_bytes is fitted on the CPU: the cache a kernel
-effectively has on a shared VM is not the L3 that lscpu reports."""
+effectively has on a shared VM is not the L3 that lscpu reports (that one is `HardwareSpec.llc_bytes`, not
+fitted: line_miss_overhead_s prices the gathered lines that miss it)."""
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
 
 
@@ -63,6 +64,25 @@ def metrics(pred, meas) -> dict:
     rho = float(scipy.stats.spearmanr(pred, meas).statistic) if meas.size >= 2 else None
     return {"n": int(meas.size), "mape": float(np.mean(np.abs(pred - meas) / meas)), "spearman": rho,
             "median_ratio": float(np.median(pred / meas))}
+
+
+def repriced(rows: list, preset: str) -> dict:
+    """The record of measured points priced again by today's fit of the measured ``preset``
+    (``rows``: dicts with ``measured_s``, ``modeled_s_recorded`` as stored and ``modeled_s`` as
+    priced now): ``{"preset", "fit_date", "timings_date", "summary": {"modeled_s_recorded",
+    "modeled_s"} (`metrics` of each against ``measured_s``), "points": rows}``. Written by the
+    experiments' ``--reprice`` modes, so that a change of the cost model is checked on stored
+    measurements without timing them again.
+
+    Raises:
+      FileNotFoundError, ValueError: as `codesign.hwmodel.presets.load_fit`.
+    """
+    from codesign.hwmodel.presets import load_fit
+    fit = load_fit("cpu")
+    meas = [r["measured_s"] for r in rows]
+    return {"preset": preset, "fit_date": fit["fitted_date"], "timings_date": fit["date"],
+            "summary": {k: metrics([r[k] for r in rows], meas) for k in ("modeled_s_recorded", "modeled_s")},
+            "points": rows}
 
 
 def timed(fn, *args, reps: int) -> float:
@@ -142,28 +162,29 @@ def latency_model(stages, base: HardwareSpec, host=None):
                                  matrix_bf16_macs_per_s=base.matrix_fp32_macs_per_s * theta[4],
                                  gather_efficiency=theta[5], overlap_exponent=theta[6],
                                  row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
-                                 row_overhead_s=theta[9], row_miss_overhead_s=theta[11])
+                                 row_overhead_s=theta[9], row_miss_overhead_s=theta[11],
+                                 line_miss_overhead_s=theta[12])
         one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10])
         return jnp.stack([sum(stage_cost(s, one if h else hw).latency_s for s in kernel)
                           for kernel, h in zip(stages, host)])
     return f
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)):
     """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
     ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
     kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
     fit) on log(modeled / measured) over the training points, in log-parameters (efficiencies
     in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
     in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
-    per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms]; the
-    order of `FACTORS`) from ``x0``;
+    per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms], per missed
+    row and per line missing the last-level cache in [0.1 ps, 1 us]; the order of `FACTORS`) from ``x0``;
     only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
     evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
-    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6])
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13, 1e-13])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6, 1e-6])
     u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
 
     def full(u):

@@ -2,8 +2,11 @@
 
 Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
   compute_s  = macs / (rate(kind, bits) * efficiency / (cores if serial else 1))
-               + gathered_rows * (row_gather_overhead_s + (1 - hit) * row_miss_overhead_s)
+               + gathered_rows * (row_gather_overhead_s + (1 - hit) * row_miss_overhead_s
+                                  + (1 - hit_llc) * (row' / g) * line_miss_overhead_s)
                + output_rows * row_overhead_s
+               (hit_llc: as hit, at the last-level cache ``llc_bytes`` behind the buffer: every
+               line of a row that misses it waits on DRAM; no such term on a spec without one)
                (output_rows: rows a CSR kernel loops over one at a time, `Stage.output_rows`;
                serial: the kernel is one loop on one of the host's cores, `Stage.serial`)
   row'       = max(row, g)  (g = gather_granularity_bytes; ``hardened``: g * ceil(row / g))
@@ -293,6 +296,10 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
     miss = 1.0 - _hit(stage, hw.onchip_buffer_bytes, floor)
     compute_s = (stage.macs / rate + stage.gathered_rows * (hw.row_gather_overhead_s + miss * hw.row_miss_overhead_s)
                  + stage.output_rows * hw.row_overhead_s)
+    if hw.llc_bytes is not None and _row_bytes(stage) is not None:  # lines that come from DRAM
+        lines = _row_bytes(stage) * floor / hw.gather_granularity_bytes
+        llc_miss = 1.0 - _hit(stage, hw.llc_bytes, floor)
+        compute_s = compute_s + stage.gathered_rows * llc_miss * lines * hw.line_miss_overhead_s
     compulsory = stage.compulsory_bytes if hw.fuses_elementwise else stage.compulsory_bytes * stage.passes
     regather = stage.reuse_bytes * floor * miss
     if hw.interval_buffer_bytes is not None and stage.is_aggregation and stage.working_set_rows is not None \

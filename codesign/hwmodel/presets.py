@@ -690,7 +690,8 @@ def hbm_pim() -> HardwareSpec:
 FITS_DIR = Path(__file__).resolve().parent / "fits"
 FIT_KEYS = ("host", "date", "fitted_date", "roofs", "fitted", "onchip_buffer_bytes", "clock_hz", "command")
 FIT_FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency", "overlap_exponent",
-               "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "row_miss_overhead_s")
+               "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "row_miss_overhead_s",
+               "line_miss_overhead_s")
 HOST_FIT_FACTORS = ("host_stage_overhead_s",)  # optional: the `cpu_numpy` preset's cost of one numpy / scipy call
 ROOF_KEYS = ("matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s")
 CPU_OUTPUT_ACCUMULATE_PASSES = 3.0
@@ -753,7 +754,12 @@ def cpu() -> HardwareSpec:
     `hwmodel.spmm_stage`).
     ``cores`` is the fit record's host core count (XLA's GEMMs use them all; `Stage.serial` kernels
     one); ``output_accumulate_passes`` is `CPU_OUTPUT_ACCUMULATE_PASSES`; the deployed programs are
-    priced on `cpu_numpy`, this fit on one core.
+    priced on `cpu_numpy`, this fit on one core. ``llc_bytes`` is the fitted host's L3 as the
+    kernel reports it (``host.l3_bytes``, /sys/devices/system/cpu/cpu0/cache/index3; MEASURED, not
+    fitted; ASSUMPTION: the kernels have it to themselves, although a VM shares it with other
+    tenants), behind the fitted effective buffer ``onchip_buffer_bytes``; the gathered lines
+    that miss it pay the fitted ``line_miss_overhead_s`` each (the grid's R-MAT 2^20 gathers from
+    64-256 MiB, beyond it).
     ASSUMPTION: static power not modeled (0; a share of a cloud VM, RAPL not exposed).
     The "cpu" of this VM is not one machine (an AVX2 host on 2026-11-22, AVX-512 EPYC on
     2026-11-23, a Xeon with AMX on 2026-11-25, the AVX-512 EPYC again from 2026-11-28, the host of
@@ -776,6 +782,7 @@ def cpu() -> HardwareSpec:
         dram_bw_bytes_per_s=r["dram_bw_bytes_per_s"],
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=rec["onchip_buffer_bytes"],
+        llc_bytes=rec["host"].get("l3_bytes"),
         clock_hz=rec["clock_hz"],
         gather_granularity_bytes=CPU_LINE_BYTES,
         **op_energies("cpu"),

@@ -196,7 +196,7 @@ def _check_array(v, owner: str, name: str, nonnegative, fractions) -> np.ndarray
 
 
 HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "output_accumulate_passes",
-                    "row_miss_overhead_s",
+                    "row_miss_overhead_s", "line_miss_overhead_s", "llc_bytes",
                     "dram_energy_pj_per_byte",
                     "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
                     "mac_energy_fp32_pj", "matrix_mac_energy_fp32_pj", "static_power_w")
@@ -366,6 +366,16 @@ class HardwareSpec:
         share ``1 - hit`` of ``Stage.gathered_rows``), added to the stage's compute time, >= 0: a
         random gather that misses waits on DRAM latency that the bandwidth roof does not see (a
         few misses in flight per core); 0 for datasheet presets, fitted for measured ones.
+      llc_bytes: the last-level cache behind ``onchip_buffer_bytes`` (a CPU's L3, as lscpu
+        reports it; the measured `cpu` preset fits ``onchip_buffer_bytes`` near its L2), or None
+        (no second level: ``line_miss_overhead_s`` unused; every datasheet preset).
+      line_miss_overhead_s: time per gathered line (``gather_granularity_bytes``) of a row that
+        misses ``llc_bytes`` too (the share ``1 - hit`` at that capacity of
+        ``Stage.gathered_rows``, times the row's lines), added to the stage's compute time, >= 0:
+        a core's random gathers from DRAM are bound by the misses it keeps in flight, not by the
+        streaming roof (scipy's CSR product on R-MAT 2^20 at width 64: 17.7 ns a gathered line, on
+        csbm-products at width 100 about 28 ns, against 2 ns at the streaming rate; docs/hwmodel.md).
+        Fitted for the measured `cpu` preset.
       cores: the host cores whose sum the compute roofs are (the measured `cpu` preset: the VM's
         2 cores, as XLA's thread pool reaches them); a stage that runs as one serial loop
         (``Stage.serial``) gets ``1 / cores`` of the compute rates. 1 for datasheet presets
@@ -427,6 +437,8 @@ class HardwareSpec:
     row_overhead_s: float = 0.0
     output_accumulate_passes: float = 0.0
     row_miss_overhead_s: float = 0.0
+    llc_bytes: Optional[float] = None
+    line_miss_overhead_s: float = 0.0
     cores: float = 1.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None
