@@ -31,6 +31,13 @@ under a file lock: `codesign.results.ResultsStore`; a rerun skips what is done).
     python experiments/csbm_products_ceiling.py --nodes 250000  # the same generator at 250k nodes
     python experiments/csbm_products_ceiling.py --quick         # smoke run: 3,000 nodes, 2 points, 2 reps
     python experiments/csbm_products_ceiling.py --reprice       # the stored points priced by today's cpu_numpy
+    python experiments/csbm_products_ceiling.py --nodes 250000 --epochs 200 --shapes 128/50/0.5,64/25/0.3
+
+``--epochs N`` answers the accuracy side too: each shape is **trained** (N epochs full-batch, dropout
+0.5, Adam lr 0.01, the best-validation epoch: `experiments/large_graph_train.py`'s recipe, OGB's
+full-batch baselines) on its kept features and edges before it is deployed and timed beside the
+trained reference, and its validation / test accuracy is recorded (key suffix ``/epochs{N}``).
+``--shapes`` keeps only some of `GRID`'s shapes (the reference is always run).
 
 ``--reprice`` times nothing: it prices every stored point of the run (``--nodes``, ``--seed``) again
 with the committed ``cpu_numpy`` fit (`codesign.deploy.program_cost` on the kept graph's locality)
@@ -81,7 +88,7 @@ def main(argv=None) -> list[dict]:
     from codesign.data.csbm_products import CsbmProductsParams, load_csbm_products
     from codesign.deploy import dense_program, measure, program_cost
     from codesign.results import ResultsStore
-    from codesign.train import TrainConfig, build_model
+    from codesign.train import TrainConfig, build_model, train
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=None, help="csbm-products at this many nodes (default: full size)")
@@ -90,6 +97,12 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--models", default="gcn,sage")
     p.add_argument("--out", default="results")
     p.add_argument("--quick", action="store_true", help="smoke run: 3,000 nodes, 2 points of GCN, 2 reps, *_quick file")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="train each shape this many epochs (dropout 0.5, Adam lr 0.01, best-validation epoch: "
+                        "large_graph_train's recipe) and record its accuracy; default: untrained, latency only")
+    p.add_argument("--shapes", default=None, metavar="H/K/KEEP,...",
+                   help="only these (hidden / features / kept edge pairs) of GRID, e.g. 256/100/1,128/50/0.5 "
+                        "(the reference's shape is always run)")
     p.add_argument("--reprice", action="store_true",
                    help="time nothing: price the stored points again with today's cpu_numpy fit (*_repriced_cpu.json)")
     args = p.parse_args(argv)
@@ -100,9 +113,18 @@ def main(argv=None) -> list[dict]:
         raise SystemExit(f"csbm_products_ceiling: --models must name gcn and / or sage, got {args.models!r}")
     if args.quick:
         args.nodes, args.reps, models = 3000, 2, ["gcn"]
-    if args.reps < 1 or (args.nodes is not None and args.nodes < 100):
-        raise SystemExit("csbm_products_ceiling: --reps must be >= 1 and --nodes >= 100")
+    if args.reps < 1 or (args.nodes is not None and args.nodes < 100) or (args.epochs is not None and args.epochs < 1):
+        raise SystemExit("csbm_products_ceiling: --reps and --epochs must be >= 1 and --nodes >= 100")
     grid = [g for g in GRID if g[0] in models]
+    if args.shapes:
+        try:
+            wanted = {(int(h), int(k), float(e)) for h, k, e in (x.split("/") for x in args.shapes.split(","))}
+        except ValueError:
+            raise SystemExit(f"csbm_products_ceiling: --shapes must be H/K/KEEP,..., got {args.shapes!r}") from None
+        unknown = wanted - {g[1:] for g in GRID}
+        if unknown:
+            raise SystemExit(f"csbm_products_ceiling: --shapes not in GRID: {sorted(unknown)}")
+        grid = [g for g in grid if g[1:] in wanted | {REFERENCE_SHAPE}]
     if args.quick:
         grid = [g for g in grid if g[1:] in (REFERENCE_SHAPE, (128, 50, 0.5))]
     params = CsbmProductsParams() if args.nodes is None else CsbmProductsParams().scaled(args.nodes)
@@ -113,7 +135,8 @@ def main(argv=None) -> list[dict]:
         return reprice(store, full, hw, args.seed, Path(args.out) / f"csbm_products_ceiling_repriced_cpu"
                                                                    f"{'_quick' if args.quick else ''}.json")
     done = store.done_keys()
-    key_of = lambda m, h, k, keep: f"{m}/n{params.n_nodes}/h{h}/k{k}/keep{keep:g}/seed{args.seed}"
+    key_of = lambda m, h, k, keep: (f"{m}/n{params.n_nodes}/h{h}/k{k}/keep{keep:g}/seed{args.seed}"
+                                    + (f"/epochs{args.epochs}" if args.epochs else ""))
     out, localities = [], {}  # keep fraction -> locality profile of its kept edges (seeded: the same for each model)
     for model_name in models:
         points = [g for g in grid if g[0] == model_name]
@@ -121,20 +144,28 @@ def main(argv=None) -> list[dict]:
             continue
 
         def program(hidden, k, keep):
+            """(model, its graph, its dense program, its training record or None)."""
             graph = full if keep >= 1.0 else full.keep_edges(_kept_pairs(full, keep, args.seed))
             graph = dataclasses.replace(graph, x=graph.x[:, :k])
-            cfg = TrainConfig.from_flat(model=model_name, hidden=hidden, bits=32, seed=args.seed)
-            model = build_model(cfg, graph, nnx.Rngs(args.seed), dense=True)
-            model.eval()
-            return model, graph, dense_program(model, graph, "dense")
+            if args.epochs:
+                cfg = TrainConfig.from_flat(model=model_name, hidden=hidden, bits=32, seed=args.seed,
+                                            epochs=args.epochs, dropout=0.5, lr=0.01, select="best_val")
+                rec = train(graph, cfg, hwmodel.presets.get("cpu"), return_model=True)
+                model = rec.pop("model")
+            else:
+                cfg = TrainConfig.from_flat(model=model_name, hidden=hidden, bits=32, seed=args.seed)
+                model, rec = build_model(cfg, graph, nnx.Rngs(args.seed), dense=True), None
+                model.eval()
+            return model, graph, dense_program(model, graph, "dense"), rec
 
-        _, _, reference = program(*REFERENCE_SHAPE)
+        ref_model, ref_graph, reference, ref_rec = program(*REFERENCE_SHAPE)
         for g in points:
             key = key_of(*g)
             if key in done:
                 continue
             _, hidden, k, keep = g
-            model, graph, prog = program(hidden, k, keep)
+            model, graph, prog, rec = ((ref_model, ref_graph, reference, ref_rec) if g[1:] == REFERENCE_SHAPE
+                                       else program(hidden, k, keep))
             if keep not in localities:  # the same kept edges for every shape at this fraction: one sort of them
                 localities[keep] = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
             locality = localities[keep]
@@ -142,7 +173,11 @@ def main(argv=None) -> list[dict]:
             side = measure(prog, reference, reps=args.reps, warmup=1)
             row = {"key": key, "dataset": "csbm-products", "nodes": int(graph.n_nodes), "model": model_name,
                    "hidden": hidden, "features": k, "edge_keep": keep, "kept_edges": int(graph.n_edges),
-                   "seed": args.seed, "trained": False,
+                   "seed": args.seed, "trained": rec is not None,
+                   **({} if rec is None else {
+                       "epochs": args.epochs, "val_accuracy": rec["val_accuracy"],
+                       "test_accuracy": rec["test_accuracy"], "train_accuracy": rec["train_accuracy"],
+                       "selected_epoch": rec["selected_epoch"], "train_time_s": rec["train_time_s"]}),
                    "measured_s": side["measured"]["latency_s"],
                    "measured_spread_s": side["measured"]["latency_spread_s"],
                    "reference_measured_s": side["dense_measured"]["latency_s"],
@@ -153,7 +188,9 @@ def main(argv=None) -> list[dict]:
                    "preset_host": hwmodel.calibrate.fit_host(hw.name)}
             store.append(row)
             out.append(row)
-            print(f"{model_name} h={hidden:3d} k={k:3d} keep={keep:.1f}: measured {row['measured_s']:.2f} s, "
+            acc = "" if rec is None else (f"val {100 * row['val_accuracy']:.2f} test "
+                                          f"{100 * row['test_accuracy']:.2f} | ")
+            print(f"{model_name} h={hidden:3d} k={k:3d} keep={keep:.1f}: {acc}measured {row['measured_s']:.2f} s, "
                   f"reference {row['reference_measured_s']:.2f} s -> {row['speedup_vs_reference']:.2f}x | modeled "
                   f"{row['modeled_s']:.2f} s ({row['modeled_s'] / row['measured_s']:.2f} of measured)", flush=True)
             del prog

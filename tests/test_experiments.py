@@ -464,3 +464,11 @@ def test_csbm_products_ceiling_quick_times_each_shape_beside_the_reference(tmp_p
         mod.main(["--models", "gat", "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="no point of 3000 nodes and seed 7"):
         mod.main(["--quick", "--reprice", "--seed", "7", "--out", str(tmp_path)])
+    # --epochs trains each shape (its own records, with accuracy); --shapes keeps the reference and those named
+    trained = mod.main(["--quick", "--epochs", "2", "--shapes", "128/50/0.5", "--out", str(tmp_path)])
+    assert [r["key"] for r in trained] == [r["key"] + "/epochs2" for r in rows]
+    for r in trained:
+        assert r["trained"] is True and r["epochs"] == 2 and 0 <= r["val_accuracy"] <= 1
+        assert 0 <= r["selected_epoch"] < 2 and r["measured_s"] > 0
+    with pytest.raises(SystemExit, match="--shapes not in GRID"):
+        mod.main(["--quick", "--shapes", "7/7/0.5", "--out", str(tmp_path)])
