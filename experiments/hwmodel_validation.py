@@ -469,9 +469,10 @@ def main(argv=None) -> dict:
         features = None if gpu else feature_data(args.quick, args.data_root)
         points, measured, per_pass, peaks = measure(args, gpu, graph_data, features)
     stages = [point_stages(p, graph_data, gpu) for p in points]
-    cores = float((prev["machine"] if prev else machine()).get("cpu_count") or 1) if not gpu else 1.0
+    host_record = prev["machine"] if prev else machine()  # the host the timings come from
+    cores = float(host_record.get("cpu_count") or 1) if not gpu else 1.0
     # the CPU's last-level cache is lscpu's L3 of the timed host (not fitted; `HardwareSpec.llc_bytes`)
-    llc = None if gpu else (prev["machine"] if prev else machine()).get("l3_bytes")
+    llc = None if gpu else host_record.get("l3_bytes")
     base = with_roofs(hwmodel.presets.get(hw_name), peaks).replace(
         matrix_efficiency=1.0, vector_efficiency=1.0, dram_efficiency=1.0, gather_efficiency=1.0,
         overlap_exponent=16.0, stage_overhead_s=0.0, cores=cores, llc_bytes=None if llc is None else float(llc))
@@ -529,7 +530,7 @@ def main(argv=None) -> dict:
         "what": f"cost model (hwmodel {hw_name} preset) vs measured kernel times on this machine",
         "date": prev["date"] if prev else datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "fitted_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": prev["machine"] if prev else machine(), "hw": hw_name,
+        "machine": host_record, "hw": hw_name,
         "malloc_env": prev.get("malloc_env") if prev else {k: os.environ.get(k) for k in MALLOC_ENV},
         "peaks": peaks,
         "load_average_per_pass": prev.get("load_average_per_pass") if prev else LOAD_PER_PASS,

@@ -118,8 +118,9 @@ def main(argv=None) -> list[dict]:
 
 def reprice(store, full, hw, locality, path: Path) -> list[dict]:
     """``--reprice``: every stored point priced again on ``hw`` as `codesign.deploy.measure_model`
-    prices its program (a dense GraphSAGE of the point's widths: the points are dense models, so
-    their weights do not change the price; the feature store the program got), written to ``path``
+    prices its program (an untrained model of the point's configuration, `HOST_MODEL` at its widths:
+    the points are dense models, so their weights do not change the price; the feature store the
+    program got), written to ``path``
     (`codesign.hwmodel.calibrate.repriced`).
 
     Raises:
@@ -129,15 +130,16 @@ def reprice(store, full, hw, locality, path: Path) -> list[dict]:
 
     from codesign import hwmodel
     from codesign.deploy import program_cost
-    from codesign.models import GraphSAGE
     from codesign.results import write_json_atomic
+    from codesign.train import TrainConfig, build_model
     records = store.records()
     if not records:
         raise SystemExit(f"wordnet_lsa_ceiling --reprice: no point stored in {store.path}")
     rows = []
     for r in records:
         graph = dataclasses.replace(full, x=full.x[:, :r["features"]])
-        model = GraphSAGE(r["features"], r["hidden"], full.n_classes, rngs=nnx.Rngs(0))
+        cfg = TrainConfig.from_flat(hidden=r["hidden"], epochs=r["epochs"], seed=r["seed"], **HOST_MODEL)
+        model = build_model(cfg, graph, nnx.Rngs(r["seed"]), dense=True)
         cost = program_cost(model, graph, hw, locality=locality, feature_store=r["feature_store"]["compact"])
         rows.append({"key": r["key"], "hidden": r["hidden"], "features": r["features"], "measured_s": r["measured_s"],
                      "modeled_s_recorded": r["modeled_s"], "modeled_s": float(cost.latency_s)})
