@@ -625,6 +625,21 @@ def test_measure_model_of_a_sage_prices_both_programs_as_they_run():
     assert r["measured"]["model_bytes"] < r["dense_measured"]["model_bytes"]
 
 
+def test_program_cost_is_how_measure_model_prices_the_compact_program():
+    """`deploy.program_cost` with the compact program's feature store and run width gives
+    `measure_model`'s ``modeled_local``; a feature store it does not know is refused naming it."""
+    from codesign.deploy import deploy, measure_model, program_cost
+    g = _graph()
+    hw, model = hwmodel.presets.get("cpu_numpy"), _hardened_sage(g, None)
+    r = measure_model(model, g, hw, reps=3, warmup=1)
+    prog = deploy(model, g)
+    cost = program_cost(model, g, hw, locality=hwmodel.measure_locality(g.senders, g.receivers, g.n_nodes),
+                        feature_store=prog.feature_store, run_channels=prog.run_channels)
+    assert float(cost.latency_s) == pytest.approx(r["modeled_local"]["latency_s"], rel=1e-6)
+    with pytest.raises(ValueError, match="program_cost: feature_store must be 'csr' or 'dense', got 'bsr'"):
+        program_cost(model, g, hw, locality=None, feature_store="bsr")
+
+
 def _hardened_gat(g, bits, seed=0, hidden=4, heads=2, out_heads=1):
     """`_hardened_gcn`'s gates on a GAT: a third of the features, of the heads x hidden channels
     and of the edges closed (at least one of each), the rest open in (0, 1]."""

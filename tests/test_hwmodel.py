@@ -957,3 +957,22 @@ def test_training_costs_more(preset):
         if k == "latency_s":
             assert ratio <= 3.0 * (1 + 1e-6), ratio
 
+
+
+def test_lines_that_miss_the_last_level_cache_pay_line_miss_overhead_each():
+    """`llc_bytes` / `line_miss_overhead_s`: each gathered line of a row that misses the last-level
+    cache adds the fitted time to the stage's compute time (uniform re-reference without a
+    locality profile: hit = llc / working set); a spec without `llc_bytes` has no such term, and
+    either field below 0 is refused naming it."""
+    n, nnz, width = 100_000, 1_000_000, 64  # X = 25.6 MB of 256-byte rows: 4 lines each
+    stage = spmm_stage(n, nnz, width, 32.0, 32.0)
+    base = tiny_spec(onchip_buffer_bytes=1e5, overlap_exponent=64.0, gather_granularity_bytes=64.0)  # 64-byte lines
+    llc = 6.4e6  # a quarter of X: three quarters of the gathered rows miss it
+    without = stage_cost(stage, base.replace(llc_bytes=llc)).compute_s
+    assert float(stage_cost(stage, base.replace(line_miss_overhead_s=1e-8)).compute_s) == pytest.approx(
+        float(without))
+    with_term = stage_cost(stage, base.replace(llc_bytes=llc, line_miss_overhead_s=1e-8)).compute_s
+    assert float(with_term - without) == pytest.approx(nnz * 0.75 * 4 * 1e-8, rel=1e-4)
+    for field in ("llc_bytes", "line_miss_overhead_s"):
+        with pytest.raises(ValueError, match=rf"\.{field}: must be finite and >= 0, got -1"):
+            tiny_spec(**{field: -1.0})
