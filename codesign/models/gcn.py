@@ -25,7 +25,7 @@ from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_messa
                                     override_bits, quant_bits, relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
-from codesign.quant import FakeQuant
+from codesign.quant import FakeQuant, LearnedBitQuant
 from codesign.sparsify import ChannelMask, EdgeMask, EdgeScorer, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
@@ -85,7 +85,7 @@ class GCNConv(Layer):
             raise ValueError(f"x: GCNConv takes SparseFeatures only combine-first (out_features <= in_features), "
                              f"got {self.in_features} -> {self.out_features}")
         w = self.quant_w(self.kernel[...])
-        x = x.with_values(self.quant_x(x.values)) if isinstance(x, SparseFeatures) else self.quant_x(x)
+        x = self.quant_x(x)  # SparseFeatures in, SparseFeatures out (`GCN.takes_sparse_input`'s quantizers)
         if dropout is not None:
             x = dropout(x)
         if self.combine_first and self.combine_aggregate_fn is not None and not isinstance(x, SparseFeatures):
@@ -181,11 +181,13 @@ class GCN(GNN):
 
     def takes_sparse_input(self) -> bool:
         """`GNN.takes_sparse_input`: True when the first layer runs combine-first (``X @ W``
-        first), has no feature mask and a per-tensor `FakeQuant` input quantizer (fp32 or fixed
-        bits: zero stays zero and the scale, ``max(x, 0) / qmax``, is the nonzeros' maximum) and no
-        `EdgeScorer` (it scores edges from the features); the learned and node-wise quantizers
-        read every element or row."""
-        return (self.feature_mask is None and self.conv1.combine_first and type(self.conv1.quant_x) is FakeQuant
+        first), its input quantizer is a `FakeQuant` (fp32 or fixed bits: zero stays zero and the
+        scale, ``max(x, 0) / qmax``, is the nonzeros' maximum) or a `LearnedBitQuant` (learned
+        bits, per tensor or A^2Q's per node: each row's range is its nonzeros' max, a 0 codes to 0
+        with no gradient) and there is no `EdgeScorer` (it scores edges from the features). A
+        `FeatureMask` gates the stored entries by column. LSQ's initial step (``mean |x|``) and
+        Degree-Quant's protective masks read every element, so they take the dense ``x``."""
+        return (self.conv1.combine_first and type(self.conv1.quant_x) in (FakeQuant, LearnedBitQuant)
                 and not isinstance(self.edge_mask, EdgeScorer))
 
     def densities(self, hard: bool = False) -> dict:

@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
+
 NO_QUANT_BITS = 32
 """The largest bit-width, meaning full precision (float32): fake_quant is the identity."""
 
@@ -192,9 +194,13 @@ class FakeQuant(Quantizer):
         self.signed = bool(signed)
         self.axis_name = axis_name
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x):
         """``fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)``: same shape and
-        dtype as ``x``."""
+        dtype as ``x``. ``x`` may be `codesign.kernels.SparseFeatures`: its stored entries are
+        quantized (the per-tensor scale, the max of ``|x|`` / ``max(x, 0)``, is the stored entries'
+        max where any is positive, and a 0 quantizes to 0), giving the dense result's nonzeros."""
+        if isinstance(x, SparseFeatures):
+            return x.with_values(fake_quant(x.values, self.bits, signed=self.signed, axis_name=self.axis_name))
         return fake_quant(x, self.bits, signed=self.signed, axis_name=self.axis_name)
 
     def expected_bits(self) -> jax.Array:

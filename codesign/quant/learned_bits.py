@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
 from codesign.quant.fake_quant import NO_QUANT_BITS, Quantizer
 from codesign.quant.lsq import STEP_EPS, QuantStep, check_float, init_once, round_ste
 
@@ -290,8 +291,11 @@ class LearnedBitQuant(Quantizer):
         from its data (e.g. after a shape-inference call on dummy data)."""
         self.initialized[...] = jnp.asarray(False)
 
-    def _check_x(self, x) -> jax.Array:
-        x = check_float(x)
+    def _check_x(self, x):
+        if isinstance(x, SparseFeatures):
+            check_float(x.values)
+        else:
+            x = check_float(x)
         if self.per_node is not None and (x.ndim != 2 or x.shape[0] != self.per_node):
             raise ValueError(f"x must be [N={self.per_node}, F] for per_node={self.per_node}, got {x.shape=}")
         return x
@@ -299,45 +303,64 @@ class LearnedBitQuant(Quantizer):
     def _per_row(self, v: jax.Array) -> jax.Array:
         return v if self.per_node is None else v[:, None]
 
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x):
         """Fake-quantized ``x`` (`learned_bit_quant`), same shape and dtype; initialises first if needed.
 
         Args:
-          x: float [...] (per tensor) or [N, F] (per node).
+          x: float [...] (per tensor) or [N, F] (per node); or `codesign.kernels.SparseFeatures`
+            [N, F], the nonzeros of such a tensor: its stored entries are quantized with their
+            row's (or the tensor's) step and range, and the result is `SparseFeatures` with the
+            dense result's nonzeros and the same gradients (a 0 quantizes to 0 with no gradient
+            to ``d``, ``q_max`` or itself; each row's max counts its implicit zeros, `_amax`).
 
         Raises:
           ValueError: ``x`` not floating, or not [N, F] when ``per_node=N``.
         """
         x = self._check_x(x)
-
-        def data_init():
-            return _data_init(jax.lax.stop_gradient(x), self.init_bits[...], signed=self.signed,
-                              per_row=self.per_node is not None)
-
-        q, d = init_once(self.initialized[...], (self.qmax[...], self.step[...]), data_init)
+        per_row = self.per_node is not None
+        amax = lambda: _amax(jax.lax.stop_gradient(x), signed=self.signed, per_row=per_row)  # noqa: E731
+        q, d = init_once(self.initialized[...], (self.qmax[...], self.step[...]),
+                         lambda: _data_init(amax(), self.init_bits[...], signed=self.signed))
         self.qmax[...], self.step[...] = q, d
         self.initialized[...] = jnp.asarray(True)
         if self.cap_range:
-            self.qmax[...], self.step[...] = _cap_range(jax.lax.stop_gradient(x), self.qmax[...], self.step[...],
-                                                        signed=self.signed, per_row=self.per_node is not None,
+            self.qmax[...], self.step[...] = _cap_range(amax(), self.qmax[...], self.step[...], signed=self.signed,
                                                         min_bits=self.min_bits, max_bits=self.max_bits,
                                                         pin=self.pin_range)
         p = self._derived()
-        return learned_bit_quant(x, self._per_row(p["d"]), self._per_row(p["qmax"]), signed=self.signed)
+        d, qmax = p["d"], p["qmax"]
+        if isinstance(x, SparseFeatures):
+            if per_row:
+                d, qmax = d[x.rows], qmax[x.rows]
+            return x.with_values(learned_bit_quant(x.values, d, qmax, signed=self.signed))
+        return learned_bit_quant(x, self._per_row(d), self._per_row(qmax), signed=self.signed)
 
 
-@functools.partial(jax.jit, static_argnames=("signed", "per_row"))
-def _data_init(x: jax.Array, init_bits: jax.Array, *, signed: bool, per_row: bool) -> tuple[jax.Array, jax.Array]:
-    """``(q_max, d)``: ``q_max = max|x|`` (``max(x, 0)`` unsigned) per tensor or row, 1 where 0;
-    ``d = q_max / L(init_bits)``, so the continuous bit-width starts at ``init_bits``."""
+def _amax(x, *, signed: bool, per_row: bool) -> jax.Array:
+    """float32 [] or [N]: ``max|x|`` (``max(x, 0)`` unsigned) over the tensor or each row. For
+    `SparseFeatures` the implicit zeros count: the stored entries' max (per row: a sorted
+    ``segment_max``), floored at 0, so an empty row gives 0 as its dense row of zeros does."""
+    if isinstance(x, SparseFeatures):
+        v = x.values
+        vals = (jnp.abs(v) if signed else jnp.maximum(v, 0)).astype(jnp.float32)
+        if per_row:
+            m = jax.ops.segment_max(vals, x.rows, num_segments=x.n_rows, indices_are_sorted=True)
+            return jnp.maximum(m, 0.0)
+        return jnp.maximum(jnp.max(vals, initial=0.0), 0.0)
     vals = (jnp.abs(x) if signed else jnp.maximum(x, 0)).astype(jnp.float32)
-    amax = jnp.max(vals, axis=1) if per_row else jnp.max(vals)
+    return jnp.max(vals, axis=1) if per_row else jnp.max(vals)
+
+
+@functools.partial(jax.jit, static_argnames=("signed",))
+def _data_init(amax: jax.Array, init_bits: jax.Array, *, signed: bool) -> tuple[jax.Array, jax.Array]:
+    """``(q_max, d)`` from ``amax`` (`_amax`, per tensor or row): ``q_max = amax``, 1 where 0;
+    ``d = q_max / L(init_bits)``, so the continuous bit-width starts at ``init_bits``."""
     q0 = jnp.where(amax > 0, amax, 1.0)
     return q0, q0 / levels(init_bits, signed)
 
 
-@functools.partial(jax.jit, static_argnames=("signed", "per_row", "min_bits", "max_bits", "pin"))
-def _cap_range(x: jax.Array, qmax: jax.Array, step: jax.Array, *, signed: bool, per_row: bool,
+@functools.partial(jax.jit, static_argnames=("signed", "min_bits", "max_bits", "pin"))
+def _cap_range(amax: jax.Array, qmax: jax.Array, step: jax.Array, *, signed: bool,
                min_bits: int, max_bits: int, pin: bool = False) -> tuple[jax.Array, jax.Array]:
     """``(min(|q_max|, amax), min(|d|, amax / L(min_bits)))`` (`LearnedBitQuant` ``cap_range``),
     per tensor or row; unchanged where ``amax`` is 0 (an all-zero row has nothing to fit).
@@ -348,9 +371,8 @@ def _cap_range(x: jax.Array, qmax: jax.Array, step: jax.Array, *, signed: bool, 
     follows the data. The divisor is floored at ``L(min_bits) >= 1`` and the ratio's at
     ``STEP_EPS``: as ``q_max`` or ``d`` goes to 0 the value and its gradient stay finite (the
     former ``d * amax / max(|q_max|, 1e-30)`` had a gradient ``-d amax / q_max^2``: inf / NaN on
-    every node whose learned range reached 0, while the loss stayed finite)."""
-    vals = (jnp.abs(x) if signed else jnp.maximum(x, 0)).astype(jnp.float32)
-    amax = jnp.max(vals, axis=1) if per_row else jnp.max(vals)
+    every node whose learned range reached 0, while the loss stayed finite). ``amax``: `_amax` of
+    the call's data, per tensor or row."""
     ok = amax > 0
     q = jnp.where(ok, amax if pin else jnp.minimum(jnp.abs(qmax), amax), qmax)
     if pin:

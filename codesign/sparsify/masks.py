@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
 from codesign.sparsify.hard_concrete import BETA, HardConcreteGate, prob_nonzero
 
 
@@ -95,13 +96,17 @@ def check_edge_index(senders, receivers, n_edges: int, owner: str) -> None:
             raise ValueError(f"{owner}.edge_gates: {name} must have shape ({n_edges},), got {jnp.shape(idx)}")
 
 
-def _gate_last_axis(gate: HardConcreteGate, x: jax.Array, deterministic: Optional[bool], name: str) -> jax.Array:
+def _gate_last_axis(gate: HardConcreteGate, x, deterministic: Optional[bool], name: str):
     """``x * z`` with ``z = gate(deterministic)`` float [n] broadcast over the leading axes of ``x``
-    (shared by `FeatureMask` and `ChannelMask`; ``name`` is the size's name in errors)."""
+    (shared by `FeatureMask` and `ChannelMask`; ``name`` is the size's name in errors). ``x`` may
+    be `SparseFeatures` [N, n]: each stored entry is multiplied by its column's gate, the dense
+    product's nonzeros (a gate maps 0 to 0), and the result is `SparseFeatures` again."""
     n = gate.log_alpha.shape[0]
-    if jnp.ndim(x) == 0 or x.shape[-1] != n:
-        raise ValueError(f"x.shape[-1] must equal {name}={n}, got x.shape={jnp.shape(x)}")
+    if len(x.shape) == 0 or x.shape[-1] != n:
+        raise ValueError(f"x.shape[-1] must equal {name}={n}, got x.shape={tuple(x.shape)}")
     z = gate(deterministic).astype(x.dtype)
+    if isinstance(x, SparseFeatures):
+        return x.with_values(x.values * z[x.cols])
     return x * z.reshape((1,) * (x.ndim - 1) + (n,))
 
 
@@ -223,7 +228,8 @@ class LastAxisMask(Sparsifier):
         """Returns ``x * z`` with ``z`` float [n] broadcast over the leading axes of ``x``.
 
         Args:
-          x: float [..., n].
+          x: float [..., n], or `codesign.kernels.SparseFeatures` [N, n] (then its stored entries
+            times their column's gate, as `SparseFeatures`).
           deterministic: overrides the module's mode when not None.
 
         Raises:
