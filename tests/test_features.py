@@ -81,14 +81,16 @@ def test_gcn_trains_on_the_nonzeros_as_on_the_dense_input(cora, bits):
     np.testing.assert_allclose(models[1](x, adj), models[0](cora.x, adj), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("dataset", ["cora", "wordnet"])
-def test_the_flagship_trains_on_the_nonzeros_as_on_the_dense_input(cora, dataset):
+@pytest.mark.parametrize("method,dataset", [("codesign", "cora"), ("codesign", "wordnet"), ("degree_quant", "cora")])
+def test_the_flagship_trains_on_the_nonzeros_as_on_the_dense_input(cora, method, dataset):
     """Feature mask, channel mask, edge mask and learned bits (per node on the input: A^2Q, the
-    WordNet flagship; per tensor: Cora's) see the stored entries only: the same loss, gradients
-    (every parameter: gates, steps, ranges, weights), data-initialised ranges and eval logits."""
+    WordNet flagship; per tensor: Cora's), and Degree-Quant's protective masks, see the stored
+    entries only: the same loss, gradients (every parameter: gates, steps, ranges, weights),
+    data-initialised ranges and eval logits."""
     from codesign.experiment import PAPER_METHODS
-    cfg = TrainConfig.for_model("gcn", seed=0, **PAPER_METHODS["codesign"].overrides_for(dataset, "gcn"))
-    assert cfg.flat()["feature_mask"] and cfg.flat()["bits"] is not None
+    cfg = TrainConfig.for_model("gcn", seed=0, **PAPER_METHODS[method].overrides_for(dataset, "gcn"))
+    assert cfg.flat()["bits"] is not None
+    assert cfg.flat()["feature_mask"] or cfg.flat()["quantizer"] == "degree"
     models = [build_model(cfg, cora, nnx.Rngs(params=0, dropout=1, gates=2, quant=3)) for _ in range(2)]
     assert models[0].takes_sparse_input()
     adj, x_dense = adjacency(cora), cora.x.at[5].set(0.0)  # an empty row: its range is 0 (then 1) either way
@@ -103,9 +105,11 @@ def test_the_flagship_trains_on_the_nonzeros_as_on_the_dense_input(cora, dataset
     np.testing.assert_allclose(sparse_loss, dense_loss, rtol=1e-5)
     flat = lambda t: dict(jax.tree_util.tree_leaves_with_path(t))
     dg, sg = flat(dense_grads), flat(sparse_grads)
-    assert dg.keys() == sg.keys() and len(dg) > 8
-    for k in dg:
-        np.testing.assert_allclose(sg[k], dg[k], rtol=2e-3, atol=1e-5, err_msg=jax.tree_util.keystr(k))
+    assert dg.keys() == sg.keys() and len(dg) >= 4
+    for k in dg:  # relative to the gradient's norm: a hidden value that rounds to the other side of a
+        # code on the last bit of its sum (dense or sparse order) moves a few entries of a sum over nodes
+        err = np.linalg.norm(np.asarray(sg[k]) - np.asarray(dg[k])) / max(np.linalg.norm(np.asarray(dg[k])), 1e-12)
+        assert err < 1e-2, (jax.tree_util.keystr(k), err)
     for a, b in zip(jax.tree.leaves(nnx.state(models[1], nnx.Param)), jax.tree.leaves(nnx.state(models[0], nnx.Param))):
         np.testing.assert_allclose(a, b, rtol=1e-6)  # the data-initialised steps and ranges
     for m in models:
@@ -118,7 +122,7 @@ def test_only_models_whose_first_layer_keeps_zeros_take_sparse_input(cora):
     assert takes() and takes(bits=8)
     assert takes(feature_mask=True) and takes(bits=8, quantizer="a2q") and takes(bits=8, quantizer="learned")
     assert not takes(bits=8, quantizer="lsq")  # a learned step size reads every element
-    assert not takes(bits=8, quantizer="degree")  # protective masks over every element
+    assert takes(bits=8, quantizer="degree")  # max-calibrated: the unprotected rows' nonzeros
     assert not takes(edge_mask=True, edge_sparsifier="scorer")  # scores edges from the features
     assert not build_model(TrainConfig.for_model("gat"), cora, nnx.Rngs(0)).takes_sparse_input()  # GNN's default
 

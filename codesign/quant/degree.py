@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from codesign.kernels.features import SparseFeatures
 from codesign.quant.fake_quant import NO_QUANT_BITS, Quantizer, check_bits, fake_quant, qrange
 from codesign.quant.lsq import calib_amax, check_float, check_percentile
 
@@ -204,13 +205,16 @@ class DegreeQuant(Quantizer):
         """Fake-quantized ``x``, same shape and dtype.
 
         Args:
-          x: float [N, ...], one row per node.
+          x: float [N, ...], one row per node; or `codesign.kernels.SparseFeatures` [N, F] where
+            `takes_sparse` (then `SparseFeatures` with the dense result's nonzeros).
           deterministic: overrides ``self.deterministic`` when not None.
           key: optional PRNG key for the mask instead of the module's stream (training only).
 
         Raises:
           ValueError: ``x`` not floating or ``x.shape[0] != N``.
         """
+        if isinstance(x, SparseFeatures):
+            return self._sparse(x, deterministic, key)
         x = check_float(x)
         if x.ndim == 0 or x.shape[0] != self.n_nodes:
             raise ValueError(f"x must have N={self.n_nodes} rows (one per node), got {x.shape=}")
@@ -220,6 +224,31 @@ class DegreeQuant(Quantizer):
         protected = jax.random.bernoulli(self.rngs() if key is None else key, self.protect_prob[...])
         x_q = fake_quant(x, self.bits, signed=self.signed, scale=self.scale(x, protected).astype(x.dtype))
         return jnp.where(protected.reshape((-1,) + (1,) * (x.ndim - 1)), x, x_q)
+
+    def takes_sparse(self) -> bool:
+        """Whether ``__call__`` takes `codesign.kernels.SparseFeatures` (max calibration only: the
+        max over the stored entries of the unprotected rows is the dense rows' max, as a 0 adds
+        nothing to ``|x|``'s max; a percentile counts the zeros)."""
+        return self.percentile is None
+
+    def _sparse(self, x: SparseFeatures, deterministic: Optional[bool], key: Optional[jax.Array]) -> SparseFeatures:
+        """`__call__` on the stored entries of ``x`` [N, F]: the dense result's nonzeros (a 0
+        quantizes to 0; its gradient reaches nothing learned). Same mask draws as the dense call."""
+        if not self.takes_sparse():
+            raise ValueError(f"x: DegreeQuant with percentile={self.percentile} reads every element; "
+                             "give it the dense features")
+        if x.shape[0] != self.n_nodes:
+            raise ValueError(f"x must have N={self.n_nodes} rows (one per node), got {x.shape=}")
+        v = check_float(x.values)
+        _, hi = qrange(self.bits, self.signed)
+        det = self.deterministic if deterministic is None else deterministic
+        if det:
+            return x.with_values(fake_quant(v, self.bits, signed=self.signed,
+                                            scale=_range_scale(v, None, hi=hi, signed=self.signed,
+                                                               percentile=None).astype(v.dtype)))
+        protected = jax.random.bernoulli(self.rngs() if key is None else key, self.protect_prob[...])[x.rows]
+        scale = _range_scale(v, protected, hi=hi, signed=self.signed, percentile=None).astype(v.dtype)
+        return x.with_values(jnp.where(protected, v, fake_quant(v, self.bits, signed=self.signed, scale=scale)))
 
     def expected_bits(self) -> jax.Array:
         """float32 scalar ``bits`` (deployment bit-width; see the class docstring)."""
