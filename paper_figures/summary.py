@@ -99,8 +99,9 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
     Returns:
         ``summary[dataset][model][target]`` = ``{"loss_pts", "min_seeds", "reference": {...} or None,
         "methods": {method: reported point or {"selected": None, "why": ...}}, "insufficient_seeds":
-        [{"method", "setting", "n"}, ...]}`` (points left out for too few seeds: listed, never silently
-        dropped). A reported point: ``setting``, ``candidate``, ``train`` (its learning-rate, decay,
+        [{"method", "setting", "n"}, ...], "not_run": [method, ...]}`` (points left out for too few
+        seeds: listed, never silently dropped; ``not_run``: methods another target's panel of the same
+        dataset and model has and this one has no record of). A reported point: ``setting``, ``candidate``, ``train`` (its learning-rate, decay,
         distillation, selection and cost fields), ``selected_on`` ("validation"), ``n``,
         ``val_accuracy`` / ``test_accuracy`` / ``test_std`` (%), ``modeled_energy_reduction`` /
         ``modeled_latency_reduction`` (reference cost / point cost on the target), ``energy_j`` /
@@ -144,6 +145,13 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
             else:
                 entry["methods"][m] = {"selected": None, "points_considered": 0,
                                        "why": f"no point with >= {min_seeds} seeds"}
+    for dataset, models in out.items():  # what a sibling panel (another target) has and this one lacks
+        for model, hws in models.items():
+            panel_methods = {hw: {p["method"] for p in pts} for (d, m, hw), pts in fronts.panels(points).items()
+                             if (d, m) == (dataset, model)}
+            every = set().union(*panel_methods.values())
+            for hw, entry in hws.items():
+                entry["not_run"] = sorted(every - panel_methods.get(hw, set()), key=fronts.method_sort_key)
     return out
 
 
@@ -173,6 +181,8 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                     if entry["insufficient_seeds"]:
                         few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
                         lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
+                    if entry.get("not_run"):
+                        lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
                     continue
                 lines += [f"### {dataset} / {model} / {hw}: dense reference ({ref['setting']}) validation "
                           f"{ref['val_accuracy']:.2f} %, test {ref['test_accuracy']:.2f} ± {ref['test_std']:.2f} "
@@ -196,6 +206,8 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                 if entry["insufficient_seeds"]:
                     few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
                     lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
+                if entry.get("not_run"):
+                    lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
     return lines
 
 

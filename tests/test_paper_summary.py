@@ -95,6 +95,19 @@ def test_build_chooses_on_validation_by_hand(points):
     assert "most accurate on validation: 70.00 %" in e["methods"]["random_edges"]["why"]
 
 
+def test_a_method_another_target_ran_is_named_as_not_run_here(tmp_path):
+    """The flagship trained for h100 only: the hygcn panel says so instead of dropping the row."""
+    records = (RECORDS + _record("dense", [0.80] * FIVE, [0.80] * FIVE, DENSE_J, hw="hygcn")
+               + _record("int4", [0.80] * FIVE, [0.80] * FIVE, 10.0, hw="hygcn"))
+    path = tmp_path / "cora_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    built = summary.build(fronts.load_tradeoff(path))["cora"]["gcn"]
+    assert built["hygcn"]["not_run"] == sorted({"codesign", "a2q", "random_edges"}, key=fronts.method_sort_key)
+    assert built["h100"]["not_run"] == []
+    text = "\n".join(summary.render_build({"cora": {"gcn": built}}))
+    assert "Not run on this target: " + ", ".join(built["hygcn"]["not_run"]) + "." in text
+
+
 def test_loss_and_seed_thresholds_are_parameters(points):
     e = summary.build(points, loss_pts=2.0)["cora"]["gcn"]["h100"]
     assert e["methods"]["codesign"]["modeled_energy_reduction"] == pytest.approx(50.0)  # cw 1 now qualifies

@@ -75,7 +75,7 @@ class GCNConv(Layer):
     def __call__(self, x, adj, dropout: Optional[Callable] = None) -> jax.Array:
         """``x``: float32 [N, in_features], or its nonzeros as `SparseFeatures` (combine-first
         only: ``x @ W`` is then `codesign.kernels.features_matmul`; the input quantizer runs on the
-        stored entries, exact for a per-tensor `FakeQuant`, `GCN.takes_sparse_input`).
+        stored entries, exact for the quantizers `GCN.takes_sparse_input` names).
         ``adj``: whatever ``aggregate_fn`` takes (the normalized `CooAdjacency` for the default).
         ``dropout`` (optional, a callable ``x -> x``) is applied to the *quantized* input: a
         learned step size is then fitted to the un-scaled values that inference sees (dropout's
