@@ -71,6 +71,10 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
     337 s, INT4 345 s, Degree-Quant 409 s, DropEdge 335 s, random edges 267 s, A2Q 2,433 s, the
     flagship 1,471-2,207 s a run: the 48-run co-design family alone is ~17 h (estimate), so split it
     by --hws / --cost-weights / --part.
+  WordNet GCN since 2026-11-29 (the flagship, A2Q and Degree-Quant train on the input's nonzeros,
+    `codesign.models.GCN.takes_sparse_input`; alone: flagship epoch 3.8 s -> 0.37 s, Degree-Quant
+    1.3 s -> 0.16 s), 5 seeds a point, two grid commands sharing the 2 cores (train_time_s a seed):
+    dense 48-56 s at 200 epochs, 96 s at 400; the flagship 108-136 s at 200 epochs.
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
@@ -111,7 +115,8 @@ baseline of issue 22 and the flagship's one-ingredient ablations. The other `PAP
 CANDIDATES: dict[str, tuple[dict, ...]] = {
     "dense": (tuple(dict(select="best_val", lr=lr, weight_decay=wd) for lr in (0.01, 0.005) for wd in (5e-4, 5e-3))
               + tuple(dict(select="best_val", lr=0.01, weight_decay=wd, epochs=400) for wd in (5e-4, 5e-3))
-              + (dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=800),)),
+              + (dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=800),
+                 dict(select="best_val", lr=0.01, weight_decay=5e-4, epochs=800))),
     "ugs_int8": tuple(dict(lr=lr, weight_decay=wd) for lr in (0.008, 0.01) for wd in (8e-5, 5e-4)),
     **{m: tuple(dict(select="best_val", lr=lr, **d) for lr in (0.01, 0.005)
                 for d in ({}, DISTILL_BASELINE))
@@ -121,9 +126,11 @@ CANDIDATES: dict[str, tuple[dict, ...]] = {
 validation accuracy by ``paper_figures/summary.py``: 4 `TrainConfig` override sets per method, on
 top of the method's own, every one with the epoch chosen on validation (``select="best_val"``, as
 the flagship). The dense FP32 reference tries two step sizes x two weight decays, the step size
-0.01 with both decays at 400 epochs and with decay 5e-3 at 800 (on Cora GCN its validation accuracy
-still rose from 200 to 400 epochs, and with decay 5e-3 to 800: ``experiments/dense_convergence.py``,
-results/dense_convergence_cora_gcn.json), so the reference may train up to 4x as long as every other
+0.01 with both decays at 400 and 800 epochs (on Cora GCN its validation accuracy still rose from 200
+to 400 epochs, and with decay 5e-3 to 800: ``experiments/dense_convergence.py``,
+results/dense_convergence_cora_gcn.json; on WordNet decay 5e-4 still rose at 400, selected epochs
+386-398 of 400 over 5 seeds: the 800-epoch one at that decay was added on 2026-11-29, after the
+Cora grid was trained), so the reference may train up to 4x as long as every other
 method: a stronger reference, never a weaker one; an explicit ``--epochs`` overrides it; the quantized
 and edge-dropping baselines two step sizes x with / without self-distillation from the dense model
 (``DISTILL_BASELINE``, the flagship's mechanism); UGS (its own trainer, best-validation epoch of each
@@ -419,6 +426,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--ugs-rounds", type=int, default=UGS_ROUNDS)
     p.add_argument("--candidates", type=int, default=None,
                    help="only the first N of each method's CANDIDATES (default: all)")
+    p.add_argument("--candidate-ids", default=None,
+                   help="only these indices into each method's CANDIDATES, e.g. 4,7 (default: all)")
     p.add_argument("--epochs", type=int, default=None, help="override every model's epochs")
     p.add_argument("--out", default="results")
     p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
@@ -455,6 +464,9 @@ def main(argv=None) -> list[dict]:
     jobs = plan(models, methods, hws, args.seeds, levels)
     if args.candidates is not None:
         jobs = [j for j in jobs if j.candidate < args.candidates]
+    if args.candidate_ids is not None:
+        ids = {int(v) for v in _floats(args.candidate_ids, "candidate-ids")}
+        jobs = [j for j in jobs if j.candidate in ids]
     if which is not None:
         jobs = part(jobs, *which)
     keys_of = {j: job_keys(j, args.dataset, args.epochs, budget_mode) for j in jobs}
