@@ -458,6 +458,9 @@ def main(argv=None) -> list[dict]:
         raise SystemExit(f"--budgets: each must be a fraction in (0, 1], got {levels['cost']}")
     if not all(0 < k <= 1 for k in levels["keep"]):
         raise SystemExit(f"--keeps: each must be in (0, 1], got {levels['keep']}")
+    ids = None if args.candidate_ids is None else set(_floats(args.candidate_ids, "candidate-ids"))
+    if ids is not None and not all(i >= 0 and i == int(i) for i in ids):
+        raise SystemExit(f"--candidate-ids: each must be an integer >= 0, got {sorted(ids)}")
     graph = load_graph(args.dataset)
     name = f"{args.dataset}_tradeoff{'_budget' if budget_mode else ''}{'_quick' if args.quick else ''}"
     store = ResultsStore(Path(args.out) / f"{name}.jsonl")
@@ -465,7 +468,6 @@ def main(argv=None) -> list[dict]:
     if args.candidates is not None:
         jobs = [j for j in jobs if j.candidate < args.candidates]
     if args.candidate_ids is not None:
-        ids = {int(v) for v in _floats(args.candidate_ids, "candidate-ids")}
         jobs = [j for j in jobs if j.candidate in ids]
     if which is not None:
         jobs = part(jobs, *which)

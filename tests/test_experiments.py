@@ -253,7 +253,8 @@ def test_tradeoff_measures_only_methods_deploy_can_compile(cora):
 def test_tradeoff_rejects_bad_grids():
     mod = load("tradeoff")
     for argv, msg in ((["--models", "gcn,mlp"], "--models"), (["--budgets", "0,0.1"], "--budgets"),
-                      (["--hws", "tpu"], "--hws"), (["--keeps", "1.5"], "--keeps")):
+                      (["--hws", "tpu"], "--hws"), (["--keeps", "1.5"], "--keeps"),
+                      (["--candidate-ids", "4,x"], "--candidate-ids")):
         with pytest.raises(SystemExit, match=msg):
             mod.main(argv)
 
@@ -262,14 +263,14 @@ def test_tradeoff_plan_is_seed_major_and_parts_split_it(monkeypatch):
     mod = load("tradeoff")
     levels = {"cost": [0.3, 1.0], "keep": [0.5], "round": 2}
     jobs = mod.plan(["gcn", "gat"], ["dense", "codesign", "random_edges", "ugs_int8"], ["h100", "gnnear"], 3, levels)
-    # per seed, x each method's search candidates (dense 7, random_edges and ugs_int8 4; codesign: its levels):
-    # gcn 7 + 4 + 4 + 4 = 19 jobs, gat 7 + 4 + 4 = 15 (ugs_int8 is GCN-only)
+    # per seed, x each method's search candidates (dense 8, random_edges and ugs_int8 4; codesign: its levels):
+    # gcn 8 + 4 + 4 + 4 = 20 jobs, gat 8 + 4 + 4 = 16 (ugs_int8 is GCN-only)
     assert {m: len(mod.candidates(m)) for m in ("dense", "codesign", "random_edges", "ugs_int8")} == {
-        "dense": 7, "codesign": 1, "random_edges": 4, "ugs_int8": 4}
-    assert len(jobs) == 3 * 34 and [j.seed for j in jobs] == [0] * 34 + [1] * 34 + [2] * 34
+        "dense": 8, "codesign": 1, "random_edges": 4, "ugs_int8": 4}
+    assert len(jobs) == 3 * 36 and [j.seed for j in jobs] == [0] * 36 + [1] * 36 + [2] * 36
     # a point's seeds are trained together: points_of groups every field but the seed
     pts = mod.points_of(jobs)
-    assert len(pts) == 34 and all([j.seed for j in p] == [0, 1, 2] for p in pts)
+    assert len(pts) == 36 and all([j.seed for j in p] == [0, 1, 2] for p in pts)
     # every baseline's candidate chooses its epoch on validation, as the flagship does
     for m in ("dense", "int8", "int4", "degree_quant", "dropedge", "random_edges"):
         cfgs = [mod.train_config(mod.Job("gcn", m, 0.5 if m == "random_edges" else None, 0, ("h100",), None, c),
