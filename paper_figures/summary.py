@@ -101,8 +101,9 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         "methods": {method: reported point or {"selected": None, "why": ...}}, "insufficient_seeds":
         [{"method", "setting", "n"}, ...], "not_run": [method, ...]}`` (points left out for too few
         seeds: listed, never silently dropped; ``not_run``: methods another target's panel of the same
-        dataset and model has and this one has no record of). A reported point: ``setting``, ``candidate``, ``train`` (its learning-rate, decay,
-        distillation, selection and cost fields), ``selected_on`` ("validation"), ``n``,
+        dataset and model has and this one has no record of). A reported point: ``setting``,
+        ``candidate``, ``train`` (its learning-rate, decay, distillation, selection and cost
+        fields), ``selected_on`` ("validation"), ``n``,
         ``val_accuracy`` / ``test_accuracy`` / ``test_std`` (%), ``modeled_energy_reduction`` /
         ``modeled_latency_reduction`` (reference cost / point cost on the target), ``energy_j`` /
         ``latency_s`` (modeled), ``measured_latency_reduction`` (None where not deployed), ``n_measured``.
