@@ -76,6 +76,15 @@ def _reported(p: dict) -> dict:
             "measured_latency_reduction": None if meas is None else 1.0 / meas, "n_measured": p["n_measured"]}
 
 
+def _stores_priced(pts: Sequence[dict]) -> list[str]:
+    """The input-feature stores the panel's records were priced with: ``["dense", "csr"]`` where
+    every run set ``TrainConfig.cost.sparse_features`` (`codesign.train.build.workload_inputs` prices
+    the CSR store only then), else ``["dense"]``: the reference is then the dense-stored FP32
+    model, not the cheaper of the two stores."""
+    every = all((p["config"].get("train") or {}).get("sparse_features") for p in pts)
+    return ["dense", "csr"] if every else ["dense"]
+
+
 def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SEEDS) -> dict:
     """The machine-readable summary (``results/summary.json``) of tradeoff points, every choice made on
     validation accuracy (issue 34).
@@ -130,7 +139,7 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         ref = fronts.dense_point(dense, min_seeds)
         entry["reference"] = {**_reported(ref), "dense_energy_j": ref["dense_energy_j"],
                               "dense_latency_s": ref["dense_latency_s"],
-                              "candidates": len(dense)}
+                              "candidates": len(dense), "stores_priced": _stores_priced(pts)}
         methods = sorted({p["method"] for p in pts} - {fronts.DENSE_METHOD}, key=fronts.method_sort_key)
         for m in methods:
             mine = [p for p in ok if p["method"] == m]
@@ -169,7 +178,8 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
              f"validation accuracy is within {loss_pts:g} pt of the reference's, the one with the largest modeled "
              "energy reduction. Reported: validation and test accuracy (%, mean; test ± sample std, ddof 1, over n "
              "seeds), the modeled energy and latency reduction against the best dense configuration on that target "
-             "(features stored dense or CSR, whichever it runs cheaper), and the measured CPU latency reduction of "
+             "(features stored dense or CSR, whichever it runs cheaper, where the runs priced the CSR store: each "
+             "panel says which stores were priced), and the measured CPU latency reduction of "
              "the deployed program against the dense FP32 program timed beside it (`codesign.deploy`; – where not "
              "deployed).", ""]
     for dataset, models in summary.items():
@@ -188,6 +198,11 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                 lines += [f"### {dataset} / {model} / {hw}: dense reference ({ref['setting']}) validation "
                           f"{ref['val_accuracy']:.2f} %, test {ref['test_accuracy']:.2f} ± {ref['test_std']:.2f} "
                           f"(n={ref['n']}); modeled {ref['dense_energy_j']:.4g} J, {ref['dense_latency_s']:.4g} s", ""]
+                if ref.get("stores_priced") == ["dense"]:
+                    lines += ["Priced with the input features stored dense only: these runs did not set "
+                              "`TrainConfig.cost.sparse_features`, so the CSR store, which this target may run "
+                              "cheaper, was not priced for the reference or the methods (the reductions are "
+                              "against a dense-stored FP32 reference; docs/log/results.md, 2026-11-29).", ""]
                 ceiling = ((ceilings or {}).get(dataset, {}).get(model, {}).get(hw) or {}).get("ceiling")
                 if ceiling is not None:
                     lines += [f"No method can pass {ceiling:.1f}x modeled energy reduction here under this cost model "

@@ -77,6 +77,7 @@ def test_build_chooses_on_validation_by_hand(points):
     assert ref["test_accuracy"] == pytest.approx(80.0)
     assert ref["test_std"] == pytest.approx(np.std([78, 79, 80, 81, 82], ddof=1))  # sample std, not population
     assert ref["n"] == 5 and ref["candidates"] == 2 and ref["selected_on"] == "validation"
+    assert ref["stores_priced"] == ["dense"]  # no run set cost.sparse_features: the CSR store was not priced
     # the flagship: cw 0.3 (validation 79.5, within 1 pt) is chosen although it tests 70 %; cw 1 (50x,
     # test 82 %) is out because its validation accuracy is 78.5
     c = e["methods"]["codesign"]
@@ -106,6 +107,24 @@ def test_a_method_another_target_ran_is_named_as_not_run_here(tmp_path):
     assert built["h100"]["not_run"] == []
     text = "\n".join(summary.render_build({"cora": {"gcn": built}}))
     assert "Not run on this target: " + ", ".join(built["hygcn"]["not_run"]) + "." in text
+
+
+def test_a_panel_says_which_feature_stores_were_priced(tmp_path):
+    records = RECORDS
+    for r in records:
+        r["config"]["train"] = {"sparse_features": True}
+    try:
+        path = tmp_path / "cora_tradeoff.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        built = summary.build(fronts.load_tradeoff(path))
+        assert built["cora"]["gcn"]["h100"]["reference"]["stores_priced"] == ["dense", "csr"]
+        assert "Priced with the input features stored dense only" not in "\n".join(summary.render_build(built))
+    finally:
+        for r in records:
+            del r["config"]["train"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    text = "\n".join(summary.render_build(summary.build(fronts.load_tradeoff(path))))
+    assert "Priced with the input features stored dense only" in text
 
 
 def test_loss_and_seed_thresholds_are_parameters(points):
