@@ -102,8 +102,9 @@ def _gate_last_axis(gate: HardConcreteGate, x, deterministic: Optional[bool], na
     be `SparseFeatures` [N, n]: each stored entry is multiplied by its column's gate, the dense
     product's nonzeros (a gate maps 0 to 0), and the result is `SparseFeatures` again."""
     n = gate.log_alpha.shape[0]
-    if len(x.shape) == 0 or x.shape[-1] != n:
-        raise ValueError(f"x.shape[-1] must equal {name}={n}, got x.shape={tuple(x.shape)}")
+    shape = x.shape if isinstance(x, SparseFeatures) else jnp.shape(x)
+    if len(shape) == 0 or shape[-1] != n:
+        raise ValueError(f"x.shape[-1] must equal {name}={n}, got x.shape={tuple(shape)}")
     z = gate(deterministic).astype(x.dtype)
     if isinstance(x, SparseFeatures):
         return x.with_values(x.values * z[x.cols])
