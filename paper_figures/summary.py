@@ -125,7 +125,8 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
     if not (isinstance(min_seeds, int) and min_seeds >= 1):
         raise ValueError(f"build: min_seeds must be an integer >= 1, got {min_seeds!r}")
     out: dict = {}
-    for (dataset, model, hw), pts in fronts.panels(points).items():
+    panels = fronts.panels(points)
+    for (dataset, model, hw), pts in panels.items():
         pts = [p for p in pts if not math.isnan(p["acc_pct"])]
         few = [p for p in pts if p["n_seeds"] < min_seeds]
         ok = [p for p in pts if p["n_seeds"] >= min_seeds and not math.isnan(p["val_acc_pct"])]
@@ -157,7 +158,7 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
                                        "why": f"no point with >= {min_seeds} seeds"}
     for dataset, models in out.items():  # what a sibling panel (another target) has and this one lacks
         for model, hws in models.items():
-            panel_methods = {hw: {p["method"] for p in pts} for (d, m, hw), pts in fronts.panels(points).items()
+            panel_methods = {hw: {p["method"] for p in pts} for (d, m, hw), pts in panels.items()
                              if (d, m) == (dataset, model)}
             every = set().union(*panel_methods.values())
             for hw, entry in hws.items():
@@ -189,11 +190,7 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                 if ref is None:
                     lines += [f"### {dataset} / {model} / {hw}: no dense reference with >= {entry['min_seeds']} seeds",
                               ""]
-                    if entry["insufficient_seeds"]:
-                        few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
-                        lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
-                    if entry.get("not_run"):
-                        lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
+                    lines += _left_out(entry)
                     continue
                 lines += [f"### {dataset} / {model} / {hw}: dense reference ({ref['setting']}) validation "
                           f"{ref['val_accuracy']:.2f} %, test {ref['test_accuracy']:.2f} ± {ref['test_std']:.2f} "
@@ -219,11 +216,18 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                                  f"{v['test_std']:.2f} | {v['n']} | {_x(v['modeled_energy_reduction'])} | "
                                  f"{_x(v['modeled_latency_reduction'])} | {_x(v['measured_latency_reduction'])} |")
                 lines.append("")
-                if entry["insufficient_seeds"]:
-                    few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
-                    lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
-                if entry.get("not_run"):
-                    lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
+                lines += _left_out(entry)
+    return lines
+
+
+def _left_out(entry: dict) -> list[str]:
+    """A panel's lines for the points left out for too few seeds and the methods not run on it."""
+    lines = []
+    if entry["insufficient_seeds"]:
+        few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
+        lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
+    if entry.get("not_run"):
+        lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
     return lines
 
 

@@ -240,14 +240,11 @@ class DegreeQuant(Quantizer):
         if x.shape[0] != self.n_nodes:
             raise ValueError(f"x must have N={self.n_nodes} rows (one per node), got {x.shape=}")
         v = check_float(x.values)
-        _, hi = qrange(self.bits, self.signed)
         det = self.deterministic if deterministic is None else deterministic
         if det:
-            return x.with_values(fake_quant(v, self.bits, signed=self.signed,
-                                            scale=_range_scale(v, None, hi=hi, signed=self.signed,
-                                                               percentile=None).astype(v.dtype)))
+            return x.with_values(fake_quant(v, self.bits, signed=self.signed, scale=self.scale(v).astype(v.dtype)))
         protected = jax.random.bernoulli(self.rngs() if key is None else key, self.protect_prob[...])[x.rows]
-        scale = _range_scale(v, protected, hi=hi, signed=self.signed, percentile=None).astype(v.dtype)
+        scale = self.scale(v, protected).astype(v.dtype)
         return x.with_values(jnp.where(protected, v, fake_quant(v, self.bits, signed=self.signed, scale=scale)))
 
     def expected_bits(self) -> jax.Array:
