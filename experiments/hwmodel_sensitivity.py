@@ -79,6 +79,9 @@ class _MeanBits(Quantizer):
     def hard_bits(self):
         return self.mean_bits
 
+    def takes_sparse(self) -> bool:
+        return False  # it does not quantize
+
 
 def workload(edge_density: float, feature_density: float, bits, *, channel_density: float = 1.0,
              locality=None) -> Workload:

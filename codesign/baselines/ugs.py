@@ -119,6 +119,9 @@ class MaskedWeightQuant(Quantizer):
     def hard_bits(self):
         return self.inner.hard_bits()
 
+    def takes_sparse(self) -> bool:
+        return False  # a weight path: never given node features
+
 
 class UGSGCN(nnx.Module):
     """`GCN` with an `EdgeWeightMask` (``gcn.edge_mask``) and a `WeightMask` per kernel

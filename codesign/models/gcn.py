@@ -25,7 +25,6 @@ from codesign.models.layers import (FP32_BITS, GraphCounts, Layer, derived_messa
                                     override_bits, quant_bits, relu_then_input_dropout, run_weighted_sum,
                                     model_workload)
 from codesign.models.norm import gcn_normalize
-from codesign.quant import DegreeQuant, FakeQuant, LearnedBitQuant
 from codesign.sparsify import ChannelMask, EdgeMask, EdgeScorer, FeatureMask
 from codesign.vertex import layers as vertex_layers
 
@@ -181,16 +180,13 @@ class GCN(GNN):
 
     def takes_sparse_input(self) -> bool:
         """`GNN.takes_sparse_input`: True when the first layer runs combine-first (``X @ W``
-        first), its input quantizer is a `FakeQuant` (fp32 or fixed bits: zero stays zero and the
-        scale, ``max(x, 0) / qmax``, is the nonzeros' maximum) or a `LearnedBitQuant` (learned
-        bits, per tensor or A^2Q's per node: each row's range is its nonzeros' max, a 0 codes to 0
-        with no gradient) or a max-calibrated `DegreeQuant` (`DegreeQuant.takes_sparse`: protected
-        rows gather their node's draw), and there is no `EdgeScorer` (it scores edges from the
-        features). A `FeatureMask` gates the stored entries by column. LSQ's initial step
-        (``mean |x|``) reads every element, so it takes the dense ``x``."""
-        q = self.conv1.quant_x
-        sparse_q = type(q) in (FakeQuant, LearnedBitQuant) or (isinstance(q, DegreeQuant) and q.takes_sparse())
-        return self.conv1.combine_first and sparse_q and not isinstance(self.edge_mask, EdgeScorer)
+        first), its input quantizer takes the nonzeros (`codesign.quant.Quantizer.takes_sparse`:
+        `FakeQuant`, `LearnedBitQuant` per tensor or A^2Q's per node, max-calibrated
+        `DegreeQuant`; not LSQ, whose initial step reads ``mean |x|``) and there is no
+        `EdgeScorer` (it scores edges from the features). A `FeatureMask` gates the stored
+        entries by column."""
+        return (self.conv1.combine_first and self.conv1.quant_x.takes_sparse()
+                and not isinstance(self.edge_mask, EdgeScorer))
 
     def densities(self, hard: bool = False) -> dict:
         """Kept fractions ``{"edge": ..., "feature": ...}`` (+ ``"channel"`` with a channel mask;

@@ -226,9 +226,9 @@ class DegreeQuant(Quantizer):
         return jnp.where(protected.reshape((-1,) + (1,) * (x.ndim - 1)), x, x_q)
 
     def takes_sparse(self) -> bool:
-        """Whether ``__call__`` takes `codesign.kernels.SparseFeatures` (max calibration only: the
-        max over the stored entries of the unprotected rows is the dense rows' max, as a 0 adds
-        nothing to ``|x|``'s max; a percentile counts the zeros)."""
+        """`Quantizer.takes_sparse`: max calibration only (the max over the stored entries of the
+        unprotected rows is the dense rows' max, as a 0 adds nothing to ``|x|``'s max; a
+        percentile counts the zeros)."""
         return self.percentile is None
 
     def _sparse(self, x: SparseFeatures, deterministic: Optional[bool], key: Optional[jax.Array]) -> SparseFeatures:

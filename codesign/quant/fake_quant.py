@@ -167,6 +167,14 @@ class Quantizer(nnx.Module):
     def hard_bits(self):
         """The deployed integer bit-width (int), or int32 [N] per node."""
 
+    @abc.abstractmethod
+    def takes_sparse(self) -> bool:
+        """Whether ``q(x)`` takes `codesign.kernels.SparseFeatures` (the nonzeros of a mostly-zero
+        [N, F] input) and returns the dense result's nonzeros with the dense call's gradients: a
+        0 must quantize to 0 and every statistic the quantizer reads must be set by the nonzeros.
+        A model feeds its input as `SparseFeatures` only to a quantizer that says so
+        (`codesign.models.GCN.takes_sparse_input`)."""
+
 
 @final
 class FakeQuant(Quantizer):
@@ -210,3 +218,7 @@ class FakeQuant(Quantizer):
     def hard_bits(self) -> int:
         """The deployed width: ``bits``, or 32 (`NO_QUANT_BITS`) when not quantized."""
         return NO_QUANT_BITS if self.bits is None else min(self.bits, NO_QUANT_BITS)
+
+    def takes_sparse(self) -> bool:
+        """`Quantizer.takes_sparse`: True (the per-tensor scale is the nonzeros' max)."""
+        return True

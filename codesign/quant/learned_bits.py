@@ -274,6 +274,10 @@ class LearnedBitQuant(Quantizer):
         """
         return self._derived()["hard_bits"]
 
+    def takes_sparse(self) -> bool:
+        """`Quantizer.takes_sparse`: True (each row's or the tensor's range is its nonzeros' max)."""
+        return True
+
     def bits_penalty(self, target_bits: float) -> jax.Array:
         """``max(0, expected_bits() - target_bits)^2``: float32 scalar, differentiable; a simple
         hinge penalty for a bit budget (our choice; the cost model is the main consumer).

@@ -375,6 +375,10 @@ class LSQQuant(Quantizer):
         """Deployed bit-width (int)."""
         return self.bits
 
+    def takes_sparse(self) -> bool:
+        """`Quantizer.takes_sparse`: False (the initial step reads ``mean |x|``, zeros included)."""
+        return False
+
     def reset(self, init_method: Optional[str] = None, percentile: Optional[float] = None) -> None:
         """Marks the step as uninitialised, so the next call re-initialises it from the data.
 
