@@ -143,3 +143,18 @@ def test_bad_input_names_the_field():
     conv = GCN(4, 8, 2, rngs=nnx.Rngs(0)).conv1  # 4 -> 8: aggregate-first, no sparse input
     with pytest.raises(ValueError, match="x: GCNConv takes SparseFeatures only combine-first"):
         conv(sparse_features(np.eye(4, dtype=np.float32)), None)
+
+
+def test_a_quantizer_that_reads_every_element_refuses_the_nonzeros():
+    """A percentile-calibrated Degree-Quant counts the zeros, so it takes no `SparseFeatures`; the
+    errors name ``x``. Max-calibrated, a wrong row count is refused as on the dense input."""
+    from codesign.quant import DegreeQuant
+    s = sparse_features(_sparse_x())
+    q = DegreeQuant(8, jnp.ones(s.shape[0]), signed=False, percentile=99.0, rngs=nnx.Rngs(0))
+    assert not q.takes_sparse()
+    with pytest.raises(ValueError, match="x: DegreeQuant with percentile=99.0 reads every element"):
+        q(s)
+    q = DegreeQuant(8, jnp.ones(s.shape[0] + 1), signed=False, rngs=nnx.Rngs(0))
+    assert q.takes_sparse()
+    with pytest.raises(ValueError, match=f"x must have N={s.shape[0] + 1} rows"):
+        q(s)
