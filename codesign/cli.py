@@ -172,8 +172,9 @@ def _add_training(p: argparse.ArgumentParser, bits: Optional[int] = None, edge_m
     p.add_argument("--pin-ranges", action="store_const", const=True, default=None,
                    help="learned widths: pin weight / hidden ranges to the data max (TrainConfig.pin_ranges)")
     p.add_argument("--sparse-features", action="store_const", const=True, default=None,
-                   help="price the input features stored dense or CSR, whichever the target runs cheaper, for "
-                        "the model and its dense reference alike (TrainConfig.cost.sparse_features)")
+                   help="let the loss price the input features stored dense or CSR, whichever the target runs "
+                        "cheaper, for the model and its dense reference alike (reports always do; "
+                        "TrainConfig.cost.sparse_features)")
 
 
 _SWITCH = {"auto": None, "on": True, "off": False}

@@ -189,11 +189,13 @@ COST_MODEL_VERSION = 3
 Bump it in the change that alters what a stored configuration costs; records of another version are
 re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 
-REFERENCE = "best_dense_store"
+REFERENCE = "cheaper_store_always"
 """The definition of the dense reference a record's ``dense_modeled`` prices (``versions.reference``):
-``"best_dense_store"`` = the same architecture in FP32 with every mask off, its input features
-stored dense or CSR, whichever the target runs cheaper (`codesign.train.build.dense_reference`).
-A change of the definition gets a new name."""
+``"cheaper_store_always"`` = the same architecture in FP32 with every mask off, its input features
+stored dense or CSR, whichever the target runs cheaper (`codesign.train.build.dense_reference`),
+for every configuration. A change of the definition gets a new name. The former
+``"best_dense_store"`` meant the same but priced the CSR store only with
+``TrainConfig.cost.sparse_features``, which no grid record set: their references were dense-stored."""
 
 
 def versions() -> dict:

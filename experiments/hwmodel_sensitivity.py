@@ -36,19 +36,18 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Mapping, Optional, final
+from typing import Mapping, Optional
 
 import numpy as np
 
 if __package__ in (None, ""):  # run as a script: make `paper_figures` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from codesign.hwmodel import Workload, estimate, presets  # noqa: E402
 from codesign.models import GCN  # noqa: E402
-from codesign.quant import Quantizer  # noqa: E402
+from codesign.quant import RecordedBits  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
@@ -61,34 +60,12 @@ LOSS_PTS = 1.0  # accuracy loss allowed for the chosen point, percentage points 
 REBUILD_TOL = 0.01  # nominal rebuild vs a record's stored cost: relative difference counted as a mismatch
 
 
-@final
-class _MeanBits(Quantizer):
-    """A quantizer slot that only carries a recorded mean bit-width (float) for the cost model:
-    `workload` costs a record's ``layer_bits`` (learned widths, fractional means) through the
-    model's own ``workload``, which reads each layer's widths from its quantizers."""
-
-    def __init__(self, bits: float):
-        self.mean_bits = float(bits)
-
-    def __call__(self, x):
-        raise NotImplementedError("_MeanBits carries a width for costing; it does not quantize")
-
-    def expected_bits(self):
-        return jnp.asarray(self.mean_bits, jnp.float32)
-
-    def hard_bits(self):
-        return self.mean_bits
-
-    def takes_sparse(self) -> bool:
-        return False  # it does not quantize
-
-
 def workload(edge_density: float, feature_density: float, bits, *, channel_density: float = 1.0,
-             locality=None) -> Workload:
+             locality=None, feature_nnz=None) -> Workload:
     """The 2-layer Cora GCN (fp32 logits) at the given kept fractions and bit-widths:
     `codesign.models.GCN.workload` of a GCN 1,433-16-7 (a channel mask exactly when
-    ``channel_density`` < 1, no edge mask, dense-stored features) whose four quantizers carry
-    ``bits``, with the kept fractions given as its ``densities`` override.
+    ``channel_density`` < 1, no edge mask; features stored dense, or CSR with ``feature_nnz``) whose
+    four quantizers carry ``bits``, with the kept fractions given as its ``densities`` override.
 
     Args:
       edge_density, feature_density, channel_density: kept fractions of the 10,556 edges (the 2,708
@@ -97,14 +74,17 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
         weights of layers 0 and 1, as `codesign.models.GCN.layer_bits`); layer 0 writes its output
         at ``x1``, layer 1 at fp32.
       locality: the graph's `hwmodel.LocalityProfile` (None = uniform re-reference).
+      feature_nnz: float [1433] stored nonzeros per input column (`codesign.graph.feature_column_nnz`)
+        to price the features stored CSR (the kept fraction of them, `codesign.models.layers.input_nnz`);
+        None: stored dense.
     """
     b = dict.fromkeys(LAYER_BITS, float(bits)) if not isinstance(bits, Mapping) else {k: float(bits[k])
                                                                                         for k in LAYER_BITS}
     model = GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0))
-    model.conv1.quant_x, model.conv1.quant_w = _MeanBits(b["x0"]), _MeanBits(b["w0"])
-    model.conv2.quant_x, model.conv2.quant_w = _MeanBits(b["x1"]), _MeanBits(b["w1"])
+    model.conv1.quant_x, model.conv1.quant_w = RecordedBits(b["x0"]), RecordedBits(b["w0"])
+    model.conv2.quant_x, model.conv2.quant_w = RecordedBits(b["x1"]), RecordedBits(b["w1"])
     densities = {"edge": edge_density, "feature": feature_density, "channel": channel_density}
-    return model.workload(N_NODES, N_EDGES, densities=densities, locality=locality)
+    return model.workload(N_NODES, N_EDGES, densities=densities, locality=locality, feature_nnz=feature_nnz)
 
 
 def _nmp(hw, **changes):
@@ -185,19 +165,15 @@ def record_design(rec: dict) -> tuple[Optional[dict], Optional[str]]:
     mask: 1.0; `hwmodel.resolve_densities`). Bit-widths come from ``layer_bits`` (per layer), else
     from the record's single ``bits`` (the UGS and random-edge baselines, costed on a shell model
     with that width everywhere). Not rebuilt: a model other than the GCN, a dataset other than Cora,
-    kept BSR tiles (``tiles``: the block-sparse kernel), features priced as stored sparse
-    (``train.sparse_features``: needs each column's nonzeros), or no bit-width at all.
+    kept BSR tiles (``tiles``: the block-sparse kernel), or no bit-width at all.
     """
     cfg = rec.get("config") or {}
-    train = cfg.get("train") or {}
     if cfg.get("model") != "gcn":
         return None, f"model {cfg.get('model')!r}: workload() is the GCN's"
     if cfg.get("dataset") != "cora":
         return None, f"dataset {cfg.get('dataset')!r}: workload() is Cora's"
     if rec.get("tiles") is not None:
         return None, "kept BSR tiles (block-sparse kernel)"
-    if train.get("sparse_features"):
-        return None, "features priced as stored sparse (needs per-column nonzeros)"
     dens = rec.get("densities") or {}
     if "edge" not in dens:
         return None, "no edge density"
@@ -221,16 +197,23 @@ def _design_key(d: dict) -> tuple:
 
 
 class _Coster:
-    """Energy / latency of designs on named specs, each (spec, design) estimated once."""
+    """Energy / latency of designs on named specs, each (spec, design) estimated once, with the
+    input features stored dense or CSR, whichever costs less energy on that spec (as every run is
+    reported: `codesign.train.workload_inputs`; CSR only with ``feature_nnz``)."""
 
-    def __init__(self, locality):
-        self.locality, self.cache = locality, {}
+    def __init__(self, locality, feature_nnz=None):
+        self.locality, self.feature_nnz, self.cache = locality, feature_nnz, {}
+
+    def _report(self, hw, design: dict):
+        stores = [None] if self.feature_nnz is None else [None, self.feature_nnz]
+        reps = [estimate(workload(design["edge"], design["feature"], design["bits"], channel_density=design["channel"],
+                                  locality=self.locality, feature_nnz=f), hw) for f in stores]
+        return min(reps, key=lambda r: float(r.energy_j))
 
     def __call__(self, spec_key: str, hw, design: dict) -> tuple[float, float]:
         key = (spec_key, _design_key(design))
         if key not in self.cache:
-            r = estimate(workload(design["edge"], design["feature"], design["bits"], channel_density=design["channel"],
-                                  locality=self.locality), hw)
+            r = self._report(hw, design)
             self.cache[key] = (float(r.energy_j), float(r.latency_s))
         return self.cache[key]
 
@@ -239,8 +222,7 @@ class _Coster:
         stages and of the stages mapped near memory (`CostReport.breakdown`), for the nominal check."""
         key = ("parts:" + hw.name, _design_key(design))
         if key not in self.cache:
-            r = estimate(workload(design["edge"], design["feature"], design["bits"], channel_density=design["channel"],
-                                  locality=self.locality), hw)
+            r = self._report(hw, design)
             b = r.breakdown(hw)
             self.cache[key] = {"static_j": float(r.static_energy_j),
                                "host_j": sum(v["energy_j"] for v in b.values() if not v["on_nmp"]),
@@ -314,7 +296,7 @@ def _ratio_check(pairs: list[tuple[float, float]]) -> dict:
             "n_off": int((np.abs(r - 1.0) > REBUILD_TOL).sum())}
 
 
-def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS) -> dict:
+def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS, feature_nnz=None) -> dict:
     """How the main job's GCN front and its chosen point move with each assumption in ``names``.
 
     Args:
@@ -323,6 +305,9 @@ def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS)
       locality: the graph's `hwmodel.LocalityProfile` the records were costed with (tradeoff.py:
         Cora's measured one; None = uniform re-reference).
       loss_pts: accuracy loss (percentage points of mean validation accuracy) the chosen point may have.
+      feature_nnz: Cora's float [1433] nonzeros per input column: each design is priced with the
+        cheaper feature store, as the records are (None: stored dense, as records priced before
+        ``versions.reference`` "cheaper_store_always").
 
     Returns:
       ``{"records", "loss_pts", "skipped", "targets_not_entered", "panels", "rows"}``: records that
@@ -361,7 +346,7 @@ def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS)
             continue
         designs[p["group_key"]] = [d for d, _ in built]
         by_hw.setdefault(p["hw"], []).append(p)
-    coster = _Coster(locality)
+    coster = _Coster(locality, feature_nnz)
     panels, rows = {}, []
     for hw_name in sorted(by_hw, key=fronts.hw_sort_key):
         if hw_name not in entered:
@@ -420,16 +405,18 @@ def front_sensitivity(records_path, names, locality, loss_pts: float = LOSS_PTS)
             "targets_not_entered": [h for h in hws if h not in entered], "panels": panels, "rows": rows}
 
 
-def cora_locality():
-    """Cora's measured `hwmodel.LocalityProfile`, as ``experiments/tradeoff.py`` costs with it
+def cora_inputs() -> tuple:
+    """``(locality, feature_nnz)``: Cora's measured `hwmodel.LocalityProfile` and its float [1433]
+    nonzeros per input column, as ``experiments/tradeoff.py`` costs with them
     (`codesign.train.workload_inputs`); checks the graph's sizes against `N_NODES` / `N_EDGES`."""
     from codesign.data import load_planetoid
+    from codesign.graph import feature_column_nnz
     from codesign.hwmodel import measure_locality
     g = load_planetoid("cora")
     if (g.n_nodes, g.n_edges) != (N_NODES, N_EDGES):
-        raise ValueError(f"cora_locality: Cora has {g.n_nodes} nodes / {g.n_edges} edges, "
+        raise ValueError(f"cora_inputs: Cora has {g.n_nodes} nodes / {g.n_edges} edges, "
                          f"workload() assumes {N_NODES} / {N_EDGES}")
-    return measure_locality(g.senders, g.receivers, g.n_nodes)
+    return measure_locality(g.senders, g.receivers, g.n_nodes), feature_column_nnz(g.x)
 
 
 def print_front(front: dict) -> None:
@@ -487,7 +474,8 @@ def main(argv=None) -> dict:
         if args.quick:
             hws = {r["config"]["hw"] for _, r in fronts.read_records(args.records)}
             front_names = [k for k in ranged if hws & set(variants(k, presets.ASSUMPTIONS[k][0]))][:2]
-        result["front"] = front_sensitivity(args.records, front_names, cora_locality())
+        locality, nnz = cora_inputs()
+        result["front"] = front_sensitivity(args.records, front_names, locality, feature_nnz=nnz)
     out = args.out or f"results/hwmodel_sensitivity{'_quick' if args.quick else ''}.json"
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     write_json_atomic(out, result)

@@ -5,7 +5,10 @@ A record keeps what training decided - its hardened kept fractions (``densities`
 builds the record's model from its configuration, prices it on its target through the same entry
 point as training (`codesign.train.store_costs` with the stored ``densities`` as the what-if
 densities, the cheaper feature store by the run's objective, `codesign.train.cheapest_store`), and
-its best dense reference (`codesign.train.dense_reference`); the record gets today's `run_key`
+its best dense reference (`codesign.train.dense_reference`), both with every feature store the
+model can read (`codesign.train.workload_inputs`). Learned widths enter as recorded: each quantizer
+of the rebuilt model carries its stored ``layer_bits`` width (`codesign.quant.set_recorded_bits`;
+a per-node width as its mean over the nodes, exact for the bytes priced). The record gets today's `run_key`
 and `codesign.experiment.versions`, and ``recosted_from`` (the code version that trained it).
 
 A record is dropped (and counted, by reason) where the stored numbers do not determine its cost:
@@ -13,14 +16,15 @@ A record is dropped (and counted, by reason) where the stored numbers do not det
     value), or it has no ``config.dataset`` / ``config.hw``;
   * ``scale_out``: a partitioned run (``devices`` > 1: its halo traffic is not stored);
   * ``tiles``: a `BlockEdgeMask` run (which 16 x 16 tiles were kept is not stored);
-  * ``layer_bits``: learned widths that differ between tensors (``workload(bits=)`` takes one width)
-    or were not stored;
+  * ``layer_bits``: learned widths not stored, or stored under keys the model does not report
+    (`codesign.quant.set_recorded_bits`);
   * ``fields``: no ``densities`` or ``test_accuracy`` / ``val_accuracy``;
-  * ``superseded``: a tradeoff record trained with settings its method no longer uses on its
-    dataset (stored ``config.settings`` differs from `settings_id` today), so its label
-    would name another training.
-Labels are brought to today's names: a record written ``"codesign"`` without a ``revision`` was the
-joint method of issue 7, `RENAMED_BEFORE` (``codesign_v1``); ``revision`` and ``settings`` leave the
+  * ``superseded``: a tradeoff record from before ``versions`` trained with settings its method
+    no longer uses on its dataset (stored ``config.settings`` differs from `settings_id` today),
+    so its label would name another training.
+Labels are brought to today's names: a record without ``versions`` written ``"codesign"`` without a
+``revision`` was the joint method of issue 7, `RENAMED_BEFORE` (``codesign_v1``); a record with
+``versions`` already has today's label; ``revision`` and ``settings`` leave the
 config (a record's identity is its resolved configuration).
 Where the model prices kept features by their fraction (`workload(densities=)`), a CSR-stored
 input is priced at the kept fraction of its nonzeros (uniform over columns) - an approximation of
@@ -72,18 +76,22 @@ def settings_id(method, dataset: str, model=None):
     return None if chosen == own(method.overrides) else config_key(chosen)
 
 
-def relabel(config: dict):
+def relabel(config: dict, legacy: bool = True):
     """``config`` with today's method label and without ``revision`` / ``settings``, or None where
-    the record's settings are superseded (module docstring)."""
+    the record's settings are superseded (module docstring). ``legacy``: the record predates
+    ``versions`` (labels of that era are renamed, `RENAMED_BEFORE`, and its ``settings`` are
+    checked); a record with ``versions`` already carries today's label (its ``codesign`` is the
+    flagship) and is identified by its resolved configuration."""
     from codesign.experiment import PAPER_METHODS
     out = {k: v for k, v in config.items() if k not in ("revision", "settings")}
     name = config.get("method")
     if not isinstance(name, str):
         return out
-    name = RENAMED_BEFORE.get((name, int(config.get("revision") or 0)), name)
+    if legacy:
+        name = RENAMED_BEFORE.get((name, int(config.get("revision") or 0)), name)
     out["method"] = name
     method = PAPER_METHODS.get(name)
-    if method is not None and config.get("dataset") and "train" in config:
+    if legacy and method is not None and config.get("dataset") and "train" in config:
         if config.get("settings") != settings_id(method, config["dataset"], config.get("model")):
             return None
     return out
@@ -121,8 +129,8 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
     """
     from flax import nnx
 
-    from codesign.train import build_model, cheapest_store, dense_reference, store_costs
-    from codesign.train.build import workload_inputs
+    from codesign.quant import set_recorded_bits
+    from codesign.train import build_model, cheapest_store, dense_reference, store_costs, workload_inputs
     config = record.get("config") or {}
     if not config.get("dataset") or not config.get("hw"):
         return None, "config"
@@ -133,7 +141,7 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
     resolved = resolve_config(config)
     if resolved is None:
         return None, "config"
-    labelled = relabel(config)
+    labelled = relabel(config, legacy="versions" not in record)
     if labelled is None:
         return None, "superseded"
     cfg, extra = resolved
@@ -141,20 +149,20 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
         return None, "tiles"
     if "layer_bits" not in record and cfg.flat().get("quantizer") not in (None, "fixed"):
         return None, "layer_bits"  # learned widths, not stored
-    widths = set((record.get("layer_bits") or {}).values())
-    if len(widths) > 1:
-        return None, "layer_bits"
-    bits = float(widths.pop()) if widths else None
     try:
         cache = {} if cache is None else cache
-        sparse = cfg.cost.sparse_features
-        if ("inputs", id(graph), sparse) not in cache:
-            cache["inputs", id(graph), sparse] = workload_inputs(cfg, graph)
-        inputs = cache["inputs", id(graph), sparse]
+        if ("inputs", id(graph), cfg.model) not in cache:
+            cache["inputs", id(graph), cfg.model] = workload_inputs(cfg, graph)
+        inputs = cache["inputs", id(graph), cfg.model]
         model = build_model(cfg, graph, nnx.Rngs(0))
+        if record.get("layer_bits"):
+            try:
+                set_recorded_bits(model, record["layer_bits"])
+            except ValueError:
+                return None, "layer_bits"
         store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs,
-                                                densities=dict(record["densities"]), bits=bits), cfg.cost.objective)
-        ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective, sparse)
+                                                densities=dict(record["densities"])), cfg.cost.objective)
+        ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective)
         if ref_key not in cache:
             cache[ref_key] = dense_reference(cfg, graph, hw, inputs)
         ref_store, ref = cache[ref_key]

@@ -74,9 +74,7 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
   WordNet GCN since 2026-11-29 (the flagship, A2Q and Degree-Quant train on the input's nonzeros,
     `codesign.models.GCN.takes_sparse_input`; alone: flagship epoch 3.8 s -> 0.37 s, Degree-Quant
     1.3 s -> 0.16 s), 5 seeds a point, two grid commands sharing the 2 cores (train_time_s a seed):
-    dense 48-56 s at 200 epochs, 96 s at 400; the flagship 108-136 s at 200 epochs; with three
-    commands: the flagship 270-368 s at 400, INT8 138-199 s at 400, dense 327 s at 800, 449-462 s
-    at 1600 (WordNet's dense validation accuracy still rose at 1600: docs/log/results.md, 2026-11-29).
+    dense 48-56 s at 200 epochs, 96 s at 400; the flagship 108-136 s at 200 epochs.
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
@@ -261,13 +259,10 @@ def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
 
 def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
     """Modeled cost of ``model`` (hardened, on the full ``graph``) and of the dense FP32 model, each
-    with its features stored as ``hw`` runs them cheaper where ``cfg.cost.sparse_features`` allows
-    CSR (`codesign.train.store_costs`)."""
-    from codesign.graph import feature_column_nnz
-    from codesign.train import cheapest_store, dense_cost, store_costs
-    inputs = {"locality": locality}
-    if cfg.cost.sparse_features:
-        inputs["feature_nnz"] = feature_column_nnz(graph.x)
+    with its features stored as ``hw`` runs them cheaper where the model can read them CSR
+    (`codesign.train.store_costs`, `codesign.train.workload_inputs`)."""
+    from codesign.train import cheapest_store, dense_cost, store_costs, workload_inputs
+    inputs = workload_inputs(cfg, graph, locality)
     extra = {} if densities is None else {"densities": densities}
     rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, **extra), cfg.cost.objective)[1]
     ref = dense_cost(cfg, graph, hw, inputs)

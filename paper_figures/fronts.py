@@ -178,6 +178,7 @@ def _parse(rec: dict, where: str) -> dict:
         measured = {name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where, positive=True)
                     for name in ("measured", "dense_measured")}
     return {"config": config, "acc": acc, "val_acc": val, "measured": measured,
+            "reference": rec["versions"].get("reference"),
             "modeled": _costs(rec, "modeled", where),
             "dense_modeled": _costs(rec, "dense_modeled", where),
             "breakdown": _breakdown(rec, "breakdown", where),
@@ -221,7 +222,8 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         One dict per point, in file order of first appearance: ``dataset``, ``model``, ``hw``,
         ``method``, ``family`` (see `family`), the method's level ``cost_weight``/``budget``/
         ``keep`` (float or None) / ``round`` (UGS pruning round or None), ``config`` (without
-        ``seed`` fields), ``group_key``, ``n_seeds``, ``seeds``, ``lines`` (1-based
+        ``seed`` fields), ``reference`` (the records' ``versions.reference``, the definition of their
+        dense reference), ``group_key``, ``n_seeds``, ``seeds``, ``lines`` (1-based
         line numbers), ``acc_pct``/``acc_pct_std`` (test accuracy in %, mean and sample std,
         ddof=1, 0 for one seed; NaN if a run diverged), ``val_acc_pct``, the means of
         ``energy_j``/``latency_s``/``dram_bytes`` (modeled) and of ``dense_energy_j``/
@@ -265,7 +267,7 @@ def load_tradeoff(path: str | Path) -> list[dict]:
             "budget": None if cfg.get("budget") is None else float(cfg["budget"]),
             "keep": None if cfg.get("keep") is None else float(cfg["keep"]),
             "round": cfg.get("round"),
-            "config": cfg, "group_key": gkey, "n_seeds": len(runs),
+            "config": cfg, "group_key": gkey, "n_seeds": len(runs), "reference": runs[0]["reference"],
             "seeds": sorted(g["seeds"], key=lambda s: (s is None, s if isinstance(s, (int, float)) else 0)),
             "lines": g["lines"],
             "acc_pct": float(acc.mean()),

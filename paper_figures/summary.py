@@ -78,10 +78,12 @@ def _reported(p: dict) -> dict:
 
 def _stores_priced(pts: Sequence[dict]) -> list[str]:
     """The input-feature stores the panel's records were priced with: ``["dense", "csr"]`` where
-    every run set ``TrainConfig.cost.sparse_features`` (`codesign.train.build.workload_inputs` prices
-    the CSR store only then), else ``["dense"]``: the reference is then the dense-stored FP32
-    model, not the cheaper of the two stores."""
-    every = all((p["config"].get("train") or {}).get("sparse_features") for p in pts)
+    every record was priced under the ``"cheaper_store_always"`` reference
+    (`codesign.experiment.REFERENCE`: both stores for every run) or set
+    ``TrainConfig.cost.sparse_features`` (before it, the CSR store was priced only then), else
+    ``["dense"]``: the reference is then the dense-stored FP32 model, not the cheaper of the two."""
+    every = all(p.get("reference") == "cheaper_store_always"
+                or (p["config"].get("train") or {}).get("sparse_features") for p in pts)
     return ["dense", "csr"] if every else ["dense"]
 
 

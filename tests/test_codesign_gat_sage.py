@@ -247,10 +247,11 @@ def test_sage_cost_weighted_training_prunes(cora):
 @pytest.mark.slow
 def test_gat_budget_lands_within_five_percent(cora):
     """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100-datasheet energy): the hardened cost of
-    the selected epoch is within 5 % of the budget (300 epochs, gates 1.5x faster). Since the per-op
-    energies are scaled to the H100's node, every gate closed still costs 0.102 of dense, so the budget
-    is 0.15 (was 0.1); 120 and 200 epochs landed 1.12 and 1.07 of it, 300 epochs within 5 %."""
-    budget = 0.15
+    the selected epoch is within 5 % of the budget (300 epochs, gates 1.5x faster). Against the
+    reported dense reference (features stored CSR, cheaper there) every gate closed still costs 0.29
+    of dense, so the budget is 0.4 (it was 0.15 against the dense-stored one); measured 0.957 of it
+    (seed 0, test accuracy 74.3 %, 2026-11-29)."""
+    budget = 0.4
     cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=300, gate_lr=0.075, seed=0)
     r = train(cora, cfg, presets.get("h100-datasheet"))  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]

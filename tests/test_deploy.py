@@ -318,7 +318,7 @@ def test_cli_sweep_measure_adds_measured_fields_and_resumes(cora, tmp_path, caps
 
 
 def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
-    from codesign.train import TrainConfig, build_model, dense_cost, train, workload_inputs
+    from codesign.train import TrainConfig, build_model, dense_cost, loss_inputs, train, workload_inputs
     g = _graph()
     g = Graph(senders=g.senders, receivers=g.receivers, x=g.x, y=g.y, train_mask=g.train_mask,
               val_mask=np.ones(g.n_nodes, bool), test_mask=np.ones(g.n_nodes, bool), n_nodes=g.n_nodes)
@@ -327,7 +327,9 @@ def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
                                 objective="latency_s", epochs=3)
     inputs = workload_inputs(cfg, g)
     np.testing.assert_array_equal(inputs["feature_nnz"], feature_column_nnz(g.x))
-    assert "feature_nnz" not in workload_inputs(cfg.replace(sparse_features=False), g)
+    off = cfg.replace(sparse_features=False)  # reports price both stores still; the loss the dense one
+    assert "feature_nnz" in workload_inputs(off, g) and "feature_nnz" not in loss_inputs(off, inputs)
+    assert loss_inputs(cfg, inputs) is inputs
     r = train(g, cfg, hw)
     # the dense reference is the dense model with its features stored as the target runs them
     # cheaper by the objective: CSR (all nonzeros, one schedule) or dense, whichever is less

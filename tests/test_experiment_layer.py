@@ -94,7 +94,7 @@ def test_load_grid_refuses_mixed_versions_in_one_line(tmp_path):
     msg = str(err.value)
     assert "\n" not in msg and str(path) in msg and f"{COST_MODEL_VERSION!r} vs 1" in msg and "cost_model" in msg
     _write(path, [_rec("a"), _rec("b", reference="dense_fp32")])
-    with pytest.raises(ValueError, match=r"reference version: 'best_dense_store' vs 'dense_fp32'"):
+    with pytest.raises(ValueError, match=r"reference version: 'cheaper_store_always' vs 'dense_fp32'"):
         load_grid(path)
     legacy = _rec("c")
     del legacy["versions"]

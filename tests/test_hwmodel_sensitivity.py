@@ -191,3 +191,15 @@ def test_quick_front_writes_json(records_file, tmp_path, cora):
     assert {(r["assumption"], r["end"]) for r in saved["front"]["rows"]} == {
         (a, e) for a in ("DDR4_RANK_INTERNAL_FRACTION", "GNNEAR_NME_NARROW_PACKING") for e in ("low", "high")}
     assert saved["front"]["panels"]["gnnear"]["n_points"] == 4
+
+
+def test_the_front_coster_takes_the_cheaper_feature_store_as_the_records_do(cora):
+    """With Cora's column nonzeros a design is priced dense or CSR, whichever costs less energy
+    (the migrated records' pricing); without them, stored dense."""
+    from codesign.graph import feature_column_nnz
+    nnz = feature_column_nnz(cora.x)
+    hw = presets.get("hygcn")
+    design = {"edge": 0.5, "feature": 0.4, "channel": 1.0, "bits": dict.fromkeys(BITS, 8.0)}
+    both, dense_only = hs._Coster(None, nnz)("n", hw, design), hs._Coster(None)("n", hw, design)
+    csr = estimate(hs.workload(0.5, 0.4, 8.0, feature_nnz=nnz), hw)
+    assert both == (float(csr.energy_j), float(csr.latency_s)) and both[0] < dense_only[0]

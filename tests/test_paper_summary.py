@@ -77,7 +77,7 @@ def test_build_chooses_on_validation_by_hand(points):
     assert ref["test_accuracy"] == pytest.approx(80.0)
     assert ref["test_std"] == pytest.approx(np.std([78, 79, 80, 81, 82], ddof=1))  # sample std, not population
     assert ref["n"] == 5 and ref["candidates"] == 2 and ref["selected_on"] == "validation"
-    assert ref["stores_priced"] == ["dense"]  # no run set cost.sparse_features: the CSR store was not priced
+    assert ref["stores_priced"] == ["dense", "csr"]  # today's reference prices both stores for every run
     # the flagship: cw 0.3 (validation 79.5, within 1 pt) is chosen although it tests 70 %; cw 1 (50x,
     # test 82 %) is out because its validation accuracy is 78.5
     c = e["methods"]["codesign"]
@@ -110,21 +110,21 @@ def test_a_method_another_target_ran_is_named_as_not_run_here(tmp_path):
 
 
 def test_a_panel_says_which_feature_stores_were_priced(tmp_path):
-    records = RECORDS
-    for r in records:
-        r["config"]["train"] = {"sparse_features": True}
-    try:
-        path = tmp_path / "cora_tradeoff.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in records))
-        built = summary.build(fronts.load_tradeoff(path))
-        assert built["cora"]["gcn"]["h100"]["reference"]["stores_priced"] == ["dense", "csr"]
-        assert "Priced with the input features stored dense only" not in "\n".join(summary.render_build(built))
-    finally:
-        for r in records:
-            del r["config"]["train"]
+    """Records under the reference "best_dense_store" (before 2026-11-29) priced the CSR store only
+    with ``cost.sparse_features``; today's reference prices both for every run."""
+    path = tmp_path / "cora_tradeoff.jsonl"
+    old = [dict(r, versions={**r["versions"], "reference": "best_dense_store"}) for r in RECORDS]
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    built = summary.build(fronts.load_tradeoff(path))
+    assert built["cora"]["gcn"]["h100"]["reference"]["stores_priced"] == ["dense"]
+    assert "Priced with the input features stored dense only" in "\n".join(summary.render_build(built))
+    with_flag = [dict(r, config={**r["config"], "train": {"sparse_features": True}}) for r in old]
+    path.write_text("".join(json.dumps(r) + "\n" for r in with_flag))
+    built = summary.build(fronts.load_tradeoff(path))
+    assert built["cora"]["gcn"]["h100"]["reference"]["stores_priced"] == ["dense", "csr"]
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     text = "\n".join(summary.render_build(summary.build(fronts.load_tradeoff(path))))
-    assert "Priced with the input features stored dense only" in text
+    assert "Priced with the input features stored dense only" not in text
 
 
 def test_loss_and_seed_thresholds_are_parameters(points):

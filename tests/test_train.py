@@ -114,18 +114,21 @@ def test_sweep_run_key_ignores_fields_left_at_their_defaults():
 
 
 def test_budget_mode_lands_at_the_budget(cora):
-    """PI multiplier on the hardened cost: 0.96-1.02 of a 0.1 budget measured on 2 seeds (train.py)."""
+    """PI multiplier on the hardened cost, against the reported (CSR-stored) dense reference:
+    0.95-0.97 of a 0.4 budget measured on 2 seeds with budget_lr 0.3 (2026-11-29; at the default
+    0.1 it stops at 1.05, and 0.1, the budget this test had against the dense-stored reference, is
+    below the 0.25 floor: every mask closed)."""
     hw = presets.get("h100-datasheet")  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
-    r = train(cora, TrainConfig.from_flat(seed=0, budget=0.1, bits=8, edge_mask=False), hw)
+    r = train(cora, TrainConfig.from_flat(seed=0, budget=0.4, budget_lr=0.3, bits=8), hw)
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
-    assert 0.9 <= ratio / 0.1 <= 1.05, ratio
-    assert r["densities"]["feature"] < 0.6  # the 8-bit model alone is at 0.21: the mask did the rest
-    assert r["test_accuracy"] > 0.75
+    assert 0.9 <= ratio / 0.4 <= 1.05, ratio
+    assert r["densities"]["feature"] < 0.7 and r["densities"]["edge"] < 0.5  # the 8-bit model alone is at 0.50
+    assert r["test_accuracy"] > 0.65  # 0.70-0.71 measured: this budget costs accuracy on Cora
 
 
 def test_budget_mode_multiplier_stays_zero_when_the_budget_is_loose(cora):
-    r = train(cora, TrainConfig.from_flat(seed=0, epochs=20, budget=0.9, bits=8), presets.get("h100"))
-    assert r["multiplier"] == 0.0  # 8-bit is already at 0.21 of the dense cost: constraint inactive
+    r = train(cora, TrainConfig.from_flat(seed=0, epochs=20, budget=0.99, bits=8), presets.get("h100"))
+    assert r["multiplier"] == 0.0  # 8-bit is already at 0.97 of the (CSR-stored) dense cost: constraint inactive
     assert r["densities"]["feature"] > 0.9
 
 
@@ -385,3 +388,24 @@ def test_fit_returns_the_compilers_freed_heap_once_after_the_first_step(cora, mo
         if trim:
             assert calls == [1]
     assert losses[0] == losses[1]
+
+
+def test_the_loss_prices_the_store_it_is_told_and_the_reports_the_cheaper_one(cora):
+    """``cost.sparse_features`` off: the loss prices the features stored dense (so a stored run
+    trains as it did), while the reported model and its dense reference take the store the target
+    runs cheaper (CSR for Cora's 1.3 %-dense bag of words on h100). On: the loss prices both."""
+    from codesign.train import dense_cost, loss_inputs, store_costs
+    from codesign.train.loop import _prepare
+    hw = presets.get("h100")
+    cfg = TrainConfig.from_flat(seed=0, epochs=1, cost_weight=1.0, bits=8)
+    run = _prepare(cora, cfg, hw)
+    dense_store = {"locality": run.inputs["locality"]}
+    assert run.loss_dense == float(dense_cost(cfg, cora, hw, dense_store).energy_j)
+    assert run.dense_store == "csr" and float(run.dense.energy_j) < run.loss_dense
+    n, e = cora.n_nodes, cora.n_edges
+    want = float(store_costs(run.model, n, e, hw, dense_store)["dense"].energy_j) / run.loss_dense
+    np.testing.assert_allclose(float(run.problem.cost_ratio(run.model, True)), want, rtol=1e-6)
+    on = _prepare(cora, cfg.replace(sparse_features=True), hw)
+    assert loss_inputs(on.cfg, on.inputs) is on.inputs and on.loss_dense == float(on.dense.energy_j)
+    r = train(cora, cfg, hw)
+    assert r["dense_modeled"] == run.dense.summary() and r["by_hw"]["h100"]["dense_feature_store"] == "csr"

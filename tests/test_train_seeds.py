@@ -28,10 +28,10 @@ def _same_as_alone(batched: list, alone: list) -> None:
     # cost term + 8-bit quantization + cost-aware best-validation selection, and a budget's multiplier
     # (seconds of compiling the cost model each)
     pytest.param(dict(epochs=6, cost_weight=0.1, bits=8, edge_mask=True, select="best_val"), marks=pytest.mark.slow),
-    pytest.param(dict(epochs=6, budget=0.5, select="best_val"), marks=pytest.mark.slow),
+    pytest.param(dict(epochs=6, budget=0.7, select="best_val"), marks=pytest.mark.slow),
 ], ids=["dense", "penalty_best_val", "budget"])
 def test_batched_seeds_match_each_seed_trained_alone(cora, kw):
-    hw = presets.get("h100-datasheet")  # launch-free: a budget of 0.5 is below a Cora GCN's floor on the fitted h100
+    hw = presets.get("h100-datasheet")  # launch-free: a budget of 0.7 is below an FP32 Cora GCN's floor on the fitted h100 (0.52 here)
     cfgs = [TrainConfig.for_model("gcn", seed=s, **kw) for s in range(2)]
     assert seeds_batchable(cfgs)
     batched = list(train_seeds(cora, cfgs, hw, batch_size=None))  # jax.vmap over the seeds, on every backend

@@ -18,6 +18,7 @@ from codesign.quant.learned_bits import (BitParam, LearnedBitQuant, average_bits
                                          pin_ranges)
 from codesign.quant.lsq import (LSQQuant, QuantStep, lsq_codes, lsq_init_step, lsq_quant, lsq_range, round_ste,
                                 scale_grad)
+from codesign.quant.recorded import RecordedBits, set_recorded_bits
 
 __all__ = [
     "NO_QUANT_BITS",
@@ -52,6 +53,9 @@ __all__ = [
     "protection_probs",
     "degree_cdf",
     "a2q_init_bits",
+    # recorded widths (re-pricing stored runs)
+    "RecordedBits",
+    "set_recorded_bits",
     # export
     "QuantizedTensor",
     "quantize_to_int",

@@ -79,15 +79,38 @@ def adjacency(graph: Graph, self_loops: Optional[bool] = None) -> CooAdjacency:
     return with_csr_pattern(adj, self_loops=bool(self_loops))
 
 
-def workload_inputs(cfg: TrainConfig, graph: Graph) -> dict:
-    """What a model's ``workload`` reads of ``graph`` beyond its sizes, as keyword arguments:
-    ``locality`` (the measured `hwmodel.LocalityProfile`) and, with ``cfg.cost.sparse_features``,
-    ``feature_nnz`` (float32 [F] nonzeros per feature column, `codesign.graph.feature_column_nnz`),
-    which lets `store_costs` price the CSR store beside the dense one."""
-    inputs = {"locality": hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)}
-    if cfg.cost.sparse_features:
+def prices_csr_store(cfg: TrainConfig) -> bool:
+    """Whether ``cfg``'s model can read its input features stored CSR: every model but GraphSAGE
+    with max aggregation (it reads its input rows dense)."""
+    return not (cfg.model.name == "sage" and cfg.model.aggr == "max")
+
+
+def workload_inputs(cfg: TrainConfig, graph: Graph, locality: Optional[hwmodel.LocalityProfile] = None) -> dict:
+    """What a model's ``workload`` reads of ``graph`` beyond its sizes when a run is reported, as
+    keyword arguments: ``locality`` (the measured `hwmodel.LocalityProfile`) and, where
+    `prices_csr_store`, ``feature_nnz`` (float32 [F] nonzeros per feature column,
+    `codesign.graph.feature_column_nnz`), which lets `store_costs` price the CSR store beside the
+    dense one. The model's reported cost and its dense reference each take the store the target
+    runs cheaper, whatever ``cfg.cost.sparse_features`` says (until 2026-11-29 only with it, so
+    every grid reference was dense-stored: `codesign.experiment.REFERENCE`). What the loss prices
+    is `loss_inputs`. ``locality``: the graph's profile when already measured (else measured here)."""
+    if locality is None:
+        locality = hwmodel.measure_locality(graph.senders, graph.receivers, graph.n_nodes)
+    inputs = {"locality": locality}
+    if prices_csr_store(cfg):
         inputs["feature_nnz"] = feature_column_nnz(graph.x)
     return inputs
+
+
+def loss_inputs(cfg: TrainConfig, inputs: dict) -> dict:
+    """The `workload_inputs` the cost term of the loss (and a budget's feasibility check) prices:
+    all of them (the CSR feature store too) with ``cfg.cost.sparse_features`` or a
+    ``cfg.cost.budget`` (a budget is a fraction of the reported dense reference, so the loss prices
+    as the reports do), else without ``feature_nnz``: the penalty then prices the features stored
+    dense, so a stored penalty run trains as it did when it was written."""
+    if cfg.cost.sparse_features or cfg.cost.budget is not None:
+        return inputs
+    return {k: v for k, v in inputs.items() if k != "feature_nnz"}
 
 
 def store_costs(model, n_nodes: int, n_edges: int, hw: hwmodel.HardwareSpec, inputs: Optional[dict] = None, *,

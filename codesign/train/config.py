@@ -211,15 +211,21 @@ class CostConfig(_Section):
       weight: weight of the log-cost penalty (0 = accuracy only).
       objective: which `CostReport` total is the cost: "energy_j", "latency_s" or "dram_bytes".
       budget: a fraction in (0, 1]: train under ``cost <= budget * dense_cost`` (a Lagrange
-        multiplier) instead of the penalty (``weight`` must then be 0).
+        multiplier) instead of the penalty (``weight`` must then be 0). Both sides are priced as
+        reported, with the cheaper feature store (`codesign.train.loss_inputs`), so the budget
+        bounds the reported ``modeled / dense_modeled``.
       budget_lr, budget_kp, budget_band: the multiplier's integral gain, proportional gain and
         integration band (units of the log cost ratio).
-      sparse_features: let the input features be stored sparse (CSR) where the target runs that
-        cheaper: the model and its dense FP32 reference are each priced with the cheaper of the
-        dense and the CSR store by ``objective`` (`codesign.train.store_costs`; the CSR first GEMM
-        costs each kept column's nonzeros, every model's ``workload(feature_nnz=...)``), as
-        `codesign.deploy` runs bag-of-words features where that is faster. Off: stored dense.
-        Not with GraphSAGE's max aggregation (it reads its input rows dense).
+      sparse_features: let the loss price the input features stored sparse (CSR) where the
+        target runs that cheaper: the model and its dense FP32 reference in the cost term are
+        each priced with the cheaper of the dense and the CSR store by ``objective``
+        (`codesign.train.store_costs`; the CSR first GEMM costs each kept column's nonzeros,
+        every model's ``workload(feature_nnz=...)``), as `codesign.deploy` runs bag-of-words
+        features where that is faster. Off: the penalty prices them stored dense (a budget prices
+        both stores either way). The reported
+        costs (``modeled``, ``dense_modeled``) take the cheaper store either way
+        (`codesign.train.workload_inputs`). Not with GraphSAGE's max aggregation (it reads its
+        input rows dense).
     """
 
     SECTION: ClassVar[str] = "cost"

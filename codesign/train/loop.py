@@ -28,8 +28,8 @@ from codesign.graph import Graph
 from codesign.models import MODELS
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
-from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, store_costs, teacher_config,
-                                  workload_inputs)
+from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, loss_inputs, store_costs,
+                                  teacher_config, workload_inputs)
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
 from codesign.train.optim import optimizer
@@ -580,7 +580,10 @@ def seeds_batchable(cfgs: Sequence[TrainConfig]) -> bool:
 
 class _Run(NamedTuple):
     """One seed's training set up by `_prepare`: its config, model (built from the seed's
-    `nnx.Rngs`), `Problem`, dense reference cost and what `_finish` needs."""
+    `nnx.Rngs`), `Problem`, dense reference cost and what `_finish` needs. ``inputs``, ``dense``
+    and ``dense_store``: the reported pricing (`workload_inputs`, every store the model can read);
+    ``loss_dense``: the dense reference's ``cfg.cost.objective`` as the loss prices it
+    (`loss_inputs`), the denominator of its cost ratio."""
 
     graph: Graph
     cfg: TrainConfig
@@ -591,6 +594,7 @@ class _Run(NamedTuple):
     inputs: dict
     dense: Any
     dense_store: str
+    loss_dense: float
     teacher_accuracy: Optional[float]
 
 
@@ -606,25 +610,28 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
     elif cfg.distill.weight > 0:
         teacher, teacher_accuracy = dense_teacher(graph, cfg, hw)
     if like is None:
-        inputs = workload_inputs(cfg, graph)  # the measured locality (+ feature nonzeros with cost.sparse_features)
+        inputs = workload_inputs(cfg, graph)  # the measured locality + feature nonzeros: every store, for reports
         (dense_store, dense) = dense_reference(cfg, graph, hw, inputs)
+        loss_in = loss_inputs(cfg, inputs)
+        loss_ref = dense if loss_in is inputs else dense_reference(cfg, graph, hw, loss_in)[1]
+        loss_dense = float(getattr(loss_ref, cfg.cost.objective))
         adj = adjacency(graph, MODELS[cfg.model.name].SELF_LOOPS)
     else:
         inputs, dense_store, dense, adj = like.inputs, like.dense_store, like.dense, like.adj
-    dense_c = float(getattr(dense, cfg.cost.objective))
+        loss_in, loss_dense = loss_inputs(cfg, inputs), like.loss_dense
     model = build_model(cfg, graph, nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2,
                                              quant=cfg.seed + 3))
     if cfg.cost.budget is not None:
-        check_budget_feasible(cfg, model, graph, hw, inputs, dense_c)
+        check_budget_feasible(cfg, model, graph, hw, loss_in, loss_dense)
     n, e = graph.n_nodes, graph.n_edges
 
-    def cost_ratio(m, hard: bool):  # the cheaper feature store, as the reference (`store_costs`)
-        costs = store_costs(m, n, e, hw, inputs, hard=hard).values()
-        return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / dense_c
+    def cost_ratio(m, hard: bool):  # the cheaper of the stores the loss prices, as its reference (`store_costs`)
+        costs = store_costs(m, n, e, hw, loss_in, hard=hard).values()
+        return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / loss_dense
 
     data = graph_data(graph, adj, model) if like is None else like.problem.data
     problem = Problem(data, graph_forward, cost_ratio, graph_evaluate, targets=teacher)
-    return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, dense_store, teacher_accuracy)
+    return _Run(graph, cfg, hw, model, problem, adj, inputs, dense, dense_store, loss_dense, teacher_accuracy)
 
 
 def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return_model: bool,
@@ -718,7 +725,8 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
                           inputs: dict, dense_c: float) -> None:
     """Raises ValueError when ``cfg.cost.budget`` is below the cost floor: the modeled cost of the
     untrained ``model`` with every mask the config learns fully closed (the cost left by
-    self-loops, kept layers, the bits). ``inputs``: `workload_inputs`."""
+    self-loops, kept layers, the bits). ``inputs``: the loss's (`loss_inputs`); ``dense_c``: its
+    dense reference's ``cfg.cost.objective``."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
     costs = store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, densities=closed)
     floor = float(getattr(cheapest_store(costs, cfg.cost.objective)[1], cfg.cost.objective)) / dense_c
