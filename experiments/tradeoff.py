@@ -74,7 +74,9 @@ the totals are ESTIMATES from those per-run rates; WordNet: train_time_s of sing
   WordNet GCN since 2026-11-29 (the flagship, A2Q and Degree-Quant train on the input's nonzeros,
     `codesign.models.GCN.takes_sparse_input`; alone: flagship epoch 3.8 s -> 0.37 s, Degree-Quant
     1.3 s -> 0.16 s), 5 seeds a point, two grid commands sharing the 2 cores (train_time_s a seed):
-    dense 48-56 s at 200 epochs, 96 s at 400; the flagship 108-136 s at 200 epochs.
+    dense 48-56 s at 200 epochs, 96 s at 400; the flagship 108-136 s at 200 epochs; with three
+    commands: the flagship 270-368 s at 400, INT8 138-199 s at 400, dense 327 s at 800, 449-462 s
+    at 1600 (WordNet's dense validation accuracy still rose at 1600: docs/log/results.md, 2026-11-29).
 
 With ``--budgets`` the codesign family is trained in budget mode (``TrainConfig.budget``: at most
 that fraction of the dense model's modeled cost, a Lagrange multiplier enforces it) instead of at
@@ -338,7 +340,8 @@ def run_point(jobs: list[Job], graph, dataset: str, epochs, budget_mode: bool,
     measuring = measure is not None and job.model == "gcn" and job.method not in MEASURED_METHODS_SKIP
     for j, r in zip(jobs, train_seeds(graph, cfgs, targets[0], also_cost=targets[1:], return_model=measuring)):
         common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"],
-                  "tiles": r["tiles"], "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"]}
+                  "tiles": r["tiles"], "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"],
+                  **{k: r[k] for k in ("feature_nnz_kept",) if k in r}}
         if measuring:
             from codesign.deploy import measure_model
             common.update(measure_model(r.pop("model"), graph, presets.get("cpu_numpy"), reps=measure["reps"],

@@ -62,3 +62,47 @@ def test_only_a_record_from_before_versions_is_renamed():
     # a versioned flagship record is its resolved configuration: no settings label to supersede it
     flagship = {"method": "codesign", "dataset": "cora", "model": "gcn", "train": {}}
     assert relabel(flagship, legacy=False) == flagship
+
+
+def test_a_feature_masked_record_reprices_its_kept_columns_nonzeros_exactly(cora):
+    """Training stores the kept columns' share of the input nonzeros (``feature_nnz_kept``), so a
+    feature-masked run's CSR store re-prices exactly; an older record without it is priced at a
+    uniform share and says so (``repriced_approx``)."""
+    from codesign.experiment import make_record, run_key
+    from codesign.train import TrainConfig, train
+    cfg = TrainConfig.from_flat(seed=0, epochs=30, cost_weight=3.0, gate_lr=0.3, bits=8, edge_mask=False,
+                                sparse_features=True)
+    hw = presets.get("hygcn")
+    r = train(cora, cfg, hw)
+    r.pop("by_hw")
+    assert r["densities"]["feature"] < 0.95 and 0 < r["feature_nnz_kept"] < 1
+    rec = make_record(run_key("cora", "hygcn", cfg), {"dataset": "cora", "hw": "hygcn", **cfg.flat()}, r)
+    mig = load("migrate_records")
+    new, why = mig.recost(rec, cora, hw)
+    assert why is None and "repriced_approx" not in new
+    assert new["modeled"]["energy_j"] == pytest.approx(rec["modeled"]["energy_j"], rel=1e-5)
+    old = {k: v for k, v in rec.items() if k != "feature_nnz_kept"}
+    approx, _ = mig.recost(old, cora, hw)
+    assert approx["repriced_approx"].startswith("CSR input priced at the kept fraction")
+    assert approx["modeled"]["energy_j"] != pytest.approx(rec["modeled"]["energy_j"], rel=1e-3)
+
+
+def test_a_record_priced_as_today_under_the_former_reference_name_keeps_its_costs(cora):
+    """``best_dense_store`` with ``cost.sparse_features`` priced both stores, as every run is now:
+    such a record is re-keyed and re-stamped, its costs (exact kept columns) kept."""
+    from codesign.experiment import make_record, run_key
+    from codesign.train import TrainConfig
+    cfg = TrainConfig.from_flat(seed=0, bits=8, sparse_features=True)
+    costs = {"modeled": {"energy_j": 1.5, "latency_s": 2.0, "dram_bytes": 3.0},
+             "dense_modeled": {"energy_j": 4.0, "latency_s": 5.0, "dram_bytes": 6.0}}
+    rec = make_record("old", {"dataset": "cora", "hw": "h100", **cfg.flat()},
+                      {"test_accuracy": 0.8, "val_accuracy": 0.8, "densities": {"edge": 1.0, "feature": 0.5},
+                       "layer_bits": {}, **costs})
+    rec["versions"] = {**versions(), "reference": "best_dense_store"}
+    mig = load("migrate_records")
+    new, why = mig.recost(rec, cora, presets.get("h100"))
+    assert why is None and new["versions"] == versions() and new["key"] == run_key("cora", "h100", cfg)
+    assert {k: new[k] for k in costs} == costs
+    off = dict(rec, config={**rec["config"], "sparse_features": False})  # priced dense-stored: re-priced
+    again, _ = mig.recost(off, cora, presets.get("h100"))
+    assert again["modeled"] != costs["modeled"] and again["dense_feature_store"] == "csr"

@@ -222,10 +222,9 @@ class CostConfig(_Section):
         (`codesign.train.store_costs`; the CSR first GEMM costs each kept column's nonzeros,
         every model's ``workload(feature_nnz=...)``), as `codesign.deploy` runs bag-of-words
         features where that is faster. Off: the penalty prices them stored dense (a budget prices
-        both stores either way). The reported
-        costs (``modeled``, ``dense_modeled``) take the cheaper store either way
-        (`codesign.train.workload_inputs`). Not with GraphSAGE's max aggregation (it reads its
-        input rows dense).
+        both stores either way). The reported costs (``modeled``, ``dense_modeled``) take the
+        cheaper store either way (`codesign.train.workload_inputs`). Not with GraphSAGE's max
+        aggregation (it reads its input rows dense).
     """
 
     SECTION: ClassVar[str] = "cost"

@@ -26,6 +26,7 @@ from flax import nnx
 from codesign import hwmodel, kernels
 from codesign.graph import Graph
 from codesign.models import MODELS
+from codesign.models.layers import input_nnz
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
 from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, loss_inputs, store_costs,
@@ -496,7 +497,10 @@ def train(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec,
       (`BlockEdgeMask` models) and ``by_hw`` (the same costs for ``hw`` and every ``also_cost``
       target), ``backend`` (what ``impl="auto"`` resolved to in the hardened forward,
       `codesign.kernels.recorded_choices`: e.g. ``{"aggregate": "segment", "attention": "csr"}``,
-      a list where layers differ); with distillation ``teacher_accuracy``; with ``return_logits`` ``logits``; with
+      a list where layers differ); ``feature_nnz_kept`` where the model can read its input CSR
+      (the kept columns' share of the input's stored nonzeros, float in [0, 1]: what re-pricing
+      the CSR store needs, `experiments/migrate_records.py`); with distillation
+      ``teacher_accuracy``; with ``return_logits`` ``logits``; with
       ``return_model`` ``model``.
     """
     run = _prepare(graph, cfg, hw, teacher_logits)
@@ -663,6 +667,9 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
                               "feature_store": store, "dense_feature_store": ref_store}
     acc = lambda mask: float(masked_accuracy(logits, graph.y, mask))
     extra = {}
+    if "feature_nnz" in inputs:  # the kept columns' share of the input's nonzeros: re-pricing's CSR store
+        nnz = inputs["feature_nnz"]
+        extra["feature_nnz_kept"] = float(input_nnz(model, nnz, None, {}, True)) / max(float(jnp.sum(nnz)), 1.0)
     if run.problem.targets is not None:
         extra["teacher_accuracy"] = run.teacher_accuracy
     if return_logits:
