@@ -334,7 +334,7 @@ else:
     out["train_distributed"] = {k: res[k] for k in ("test_accuracy", "val_accuracy", "train_accuracy", "final_loss",
                                                     "modeled", "dense_modeled", "densities", "layer_bits", "bits",
                                                     "selected_epoch", "devices", "partition", "comm_bytes_per_epoch",
-                                                    "link", "topology", "step_compiles")}
+                                                    "link", "topology", "step_compiles", "feature_stores_priced")}
 print("RESULT" + json.dumps(out))
 """
 
@@ -541,6 +541,17 @@ def test_partitioned_cost_halo_terms():
     rep8 = dist.partitioned_cost(model2, part2, hw, link, hard=True, int8=True)
     want8 = sum(part2.halo_counts.sum() * (w + 4) for w in dist.halo_widths(model2))
     assert float(rep8["comm_bytes"]) == want8 < float(rep2["comm_bytes"])
+    # with the column nonzeros: the cheaper store by the objective (every field from that store); this
+    # graph's features are all nonzero, so dense; a 2 %-dense input is cheaper stored CSR
+    from codesign.graph import feature_column_nnz
+    both = dist.partitioned_cost(model2, part2, hw, link, hard=True, feature_nnz=feature_column_nnz(g.x))
+    assert {k: float(v) for k, v in both.items()} == pytest.approx({k: float(v) for k, v in rep2.items()}, rel=1e-6)
+    acc = hwmodel.presets.get("h100-datasheet")  # no per-kernel cost: the feature bytes show
+    sparse_nnz = np.full(g.n_features, 0.02 * g.n_nodes, np.float32)
+    stored_dense = dist.partitioned_cost(model2, part2, acc, link, hard=True)
+    cheap = dist.partitioned_cost(model2, part2, acc, link, hard=True, feature_nnz=sparse_nnz)
+    assert float(cheap["energy_j"]) < float(stored_dense["energy_j"])
+    assert float(cheap["comm_bytes"]) == float(stored_dense["comm_bytes"])
     # differentiable in the feature gates (the cost term of the trainer's loss)
     grads = nnx.grad(lambda m: dist.partitioned_cost(m, part2, hw, link, int8=True)["energy_j"],
                      argnums=nnx.DiffState(0, nnx.Param))(model2)
@@ -586,6 +597,7 @@ def test_train_distributed_on_cora(multi_device):
     from codesign.hwmodel.topology import LOOPBACK_GLOO_TOPOLOGY_FIT
     assert r["topology"] == "loopback_gloo" and r["link"] is None
     assert r["dense_modeled"]["comm_latency_s"] >= 2 * LOOPBACK_GLOO_TOPOLOGY_FIT["latency_s"]
+    assert r["feature_stores_priced"] == ["dense", "csr"]  # the graph was given: both stores, as one device
 
 
 def test_partition_edge_mask_refuses_a_model_without_one():

@@ -10,15 +10,19 @@ the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`), or 
     energy_j  = estimate(workload of the whole graph).energy_j   + comm.energy_j
     dram_bytes = estimate(workload of the whole graph).dram_bytes
 
-so the cost term trades accuracy for communication too (int8 halo rows cost a quarter of the
+each with the input features stored dense or CSR, whichever the objective prices lower
+(`partitioned_cost`'s ``feature_nnz``; the reports always where the graph is given, the penalty
+with ``cost.sparse_features``, as `codesign.train.loss_inputs`). The cost term trades accuracy for communication too (int8 halo rows cost a quarter of the
 bytes; a channel mask shrinks the hidden width; fewer bits shrink compute).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
@@ -29,11 +33,12 @@ from codesign.distributed.gcn import (PartitionedEdgeMask, edge_slot_mask, halo_
 from codesign.distributed.mesh import make_mesh
 from codesign.distributed.partition import Partition, PartitionLayout, host_halo_counts, partition_graph
 from codesign.distributed.shards import graph_sizes, load_local, read_layout, read_locality
-from codesign.graph import Graph
+from codesign.graph import Graph, feature_column_nnz
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
 from codesign.sparsify import learns_edge_weights
 from codesign.train import Problem, build_model, fit, masked_accuracy, objective
+from codesign.train.build import prices_csr_store
 
 
 def _host_float(x) -> float:
@@ -86,24 +91,42 @@ def comm_stages(model, part: Partition | PartitionLayout, *, training: bool = Fa
 def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.HardwareSpec,
                      link: comm.LinkSpec | hwmodel.Topology, *,
                      hard: bool = False, training: bool = False, int8: bool = False,
-                     locality: Optional[hwmodel.LocalityProfile] = None) -> dict:
+                     locality: Optional[hwmodel.LocalityProfile] = None, feature_nnz=None,
+                     objective: str = "energy_j") -> dict:
     """Modeled cost (float32 scalars) of ``model`` partitioned as ``part`` (module docstring):
     ``latency_s``, ``energy_j``, ``dram_bytes``, ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``.
     ``part``: a `Partition` or its `PartitionLayout`. ``link``: a `comm.LinkSpec` (the ring on
     one link, as before) or a `hwmodel.Topology` (each layer's planned exchange, `comm_stages`
-    with ``topology``; P must equal the topology's devices)."""
+    with ``topology``; P must equal the topology's devices).
+
+    ``feature_nnz``: float [F] nonzeros per input column (`codesign.graph.feature_column_nnz`) to
+    price the input features stored CSR beside dense (`codesign.train.store_costs`); the store
+    with the lower ``objective`` total is taken for every field (traceable: `jnp.where`). The
+    busiest device's rows are ASSUMED to hold the average share of the nonzeros
+    (``block_size / n_nodes`` of them). None: stored dense."""
     per_device_edges = max(part.edges_per_part)
-    busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
-                                              locality=locality), hw)
-    whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
-                                            locality=locality), hw)
     if isinstance(link, comm.LinkSpec):
         c = comm.communication_cost(comm_stages(model, part, training=training, int8=int8), link)
     else:
         c = hwmodel.planner.planned_cost(comm_stages(model, part, training=training, int8=int8, topology=link), link)
-    return {"latency_s": busiest.latency_s + c.latency_s, "energy_j": whole.energy_j + c.energy_j,
-            "dram_bytes": whole.dram_bytes, "comm_bytes": c.bytes, "comm_latency_s": c.latency_s,
-            "comm_energy_j": c.energy_j}
+
+    def priced(nnz, share):
+        kw = {} if nnz is None else {"feature_nnz": nnz * share}
+        busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
+                                                  locality=locality, **kw), hw)
+        kw = {} if nnz is None else {"feature_nnz": nnz}
+        whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
+                                                locality=locality, **kw), hw)
+        return {"latency_s": busiest.latency_s + c.latency_s, "energy_j": whole.energy_j + c.energy_j,
+                "dram_bytes": whole.dram_bytes, "comm_bytes": c.bytes, "comm_latency_s": c.latency_s,
+                "comm_energy_j": c.energy_j}
+
+    dense = priced(None, 1.0)
+    if feature_nnz is None:
+        return dense
+    csr = priced(jnp.asarray(feature_nnz, jnp.float32), part.block_size / part.n_nodes)
+    take_csr = csr[objective] < dense[objective]
+    return {k: jnp.where(take_csr, csr[k], dense[k]) for k in dense}
 
 
 def build_partitioned_model(cfg, graph, edge_valid: Optional[jax.Array], rngs: nnx.Rngs):
@@ -176,7 +199,10 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
       ``processes`` (``jax.process_count()``), ``link`` (None with ``topology``), ``topology``
       (None without), ``int8_halo``, ``partition``
-      (`PartitionLayout.summary`) and ``comm_bytes_per_epoch``. Across processes every process
+      (`PartitionLayout.summary`), ``comm_bytes_per_epoch`` and ``feature_stores_priced``
+      (``["dense", "csr"]``: both reports, the model's and the dense reference's, take the cheaper
+      input store, as on one device; ``["dense"]`` from a ``shards`` folder, which holds no column
+      nonzeros of the whole graph). Across processes every process
       returns the same dict (accuracies and costs are reduced on device, replicated); writing it
       is the caller's choice (`codesign.distributed.is_primary`).
 
@@ -211,14 +237,20 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
                                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
     dense_model = build_partitioned_model(cfg.replace(bits=None, cost_weight=0.0, edge_mask=False, feature_mask=False,
                                                       channel_mask=False), sizes, None, nnx.Rngs(0))
-    dense = {k: float(v) for k, v in partitioned_cost(dense_model, layout, hw, lk, hard=True, locality=locality).items()}
-    dense_c = dense[cfg.cost.objective]
+    # reports price the input stored dense or CSR, whichever is cheaper (`codesign.train.workload_inputs`), where
+    # the features are here (not from a shards folder); the penalty the CSR store only with cost.sparse_features
+    nnz = feature_column_nnz(graph.x) if shards is None and prices_csr_store(cfg) else None
+    loss_nnz = nnz if cfg.cost.sparse_features else None
+    cost = functools.partial(partitioned_cost, part=layout, hw=hw, link=lk, locality=locality,
+                             objective=cfg.cost.objective)
+    dense = {k: float(v) for k, v in cost(dense_model, hard=True, feature_nnz=nnz).items()}
+    dense_c = float(cost(dense_model, hard=True, feature_nnz=loss_nnz)[cfg.cost.objective])
 
     def forward(m, sg):
         return logits_and_loss(m, sg, mesh, int8_halo=int8_halo)
 
     def cost_ratio(m, hard: bool):
-        return partitioned_cost(m, layout, hw, lk, hard=hard, int8=int8_halo, locality=locality)[cfg.cost.objective] / dense_c
+        return cost(m, hard=hard, int8=int8_halo, feature_nnz=loss_nnz)[cfg.cost.objective] / dense_c
 
     model.train()
     # the model's arrays are the training state (no copy: with edge gates, one per-edge array less)
@@ -232,7 +264,7 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
     def evaluate(m, sg):  # one SPMD program: every value it returns is replicated on every device
         logits = logits_and_loss(m, sg, mesh, int8_halo=int8_halo)[0]
         out = ({k: masked_accuracy(logits, sg.y, getattr(sg, f"{k}_mask")) for k in ("test", "val", "train")},
-               partitioned_cost(m, layout, hw, lk, hard=True, int8=int8_halo, locality=locality),
+               cost(m, hard=True, int8=int8_halo, feature_nnz=nnz),
                m.densities(hard=True), m.layer_bits(hard=True))
         order[:] = [list(d) for d in out]
         return jax.tree.map(lambda v: jax.lax.with_sharding_constraint(v, replicated), out)
@@ -249,4 +281,5 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         "devices": n_devices, "processes": jax.process_count(),
         "link": link, "topology": topology, "int8_halo": int8_halo,
         "partition": layout.summary(), "comm_bytes_per_epoch": epoch_bytes,
+        "feature_stores_priced": ["dense"] if nnz is None else ["dense", "csr"],
     }, "train_distributed")
