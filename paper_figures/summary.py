@@ -51,12 +51,15 @@ MIN_SEEDS = fronts.MIN_SEEDS
 
 
 def _setting_label(p: dict) -> str:
-    """A point's grid coordinates: level (cost weight / budget / keep / UGS round) and search candidate."""
+    """A point's grid coordinates: level (cost weight / budget / keep / UGS round), the grid's epochs
+    where ``--epochs`` set them, and search candidate."""
     parts = []
     for f, name in (("cost_weight", "λ"), ("budget", "budget "), ("keep", "keep "), ("round", "round ")):
         v = p.get(f)
         if v is not None and not (f == "cost_weight" and p["family"] not in ("codesign", "ablation")):
             parts.append(f"{name}{v:g}" if f != "round" else f"round {v}")
+    if p["config"].get("epochs") is not None:  # a grid-wide --epochs override (experiments/tradeoff.py)
+        parts.append(f"{p['config']['epochs']} epochs")
     cand = p["config"].get("candidate")
     if cand is not None:
         parts.append(f"candidate {cand}")
