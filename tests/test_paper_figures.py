@@ -410,7 +410,7 @@ def test_summary_over_too_few_seeds_says_so_per_point(tradeoff_file, tmp_path):
     text = summary.main([str(tradeoff_file), "--md", str(tmp_path / "s.md")]).read_text()
     assert "### cora / gcn / h100: no dense reference with >= 5 seeds" in text
     few = text.split("### cora / gcn / h100: no dense reference")[1].split("###")[0]
-    assert "Left out, fewer than 5 seeds: dense (–: n=2)" in few and "codesign (λ0.1: n=2)" in few
+    assert "Left out, fewer than 5 seeds: dense (10 epochs: n=2)" in few and "codesign (λ0.1, 10 epochs: n=2)" in few
     built = summary.build(fronts.load_tradeoff(tradeoff_file))["cora"]["gcn"]["h100"]
     assert built["reference"] is None and built["methods"] == {}
     assert {d["n"] for d in built["insufficient_seeds"]} == {2}

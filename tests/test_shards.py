@@ -251,7 +251,7 @@ def test_a_format_1_folder_is_refused_in_one_line(tmp_path):
         del m[k]
     (out / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardError, match=r"manifest\.json: field 'format' is 'codesign-shards/1', this code reads "
-                                         r"'codesign-shards/2' \(write the folder again with codesign partition\)$"):
+                                         r"'codesign-shards/3' \(write the folder again with codesign partition\)$"):
         read_layout(out)
 
 

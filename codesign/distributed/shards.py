@@ -9,10 +9,12 @@ A shard folder (``codesign partition GRAPH --parts P --out DIR``, or `write_shar
   ``n_parts``, ``method``, ``seed``, ``block_size``, ``edge_offsets``, ``edge_lengths``,
   ``halo_sizes``, ``halo_counts`` ([P][P]: real rows part q sends to part p), ``edges_per_part``,
   ``edge_cut``, ``locality`` (the whole graph's `codesign.hwmodel.LocalityProfile`, lists of
-  float32 values, which the cost model reads) and ``parts``: per part ``{"file", "sha256",
-  "n_local"}``. Format 2 added ``n_classes``, ``halo_counts``, ``edges_per_part`` and
-  ``locality``, what a process that trains from its own part needs of the others
-  (`read_layout`, `graph_sizes`, `read_locality`, `load_local`).
+  float32 values, which the cost model reads), ``feature_nnz`` (the whole graph's nonzeros per
+  input column, `codesign.graph.feature_column_nnz`: the cost model's CSR feature store) and
+  ``parts``: per part ``{"file", "sha256", "n_local"}``. Format 2 added ``n_classes``,
+  ``halo_counts``, ``edges_per_part`` and ``locality``, format 3 ``feature_nnz``: what a process
+  that trains from its own part needs of the others (`read_layout`, `graph_sizes`,
+  `read_locality`, `read_feature_nnz`, `load_local`).
 
 Numbering inside part ``p`` is the `codesign.distributed.Partition` layout: local rows ``0 ..
 n_local-1`` (its nodes, ascending global id); a step-``s`` edge's sender indexes the halo buffer
@@ -40,9 +42,9 @@ from typing import NamedTuple, Optional, Sequence
 import numpy as np
 
 from codesign.distributed.partition import Partition, PartitionLayout
-from codesign.graph import Graph
+from codesign.graph import Graph, feature_column_nnz
 
-FORMAT = "codesign-shards/2"
+FORMAT = "codesign-shards/3"
 """Format name and version of a shard folder (manifest ``format``, each file's ``format``)."""
 
 MANIFEST = "manifest.json"
@@ -54,7 +56,8 @@ SHARD_ARRAYS = ("node_id", "x", "y", "train_mask", "val_mask", "test_mask", "sen
 _HEADER = ("format", "graph_sha256", "part_id", "n_parts", "n_nodes", "n_edges", "block_size")
 
 __all__ = ["FORMAT", "MANIFEST", "SHARD_ARRAYS", "Shard", "ShardError", "GraphSizes", "part_file", "write_shards",
-           "read_manifest", "load_shard", "shard_blocks", "read_layout", "graph_sizes", "read_locality", "load_local"]
+           "read_manifest", "load_shard", "shard_blocks", "read_layout", "graph_sizes", "read_locality", "read_feature_nnz",
+           "load_local"]
 
 
 class ShardError(ValueError):
@@ -213,6 +216,7 @@ def write_shards(graph: Graph, part: Partition, out_dir, *, graph_name: str, see
                     locality={f.name: (None if getattr(locality, f.name) is None
                                        else np.asarray(getattr(locality, f.name), np.float32).tolist())
                               for f in dataclasses.fields(locality)},
+                    feature_nnz=np.asarray(feature_column_nnz(graph.x), np.float32).tolist(),
                     parts=parts)
     _write_atomic(out / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode())
     return manifest
@@ -220,7 +224,7 @@ def write_shards(graph: Graph, part: Partition, out_dir, *, graph_name: str, see
 
 _MANIFEST_FIELDS = ("format", "graph", "graph_sha256", "n_nodes", "n_edges", "n_features", "n_classes", "n_parts",
                     "method", "block_size", "edge_offsets", "edge_lengths", "halo_sizes", "halo_counts",
-                    "edges_per_part", "edge_cut", "locality", "parts")
+                    "edges_per_part", "edge_cut", "locality", "feature_nnz", "parts")
 
 
 def read_manifest(shard_dir) -> dict:
@@ -403,6 +407,23 @@ def read_locality(shard_dir):
     if not isinstance(m["locality"], dict) or set(m["locality"]) != names:
         raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'locality' must hold {sorted(names)}")
     return LocalityProfile(**{k: None if v is None else jnp.asarray(v, jnp.float32) for k, v in m["locality"].items()})
+
+
+def read_feature_nnz(shard_dir) -> np.ndarray:
+    """float32 [n_features]: the whole graph's nonzeros per input column as written in the
+    manifest (`codesign.graph.feature_column_nnz` of the graph), so that a process training from
+    its own part prices the CSR feature store as one that holds the graph.
+
+    Raises:
+      ShardError: the field is not a list of ``n_features`` non-negative numbers.
+    """
+    m = read_manifest(shard_dir)
+    v = m["feature_nnz"]
+    if not isinstance(v, list) or len(v) != m["n_features"] or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in v):
+        raise ShardError(f"{Path(shard_dir) / MANIFEST}: field 'feature_nnz' must list n_features={m['n_features']} "
+                         "non-negative counts")
+    return np.asarray(v, np.float32)
 
 
 def load_local(shard_dir, mesh):

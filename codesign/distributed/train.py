@@ -11,8 +11,8 @@ the halo exchange of every layer on a link preset (`codesign.hwmodel.comm`), or 
     dram_bytes = estimate(workload of the whole graph).dram_bytes
 
 each with the input features stored dense or CSR, whichever the objective prices lower
-(`partitioned_cost`'s ``feature_nnz``; the reports always where the graph is given, the penalty
-with ``cost.sparse_features``, as `codesign.train.loss_inputs`). The cost term trades accuracy for communication too (int8 halo rows cost a quarter of the
+(`partitioned_cost`'s ``feature_nnz``; the reports always, the penalty with
+``cost.sparse_features``, as `codesign.train.loss_inputs`). The cost term trades accuracy for communication too (int8 halo rows cost a quarter of the
 bytes; a channel mask shrinks the hidden width; fewer bits shrink compute).
 """
 
@@ -32,7 +32,7 @@ from codesign.distributed.gcn import (PartitionedEdgeMask, edge_slot_mask, halo_
                                       shard_graph)
 from codesign.distributed.mesh import make_mesh
 from codesign.distributed.partition import Partition, PartitionLayout, host_halo_counts, partition_graph
-from codesign.distributed.shards import graph_sizes, load_local, read_layout, read_locality
+from codesign.distributed.shards import graph_sizes, load_local, read_feature_nnz, read_layout, read_locality
 from codesign.graph import Graph, feature_column_nnz
 from codesign.hwmodel import comm
 from codesign.results import check_run_record
@@ -199,10 +199,9 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
       so they also hold ``comm_bytes``, ``comm_latency_s``, ``comm_energy_j``), plus ``devices``,
       ``processes`` (``jax.process_count()``), ``link`` (None with ``topology``), ``topology``
       (None without), ``int8_halo``, ``partition``
-      (`PartitionLayout.summary`), ``comm_bytes_per_epoch`` and ``feature_stores_priced``
-      (``["dense", "csr"]``: both reports, the model's and the dense reference's, take the cheaper
-      input store, as on one device; ``["dense"]`` from a ``shards`` folder, which holds no column
-      nonzeros of the whole graph). Across processes every process
+      (`PartitionLayout.summary`) and ``comm_bytes_per_epoch``; ``modeled`` and ``dense_modeled``
+      each take the cheaper input store, as on one device (a ``shards`` folder carries the
+      column nonzeros, `codesign.distributed.shards.read_feature_nnz`). Across processes every process
       returns the same dict (accuracies and costs are reduced on device, replicated); writing it
       is the caller's choice (`codesign.distributed.is_primary`).
 
@@ -237,9 +236,11 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
                                     nnx.Rngs(params=cfg.seed, dropout=cfg.seed + 1, gates=cfg.seed + 2, quant=cfg.seed + 3))
     dense_model = build_partitioned_model(cfg.replace(bits=None, cost_weight=0.0, edge_mask=False, feature_mask=False,
                                                       channel_mask=False), sizes, None, nnx.Rngs(0))
-    # reports price the input stored dense or CSR, whichever is cheaper (`codesign.train.workload_inputs`), where
-    # the features are here (not from a shards folder); the penalty the CSR store only with cost.sparse_features
-    nnz = feature_column_nnz(graph.x) if shards is None and prices_csr_store(cfg) else None
+    # reports price the input stored dense or CSR, whichever is cheaper (`codesign.train.workload_inputs`); the
+    # penalty the CSR store only with cost.sparse_features. A shards folder carries the column nonzeros.
+    nnz = None
+    if prices_csr_store(cfg):
+        nnz = read_feature_nnz(shards) if shards is not None else feature_column_nnz(graph.x)
     loss_nnz = nnz if cfg.cost.sparse_features else None
     cost = functools.partial(partitioned_cost, part=layout, hw=hw, link=lk, locality=locality,
                              objective=cfg.cost.objective)
@@ -281,5 +282,4 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
         "devices": n_devices, "processes": jax.process_count(),
         "link": link, "topology": topology, "int8_halo": int8_halo,
         "partition": layout.summary(), "comm_bytes_per_epoch": epoch_bytes,
-        "feature_stores_priced": ["dense"] if nnz is None else ["dense", "csr"],
     }, "train_distributed")
