@@ -47,7 +47,7 @@ from flax import nnx  # noqa: E402
 
 from codesign.hwmodel import Workload, estimate, presets  # noqa: E402
 from codesign.models import GCN  # noqa: E402
-from codesign.quant import RecordedBits  # noqa: E402
+from codesign.quant import set_recorded_bits  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
 from paper_figures import fronts  # noqa: E402
@@ -80,9 +80,7 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
     """
     b = dict.fromkeys(LAYER_BITS, float(bits)) if not isinstance(bits, Mapping) else {k: float(bits[k])
                                                                                         for k in LAYER_BITS}
-    model = GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0))
-    model.conv1.quant_x, model.conv1.quant_w = RecordedBits(b["x0"]), RecordedBits(b["w0"])
-    model.conv2.quant_x, model.conv2.quant_w = RecordedBits(b["x1"]), RecordedBits(b["w1"])
+    model = set_recorded_bits(GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0)), b)
     densities = {"edge": edge_density, "feature": feature_density, "channel": channel_density}
     return model.workload(N_NODES, N_EDGES, densities=densities, locality=locality, feature_nnz=feature_nnz)
 

@@ -38,7 +38,7 @@ from codesign.hwmodel import comm
 from codesign.results import check_run_record
 from codesign.sparsify import learns_edge_weights
 from codesign.train import Problem, build_model, fit, masked_accuracy, objective
-from codesign.train.build import prices_csr_store
+from codesign.train.build import loss_inputs, prices_csr_store
 
 
 def _host_float(x) -> float:
@@ -241,11 +241,12 @@ def train_distributed(graph: Optional[Graph], cfg, hw: hwmodel.HardwareSpec, n_d
     nnz = None
     if prices_csr_store(cfg):
         nnz = read_feature_nnz(shards) if shards is not None else feature_column_nnz(graph.x)
-    loss_nnz = nnz if cfg.cost.sparse_features else None
+    loss_nnz = loss_inputs(cfg, {"feature_nnz": nnz}).get("feature_nnz")
     cost = functools.partial(partitioned_cost, part=layout, hw=hw, link=lk, locality=locality,
                              objective=cfg.cost.objective)
     dense = {k: float(v) for k, v in cost(dense_model, hard=True, feature_nnz=nnz).items()}
-    dense_c = float(cost(dense_model, hard=True, feature_nnz=loss_nnz)[cfg.cost.objective])
+    dense_c = (dense[cfg.cost.objective] if loss_nnz is nnz
+               else float(cost(dense_model, hard=True, feature_nnz=loss_nnz)[cfg.cost.objective]))
 
     def forward(m, sg):
         return logits_and_loss(m, sg, mesh, int8_halo=int8_halo)
