@@ -184,8 +184,9 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-COST_MODEL_VERSION = 3
-"""The version of the cost model (3: h100 / a100 are the fitted presets) (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
+COST_MODEL_VERSION = 4
+"""The version of the cost model (3: h100 / a100 are the fitted presets; 4: bias and activation
+run in the producing kernel's epilogue on targets that fuse it, ``HardwareSpec.fuses_epilogue``) (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
 Bump it in the change that alters what a stored configuration costs; records of another version are
 re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 

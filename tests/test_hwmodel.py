@@ -25,7 +25,7 @@ from flax import nnx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from codesign.hwmodel import (HardwareSpec, Workload, bsr_spmm_stage, csr_gemm_stage, elementwise_stage, estimate, gemm_stage,
+from codesign.hwmodel import (HardwareSpec, LayerWorkload, Stage, Workload, autograd_training, bsr_spmm_stage, csr_gemm_stage, elementwise_stage, estimate, gemm_stage,
                               matrix_macs_per_s, message_passing_layer, presets, segment_spmm_stages, smooth_max,
                               spmm_stage, stage_cost, upcast_gemm_stages, vector_macs_per_s)
 from codesign import hwmodel
@@ -381,10 +381,17 @@ def test_smooth_max_gradient_finite_at_zero():
 # 2. Dataflow order.
 # ---------------------------------------------------------------------------------------------
 
+def _fused(stage):
+    """An elementwise stage as a fused epilogue runs it, stated independently of `estimate`: its
+    ``epilogue_bytes`` from DRAM, no launch, one pass."""
+    return dataclasses.replace(stage, compulsory_bytes=stage.epilogue_bytes, reuse_bytes=jnp.float32(0.0),
+                               launches=jnp.float32(0.0), passes=jnp.float32(1.0))
+
+
 def _check_report_consistent(report, layer, hw):
     ac = [stage_cost(s, hw) for s in layer.aggregate_first]
     ca = [stage_cost(s, hw) for s in layer.combine_first]
-    el = [stage_cost(s, hw) for s in layer.elementwise]
+    el = [stage_cost(_fused(s) if hw.fuses_epilogue else s, hw) for s in layer.elementwise]
     lat = lambda cs: sum(float(c.latency_s) for c in cs)
     chosen = ac if float(report.aggregate_first[layer.name]) == 1.0 else ca
     assert lat(chosen) == pytest.approx(min(lat(ac), lat(ca)), rel=1e-6)
@@ -417,6 +424,43 @@ def test_aggregate_first_for_narrow_input(preset):
     assert float(report.aggregate_first["layer0"]) == 1.0
     np.testing.assert_allclose(float(report.stages["layer0/spmm"].macs), nnz * 8, rtol=1e-6)
     _check_report_consistent(report, layer, hw)
+
+
+def test_fused_epilogue_moves_only_its_own_operands():
+    """On a target that fuses epilogues, a layer's bias + ReLU stage moves its 1-bit activation mask
+    (n * width / 8 bytes) and launches nothing; its ops stay. Unfused it reads and writes
+    [n, width] and pays a launch. GraphSAGE's root term is read in either case."""
+    n, width = CORA_NODES, 16
+    h100 = presets.get("h100")
+    assert h100.fuses_epilogue and not presets.get("cpu").fuses_epilogue
+    layer = message_passing_layer("layer0", n, CORA_EDGES + n, 1433, width, 32, 32, 32)
+    fused = estimate(Workload((layer,)), h100).stages["layer0/elementwise"]
+    unfused = estimate(Workload((layer,)), h100.replace(fuses_epilogue=False)).stages["layer0/elementwise"]
+    assert float(fused.dram_bytes) == pytest.approx(n * width / 8)
+    assert float(unfused.dram_bytes) == pytest.approx(2 * n * width * 4)
+    assert float(fused.macs) == float(unfused.macs) == n * width
+    assert float(unfused.latency_s) >= h100.stage_overhead_s > 10 * float(fused.latency_s)
+    # a root term read from DRAM (SAGE): one more [n, width] operand at the stage's bits
+    root = elementwise_stage(n, width, 8.0, ops=3.0, epilogue_reads=1.0)
+    assert float(root.epilogue_bytes) == pytest.approx(n * width * (1.0 + 1 / 8))
+    # training: autograd doubles the stage, so the mask is written forward and read backward
+    train = autograd_training(Workload((layer,)), learned_edge_weights=False)
+    assert float(estimate(train, h100).stages["layer0/elementwise"].dram_bytes) == pytest.approx(2 * n * width / 8)
+    # a hand-built stage that does not say how it fuses is priced as a kernel of its own
+    plain = Stage("elementwise", jnp.float32(n * width), jnp.float32(32), jnp.float32(2 * n * width * 4),
+                  jnp.float32(0), jnp.float32(0))
+    own = estimate(Workload((LayerWorkload("l", (), (), (plain,)),)), h100).stages["l/elementwise"]
+    assert float(own.dram_bytes) == pytest.approx(2 * n * width * 4)
+
+
+@pytest.mark.parametrize("name,fuses", [("h100", True), ("a100", True), ("hygcn", True), ("gnnear", True),
+                                        ("cpu", False), ("cpu_numpy", False), ("v100", False), ("v100-pyg", False),
+                                        ("mi100", False), ("hbm-pim", False), ("upmem", False)])
+def test_which_presets_fuse_epilogues(name, fuses):
+    """The presets' software: GPUs with cuBLASLt epilogues and the accelerators fuse; the measured
+    CPU (XLA:CPU runs bias + ReLU as a loop of its own), numpy, the papers' PyG / DGL baselines
+    and the MI100 host do not (docs/hwmodel.md)."""
+    assert presets.get(name).fuses_epilogue is fuses
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,6 +57,9 @@ receiver row over the units; N rows, nnz gathers, d = nnz / N):
   the units; GNNear deals high-degree sources' edges over a channel's DIMMs).
   latency_s  = smooth_max(compute_s, nmp_s, link_s) + launches * stage_overhead_s
   energy_j   = macs * nmp_mac_energy(bits) + internal * internal_energy + link * link_energy
+Where the target fuses epilogues (``fuses_epilogue``) a layer's elementwise stages (bias,
+activation, gate) run inside the kernel that produced their input: each moves only its
+``Stage.epilogue_bytes`` and launches nothing (`_epilogue`).
 Whole workload: ``energy_j = sum of stage energies + static_power_w * latency_s``.
 Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
 lowest latency is kept (only aggregate-first on a spec with ``aggregate_first_only``, whose
@@ -418,6 +421,18 @@ def _pipelined(stages) -> tuple:
     return tuple(stages)
 
 
+def _epilogue(stage: Stage) -> Stage:
+    """An elementwise stage run in the epilogue of the kernel that produced its input
+    (``HardwareSpec.fuses_epilogue``): its DRAM traffic is ``Stage.epilogue_bytes`` (the operands
+    and outputs beyond the producer's result), no launch of its own, no passes; its operations
+    stay. A stage without ``epilogue_bytes`` does not fuse and is returned unchanged."""
+    if stage.epilogue_bytes is None:
+        return stage
+    zero = jnp.zeros((), jnp.float32)
+    return dataclasses.replace(stage, compulsory_bytes=stage.epilogue_bytes, reuse_bytes=zero, launches=zero,
+                               passes=jnp.ones((), jnp.float32))
+
+
 def _select(use_first: jax.Array, a, b):
     return jax.tree.map(lambda x, y: jnp.where(use_first, x, y), a, b)
 
@@ -477,7 +492,7 @@ def _estimate(workload: Workload, hw: HardwareSpec, allow_nmp: bool, overlap_uni
         agg_first[layer.name], on_nmp[layer.name] = af, nm
         for kind, c in by_kind.items():
             stages[f"{layer.name}/{kind}"] = c
-        elem = [stage_cost(s, hw, hardened) for s in layer.elementwise]
+        elem = [stage_cost(_epilogue(s) if hw.fuses_epilogue else s, hw, hardened) for s in layer.elementwise]
         for name, c in zip(_stage_names(layer.elementwise, taken=by_kind), elem):
             stages[f"{layer.name}/{name}"] = c
         total_latency = total_latency + latency + sum(c.latency_s for c in elem)

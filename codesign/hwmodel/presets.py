@@ -58,6 +58,11 @@ ASSUMPTIONS = {
     "UPMEM_MAC_ENERGY": (None, None, "upmem DPU MAC energy = Horowitz fp32 / int8 MACs at DRAM_PROCESS_LOGIC_NODE_NM "
                                      "(DPU energy per op unpublished)"),
     "SRAM_SCALES_AS_LOGIC": (None, None, "on-chip SRAM access energy scaled by the logic energy scale of the node"),
+    "HYGCN_FUSED_EPILOGUE": (None, None, "hygcn applies bias and activation to the Combination Engine's results before "
+                                         "it writes them (fuses_epilogue; its abstract's inter-engine pipeline fuses the "
+                                         "phases on chip; the paper's text on the activation was not found here)"),
+    "MI100_UNFUSED_EPILOGUE": (None, None, "mi100 / hbm-pim run bias and activation as kernels of their own (no "
+                                           "epilogue-fusing GEMM library is documented here for the MI100's gfx908)"),
     "TF32_MAC_ENERGY": (None, None, "h100 / a100 TF32 tensor-core MAC = Horowitz fp16 multiply (same 10-bit mantissa) "
                                     "+ fp32 add (fp32 accumulation), 2.0 pJ at 45 nm"),
     "STREAM_DRAM_EFFICIENCY": (0.9, (0.8, 0.95), "h100 / a100 DRAM efficiency of a streaming kernel (held fixed in "
@@ -294,6 +299,9 @@ def h100_datasheet() -> HardwareSpec:
       - Gathered rows move whole 32-byte L2 sectors (CUDA C++ Best Practices Guide).
       - Static power: ASSUMPTION 10 % of the 700 W TDP (datasheet TDP;
         `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`, range 5-30 %).
+      - Bias, activation and requantization run in the producing kernel's epilogue
+        (``fuses_epilogue``: cuBLASLt's ``CUBLASLT_EPILOGUE_RELU_BIAS`` / ``DRELU_BGRAD``, NVIDIA
+        cuBLAS documentation ``cublasLtEpilogue_t``; a custom SpMM kernel's epilogue likewise).
     """
     return HardwareSpec(
         name="h100-datasheet",
@@ -308,6 +316,7 @@ def h100_datasheet() -> HardwareSpec:
         clock_hz=1.98e9,  # max boost, NVIDIA H100 whitepaper
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 700.0,  # H100 SXM5 TDP 700 W (datasheet)
+        fuses_epilogue=True,
         **op_energies("h100"),
     )
 
@@ -352,7 +361,8 @@ def a100_datasheet() -> HardwareSpec:
     whitepaper). HBM energy: O'Connor et al. MICRO 2017 (3.9 pJ/bit, HBM2; taken for HBM2e). Per-op
     energies: Horowitz ISSCC'14 scaled to TSMC N7 (`PROCESS_NODES["a100"]`). Gathered rows move whole
     32-byte L2 sectors (CUDA C++ Best Practices Guide). Static power: ASSUMPTION 10 % of the 400 W
-    TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`).
+    TDP (datasheet TDP; `ASSUMPTIONS["GPU_STATIC_FRACTION_OF_TDP"]`). Epilogues fused as on
+    `h100_datasheet` (cuBLASLt).
     """
     return HardwareSpec(
         name="a100-datasheet",
@@ -367,6 +377,7 @@ def a100_datasheet() -> HardwareSpec:
         clock_hz=1.41e9,
         gather_granularity_bytes=GPU_SECTOR_BYTES,
         static_power_w=GPU_STATIC_FRACTION_OF_TDP * 400.0,  # A100 SXM4 TDP 400 W (datasheet)
+        fuses_epilogue=True,
         **op_energies("a100"),
     )
 
@@ -386,7 +397,8 @@ def v100() -> HardwareSpec:
     the public FlashSparse H100 cuSPARSE table, not on any ratio reported against a V100),
     scaled as `a100_fitted` scales them (per-row costs by SM x clock, L2 gather bandwidth by
     DRAM bandwidth, per-call cost unchanged). One value for every comparison against DGL on a V100
-    (GNNear's baseline); PyG on a V100 (HyGCN's) is `v100_pyg`.
+    (GNNear's baseline); PyG on a V100 (HyGCN's) is `v100_pyg`. Bias and activation run as
+    kernels of their own (``fuses_epilogue`` False), as DGL and PyG issue them (PyTorch eager).
     Evidence: `evidence("v100")`: GNNear's 15 published V100 DGL training times (its artifact;
     results/hwmodel_published.json ``baseline_check``).
 
@@ -492,7 +504,9 @@ def mi100() -> HardwareSpec:
     FP16 / BF16 matrix 184.6 / 92.3 TFLOP/s, INT8 184.6 TOPS (int4 the same), 4 HBM2 stacks at
     1.2288 TB/s (2.4 Gb/s x 4096 bits), 8 MB L2, 1502 MHz peak engine clock, TBP 300 W. HBM2
     energy O'Connor et al. MICRO 2017; 32-byte HBM bursts; static power ASSUMPTION
-    `GPU_STATIC_FRACTION_OF_TDP` of 300 W. Ideal efficiencies (no MI100 timing here).
+    `GPU_STATIC_FRACTION_OF_TDP` of 300 W. Ideal efficiencies (no MI100 timing here). Bias and
+    activation as kernels of their own (``fuses_epilogue`` False: ASSUMPTION
+    ``ASSUMPTIONS["MI100_UNFUSED_EPILOGUE"]``).
     """
     return HardwareSpec(
         name="mi100",
@@ -527,6 +541,8 @@ def hygcn() -> HardwareSpec:
     Gathered rows move whole 32-byte HBM bursts (JESD235: 64-bit pseudo-channel x BL4).
     Static power: not modeled (0); HyGCN's reported 6.7 W chip power is its power limit
     (`POWER_LIMITS_W`), the modeled dynamic chip power stays below it.
+    Bias and activation are applied to the Combination Engine's results on their way out
+    (``fuses_epilogue``: ASSUMPTION ``ASSUMPTIONS["HYGCN_FUSED_EPILOGUE"]``).
     Host: none (a standalone accelerator; `host_of` raises).
     Evidence: `evidence("hygcn")`: its paper's speedup and energy reduction over PyG on a V100
     (`v100-pyg`), recomputed by experiments/reproduce_published.py (results/hwmodel_published.json);
@@ -550,6 +566,7 @@ def hygcn() -> HardwareSpec:
         **op_energies("hygcn"),
         aggregate_first_only=True,
         interval_buffer_bytes=ASSUMPTIONS["HYGCN_INTERVAL_BUFFER_BYTES"][0],
+        fuses_epilogue=True,
     )
 
 
@@ -580,6 +597,9 @@ def gnnear() -> HardwareSpec:
       - CAE: a 128 x 128 array at 700 MHz (11.47e12 MAC/s) and 16 vector units x 32 lanes at
         700 MHz (358.4e9 MAC/s); it reads 16 B per 1 GHz cycle per channel (``calculate_CAE_read_
         cycles``): 4 x 16e9 B/s, its DRAM and host-link bandwidth. fp32 throughout (``bytes = 4``).
+      - Bias and activation in the CAE's epilogue (``fuses_epilogue``): ``HGPGCNear.calculate_
+        forward_cycles`` charges a layer's CAE the read of the partial sums and the write-back of
+        its results, no pass for the activation.
       - Energy: off-chip DDR4 access 1.3 nJ per 64 bits (Horowitz ISSCC'14); rank-internal access
         at `DDR4_RANK_INTERNAL_FRACTION` of it (ASSUMPTION, range 0.3-0.8); rows move in whole
         64-byte DDR4 bursts (JESD79-4).
@@ -604,6 +624,7 @@ def gnnear() -> HardwareSpec:
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=128 * 1024,
         clock_hz=cae_clock,
+        fuses_epilogue=True,
         gather_granularity_bytes=DDR4_BURST_BYTES,
         **op_energies("gnnear"),
         nmp=NearMemorySpec(

@@ -385,6 +385,15 @@ class HardwareSpec:
       fuses_elementwise: the executor runs a stage's elementwise ops (bias, activation, gate) as
         one loop (static; XLA, GPU and accelerator kernels: True); False: one pass over the data
         per op (numpy: the `cpu_numpy` preset), ``Stage.passes`` times the stage's bytes.
+      fuses_epilogue: the software the target runs applies a layer's elementwise stage (bias,
+        activation, channel gate, requantization) in the epilogue of the kernel that produces
+        its input (static): the stage then moves only its ``Stage.epilogue_bytes`` and launches
+        nothing (`estimate`). True where a best configuration does it: GPUs through cuBLASLt /
+        hipBLASLt epilogues (``CUBLASLT_EPILOGUE_RELU_BIAS``, ``DRELU_BGRAD``; NVIDIA cuBLAS and
+        AMD hipBLASLt documentation) or a custom SpMM kernel's epilogue, and the accelerators whose
+        papers apply the activation on the way out of their engines (`presets`). False where the
+        modeled software runs it as a kernel of its own: XLA:CPU's loop fusion after the dot (the
+        measured `cpu` preset), numpy, PyG / DGL (PyTorch eager: the `v100` baselines).
       fp32_only: the datapath computes in fp32 at every operand width (static): narrow operands
         then save memory traffic and storage, not MAC energy (`mac_energy_pj`); give the rates
         of every precision equal to the fp32 ones as well.
@@ -446,6 +455,7 @@ class HardwareSpec:
     aggregate_first_only: bool = dataclasses.field(default=False, metadata=dict(static=True))
     interval_buffer_bytes: Optional[float] = None
     fuses_elementwise: bool = dataclasses.field(default=True, metadata=dict(static=True))
+    fuses_epilogue: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         concrete = validate_numbers(

@@ -31,6 +31,7 @@ STAGE_KINDS = ("gemm", "elementwise", *AGGREGATION_KINDS)
 SOFTMAX_OPS_PER_EDGE = 5.0  # max, subtract, exp, sum, divide per edge and head
 CONVERTS_PER_UPCAST_MESSAGE = 2.0  # round trips through the narrow type: one in the gather, one per scatter-add
 MESSAGE_OPS_PER_ELEMENT = 2.0  # XLA's message buffer: the gather writes each element, the scatter-add reads it back
+ACTIVATION_MASK_BYTES = 1.0 / 8.0  # a fused epilogue's activation mask, 1 bit per element (`elementwise_stage`)
 FAKE_QUANT_OPS = 7.0  # run-time fake quantization of an activation, per element: max(x, 0), the max-reduce for the
 # per-tensor scale, divide, round, clip, multiply back, cast (`codesign.deploy._quantize_activation`)
 
@@ -76,6 +77,11 @@ class Stage:
       weight_gemm (static): the stage multiplies by a weight matrix although its kind is not
         "gemm" (`csr_gemm_stage`: a GEMM over a CSR-stored input, priced as an SpMM), so
         `autograd_training` charges it as a GEMM (``dW``, ``dX``), not as an aggregation.
+      epilogue_bytes: an "elementwise" stage's DRAM bytes when it runs in the epilogue of the
+        kernel that produces its input (``HardwareSpec.fuses_epilogue``): its input is then that
+        kernel's result, still in registers, and its output is what the kernel writes, so only
+        the other operands and outputs it has move (`elementwise_stage`); no launch of its own.
+        None (the default): the stage does not fuse and is priced as a kernel of its own.
 
     Checked at construction (the stage builders' stages and hand-built ones alike), for concrete
     values -- Python / NumPy numbers and concrete JAX arrays; tracers under ``jit`` / ``grad`` /
@@ -110,6 +116,7 @@ class Stage:
     passes: jax.Array = 1.0
     serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
     weight_gemm: bool = dataclasses.field(default=False, metadata=dict(static=True))
+    epilogue_bytes: Optional[jax.Array] = None
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
@@ -130,7 +137,8 @@ class Stage:
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
             gathered_rows=self.gathered_rows * factor, output_rows=self.output_rows * factor,
             output_bytes=self.output_bytes * factor,
-            link_bytes=None if self.link_bytes is None else self.link_bytes * factor)
+            link_bytes=None if self.link_bytes is None else self.link_bytes * factor,
+            epilogue_bytes=None if self.epilogue_bytes is None else self.epilogue_bytes * factor)
 
     @property
     def is_aggregation(self) -> bool:
@@ -427,23 +435,35 @@ def attention_stages(n_rows, nnz, heads, head_dim, x_bits, out_bits,
     return sddmm, softmax, spmm
 
 
-def elementwise_stage(n, width, bits, ops=1.0) -> Stage:
+def elementwise_stage(n, width, bits, ops=1.0, epilogue_reads=0.0) -> Stage:
     """``ops`` elementwise operations per element of ``[n, width]`` (bias, activation, channel
     gate): ``ops * n * width`` ops; read once and written once where a compiler fuses them into one
     loop (XLA), one read and one write per op where the executor does not
     (``HardwareSpec.fuses_elementwise`` False: numpy; ``Stage.passes`` = ``ops``).
 
+    Where the target fuses epilogues (``HardwareSpec.fuses_epilogue``) the stage runs inside the
+    kernel that produced ``[n, width]`` and moves only ``Stage.epilogue_bytes``:
+    ``epilogue_reads`` more ``[n, width]`` operands at ``bits`` that live in DRAM (GraphSAGE's
+    root term, added as cuBLASLt adds ``C`` with ``beta = 1``), plus a 1-bit activation mask per
+    element (cuBLASLt's ``CUBLASLT_EPILOGUE_RELU_AUX`` writes it for the backward's
+    ``CUBLASLT_EPILOGUE_DRELU_BGRAD``; NVIDIA cuBLAS documentation, ``cublasLtEpilogue_t``).
+    ASSUMPTION: the mask is charged on every such stage, in inference too and on an output
+    layer that has no activation (n * width / 8 bytes: 1/64 of the unfused fp32 stage's bytes),
+    which keeps one rule for the forward and autograd's backward (`autograd_training` doubles
+    it: written forward, read backward).
+
     Raises:
-      ValueError: as `gemm_stage`; ``ops`` below 1.
+      ValueError: as `gemm_stage`; ``ops`` below 1; ``epilogue_reads`` below 0.
     """
-    _counts("elementwise_stage", n=n, width=width)
+    _counts("elementwise_stage", n=n, width=width, epilogue_reads=epilogue_reads)
     _bits("elementwise_stage", bits=bits)
     if isinstance(ops, (int, float)) and ops < 1:
         raise ValueError(f"elementwise_stage(ops): must be >= 1, got {ops!r}")
     n, width = _f32(n), _f32(width)
     zero = jnp.zeros((), jnp.float32)
+    fused = n * width * (_f32(epilogue_reads) * _f32(bits) / 8.0 + ACTIVATION_MASK_BYTES)
     return Stage("elementwise", _f32(ops) * n * width, _f32(bits), 2.0 * n * width * bits / 8.0, zero, zero,
-                 passes=_f32(ops))
+                 passes=_f32(ops), epilogue_bytes=fused)
 
 
 def message_passing_layer(name: str, n_nodes: int, nnz, in_dim, out_dim, x_bits, w_bits, out_bits,

@@ -369,6 +369,9 @@ def score_and_activation_stage(n, heads: int, hf, out_width, bits, *, head_mean:
         `hwmodel.elementwise_stage`).
 
     ``hf`` and ``out_width`` may be expected (traced) counts; ``bits`` the width h is stored at.
+    In a fused epilogue (``HardwareSpec.fuses_epilogue``) the score terms are computed in the
+    projection GEMM's epilogue and bias + activation in the SpMM's: only the scores are written,
+    plus the activation mask (``Stage.epilogue_bytes``, as `hwmodel.elementwise_stage`).
     """
     f32 = lambda v: jnp.asarray(v, jnp.float32)
     n, hf, width, bits = f32(n), f32(hf), f32(out_width), f32(bits)
@@ -376,4 +379,5 @@ def score_and_activation_stage(n, heads: int, hf, out_width, bits, *, head_mean:
     ops = 2.0 * n * hf + mean_ops + n * width
     nbytes = n * hf * bits / 8.0 + 2.0 * n * heads * 4.0 + 2.0 * n * width * bits / 8.0
     zero = jnp.zeros((), jnp.float32)
-    return hwmodel.Stage("elementwise", ops, bits, nbytes, zero, zero)
+    fused = 2.0 * n * heads * 4.0 + n * width * hwmodel.ACTIVATION_MASK_BYTES
+    return hwmodel.Stage("elementwise", ops, bits, nbytes, zero, zero, epilogue_bytes=fused)

@@ -229,7 +229,8 @@ def rgcn_layer_workloads(name: str, n_nodes: int, relation_nnz: Sequence, in_dim
         layers.append(derived_message_passing(RELATION_PROGRAM, f"{name}/rel{r}", rel, gemm, (),
                                               widths=tuple(full), kept=(in_dim, out_dim), bits=(x_bits, out_bits),
                                               combine_first_only=in_nnz is not None, blocks=False, self_loops=False))
-    elem = (hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),)
+    terms = len(relation_nnz) + 1  # the relations' and the self term's results, summed; a fused epilogue reads all
+    elem = (hwmodel.elementwise_stage(n_nodes, out_dim * terms, out_bits, epilogue_reads=(terms - 1) / terms),)
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
         compose = (hwmodel.gemm_stage(len(relation_nnz), n_bases, in_dim * out_dim, 32, 32, 32),)

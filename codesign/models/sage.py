@@ -200,7 +200,9 @@ class SAGEConv(Layer):
           ``name.root``: the root GEMM N x K x F. Its sum with the neighbour term is one more
                          elementwise op per output (`ROOT_SUM_OPS`) of ``name``'s elementwise
                          stage: fused into the epilogue by XLA, a pass of its own where the
-                         executor does not fuse (the deployed program's ``out += x @ W_root``).
+                         executor does not fuse (the deployed program's ``out += x @ W_root``);
+                         in a fused epilogue (``HardwareSpec.fuses_epilogue``) it still reads
+                         the root term (``epilogue_reads``).
 
         With ``in_nnz`` (input stored CSR) both GEMMs run over the stored nonzeros and the mean
         aggregation runs combine-first.
@@ -214,7 +216,7 @@ class SAGEConv(Layer):
         n, nnz = graph.n_nodes, graph.kept_edges
         if self.aggr == "mean":  # derived from the program the forward runs (no self-loops)
             gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wn, out_bits, in_nnz),)
-            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS),)
+            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS, epilogue_reads=1.0),)
             neigh = derived_message_passing(self.PROGRAM, name, graph, gemm, elem,
                                             widths=(self.in_features, self.out_features), kept=(k, f),
                                             bits=(x_bits, out_bits), combine_first_only=in_nnz is not None,
@@ -225,7 +227,7 @@ class SAGEConv(Layer):
         else:
             agg = (hwmodel.spmm_stage(n, nnz, k, x_bits, x_bits, graph.locality, graph.edge_density),
                    hwmodel.gemm_stage(n, k, f, x_bits, wn, out_bits))
-            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS),)
+            elem = (hwmodel.elementwise_stage(n, f, out_bits, elementwise_ops + ROOT_SUM_OPS, epilogue_reads=1.0),)
             neigh = hwmodel.LayerWorkload(name, agg, agg, elem)
         gemm = (hwmodel.input_gemm_stage(n, k, f, x_bits, wr, out_bits, in_nnz),)
         return neigh, hwmodel.LayerWorkload(f"{name}.root", gemm, gemm, ())
