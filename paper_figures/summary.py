@@ -245,15 +245,9 @@ def _red(p: dict, cost: str) -> str:
 
 
 def _setting(p: dict) -> str:
-    parts = []
-    if p["budget"] is not None:
-        parts.append(f"budget {p['budget']:g}")
-    elif p["cost_weight"] is not None and p["family"] == "codesign":
-        parts.append(f"λ={p['cost_weight']:g}")
-    if p["keep"] is not None:
-        parts.append(f"keep {p['keep']:g}")
-    if p["round"] is not None:
-        parts.append(f"round {p['round']}")
+    """A front point's grid coordinates (`_setting_label`, the one label of a setting) and what
+    training kept: masks' densities below 1 and the learned bit-widths."""
+    parts = [] if _setting_label(p) == "–" else [_setting_label(p)]
     for k in ("edge", "feature", "channel"):
         v = p["densities"].get(k)
         if v is not None and v < 1.0:

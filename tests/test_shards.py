@@ -220,6 +220,24 @@ def test_manifest_gives_the_layout_sizes_and_locality_of_the_whole(tmp_path, P):
             assert np.asarray(a).tobytes() == np.asarray(b, np.float32).tobytes(), f.name
 
 
+def test_feature_nnz_is_the_graphs_and_a_bad_field_is_refused_in_one_line(tmp_path):
+    """The manifest's per-column nonzeros are the whole graph's (what a process pricing the CSR
+    feature store from its own part needs); a wrong length, a negative count or a string is
+    refused naming the file and the field."""
+    from codesign.distributed.shards import MANIFEST, ShardError, read_feature_nnz
+    from codesign.graph import feature_column_nnz
+    graph, _, out = _write(tmp_path, 2)
+    np.testing.assert_array_equal(read_feature_nnz(out), np.asarray(feature_column_nnz(graph.x), np.float32))
+    path = out / MANIFEST
+    good = json.loads(path.read_text())
+    for bad in (good["feature_nnz"][:-1], [-1.0] + good["feature_nnz"][1:], ["7"] + good["feature_nnz"][1:],
+                [True] + good["feature_nnz"][1:], None):
+        path.write_text(json.dumps({**good, "feature_nnz": bad}))
+        with pytest.raises(ShardError, match=r"manifest\.json: field 'feature_nnz' must list n_features=\d+ "
+                                             r"non-negative counts$"):
+            read_feature_nnz(out)
+
+
 def test_load_local_equals_shard_graph_on_one_device(tmp_path):
     import jax
 
