@@ -436,6 +436,32 @@ def print_front(front: dict) -> None:
               f"   {r['energy_ratio']['min']:.3f} {r['energy_ratio']['median']:.3f} {r['energy_ratio']['max']:.3f}")
 
 
+def markdown(result: dict) -> str:
+    """The docs/hwmodel.md tables of a result of `main` (generated; tests/test_hwmodel_sensitivity.py
+    checks the docs hold them): the two design points per (assumption, preset, end), then the
+    main job's chosen points per (target, assumption, end) where the result has a front."""
+    f2 = lambda v: f"{v:.2f}"
+    lines = ["| assumption (preset) | end | dense latency / energy | compressed latency / energy | "
+             "savings latency / energy (nominal) | mapping flips |", "|---|---|---:|---:|---:|---|"]
+    for r in result["rows"]:
+        d, c = "dense_fp32", "int8_edges0.5_features0.3"
+        lines.append(f"| `{r['assumption']}` ({r['preset']}) | {r['end']} | {f2(r[d + '_latency_s_ratio'])} / "
+                     f"{f2(r[d + '_energy_j_ratio'])} | {f2(r[c + '_latency_s_ratio'])} / {f2(r[c + '_energy_j_ratio'])} | "
+                     f"{f2(r['savings_latency'])} / {f2(r['savings_energy'])} ({f2(r['nominal_savings_latency'])} / "
+                     f"{f2(r['nominal_savings_energy'])}) | {', '.join(r['mapping_flips']) or 'none'} |")
+    if result.get("front"):
+        lines += ["", "| target | assumption | end | chosen nominal -> changed | reduction nominal -> changed | "
+                  "front points changed | energy changed / nominal (min / median / max) |",
+                  "|---|---|---|---|---:|---:|---:|"]
+        for r in result["front"]["rows"]:
+            a, b, e = r["chosen_nominal"] or {}, r["chosen"] or {}, r["energy_ratio"]
+            lines.append(f"| {r['target']} | `{r['assumption']}` | {r['end']} | {a.get('label', '-')} -> "
+                         f"{b.get('label', '-')} | {a.get('reduction', math.nan):.2f}x -> "
+                         f"{b.get('reduction', math.nan):.2f}x | {r['front_changes']} of {r['front_nominal']} | "
+                         f"{f2(e['min'])} / {f2(e['median'])} / {f2(e['max'])} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two assumptions only")

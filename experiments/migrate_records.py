@@ -211,7 +211,8 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
 
 def migrate_file(path: Path, data_root=None, dry_run: bool = False, every: bool = False) -> collections.Counter:
     """Re-prices or drops every record of ``path`` (`recost`); returns the counts (``recosted``,
-    ``dropped:<reason>``); rewrites the file atomically unless ``dry_run``. Records already of
+    ``dropped:<reason>``); rewrites the file atomically unless ``dry_run``, or leaves it untouched
+    where no record in it could be re-priced (a file of other runs, not emptied). Records already of
     today's `versions` are kept as they are (``current``) unless ``every`` (re-price them too:
     after a change of `recost` itself)."""
     from codesign.data import load_dataset
@@ -235,6 +236,8 @@ def migrate_file(path: Path, data_root=None, dry_run: bool = False, every: bool 
         counts["recosted" if new else f"dropped:{why}"] += 1
         if new:
             out.append(new)
+    if not out:  # nothing here is a record this tool prices (e.g. select_flagship's runs): leave the file as it is
+        return collections.Counter({"untouched (no record re-priced)": sum(counts.values())})
     if not dry_run:
         write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in out))
     return counts

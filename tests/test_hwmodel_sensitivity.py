@@ -203,3 +203,14 @@ def test_the_front_coster_takes_the_cheaper_feature_store_as_the_records_do(cora
     both, dense_only = hs._Coster(None, nnz)("n", hw, design), hs._Coster(None)("n", hw, design)
     csr = estimate(hs.workload(0.5, 0.4, 8.0, feature_nnz=nnz), hw)
     assert both == (float(csr.energy_j), float(csr.latency_s)) and both[0] < dense_only[0]
+
+
+def test_docs_tables_are_the_stored_result():
+    """docs/hwmodel.md shows the sensitivity tables of results/hwmodel_sensitivity.json as
+    `markdown` renders them (regenerated, not transcribed)."""
+    stored = json.loads((ROOT / "results" / "hwmodel_sensitivity.json").read_text())
+    md = hs.markdown(stored)
+    assert md.count("\n| ") == len(stored["rows"]) + 1 + len(stored["front"]["rows"])  # rows + the second header
+    docs = (ROOT / "docs" / "hwmodel.md").read_text()
+    for table in md.split("\n\n"):  # the design points' table, then the front's (prose between them)
+        assert table in docs, "docs/hwmodel.md: regenerate the sensitivity tables with hwmodel_sensitivity.markdown"

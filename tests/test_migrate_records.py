@@ -50,6 +50,12 @@ def test_migrate_file_reprices_old_records_and_drops_what_they_cannot_price(cora
     assert sorted(r.key for r in grid) == sorted(r["key"] for r in recs)
     want = {r["key"]: r["modeled"]["energy_j"] for r in recs}
     assert {r.key: r.modeled["energy_j"] for r in grid} == pytest.approx(want)
+    # a file of which no record can be re-priced (another tool's runs) is left as it is, not emptied
+    other = tmp_path / "selection_runs.jsonl"
+    other.write_text(json.dumps(block) + "\n" + json.dumps(scaled) + "\n")
+    before = other.read_bytes()
+    assert load("migrate_records").migrate_file(other) == {"untouched (no record re-priced)": 2}
+    assert other.read_bytes() == before
 
 
 def test_only_a_record_from_before_versions_is_renamed():
