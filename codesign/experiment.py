@@ -184,9 +184,10 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-COST_MODEL_VERSION = 4
+COST_MODEL_VERSION = 5
 """The version of the cost model (3: h100 / a100 are the fitted presets; 4: bias and activation
-run in the producing kernel's epilogue on targets that fuse it, ``HardwareSpec.fuses_epilogue``) (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
+run in the producing kernel's epilogue on targets that fuse it, ``HardwareSpec.fuses_epilogue``;
+5: a run's layers are mapped by its objective, ``hwmodel.estimate(mapping=)``) (`codesign.hwmodel`) that priced a record (``versions.cost_model``).
 Bump it in the change that alters what a stored configuration costs; records of another version are
 re-priced (``experiments/migrate_records.py``) or dropped, never mixed (`load_grid` refuses it)."""
 

@@ -189,7 +189,8 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
                 approx = "CSR input priced at the kept fraction of all nonzeros (uniform over columns)"
             else:  # the kept columns' own nonzeros: scale the columns so that the what-if share is theirs
                 priced = {**inputs, "feature_nnz": inputs["feature_nnz"] * (kept_nnz / max(densities["feature"], 1e-12))}
-        store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, priced, densities=densities),
+        store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, priced, densities=densities,
+                                                objective=cfg.cost.objective),
                                     cfg.cost.objective)
         approx = approx if store == "csr" else None  # stored dense: the kept columns' nonzeros do not enter
         ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective)

@@ -51,7 +51,8 @@ def bound(graph, model_name: str, hws, locality) -> dict:
     out = {}
     for name in hws:
         hw = presets.get(name)
-        floor = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, bits=FLOOR_BITS,
+        floor = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective="energy_j",
+                                           bits=FLOOR_BITS,
                                            densities=FLOOR_DENSITIES), "energy_j")[1]
         dense = dense_cost(cfg, graph, hw, inputs).summary()["energy_j"]
         total = floor.summary()["energy_j"]

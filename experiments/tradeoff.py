@@ -266,7 +266,8 @@ def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
     from codesign.train import cheapest_store, dense_cost, store_costs, workload_inputs
     inputs = workload_inputs(cfg, graph, locality)
     extra = {} if densities is None else {"densities": densities}
-    rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, **extra), cfg.cost.objective)[1]
+    rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective,
+                                     **extra), cfg.cost.objective)[1]
     ref = dense_cost(cfg, graph, hw, inputs)
     return {"modeled": rep.summary(), "dense_modeled": ref.summary(), "breakdown": rep.breakdown(hw),
             "dense_breakdown": ref.breakdown(hw)}

@@ -453,6 +453,25 @@ def test_fused_epilogue_moves_only_its_own_operands():
     assert float(own.dram_bytes) == pytest.approx(2 * n * width * 4)
 
 
+def test_mapping_by_objective_trades_latency_for_energy():
+    """``estimate(mapping=)`` keeps, per layer, the mapping of the least latency (default), energy or
+    DRAM bytes: on gnnear a narrow Cora layer is fastest with its aggregation on the near-memory
+    units, which costs more energy than the host alone (the INT4 GAT of issue 34's note); each
+    choice is best on its own measure, and an unknown one is refused naming the argument."""
+    hw = presets.get("gnnear")
+    layer = message_passing_layer("layer0", CORA_NODES, CORA_EDGES + CORA_NODES, 1433, 64, 4, 4, 4)
+    wl = Workload((layer, message_passing_layer("layer1", CORA_NODES, CORA_EDGES + CORA_NODES, 64, 7, 4, 4, 32)))
+    by = {m: estimate(wl, hw, mapping=m) for m in ("latency_s", "energy_j", "dram_bytes")}
+    for m, rep in by.items():
+        for other in by.values():
+            assert float(getattr(rep, m)) <= float(getattr(other, m)) * (1 + 1e-6), m
+    fast, frugal = by["latency_s"], by["energy_j"]
+    assert float(fast.on_nmp["layer0"]) == 1.0 and float(frugal.on_nmp["layer0"]) == 0.0
+    assert float(frugal.energy_j) < 0.8 * float(fast.energy_j) and float(frugal.latency_s) > float(fast.latency_s)
+    with pytest.raises(ValueError, match=r"estimate\(mapping\): must be one of latency_s, energy_j, dram_bytes"):
+        estimate(wl, hw, mapping="energy")
+
+
 @pytest.mark.parametrize("name,fuses", [("h100", True), ("a100", True), ("hygcn", True), ("gnnear", True),
                                         ("cpu", False), ("cpu_numpy", False), ("v100", False), ("v100-pyg", False),
                                         ("mi100", False), ("hbm-pim", False), ("upmem", False)])

@@ -101,7 +101,8 @@ def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.Hardw
 
     ``feature_nnz``: float [F] nonzeros per input column (`codesign.graph.feature_column_nnz`) to
     price the input features stored CSR beside dense (`codesign.train.store_costs`); the store
-    with the lower ``objective`` total is taken for every field (traceable: `jnp.where`). The
+    with the lower ``objective`` total is taken for every field (traceable: `jnp.where`), each
+    layer mapped by that ``objective`` too (`hwmodel.estimate`'s ``mapping``). The
     busiest device's rows are ASSUMED to hold the average share of the nonzeros
     (``block_size / n_nodes`` of them). None: stored dense."""
     per_device_edges = max(part.edges_per_part)
@@ -113,10 +114,10 @@ def partitioned_cost(model, part: Partition | PartitionLayout, hw: hwmodel.Hardw
     def priced(nnz, share):
         kw = {} if nnz is None else {"feature_nnz": nnz * share}
         busiest = hwmodel.estimate(model.workload(part.block_size, per_device_edges, hard=hard, training=training,
-                                                  locality=locality, **kw), hw)
+                                                  locality=locality, **kw), hw, mapping=objective)
         kw = {} if nnz is None else {"feature_nnz": nnz}
         whole = hwmodel.estimate(model.workload(part.n_nodes, part.n_edges, hard=hard, training=training,
-                                                locality=locality, **kw), hw)
+                                                locality=locality, **kw), hw, mapping=objective)
         return {"latency_s": busiest.latency_s + c.latency_s, "energy_j": whole.energy_j + c.energy_j,
                 "dram_bytes": whole.dram_bytes, "comm_bytes": c.bytes, "comm_latency_s": c.latency_s,
                 "comm_energy_j": c.energy_j}

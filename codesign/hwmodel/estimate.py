@@ -62,7 +62,7 @@ activation, gate) run inside the kernel that produced their input: each moves on
 ``Stage.epilogue_bytes`` and launches nothing (`_epilogue`).
 Whole workload: ``energy_j = sum of stage energies + static_power_w * latency_s``.
 Per layer, every mapping candidate (dataflow order x aggregation unit) is costed and the one of
-lowest latency is kept (only aggregate-first on a spec with ``aggregate_first_only``, whose
+lowest latency (``mapping``: or energy, or DRAM bytes) is kept (only aggregate-first on a spec with ``aggregate_first_only``, whose
 aggregation feeds the GEMM without a DRAM round trip of the aggregated rows: `_pipelined`) (`jnp.where`: the gradient is that of the chosen mapping). Stages on one
 unit run one after another; with ``overlap_units`` the host and near-memory parts of a layer
 are pipelined over row blocks (as GNNear does), so the layer takes the smooth max of the two.
@@ -437,8 +437,12 @@ def _select(use_first: jax.Array, a, b):
     return jax.tree.map(lambda x, y: jnp.where(use_first, x, y), a, b)
 
 
+MAPPING_OBJECTIVES = ("latency_s", "energy_j", "dram_bytes")
+"""What `estimate` may choose a layer's mapping (dataflow order x unit) by: a `CostReport` total."""
+
+
 def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
-             overlap_units: bool = True, hardened: bool = False) -> CostReport:
+             overlap_units: bool = True, hardened: bool = False, mapping: str = "latency_s") -> CostReport:
     """Cost of ``workload`` on ``hw``. Pure and differentiable; see the module docstring.
 
     Args:
@@ -449,13 +453,24 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
       hardened: the cost the hardware charges (each operand at its precision tier, whole memory
         granules); the default relaxes both between tiers / granules (equal at them), which is
         what a training loss should differentiate (`stage_cost`).
+      mapping: what each layer's mapping (dataflow order x aggregation unit) is chosen by, one of
+        `MAPPING_OBJECTIVES`: "latency_s" (a schedule for speed, the default), "energy_j" (the
+        layer's stage energies + static power over its latency) or "dram_bytes". A run prices
+        its model and its reference by its own objective (`codesign.train.store_costs`): on
+        gnnear the fastest mapping of a small layer can put its aggregation on the near-memory
+        units at several times the energy of the host alone.
 
     Returns:
       `CostReport`.
+
+    Raises:
+      ValueError: ``mapping`` not one of `MAPPING_OBJECTIVES`.
     """
+    if mapping not in MAPPING_OBJECTIVES:
+        raise ValueError(f"estimate(mapping): must be one of {', '.join(MAPPING_OBJECTIVES)}, got {mapping!r}")
     if _traced(workload) and _hashable(hw):
-        return _estimate_jit(workload, hw, allow_nmp, overlap_units, hardened)
-    return _estimate(workload, hw, allow_nmp, overlap_units, hardened)
+        return _estimate_jit(workload, hw, allow_nmp, overlap_units, hardened, mapping)
+    return _estimate(workload, hw, allow_nmp, overlap_units, hardened, mapping)
 
 
 def _traced(tree) -> bool:
@@ -470,8 +485,18 @@ def _hashable(hw: HardwareSpec) -> bool:
     return True
 
 
+def _mapping_key(costs, latency, hw: HardwareSpec, mapping: str) -> jax.Array:
+    """A mapping candidate's cost by ``mapping`` (`estimate`): its latency, its energy (stages +
+    static power over its latency) or its DRAM bytes."""
+    if mapping == "latency_s":
+        return latency
+    if mapping == "energy_j":
+        return sum(c.energy_j for c in costs) + hw.static_power_w * latency
+    return sum(c.dram_bytes for c in costs)
+
+
 def _estimate(workload: Workload, hw: HardwareSpec, allow_nmp: bool, overlap_units: bool,
-              hardened: bool) -> CostReport:
+              hardened: bool, mapping: str = "latency_s") -> CostReport:
     stages, agg_first, on_nmp = {}, {}, {}
     total_latency = jnp.zeros((), jnp.float32)
     for layer in workload.layers:
@@ -483,12 +508,13 @@ def _estimate(workload: Workload, hw: HardwareSpec, allow_nmp: bool, overlap_uni
             for use_nmp in ((False, True) if (allow_nmp and hw.nmp is not None) else (False,)):
                 costs, latency = _candidate(order_stages, hw, use_nmp, overlap_units, hardened)
                 flags = (jnp.float32(order == "aggregate_first"), jnp.float32(use_nmp))
-                cand = (dict(zip(_stage_names(order_stages), costs)), latency, flags)
+                cand = (dict(zip(_stage_names(order_stages), costs)), latency, flags,
+                        _mapping_key(costs, latency, hw, mapping))
                 if best is None:
                     best = cand
                 else:
-                    best = _select(cand[1] < best[1], cand, best)
-        by_kind, latency, (af, nm) = best
+                    best = _select(cand[3] < best[3], cand, best)
+        by_kind, latency, (af, nm), _ = best
         agg_first[layer.name], on_nmp[layer.name] = af, nm
         for kind, c in by_kind.items():
             stages[f"{layer.name}/{kind}"] = c
@@ -504,7 +530,7 @@ def _estimate(workload: Workload, hw: HardwareSpec, allow_nmp: bool, overlap_uni
                       levels, static_j)
 
 
-_estimate_jit = jax.jit(_estimate, static_argnums=(1, 2, 3, 4))
+_estimate_jit = jax.jit(_estimate, static_argnums=(1, 2, 3, 4, 5))
 """`_estimate` as one jitted function, which `estimate` calls when the workload is traced (a cost
 term inside a training step) and the spec is concrete: JAX then traces the cost model once per
 workload structure and spec in a process and reuses it in every later trace of a step (a new

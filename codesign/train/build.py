@@ -114,20 +114,24 @@ def loss_inputs(cfg: TrainConfig, inputs: dict) -> dict:
 
 
 def store_costs(model, n_nodes: int, n_edges: int, hw: hwmodel.HardwareSpec, inputs: Optional[dict] = None, *,
-                hard: bool = True, **kw) -> dict:
+                objective: str, hard: bool = True, **kw) -> dict:
     """The modeled cost of ``model`` on ``hw`` per way of storing its input features: ``{"dense":
     CostReport}`` and, when ``inputs`` holds ``feature_nnz``, ``"csr"`` (`FEATURE_STORES`; every
     model's ``workload(feature_nnz=...)``). ``inputs``: `workload_inputs`; ``kw``: further
-    ``workload`` arguments (``densities``, ``bits``). Traceable (the reports hold jax scalars).
+    ``workload`` arguments (``densities``, ``bits``). ``objective``: the run's
+    ``cfg.cost.objective``, by which each layer's mapping is chosen (`hwmodel.estimate`'s
+    ``mapping``: an energy-objective run is priced at its least-energy mapping, on both sides).
+    Traceable (the reports hold jax scalars).
 
     The one cost entry point of a run: the co-designed model and its dense FP32 reference are
     both priced here, and each takes the store ``hw`` runs cheaper (`cheapest_store`), so a
     reduction is never against features a target would not store dense."""
     inputs = dict(inputs or {})
     nnz = inputs.pop("feature_nnz", None)
-    out = {"dense": hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, **inputs, **kw), hw)}
+    out = {"dense": hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, **inputs, **kw), hw, mapping=objective)}
     if nnz is not None:
-        out["csr"] = hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, feature_nnz=nnz, **inputs, **kw), hw)
+        out["csr"] = hwmodel.estimate(model.workload(n_nodes, n_edges, hard=hard, feature_nnz=nnz, **inputs, **kw), hw,
+                                      mapping=objective)
     return out
 
 
@@ -144,7 +148,8 @@ def dense_reference(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
     model on ``graph``, its features stored as ``hw`` runs them cheaper by ``cfg.cost.objective``
     (`store_costs`; ``inputs``: `workload_inputs`; None: uniform re-reference, dense features)."""
     ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
-    return cheapest_store(store_costs(ref, graph.n_nodes, graph.n_edges, hw, inputs), cfg.cost.objective)
+    return cheapest_store(store_costs(ref, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective),
+                          cfg.cost.objective)
 
 
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,

@@ -630,7 +630,7 @@ def _prepare(graph: Graph, cfg: TrainConfig, hw: hwmodel.HardwareSpec, teacher_l
     n, e = graph.n_nodes, graph.n_edges
 
     def cost_ratio(m, hard: bool):  # the cheaper of the stores the loss prices, as its reference (`store_costs`)
-        costs = store_costs(m, n, e, hw, loss_in, hard=hard).values()
+        costs = store_costs(m, n, e, hw, loss_in, objective=cfg.cost.objective, hard=hard).values()
         return functools.reduce(jnp.minimum, (getattr(r, cfg.cost.objective) for r in costs)) / loss_dense
 
     data = graph_data(graph, adj, model) if like is None else like.problem.data
@@ -658,7 +658,8 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
-        store, rep = cheapest_store(store_costs(model, n, e, target, inputs), cfg.cost.objective)
+        store, rep = cheapest_store(store_costs(model, n, e, target, inputs, objective=cfg.cost.objective),
+                                    cfg.cost.objective)
         if target is not hw and ("ref", target.name) not in shared:
             shared["ref", target.name] = dense_reference(cfg, graph, target, inputs)
         ref_store, ref = (dense_store, dense) if target is hw else shared["ref", target.name]
@@ -735,7 +736,7 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
     self-loops, kept layers, the bits). ``inputs``: the loss's (`loss_inputs`); ``dense_c``: its
     dense reference's ``cfg.cost.objective``."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
-    costs = store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, densities=closed)
+    costs = store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective, densities=closed)
     floor = float(getattr(cheapest_store(costs, cfg.cost.objective)[1], cfg.cost.objective)) / dense_c
     if cfg.cost.budget < floor:
         raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} "
