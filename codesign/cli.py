@@ -529,7 +529,7 @@ def cmd_cost(args) -> int:
         hw = hwmodel.presets.get(hw_name)
         out[hw_name] = {}
         for label, wl in workloads.items():
-            rep = hwmodel.estimate(wl, hw)
+            rep = hwmodel.estimate(wl, hw, mapping=args.mapping)
             out[hw_name][label] = {**rep.summary(), "on_nmp": {k: bool(v) for k, v in rep.on_nmp.items()},
                                    "aggregate_first": {k: bool(v) for k, v in rep.aggregate_first.items()},
                                    "stages": {
@@ -720,6 +720,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feature-density", type=_unit_interval("feature_density"), default=1.0,
                    help="kept fraction of the input features, in [0, 1]")
     p.add_argument("--training", action="store_true", help="cost forward + backward instead of inference")
+    p.add_argument("--mapping", choices=["latency_s", "energy_j", "dram_bytes"], default="latency_s",
+                   help="what each layer's mapping (dataflow order x unit) is chosen by (default latency_s; a run "
+                        "prices by its objective, energy_j for the grids)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.set_defaults(func=cmd_cost)
 

@@ -196,8 +196,9 @@ def _design_key(d: dict) -> tuple:
 
 class _Coster:
     """Energy / latency of designs on named specs, each (spec, design) estimated once, with the
-    input features stored dense or CSR, whichever costs less energy on that spec (as every run is
-    reported: `codesign.train.workload_inputs`; CSR only with ``feature_nnz``)."""
+    input features stored dense or CSR, whichever costs less energy on that spec, each layer at its
+    least-energy mapping (as every energy-objective run is reported: `codesign.train.store_costs`;
+    CSR only with ``feature_nnz``)."""
 
     def __init__(self, locality, feature_nnz=None):
         self.locality, self.feature_nnz, self.cache = locality, feature_nnz, {}
@@ -205,7 +206,7 @@ class _Coster:
     def _report(self, hw, design: dict):
         stores = [None] if self.feature_nnz is None else [None, self.feature_nnz]
         reps = [estimate(workload(design["edge"], design["feature"], design["bits"], channel_density=design["channel"],
-                                  locality=self.locality, feature_nnz=f), hw) for f in stores]
+                                  locality=self.locality, feature_nnz=f), hw, mapping="energy_j") for f in stores]
         return min(reps, key=lambda r: float(r.energy_j))
 
     def __call__(self, spec_key: str, hw, design: dict) -> tuple[float, float]:
