@@ -247,12 +247,14 @@ def test_sage_cost_weighted_training_prunes(cora):
 @pytest.mark.slow
 def test_gat_budget_lands_within_five_percent(cora):
     """Budget mode on Cora GAT (feature + edge mask, 8 bits, h100-datasheet energy): the hardened cost of
-    the selected epoch is within 5 % of the budget (300 epochs, gates 1.5x faster). Against the
+    the selected epoch is within 5 % of the budget (300 epochs, gate_lr 0.05). Against the
     reported dense reference (features stored CSR, cheaper there) every gate closed still costs 0.29
-    of dense, so the budget is 0.4 (it was 0.15 against the dense-stored one); measured 0.957 of it
-    (seed 0, test accuracy 74.3 %, 2026-11-29)."""
+    of dense, so the budget is 0.4 (it was 0.15 against the dense-stored one). Measured with the
+    suite's XLA flags, cost model 5 (layers mapped by energy), 2026-11-29: 0.999 / 0.983 of it on seeds
+    0 / 1 (test accuracy 75.3 / 74.5 %); gate_lr 0.075 (the former setting) gave 0.948 on seed 0 there,
+    0.972 with XLA's default flags: the PI loop amplifies float differences over 300 epochs."""
     budget = 0.4
-    cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=300, gate_lr=0.075, seed=0)
+    cfg = TrainConfig.for_model("gat", budget=budget, bits=8, epochs=300, gate_lr=0.05, seed=0)
     r = train(cora, cfg, presets.get("h100-datasheet"))  # launch-free datasheet H100: on the fitted h100 a Cora model is launch-bound (~1x to gain)
     ratio = r["modeled"]["energy_j"] / r["dense_modeled"]["energy_j"]
     assert 0.95 <= ratio / budget <= 1.05, ratio / budget
