@@ -933,7 +933,8 @@ def _old_rgcn_layer_workloads(name, n_nodes, relation_nnz, in_dim, out_dim, x_bi
                      hwmodel.spmm_stage(n_nodes, nnz, out_dim, out_bits, out_bits, **graph))
         layers.append(hwmodel.LayerWorkload(f"{name}/rel{r}", backward(agg_then), backward(comb_then), ()))
     gemm = backward((hwmodel.gemm_stage(n_nodes, in_dim, out_dim, x_bits, w_bits, out_bits),))
-    elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * (len(relation_nnz) + 1), out_bits),))
+    terms = len(relation_nnz) + 1  # a fused epilogue reads every term but the one it produces (cost model 4)
+    elem = backward((hwmodel.elementwise_stage(n_nodes, out_dim * terms, out_bits, epilogue_reads=(terms - 1) / terms),))
     layers.append(hwmodel.LayerWorkload(f"{name}/self", gemm, gemm, elem))
     if n_bases is not None and training:
         compose = backward((hwmodel.gemm_stage(len(relation_nnz), n_bases, in_dim * out_dim, 32, 32, 32),))
