@@ -155,9 +155,9 @@ def test_upcast_gemm_stages_by_hand():
     # bf16 [100, 200] @ [200, 50] run as f32 (XLA:CPU): convert A (20000 elements), B (10000),
     # an f32 GEMM, convert the result (5000). A convert reads 2 B and writes 4 B per element.
     conv_a, conv_b, gemm, conv_out = upcast_gemm_stages(100, 200, 50, 16)
-    for st, n in ((conv_a, 20000), (conv_b, 10000), (conv_out, 5000)):
-        assert st.kind == "elementwise"
-        assert float(st.macs) == n and float(st.compulsory_bytes) == 6 * n and float(st.bits) == 32
+    for stg, n in ((conv_a, 20000), (conv_b, 10000), (conv_out, 5000)):
+        assert stg.kind == "elementwise"
+        assert float(stg.macs) == n and float(stg.compulsory_bytes) == 6 * n and float(stg.bits) == 32
     ref = gemm_stage(100, 200, 50, 32, 32, 32)
     assert gemm.kind == "gemm"
     for k in ("macs", "bits", "compulsory_bytes"):
@@ -177,8 +177,8 @@ def test_gather_efficiency_slows_only_the_irregular_stages():
     sp = spmm_stage(1000, 5000, 16, 32, 32)
     np.testing.assert_allclose(float(stage_cost(sp, slow).compute_s), 3.2e-4, rtol=1e-6)
     np.testing.assert_allclose(float(stage_cost(sp, hw).compute_s), 8e-5, rtol=1e-6)
-    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
-        assert float(stage_cost(st, slow).latency_s) == float(stage_cost(st, hw).latency_s)
+    for stg in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(stage_cost(stg, slow).latency_s) == float(stage_cost(stg, hw).latency_s)
     with pytest.raises(ValueError, match=r"\.gather_efficiency"):
         tiny_spec(gather_efficiency=1.5)
 
@@ -192,9 +192,9 @@ def test_row_gather_overhead_by_hand():
     assert float(sp.gathered_rows) == 5000.0
     np.testing.assert_allclose(float(stage_cost(sp, hw).compute_s), 9e-5, rtol=1e-6)
     np.testing.assert_allclose(float(stage_cost(sp, tiny_spec()).compute_s), 8e-5, rtol=1e-6)
-    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
-        assert float(st.gathered_rows) == 0.0
-        assert float(stage_cost(st, hw).latency_s) == float(stage_cost(st, tiny_spec()).latency_s)
+    for stg in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(stg.gathered_rows) == 0.0
+        assert float(stage_cost(stg, hw).latency_s) == float(stage_cost(stg, tiny_spec()).latency_s)
     assert float(bsr_spmm_stage(1024, 300, 16, 8, 32, 32).gathered_rows) == 300.0
     assert float(sp.scaled(3.0).gathered_rows) == 15000.0
     with pytest.raises(ValueError, match=r"\.row_gather_overhead_s: must be finite and >= 0"):
@@ -217,9 +217,9 @@ def test_row_overhead_by_hand():
     seg, _ = segment_spmm_stages(1000, 5000, 16, 32, 32)
     assert float(seg.output_rows) == 0.0 and float(seg.gathered_rows) == 5000.0
     assert float(stage_cost(seg, hw).compute_s) == float(stage_cost(seg, tiny_spec()).compute_s)
-    for st in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
-        assert float(st.output_rows) == 0.0
-        assert float(stage_cost(st, hw).latency_s) == float(stage_cost(st, tiny_spec()).latency_s)
+    for stg in (gemm_stage(100, 200, 50, 32, 32, 32), elementwise_stage(1000, 16, 32)):
+        assert float(stg.output_rows) == 0.0
+        assert float(stage_cost(stg, hw).latency_s) == float(stage_cost(stg, tiny_spec()).latency_s)
     assert float(sp.scaled(3.0).output_rows) == 3000.0
     # differentiable: d compute_s / d row_overhead_s = the stage's output rows
     g = jax.grad(lambda spec: stage_cost(sp, spec).compute_s)(hw)
