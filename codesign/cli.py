@@ -625,7 +625,7 @@ def cmd_partition(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from codesign.hwmodel import presets
+    from codesign.hwmodel import MAPPING_OBJECTIVES, presets
     from codesign.hwmodel.comm import LINKS
     from codesign.hwmodel.topology import TOPOLOGIES
     parser = _Parser(prog="codesign", description=__doc__, formatter_class=_HelpFormatter)
@@ -720,7 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feature-density", type=_unit_interval("feature_density"), default=1.0,
                    help="kept fraction of the input features, in [0, 1]")
     p.add_argument("--training", action="store_true", help="cost forward + backward instead of inference")
-    p.add_argument("--mapping", choices=["latency_s", "energy_j", "dram_bytes"], default="latency_s",
+    p.add_argument("--mapping", choices=MAPPING_OBJECTIVES, default="latency_s",
                    help="what each layer's mapping (dataflow order x unit) is chosen by (default latency_s; a run "
                         "prices by its objective, energy_j for the grids)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

@@ -50,6 +50,7 @@ from codesign.models import GCN  # noqa: E402
 from codesign.quant import set_recorded_bits  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
+from codesign.train import cheapest_store, store_costs  # noqa: E402
 from paper_figures import fronts  # noqa: E402
 
 N_NODES, N_EDGES, DIMS = 2708, 10556, (1433, 16, 7)
@@ -78,11 +79,17 @@ def workload(edge_density: float, feature_density: float, bits, *, channel_densi
         to price the features stored CSR (the kept fraction of them, `codesign.models.layers.input_nnz`);
         None: stored dense.
     """
+    densities = {"edge": edge_density, "feature": feature_density, "channel": channel_density}
+    return design_model(bits, channel_density).workload(N_NODES, N_EDGES, densities=densities, locality=locality,
+                                                        feature_nnz=feature_nnz)
+
+
+def design_model(bits, channel_density: float = 1.0) -> GCN:
+    """The GCN 1,433-16-7 of `workload` (a channel mask exactly when ``channel_density`` < 1)
+    whose four quantizers carry ``bits`` (one width, or ``{"x0", "w0", "x1", "w1"}``)."""
     b = dict.fromkeys(LAYER_BITS, float(bits)) if not isinstance(bits, Mapping) else {k: float(bits[k])
                                                                                         for k in LAYER_BITS}
-    model = set_recorded_bits(GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0)), b)
-    densities = {"edge": edge_density, "feature": feature_density, "channel": channel_density}
-    return model.workload(N_NODES, N_EDGES, densities=densities, locality=locality, feature_nnz=feature_nnz)
+    return set_recorded_bits(GCN(*DIMS, channel_mask=channel_density < 1.0, rngs=nnx.Rngs(0)), b)
 
 
 def _nmp(hw, **changes):
@@ -204,10 +211,11 @@ class _Coster:
         self.locality, self.feature_nnz, self.cache = locality, feature_nnz, {}
 
     def _report(self, hw, design: dict):
-        stores = [None] if self.feature_nnz is None else [None, self.feature_nnz]
-        reps = [estimate(workload(design["edge"], design["feature"], design["bits"], channel_density=design["channel"],
-                                  locality=self.locality, feature_nnz=f), hw, mapping="energy_j") for f in stores]
-        return min(reps, key=lambda r: float(r.energy_j))
+        inputs = {"locality": self.locality, **({} if self.feature_nnz is None else {"feature_nnz": self.feature_nnz})}
+        densities = {"edge": design["edge"], "feature": design["feature"], "channel": design["channel"]}
+        costs = store_costs(design_model(design["bits"], design["channel"]), N_NODES, N_EDGES, hw, inputs,
+                            objective="energy_j", hard=False, densities=densities)
+        return cheapest_store(costs, "energy_j")[1]
 
     def __call__(self, spec_key: str, hw, design: dict) -> tuple[float, float]:
         key = (spec_key, _design_key(design))

@@ -247,7 +247,8 @@ def _red(p: dict, cost: str) -> str:
 def _setting(p: dict) -> str:
     """A front point's grid coordinates (`_setting_label`, the one label of a setting) and what
     training kept: masks' densities below 1 and the learned bit-widths."""
-    parts = [] if _setting_label(p) == "–" else [_setting_label(p)]
+    label = _setting_label(p)
+    parts = [] if label == "–" else [label]
     for k in ("edge", "feature", "channel"):
         v = p["densities"].get(k)
         if v is not None and v < 1.0:

@@ -8,7 +8,7 @@ from codesign.hwmodel import presets
 from codesign.hwmodel.power import peak_power_parts, peak_power_w
 from codesign.hwmodel.locality import LocalityProfile
 from codesign.hwmodel.locality import measure as measure_locality
-from codesign.hwmodel.estimate import (CostReport, StageCost, estimate, floored_row_bytes, nmp_stage_cost, smooth_max,
+from codesign.hwmodel.estimate import (MAPPING_OBJECTIVES, CostReport, StageCost, estimate, floored_row_bytes, nmp_stage_cost, smooth_max,
                                        stage_cost)
 from codesign.hwmodel.validate import MAX_BITS, MIN_BITS, check_bits, check_count, check_density, resolve_densities
 from codesign.hwmodel.spec import (PRECISION_TIERS, HardwareSpec, NearMemorySpec, mac_energy_pj, matrix_macs_per_s,
@@ -27,7 +27,8 @@ __all__ = ["presets", "peak_power_parts", "peak_power_w", "LocalityProfile", "me
            "gemm_stage",
            "message_passing_layer",
            "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "autograd_training", "reads_graph_input", "MAX_BITS", "MIN_BITS",
-           "check_bits", "check_count", "check_density", "resolve_densities", "ACTIVATION_MASK_BYTES"]
+           "check_bits", "check_count", "check_density", "resolve_densities", "ACTIVATION_MASK_BYTES",
+           "MAPPING_OBJECTIVES"]
 from codesign.hwmodel import comm
 from codesign.hwmodel.comm import CommCost, CommStage, LinkSpec, communication_cost, communication_stage
 
