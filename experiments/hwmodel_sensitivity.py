@@ -50,7 +50,7 @@ from codesign.models import GCN  # noqa: E402
 from codesign.quant import set_recorded_bits  # noqa: E402
 from codesign.hwmodel.spec import HOROWITZ_DRAM_PJ_PER_BYTE  # noqa: E402
 from codesign.results import write_json_atomic  # noqa: E402
-from codesign.train import cheapest_store, store_costs  # noqa: E402
+from codesign.train import cheapest_cost  # noqa: E402
 from paper_figures import fronts  # noqa: E402
 
 N_NODES, N_EDGES, DIMS = 2708, 10556, (1433, 16, 7)
@@ -204,7 +204,7 @@ def _design_key(d: dict) -> tuple:
 class _Coster:
     """Energy / latency of designs on named specs, each (spec, design) estimated once, with the
     input features stored dense or CSR, whichever costs less energy on that spec, each layer at its
-    least-energy mapping (as every energy-objective run is reported: `codesign.train.store_costs`;
+    least-energy mapping (as every energy-objective run is reported: `codesign.train.cheapest_cost`;
     CSR only with ``feature_nnz``)."""
 
     def __init__(self, locality, feature_nnz=None):
@@ -213,9 +213,8 @@ class _Coster:
     def _report(self, hw, design: dict):
         inputs = {"locality": self.locality, **({} if self.feature_nnz is None else {"feature_nnz": self.feature_nnz})}
         densities = {"edge": design["edge"], "feature": design["feature"], "channel": design["channel"]}
-        costs = store_costs(design_model(design["bits"], design["channel"]), N_NODES, N_EDGES, hw, inputs,
-                            objective="energy_j", hard=False, densities=densities)
-        return cheapest_store(costs, "energy_j")[1]
+        return cheapest_cost(design_model(design["bits"], design["channel"]), N_NODES, N_EDGES, hw, inputs,
+                             objective="energy_j", hard=False, densities=densities)[1]
 
     def __call__(self, spec_key: str, hw, design: dict) -> tuple[float, float]:
         key = (spec_key, _design_key(design))

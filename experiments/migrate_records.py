@@ -4,7 +4,7 @@ A record keeps what training decided - its hardened kept fractions (``densities`
 (``bits``, ``layer_bits``) - so its modeled cost can be recomputed without training: `recost`
 builds the record's model from its configuration, prices it on its target through the same entry
 point as training (`codesign.train.store_costs` with the stored ``densities`` as the what-if
-densities, the cheaper feature store by the run's objective, `codesign.train.cheapest_store`), and
+densities, the cheaper feature store by the run's objective, `codesign.train.cheapest_cost`), and
 its best dense reference (`codesign.train.dense_reference`), both with every feature store the
 model can read (`codesign.train.workload_inputs`). Learned widths enter as recorded: each quantizer
 of the rebuilt model carries its stored ``layer_bits`` width (`codesign.quant.set_recorded_bits`;
@@ -146,7 +146,7 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
     from flax import nnx
 
     from codesign.quant import set_recorded_bits
-    from codesign.train import build_model, cheapest_store, dense_reference, store_costs, workload_inputs
+    from codesign.train import build_model, cheapest_cost, dense_reference, workload_inputs
     config = record.get("config") or {}
     if not config.get("dataset") or not config.get("hw"):
         return None, "config"
@@ -189,9 +189,8 @@ def recost(record: dict, graph, hw, cache: dict | None = None):
                 approx = "CSR input priced at the kept fraction of all nonzeros (uniform over columns)"
             else:  # the kept columns' own nonzeros: scale the columns so that the what-if share is theirs
                 priced = {**inputs, "feature_nnz": inputs["feature_nnz"] * (kept_nnz / max(densities["feature"], 1e-12))}
-        store, rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, priced, densities=densities,
-                                                objective=cfg.cost.objective),
-                                    cfg.cost.objective)
+        store, rep = cheapest_cost(model, graph.n_nodes, graph.n_edges, hw, priced, densities=densities,
+                                   objective=cfg.cost.objective)
         approx = approx if store == "csr" else None  # stored dense: the kept columns' nonzeros do not enter
         ref_key = ("dense", id(graph), hw.name, repr(cfg.model), cfg.cost.objective)
         if ref_key not in cache:

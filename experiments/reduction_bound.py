@@ -44,16 +44,15 @@ def bound(graph, model_name: str, hws, locality) -> dict:
 
     from codesign.experiment import FLAGSHIP
     from codesign.hwmodel import presets
-    from codesign.train import TrainConfig, build_model, cheapest_store, dense_cost, store_costs, workload_inputs
+    from codesign.train import TrainConfig, build_model, cheapest_cost, dense_cost, workload_inputs
     cfg = TrainConfig.for_model(model_name, **FLAGSHIP)
     model = build_model(cfg, graph, nnx.Rngs(0))
     inputs = workload_inputs(cfg, graph, locality)  # both feature stores, as every run's report
     out = {}
     for name in hws:
         hw = presets.get(name)
-        floor = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective="energy_j",
-                                           bits=FLOOR_BITS,
-                                           densities=FLOOR_DENSITIES), "energy_j")[1]
+        floor = cheapest_cost(model, graph.n_nodes, graph.n_edges, hw, inputs, objective="energy_j", bits=FLOOR_BITS,
+                              densities=FLOOR_DENSITIES)[1]
         dense = dense_cost(cfg, graph, hw, inputs).summary()["energy_j"]
         total = floor.summary()["energy_j"]
         stages = sorted(((k, v["energy_j"]) for k, v in floor.breakdown(hw).items()), key=lambda kv: -kv[1])

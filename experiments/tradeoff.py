@@ -263,11 +263,10 @@ def _costs(model, graph, hw, cfg, locality, densities=None) -> dict:
     """Modeled cost of ``model`` (hardened, on the full ``graph``) and of the dense FP32 model, each
     with its features stored as ``hw`` runs them cheaper where the model can read them CSR
     (`codesign.train.store_costs`, `codesign.train.workload_inputs`)."""
-    from codesign.train import cheapest_store, dense_cost, store_costs, workload_inputs
+    from codesign.train import cheapest_cost, dense_cost, workload_inputs
     inputs = workload_inputs(cfg, graph, locality)
     extra = {} if densities is None else {"densities": densities}
-    rep = cheapest_store(store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective,
-                                     **extra), cfg.cost.objective)[1]
+    rep = cheapest_cost(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective, **extra)[1]
     ref = dense_cost(cfg, graph, hw, inputs)
     return {"modeled": rep.summary(), "dense_modeled": ref.summary(), "breakdown": rep.breakdown(hw),
             "dense_breakdown": ref.breakdown(hw)}

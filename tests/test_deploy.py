@@ -349,9 +349,10 @@ def test_sparse_features_price_the_loss_and_the_reference_by_column_nonzeros():
 def test_every_model_prices_csr_features_by_their_nonzeros(name):
     """Every model's workload takes ``feature_nnz``: its first GEMM becomes a CSR product over the
     kept columns' nonzeros (so fewer nonzeros cost less), a closed feature mask keeps none, and
-    the cheaper store (`store_costs` / `cheapest_store`) is what the run reports."""
+    the cheaper store (`store_costs` / `cheapest_store`, together `cheapest_cost`) is what the run
+    reports."""
     from codesign.models import MODELS
-    from codesign.train import cheapest_store, store_costs
+    from codesign.train import cheapest_cost, cheapest_store, store_costs
     hw = hwmodel.presets.get("h100-datasheet")  # launch-free: on the fitted h100 a 500-node graph is launch-bound
     model = MODELS[name](64, 8, 3, feature_mask=True, rngs=nnx.Rngs(0))
     n, e = 500, 2000
@@ -365,6 +366,10 @@ def test_every_model_prices_csr_features_by_their_nonzeros(name):
     costs = store_costs(model, n, e, hw, {"feature_nnz": sparse}, objective="energy_j")
     store, rep = cheapest_store(costs, "energy_j")
     assert set(costs) == {"dense", "csr"} and store == "csr" and float(rep.energy_j) == pytest.approx(cost["sparse"])
+    for objective in ("energy_j", "latency_s"):  # one objective picks both the mapping and the store
+        want = cheapest_store(store_costs(model, n, e, hw, {"feature_nnz": sparse}, objective=objective), objective)
+        got = cheapest_cost(model, n, e, hw, {"feature_nnz": sparse}, objective=objective)
+        assert got[0] == want[0] and float(getattr(got[1], objective)) == float(getattr(want[1], objective))
     with pytest.raises(ValueError, match=r"workload\(feature_nnz\): expected shape \(64,\)"):
         model.workload(n, e, feature_nnz=np.ones(3, np.float32))
 

@@ -15,8 +15,8 @@ forward and cost. Measured results of these settings are in docs/results.md.
 """
 
 from codesign.train.budget import Controller, ControllerState, no_controller, pi_controller
-from codesign.train.build import (adjacency, build_model, cheapest_store, dense_cost, dense_reference, loss_inputs,
-                                  store_costs, teacher_config, workload_inputs)
+from codesign.train.build import (adjacency, build_model, cheapest_cost, cheapest_store, dense_cost, dense_reference,
+                                  loss_inputs, store_costs, teacher_config, workload_inputs)
 from codesign.train.config import (DECAY_SCOPES, EDGE_SPARSIFIERS, FIELD_DOMAINS, FLAT_FIELDS, GATE_OPTIMIZERS,
                                    LEARNED_BITS, OBJECTIVES, SECTIONS, SELECTIONS, CostConfig, DistillConfig,
                                    Interval, MaskConfig, ModelConfig, OneOf, OptimConfig, QuantConfig, TrainConfig)
@@ -37,7 +37,8 @@ __all__ = [
     "graph_evaluate", "graph_data",
     "TrainStep", "Problem", "FitResult",
     "dense_teacher", "check_budget_feasible",
-    "build_model", "adjacency", "dense_cost", "dense_reference", "store_costs", "cheapest_store", "teacher_config",
+    "build_model", "adjacency", "dense_cost", "dense_reference", "store_costs", "cheapest_store", "cheapest_cost",
+    "teacher_config",
     "workload_inputs", "loss_inputs",
     "objective", "LossContext", "LossTerm", "task_term", "cost_penalty", "cost_constraint", "bits_penalty", "edge_l0",
     "distillation", "masked_cross_entropy", "masked_accuracy", "distill_kl",

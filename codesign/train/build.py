@@ -142,14 +142,21 @@ def cheapest_store(costs: dict, objective: str) -> tuple:
     return store, costs[store]
 
 
+def cheapest_cost(model, n_nodes: int, n_edges: int, hw: hwmodel.HardwareSpec, inputs: Optional[dict] = None, *,
+                  objective: str, **kw) -> tuple:
+    """``(store, CostReport)``: ``model`` on ``hw`` priced by `store_costs` and the store that
+    ``objective`` makes cheaper kept (`cheapest_store`), so the mapping and the store are chosen by
+    the one ``objective``. Arguments as `store_costs`; concrete values only."""
+    return cheapest_store(store_costs(model, n_nodes, n_edges, hw, inputs, objective=objective, **kw), objective)
+
+
 def dense_reference(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,
                     inputs: Optional[dict] = None) -> tuple:
     """``(store, CostReport)``: the modeled inference cost of the dense FP32 version of ``cfg``'s
     model on ``graph``, its features stored as ``hw`` runs them cheaper by ``cfg.cost.objective``
     (`store_costs`; ``inputs``: `workload_inputs`; None: uniform re-reference, dense features)."""
     ref = build_model(cfg, graph, nnx.Rngs(0), dense=True)
-    return cheapest_store(store_costs(ref, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective),
-                          cfg.cost.objective)
+    return cheapest_cost(ref, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective)
 
 
 def dense_cost(cfg: TrainConfig, graph: Graph, hw: hwmodel.HardwareSpec,

@@ -14,12 +14,15 @@ import math
 import numbers
 from typing import ClassVar, Optional, final
 
+from codesign.hwmodel import MAPPING_OBJECTIVES
 from codesign.kernels import REORDERINGS
 from codesign.models import MODEL_DEFAULTS, MODELS
 from codesign.models.layers import FP32_BITS, QUANTIZERS
 from codesign.models.sage import AGGREGATORS as SAGE_AGGREGATORS
 
-OBJECTIVES = ("energy_j", "latency_s", "dram_bytes")
+OBJECTIVES = MAPPING_OBJECTIVES
+"""The `CostReport` totals a run can minimize (``cost.objective``): the ones each layer's mapping can
+be chosen by (`codesign.hwmodel.MAPPING_OBJECTIVES`), so a run's objective is always a mapping."""
 SELECTIONS = ("last", "best_val")
 DECAY_SCOPES = ("first", "all")
 GATE_OPTIMIZERS = ("adam", "tensor_adam")

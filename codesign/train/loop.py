@@ -29,7 +29,7 @@ from codesign.models import MODELS
 from codesign.models.layers import input_nnz
 from codesign.sparsify import BlockEdgeMask
 from codesign.train.budget import Controller, no_controller, pi_controller
-from codesign.train.build import (adjacency, build_model, cheapest_store, dense_reference, loss_inputs, store_costs,
+from codesign.train.build import (adjacency, build_model, cheapest_cost, dense_reference, loss_inputs, store_costs,
                                   teacher_config, workload_inputs)
 from codesign.train.config import TrainConfig
 from codesign.train.objective import LossContext, LossTerm, masked_accuracy, masked_cross_entropy, objective
@@ -658,8 +658,7 @@ def _finish(run: _Run, fitted: FitResult, also_cost, return_logits: bool, return
     logits = _eval_logits(model, graph.x, adj)
     by_hw = {}
     for target in (hw, *also_cost):
-        store, rep = cheapest_store(store_costs(model, n, e, target, inputs, objective=cfg.cost.objective),
-                                    cfg.cost.objective)
+        store, rep = cheapest_cost(model, n, e, target, inputs, objective=cfg.cost.objective)
         if target is not hw and ("ref", target.name) not in shared:
             shared["ref", target.name] = dense_reference(cfg, graph, target, inputs)
         ref_store, ref = (dense_store, dense) if target is hw else shared["ref", target.name]
@@ -736,8 +735,9 @@ def check_budget_feasible(cfg: TrainConfig, model, graph: Graph, hw: hwmodel.Har
     self-loops, kept layers, the bits). ``inputs``: the loss's (`loss_inputs`); ``dense_c``: its
     dense reference's ``cfg.cost.objective``."""
     closed = {k: 0.0 for k, on in (("edge", cfg.uses_edge_mask), ("feature", cfg.uses_feature_mask)) if on}
-    costs = store_costs(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective, densities=closed)
-    floor = float(getattr(cheapest_store(costs, cfg.cost.objective)[1], cfg.cost.objective)) / dense_c
+    cheapest = cheapest_cost(model, graph.n_nodes, graph.n_edges, hw, inputs, objective=cfg.cost.objective,
+                             densities=closed)[1]
+    floor = float(getattr(cheapest, cfg.cost.objective)) / dense_c
     if cfg.cost.budget < floor:
         raise ValueError(f"TrainConfig.cost.budget: infeasible budget {cfg.cost.budget:g}: the {cfg.model.name} "
                          f"model with every "
