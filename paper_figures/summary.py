@@ -114,8 +114,8 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         ``summary[dataset][model][target]`` = ``{"loss_pts", "min_seeds", "reference": {...} or None,
         "methods": {method: reported point or {"selected": None, "why": ...}}, "insufficient_seeds":
         [{"method", "setting", "n"}, ...], "not_run": [method, ...]}`` (points left out for too few
-        seeds: listed, never silently dropped; ``not_run``: methods another target's panel of the same
-        dataset and model has and this one has no record of). A reported point: ``setting``,
+        seeds: listed, never silently dropped; ``not_run``: methods that another panel of the same model
+        (another target, or another dataset) has and this one has no record of). A reported point: ``setting``,
         ``candidate``, ``train`` (its learning-rate, decay, distillation, selection and cost
         fields), ``selected_on`` ("validation"), ``n``,
         ``val_accuracy`` / ``test_accuracy`` / ``test_std`` (%), ``modeled_energy_reduction`` /
@@ -161,13 +161,12 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
             else:
                 entry["methods"][m] = {"selected": None, "points_considered": 0,
                                        "why": f"no point with >= {min_seeds} seeds"}
-    for dataset, models in out.items():  # what a sibling panel (another target) has and this one lacks
+    for dataset, models in out.items():  # what a sibling panel (another target or dataset) has and this one lacks
         for model, hws in models.items():
-            panel_methods = {hw: {p["method"] for p in pts} for (d, m, hw), pts in panels.items()
-                             if (d, m) == (dataset, model)}
-            every = set().union(*panel_methods.values())
+            every = set().union(*({p["method"] for p in pts} for (_, m, _), pts in panels.items() if m == model))
             for hw, entry in hws.items():
-                entry["not_run"] = sorted(every - panel_methods.get(hw, set()), key=fronts.method_sort_key)
+                here = {p["method"] for p in panels[dataset, model, hw]}
+                entry["not_run"] = sorted(every - here, key=fronts.method_sort_key)
     return out
 
 
@@ -232,7 +231,8 @@ def _left_out(entry: dict) -> list[str]:
         few = ", ".join(f"{d['method']} ({d['setting']}: n={d['n']})" for d in entry["insufficient_seeds"])
         lines += [f"Left out, fewer than {entry['min_seeds']} seeds: {few}.", ""]
     if entry.get("not_run"):
-        lines += [f"Not run on this target: {', '.join(entry['not_run'])}.", ""]
+        lines += [f"Not run in this panel (another target's or dataset's panel of this model has them): "
+                  f"{', '.join(entry['not_run'])}.", ""]
     return lines
 
 

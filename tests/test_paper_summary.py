@@ -23,12 +23,13 @@ from codesign.results import config_key  # noqa: E402
 DENSE_J, DENSE_MS = 100.0, 10.0
 
 
-def _record(method, vals, tests, energy_j, *, cw=0.0, keep=None, measured_ms=None, hw="h100", candidate=0):
+def _record(method, vals, tests, energy_j, *, cw=0.0, keep=None, measured_ms=None, hw="h100", candidate=0,
+            dataset="cora"):
     """One record per seed (validation accuracies ``vals``, test ``tests``): modeled energy ``energy_j``
     (dense: `DENSE_J`), latency proportional."""
     out = []
     for seed, (val, acc) in enumerate(zip(vals, tests)):
-        config = {"experiment": "tradeoff", "dataset": "cora", "model": "gcn", "method": method, "hw": hw,
+        config = {"experiment": "tradeoff", "dataset": dataset, "model": "gcn", "method": method, "hw": hw,
                   "cost_weight": cw, "budget": None, "keep": keep, "round": None, "seed": seed,
                   "candidate": candidate}
         rec = {"key": config_key(config), "config": config, "versions": versions(), "test_accuracy": acc,
@@ -106,7 +107,20 @@ def test_a_method_another_target_ran_is_named_as_not_run_here(tmp_path):
     assert built["hygcn"]["not_run"] == sorted({"codesign", "a2q", "random_edges"}, key=fronts.method_sort_key)
     assert built["h100"]["not_run"] == []
     text = "\n".join(summary.render_build({"cora": {"gcn": built}}))
-    assert "Not run on this target: " + ", ".join(built["hygcn"]["not_run"]) + "." in text
+    assert ("Not run in this panel (another target's or dataset's panel of this model has them): "
+            + ", ".join(built["hygcn"]["not_run"]) + ".") in text
+
+
+def test_a_method_another_dataset_ran_is_named_as_not_run_here(tmp_path):
+    """A baseline of the Cora GCN panels never trained on WordNet: WordNet's panel names it."""
+    records = (RECORDS + _record("dense", [0.70] * FIVE, [0.70] * FIVE, DENSE_J, dataset="wordnet")
+               + _record("codesign", [0.70] * FIVE, [0.70] * FIVE, 10.0, cw=1.0, dataset="wordnet"))
+    path = tmp_path / "tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    built = summary.build(fronts.load_tradeoff(path))
+    assert built["wordnet"]["gcn"]["h100"]["not_run"] == sorted({"int4", "a2q", "random_edges"},
+                                                                key=fronts.method_sort_key)
+    assert built["cora"]["gcn"]["h100"]["not_run"] == []
 
 
 def test_a_panel_says_which_feature_stores_were_priced(tmp_path):
