@@ -173,11 +173,14 @@ def _parse(rec: dict, where: str) -> dict:
         raise ValueError(f"{where}: field 'test_accuracy' must be a fraction in [0, 1], got {acc!r}")
     val = rec.get("val_accuracy")
     val = math.nan if val is None else _number(val, "val_accuracy", where, allow_nan=True)
+    chosen = rec.get("selected_epoch")
+    if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 0):
+        raise ValueError(f"{where}: field 'selected_epoch' must be an integer >= 0, got {chosen!r}")
     measured = None
     if rec.get("measured") is not None:
         measured = {name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where, positive=True)
                     for name in ("measured", "dense_measured")}
-    return {"config": config, "acc": acc, "val_acc": val, "measured": measured,
+    return {"config": config, "acc": acc, "val_acc": val, "measured": measured, "selected_epoch": chosen,
             "reference": rec["versions"].get("reference"),
             "modeled": _costs(rec, "modeled", where),
             "dense_modeled": _costs(rec, "dense_modeled", where),
@@ -232,13 +235,16 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         ``densities`` and ``layer_bits`` (means), ``n_measured`` (runs with measured CPU latency),
         ``measured_latency_s`` / ``dense_measured_latency_s`` (their means, s) and
         ``measured_latency_ratio`` (mean measured / mean dense measured; all three None without a
-        measured run). ``[]`` for an empty file.
+        measured run), ``selected_epochs`` (the seeds' 0-based epochs kept by selection, sorted;
+        those that record one) and ``epochs`` (the epochs trained: ``config.train.epochs``, or
+        None). ``[]`` for an empty file.
 
     Raises:
         FileNotFoundError: if the file does not exist.
         ValueError: ``"<file>:<line>: ..."`` naming the field, for a garbled line, a record
             without ``versions`` or ``config`` (with string ``dataset``/``model``/``method``/``hw``),
-            ``test_accuracy`` (a fraction in [0, 1] or NaN; ``val_accuracy`` a number if present), ``modeled``/``dense_modeled``
+            ``test_accuracy`` (a fraction in [0, 1] or NaN; ``val_accuracy`` a number if present;
+            ``selected_epoch`` an integer >= 0 if present), ``modeled``/``dense_modeled``
             costs (finite, latency and energy > 0), or with a malformed ``breakdown``; or
             ``"<file>: records disagree on <field> version: A vs B"`` (`codesign.experiment.grid_versions`).
     """
@@ -277,6 +283,8 @@ def load_tradeoff(path: str | Path) -> list[dict]:
             "dense_breakdown": _mean_breakdown([r["dense_breakdown"] for r in runs]),
             "densities": _mean_dict([r["densities"] for r in runs]),
             "layer_bits": _mean_dict([r["layer_bits"] for r in runs]),
+            "selected_epochs": sorted(r["selected_epoch"] for r in runs if r["selected_epoch"] is not None),
+            "epochs": (cfg.get("train") or {}).get("epochs"),
         }
         for f in _MODELED:
             p[f] = mean("modeled", f)

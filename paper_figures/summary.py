@@ -79,6 +79,20 @@ def _reported(p: dict) -> dict:
             "measured_latency_reduction": None if meas is None else 1.0 / meas, "n_measured": p["n_measured"]}
 
 
+LATE_SELECTION = 0.9
+"""A reference whose latest seed kept an epoch in the last tenth of its training (selected epoch
+>= this fraction of the epochs) is reported as still rising: its validation curve is not shown flat
+(issue 34: dense references trained to convergence)."""
+
+
+def _convergence(p: dict) -> dict:
+    """The reference's selected epochs (per seed, sorted), its epochs and whether it was still rising
+    (`LATE_SELECTION`; None where the records give no selected epoch or epoch count)."""
+    chosen, epochs = p["selected_epochs"], p["epochs"]
+    rising = None if not chosen or not epochs else max(chosen) + 1 > LATE_SELECTION * epochs
+    return {"selected_epochs": chosen, "epochs": epochs, "still_rising": rising}
+
+
 def _stores_priced(pts: Sequence[dict]) -> list[str]:
     """The input-feature stores the panel's records were priced with: ``["dense", "csr"]`` where
     every record was priced under the ``"cheaper_store_always"`` reference
@@ -121,6 +135,9 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         ``val_accuracy`` / ``test_accuracy`` / ``test_std`` (%), ``modeled_energy_reduction`` /
         ``modeled_latency_reduction`` (reference cost / point cost on the target), ``energy_j`` /
         ``latency_s`` (modeled), ``measured_latency_reduction`` (None where not deployed), ``n_measured``.
+        The reference also gives ``candidates``, ``stores_priced``, ``dense_energy_j`` /
+        ``dense_latency_s`` and its convergence: ``selected_epochs``, ``epochs`` and ``still_rising``
+        (a seed kept an epoch in the last tenth of training, `LATE_SELECTION`).
 
     Raises:
         ValueError: ``loss_pts`` negative or NaN, or ``min_seeds`` < 1.
@@ -145,7 +162,7 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         ref = fronts.dense_point(dense, min_seeds)
         entry["reference"] = {**_reported(ref), "dense_energy_j": ref["dense_energy_j"],
                               "dense_latency_s": ref["dense_latency_s"],
-                              "candidates": len(dense), "stores_priced": _stores_priced(pts)}
+                              "candidates": len(dense), "stores_priced": _stores_priced(pts), **_convergence(ref)}
         methods = sorted({p["method"] for p in pts} - {fronts.DENSE_METHOD}, key=fronts.method_sort_key)
         for m in methods:
             mine = [p for p in ok if p["method"] == m]
@@ -199,6 +216,11 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                 lines += [f"### {dataset} / {model} / {hw}: dense reference ({ref['setting']}) validation "
                           f"{ref['val_accuracy']:.2f} %, test {ref['test_accuracy']:.2f} ± {ref['test_std']:.2f} "
                           f"(n={ref['n']}); modeled {ref['dense_energy_j']:.4g} J, {ref['dense_latency_s']:.4g} s", ""]
+                if ref.get("still_rising"):
+                    lines += [f"Not shown converged: a seed of the reference kept epoch {ref['selected_epochs'][-1]} "
+                              f"of {ref['epochs']}, in the last tenth of its training (its seeds kept epochs "
+                              f"{ref['selected_epochs'][0]}-{ref['selected_epochs'][-1]}), so its validation accuracy "
+                              f"was still rising and a longer-trained reference may be more accurate.", ""]
                 if ref.get("stores_priced") == ["dense"]:
                     lines += ["Priced with the input features stored dense only: these runs did not set "
                               "`TrainConfig.cost.sparse_features`, so the CSR store, which this target may run "

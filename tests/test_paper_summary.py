@@ -178,6 +178,38 @@ def test_bad_record_names_the_field(tmp_path):
     path.write_text(json.dumps(rec) + "\n")
     with pytest.raises(ValueError, match="dense_measured.latency_s"):
         fronts.load_tradeoff(path)
+    for bad in (-1, 2.5, "7", True):
+        rec = {**_rec("a2q", (0.8,), 4.0)[0], "selected_epoch": bad}
+        path.write_text(json.dumps(rec) + "\n")
+        with pytest.raises(ValueError, match=r"x_tradeoff.jsonl:1: field 'selected_epoch' must be an integer >= 0"):
+            fronts.load_tradeoff(path)
+
+
+@pytest.mark.parametrize("chosen, rising", [((150, 180, 199, 120, 170), True), ((150, 179, 90, 120, 170), False)])
+def test_a_reference_still_rising_at_the_end_of_training_is_said_so(tmp_path, chosen, rising):
+    """The reference's seeds kept epochs up to 199 of 200 (the last tenth): reported as still rising,
+    not shown converged; up to 179 of 200 it is not flagged."""
+    dense = _record("dense", [0.80] * FIVE, [0.80] * FIVE, DENSE_J)
+    for rec, epoch in zip(dense, chosen):
+        rec["selected_epoch"] = epoch
+        rec["config"]["train"] = {"epochs": 200, "lr": 0.01}
+    path = tmp_path / "cora_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in dense + _record("int4", [0.8] * FIVE, [0.8] * FIVE, 10.0)))
+    built = summary.build(fronts.load_tradeoff(path))
+    ref = built["cora"]["gcn"]["h100"]["reference"]
+    assert (ref["selected_epochs"], ref["epochs"], ref["still_rising"]) == (sorted(chosen), 200, rising)
+    text = "\n".join(summary.render_build(built))
+    said = (f"Not shown converged: a seed of the reference kept epoch {max(chosen)} of 200, in the last tenth of "
+            f"its training (its seeds kept epochs {min(chosen)}-{max(chosen)})")
+    assert (said in text) == rising
+    untracked = summary.build(fronts.load_tradeoff(_write(tmp_path, RECORDS)))["cora"]["gcn"]["h100"]["reference"]
+    assert untracked["still_rising"] is None and untracked["selected_epochs"] == []  # no selected epoch recorded
+
+
+def _write(tmp_path, records) -> Path:
+    path = tmp_path / "other_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
 
 
 ABLATION_BASE = (  # the flagship's front of the ablation tests (validation = test accuracy here)
