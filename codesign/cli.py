@@ -931,7 +931,8 @@ def _run(args) -> int:
 
     def on_sigint(signum, frame):
         args.progress.interrupted = True  # remembered where Python drops the exception (`_Progress.check`)
-        signal.default_int_handler(signum, frame)
+        if not _in_finalizer(frame):  # there it would be printed as "Exception ignored in ..." and lost
+            signal.default_int_handler(signum, frame)
 
     # only Python's own handler is wrapped (not one a host program such as pytest set), from the main thread
     own = (threading.current_thread() is threading.main_thread()
@@ -964,6 +965,20 @@ def _run(args) -> int:
     finally:
         if own:
             signal.signal(signal.SIGINT, previous)
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether ``frame`` (where a signal arrived) runs inside a callback whose exceptions Python
+    ignores, printing "Exception ignored in ..." with a traceback: a ``__del__`` method, a
+    ``weakref.finalize`` callback, or a garbage-collector callback (JAX's ``_xla_gc_callback``). A
+    Ctrl-C landing there is only remembered; the next `_Progress.check` raises it."""
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_name == "__del__" or "gc_callback" in code.co_name
+                or (code.co_filename.endswith("weakref.py") and code.co_name in ("__call__", "_exitfunc"))):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _total_memory_gib() -> float:
