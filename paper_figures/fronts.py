@@ -180,6 +180,9 @@ def _parse(rec: dict, where: str) -> dict:
     if rec.get("measured") is not None:
         measured = {name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where, positive=True)
                     for name in ("measured", "dense_measured")}
+        if rec.get("modeled_local") is not None:  # the deployed programs as the CPU preset prices them
+            measured.update({name: _number((rec.get(name) or {}).get("latency_s"), f"{name}.latency_s", where,
+                                           positive=True) for name in ("modeled_local", "dense_modeled_local")})
     return {"config": config, "acc": acc, "val_acc": val, "measured": measured, "selected_epoch": chosen,
             "reference": rec["versions"].get("reference"),
             "modeled": _costs(rec, "modeled", where),
@@ -235,7 +238,9 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         ``densities`` and ``layer_bits`` (means), ``n_measured`` (runs with measured CPU latency),
         ``measured_latency_s`` / ``dense_measured_latency_s`` (their means, s) and
         ``measured_latency_ratio`` (mean measured / mean dense measured; all three None without a
-        measured run), ``selected_epochs`` (the seeds' 0-based epochs kept by selection, sorted;
+        measured run), ``modeled_local_latency_ratio`` (the same runs' deployed programs as the CPU
+        preset prices them, ``modeled_local`` / ``dense_modeled_local``: the model beside the
+        measurement; None unless every measured run records it), ``selected_epochs`` (the seeds' 0-based epochs kept by selection, sorted;
         those that record one) and ``epochs`` (the epochs trained: ``config.train.epochs``, or
         None). ``[]`` for an empty file.
 
@@ -296,6 +301,10 @@ def load_tradeoff(path: str | Path) -> list[dict]:
         p["measured_latency_s"] = float(np.mean([m["measured"] for m in meas])) if meas else None
         p["dense_measured_latency_s"] = float(np.mean([m["dense_measured"] for m in meas])) if meas else None
         p["measured_latency_ratio"] = p["measured_latency_s"] / p["dense_measured_latency_s"] if meas else None
+        local = [m for m in meas if "modeled_local" in m]
+        p["modeled_local_latency_ratio"] = (float(np.mean([m["modeled_local"] for m in local])
+                                                  / np.mean([m["dense_modeled_local"] for m in local]))
+                                            if local and len(local) == len(meas) else None)
         points.append(p)
     return points
 

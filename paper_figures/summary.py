@@ -68,7 +68,7 @@ def _setting_label(p: dict) -> str:
 
 def _reported(p: dict) -> dict:
     """The numbers the summary reports for a selected point."""
-    meas = p.get("measured_latency_ratio")
+    meas, local = p.get("measured_latency_ratio"), p.get("modeled_local_latency_ratio")
     return {"setting": _setting_label(p), "candidate": p["config"].get("candidate"),
             "train": {k: v for k, v in (p["config"].get("train") or {}).items()
                       if k in ("lr", "weight_decay", "distill_weight", "select", "cost_weight", "budget", "epochs")},
@@ -76,7 +76,8 @@ def _reported(p: dict) -> dict:
             "val_accuracy": p["val_acc_pct"], "test_accuracy": p["acc_pct"], "test_std": p["acc_pct_std"],
             "modeled_energy_reduction": 1.0 / p["energy_ratio"], "modeled_latency_reduction": 1.0 / p["latency_ratio"],
             "energy_j": p["energy_j"], "latency_s": p["latency_s"],
-            "measured_latency_reduction": None if meas is None else 1.0 / meas, "n_measured": p["n_measured"]}
+            "measured_latency_reduction": None if meas is None else 1.0 / meas, "n_measured": p["n_measured"],
+            "modeled_cpu_latency_reduction": None if local is None else 1.0 / local}
 
 
 LATE_SELECTION = 0.9
@@ -134,7 +135,9 @@ def build(points: Sequence[dict], loss_pts: float = 1.0, min_seeds: int = MIN_SE
         fields), ``selected_on`` ("validation"), ``n``,
         ``val_accuracy`` / ``test_accuracy`` / ``test_std`` (%), ``modeled_energy_reduction`` /
         ``modeled_latency_reduction`` (reference cost / point cost on the target), ``energy_j`` /
-        ``latency_s`` (modeled), ``measured_latency_reduction`` (None where not deployed), ``n_measured``.
+        ``latency_s`` (modeled), ``measured_latency_reduction`` (None where not deployed), ``n_measured``,
+        ``modeled_cpu_latency_reduction`` (the same deployed programs priced by the CPU preset the
+        measurement ran on, ``modeled_local``: the model beside the measurement; None where not deployed).
         The reference also gives ``candidates``, ``stores_priced``, ``dense_energy_j`` /
         ``dense_latency_s`` and its convergence: ``selected_epochs``, ``epochs`` and ``still_rising``
         (a seed kept an epoch in the last tenth of training, `LATE_SELECTION`).
@@ -203,7 +206,8 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
              "(features stored dense or CSR, whichever it runs cheaper, where the runs priced the CSR store: each "
              "panel says which stores were priced), and the measured CPU latency reduction of "
              "the deployed program against the dense FP32 program timed beside it (`codesign.deploy`; – where not "
-             "deployed).", ""]
+             "deployed), beside it the same two programs as the `cpu_numpy` preset prices them (the model's "
+             "prediction of that measurement).", ""]
     for dataset, models in summary.items():
         for model, hws in models.items():
             for hw, entry in hws.items():
@@ -232,15 +236,17 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                               "(every gate closed, every tensor at 1 bit, FP32 logits: `experiments/reduction_bound.py`).",
                               ""]
                 lines += ["| method | setting | val (%) | test (%) | n | modeled energy reduction "
-                          "| modeled latency reduction | measured CPU latency reduction |",
-                          "|---|---|---:|---:|---:|---:|---:|---:|"]
+                          "| modeled latency reduction | measured CPU latency reduction "
+                          "| modeled CPU latency reduction |",
+                          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
                 for m, v in entry["methods"].items():
                     if v.get("selected", True) is None:
-                        lines.append(f"| {m} | {v['why']} | | | | | | |")
+                        lines.append(f"| {m} | {v['why']} | | | | | | | |")
                         continue
                     lines.append(f"| {m} | {v['setting']} | {v['val_accuracy']:.2f} | {v['test_accuracy']:.2f} ± "
                                  f"{v['test_std']:.2f} | {v['n']} | {_x(v['modeled_energy_reduction'])} | "
-                                 f"{_x(v['modeled_latency_reduction'])} | {_x(v['measured_latency_reduction'])} |")
+                                 f"{_x(v['modeled_latency_reduction'])} | {_x(v['measured_latency_reduction'])} | "
+                                 f"{_x(v.get('modeled_cpu_latency_reduction'))} |")
                 lines.append("")
                 lines += _left_out(entry)
     return lines

@@ -20,13 +20,14 @@ from paper_figures import fronts, summary  # noqa: E402
 from codesign.experiment import versions  # noqa: E402
 from codesign.results import config_key  # noqa: E402
 
-DENSE_J, DENSE_MS = 100.0, 10.0
+DENSE_J, DENSE_MS, DENSE_LOCAL_MS = 100.0, 10.0, 12.0
 
 
 def _record(method, vals, tests, energy_j, *, cw=0.0, keep=None, measured_ms=None, hw="h100", candidate=0,
-            dataset="cora"):
+            dataset="cora", local_ms=None):
     """One record per seed (validation accuracies ``vals``, test ``tests``): modeled energy ``energy_j``
-    (dense: `DENSE_J`), latency proportional."""
+    (dense: `DENSE_J`), latency proportional; ``local_ms``: the deployed program as the CPU preset
+    prices it (``modeled_local``; the dense one at `DENSE_LOCAL_MS`)."""
     out = []
     for seed, (val, acc) in enumerate(zip(vals, tests)):
         config = {"experiment": "tradeoff", "dataset": dataset, "model": "gcn", "method": method, "hw": hw,
@@ -39,6 +40,9 @@ def _record(method, vals, tests, energy_j, *, cw=0.0, keep=None, measured_ms=Non
         if measured_ms is not None:
             rec["measured"] = {"latency_s": measured_ms * 1e-3}
             rec["dense_measured"] = {"latency_s": DENSE_MS * 1e-3}
+        if local_ms is not None:
+            rec["modeled_local"] = {"latency_s": local_ms * 1e-3, "energy_j": 1.0}
+            rec["dense_modeled_local"] = {"latency_s": DENSE_LOCAL_MS * 1e-3, "energy_j": 1.0}
         out.append(rec)
     return out
 
@@ -55,7 +59,8 @@ RECORDS = (
     _record("dense", [0.80] * FIVE, [0.78, 0.79, 0.80, 0.81, 0.82], DENSE_J, measured_ms=DENSE_MS)
     + _record("dense", [0.78] * FIVE, [0.85] * FIVE, DENSE_J, candidate=1)
     + _record("codesign", [0.80] * FIVE, [0.80] * FIVE, 8.0, cw=0.1, measured_ms=4.0)     # 12.5x
-    + _record("codesign", [0.795] * FIVE, [0.70] * FIVE, 5.0, cw=0.3, measured_ms=2.0)    # 20x: chosen (val)
+    + _record("codesign", [0.795] * FIVE, [0.70] * FIVE, 5.0, cw=0.3, measured_ms=2.0,    # 20x: chosen (val)
+              local_ms=3.0)
     + _record("codesign", [0.785] * FIVE, [0.82] * FIVE, 2.0, cw=1.0, measured_ms=1.0)    # best test, val too low
     + _record("int4", [0.80] * 3, [0.80] * 3, 10.0)                                        # 3 seeds: left out
     + _record("a2q", [0.80] * FIVE, [0.79] * FIVE, 4.0, measured_ms=5.0)                  # 25x, 2x measured
@@ -86,10 +91,12 @@ def test_build_chooses_on_validation_by_hand(points):
     assert c["modeled_energy_reduction"] == pytest.approx(20.0)
     assert c["modeled_latency_reduction"] == pytest.approx(20.0)
     assert c["measured_latency_reduction"] == pytest.approx(5.0)  # 10 ms / 2 ms
+    assert c["modeled_cpu_latency_reduction"] == pytest.approx(4.0)  # the model beside it: 12 ms / 3 ms
     assert (c["val_accuracy"], c["test_accuracy"], c["test_std"], c["n"]) == pytest.approx((79.5, 70.0, 0.0, 5))
     assert c["points_considered"] == 3
     a = e["methods"]["a2q"]
     assert a["modeled_energy_reduction"] == pytest.approx(25.0) and a["measured_latency_reduction"] == pytest.approx(2.0)
+    assert a["modeled_cpu_latency_reduction"] is None  # measured, but its records price no local program
     # too few seeds: said per point, never silently dropped
     assert e["methods"]["int4"] == {"selected": None, "points_considered": 0, "why": "no point with >= 5 seeds"}
     assert {"method": "int4", "setting": "candidate 0", "n": 3} in e["insufficient_seeds"]
