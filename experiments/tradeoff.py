@@ -122,7 +122,8 @@ CANDIDATES: dict[str, tuple[dict, ...]] = {
                  dict(select="best_val", lr=0.01, weight_decay=5e-4, epochs=1600),
                  dict(select="best_val", lr=0.01, weight_decay=5e-4, epochs=3200),
                  dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=1600),
-                 dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=3200))),
+                 dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=3200))
+              + tuple(dict(select="best_val", lr=0.01, weight_decay=0.0, epochs=e) for e in (800, 1600, 3200))),
     "ugs_int8": tuple(dict(lr=lr, weight_decay=wd) for lr in (0.008, 0.01) for wd in (8e-5, 5e-4)),
     **{m: tuple(dict(select="best_val", lr=lr, **d) for lr in (0.01, 0.005)
                 for d in ({}, DISTILL_BASELINE))
@@ -132,7 +133,9 @@ CANDIDATES: dict[str, tuple[dict, ...]] = {
 validation accuracy by ``paper_figures/summary.py``: 4 `TrainConfig` override sets per method, on
 top of the method's own, every one with the epoch chosen on validation (``select="best_val"``, as
 the flagship). The dense FP32 reference tries two step sizes x two weight decays at the grid's
-epochs, then the step size 0.01 with both decays at 400, 800, 1600 and 3200 epochs (indices in
+epochs, then the step size 0.01 with both decays at 400, 800, 1600 and 3200 epochs, then without
+weight decay at 800, 1600 and 3200 (candidates 12-14: a one-seed WordNet probe without decay at 800
+epochs validated above the 3200-epoch reference with decay 5e-4; indices in
 the order the candidates were added, so stored records keep theirs): each longer budget was added
 when the references' selected epochs sat at the end of the shorter one, and a reference whose
 seeds still keep an epoch in the last tenth of training is reported as not shown converged
