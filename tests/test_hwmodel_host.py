@@ -119,3 +119,38 @@ def test_an_unfused_executor_makes_one_pass_per_elementwise_op():
     assert float(stage_cost(s, spec(fuses_elementwise=False)).dram_bytes) == pytest.approx(3 * one_pass)
     with pytest.raises(ValueError, match=r"elementwise_stage\(ops\)"):
         elementwise_stage(10, 4, 32, ops=0)
+
+
+def test_gemm_pack_byte_s_prices_the_packed_operands_beyond_the_buffer():
+    # [m, k] @ [k, n] f32: gemm_stage records both inputs as packed bytes
+    m, k, n = 4096.0, 512.0, 16.0
+    g = gemm_stage(m, k, n, 32.0, 32.0, 32.0)
+    packed = (m * k + k * n) * 4.0
+    np.testing.assert_allclose(float(g.packed_bytes), packed)
+    base = spec(overlap_exponent=64.0)
+    plain = stage_cost(g, base)
+    packing = stage_cost(g, base.replace(gemm_pack_byte_s=1e-10))
+    spill = 1.0 - base.onchip_buffer_bytes / packed
+    np.testing.assert_allclose(float(packing.compute_s - plain.compute_s), packed * spill * 1e-10, rtol=1e-5)
+    # operands within the buffer: no cost
+    small = gemm_stage(64.0, 64.0, 16.0, 32.0, 32.0, 32.0)
+    np.testing.assert_allclose(float(stage_cost(small, base.replace(gemm_pack_byte_s=1e-10)).compute_s),
+                               float(stage_cost(small, base).compute_s))
+
+
+def test_parallel_stage_bytes_scales_a_small_elementwise_stages_dispatch():
+    hw = spec(stage_overhead_s=1e-5)
+    small = flat_stage("elementwise", macs=0.0, compulsory_bytes=jnp.float32(1e3))
+    big = flat_stage("elementwise", macs=0.0, compulsory_bytes=jnp.float32(1e7))
+    gemm = flat_stage("gemm", macs=0.0, compulsory_bytes=jnp.float32(1e3))
+    with_threshold = hw.replace(parallel_stage_bytes=1e4)
+    dispatch = lambda s, h: float(stage_cost(s, h).latency_s) - float(stage_cost(s, h.replace(stage_overhead_s=0.0)).latency_s)
+    np.testing.assert_allclose(dispatch(small, hw), 1e-5, rtol=1e-4)
+    np.testing.assert_allclose(dispatch(small, with_threshold), 1e-6, rtol=1e-3)  # 1e3 / 1e4 of a dispatch
+    np.testing.assert_allclose(dispatch(big, with_threshold), 1e-5, rtol=1e-4)
+    np.testing.assert_allclose(dispatch(gemm, with_threshold), 1e-5, rtol=1e-4)  # only elementwise stages
+
+
+def test_cpu_numpy_packs_and_has_no_thread_pool_threshold():
+    assert presets.cpu_numpy().parallel_stage_bytes is None
+    assert presets.cpu().gemm_pack_byte_s == 0.0

@@ -31,12 +31,16 @@ from codesign.hwmodel.spec import HardwareSpec
 
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
            "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
-           "host_stage_overhead_s", "row_miss_overhead_s", "line_miss_overhead_s")
+           "host_stage_overhead_s", "row_miss_overhead_s", "line_miss_overhead_s", "gemm_pack_byte_s", "llc_bytes",
+           "parallel_stage_bytes")
 """The host factors `fit` adjusts, in the order of its parameter vector. host_stage_overhead_s: the
 fixed cost of one numpy / scipy call in a deployed program (priced on `cpu_numpy`: one core), where
 stage_overhead_s is XLA's dispatch; onchip_buffer_bytes is fitted on the CPU: the cache a kernel
 effectively has on a shared VM is not the L3 that lscpu reports (that one is `HardwareSpec.llc_bytes`, not
-fitted: line_miss_overhead_s prices the gathered lines that miss it)."""
+fitted: line_miss_overhead_s prices the gathered lines that miss it). gemm_pack_byte_s: numpy's (OpenBLAS's)
+operand packing, on the `cpu_numpy` side only; llc_bytes: the last-level cache a kernel effectively has, started
+at lscpu's L3 (a VM shares it with other tenants); parallel_stage_bytes: the size above which XLA:CPU runs an
+elementwise loop on its thread pool (fitted where ``base`` has one: not on a GPU)."""
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
 
 
@@ -151,7 +155,8 @@ def latency_model(stages, base: HardwareSpec, host=None):
     """A jitted ``theta -> latencies`` for the calibration factors ``theta`` (see `FACTORS`; the
     bf16 GEMM rate is ``theta[4]`` times ``base``'s fp32 rate). ``host``: per kernel, whether it
     is a deployed program's numpy / scipy kernel (`HOST_KINDS`), priced as the `cpu_numpy` preset
-    prices it (``base`` on one core, `HardwareSpec.single_core`, with ``theta[10]`` per call);
+    prices it (``base`` on one core, `HardwareSpec.single_core`, with ``theta[10]`` per call, ``theta[13]``
+    per packed GEMM operand byte and no thread-pool threshold);
     the others as XLA runs them on every core (the `cpu` preset)."""
     host = [False] * len(stages) if host is None else list(host)
 
@@ -163,14 +168,17 @@ def latency_model(stages, base: HardwareSpec, host=None):
                                  gather_efficiency=theta[5], overlap_exponent=theta[6],
                                  row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
                                  row_overhead_s=theta[9], row_miss_overhead_s=theta[11],
-                                 line_miss_overhead_s=theta[12])
-        one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10])
+                                 line_miss_overhead_s=theta[12],
+                                 llc_bytes=None if base.llc_bytes is None else theta[14],
+                                 parallel_stage_bytes=None if base.parallel_stage_bytes is None else theta[15])
+        one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10], gemm_pack_byte_s=theta[13],
+                                  parallel_stage_bytes=None)
         return jnp.stack([sum(stage_cost(s, one if h else hw).latency_s for s in kernel)
                           for kernel, h in zip(stages, host)])
     return f
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)):
     """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
     ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
     kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
@@ -178,13 +186,16 @@ def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 
     in [1e-5, 1], overhead in [1 ns, 1 ms], bf16/fp32 GEMM rate in [0.01, 4], overlap exponent
     in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
     per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms], per missed
-    row and per line missing the last-level cache in [0.1 ps, 1 us]; the order of `FACTORS`) from ``x0``;
+    row and per line missing the last-level cache in [0.1 ps, 1 us], per packed GEMM operand byte in
+    [1 fs, 1 us], the last-level cache in [64 KiB, 2 GiB], the thread-pool threshold of an elementwise
+    stage in [1 kB, 10 GB]; the order of `FACTORS`) from ``x0``;
     only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
     evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
-    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13, 1e-13])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6, 1e-6])
+    lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13, 1e-13,
+                 1e-15, 65536.0, 1e3])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6, 1e-6, 1e-6, 2.0**31, 1e10])
     u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
 
     def full(u):

@@ -5,6 +5,7 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
                + gathered_rows * (row_gather_overhead_s + (1 - hit) * row_miss_overhead_s
                                   + (1 - hit_llc) * (row' / g) * line_miss_overhead_s)
                + output_rows * row_overhead_s
+               + packed * (1 - min(1, buffer / packed)) * gemm_pack_byte_s   (GEMM: a BLAS's operand packing)
                (hit_llc: as hit, at the last-level cache ``llc_bytes`` behind the buffer: every
                line of a row that misses it waits on DRAM; no such term on a spec without one)
                (output_rows: rows a CSR kernel loops over one at a time, `Stage.output_rows`;
@@ -24,6 +25,8 @@ Per stage on the host (roofline; Williams, Waterman & Patterson, CACM 2009):
   onchip_s   = onchip_bytes / onchip_bw                          (if the spec gives onchip_bw)
   latency_s  = smooth_max(compute_s, memory_s, onchip_s; p=overlap_exponent)
                + launches * stage_overhead_s
+               (an elementwise stage with ``parallel_stage_bytes`` P: launches * min(1, bytes per
+               launch / P), the loops XLA:CPU runs on the calling thread)
   energy_j   = macs * mac_energy(bits) + dram_bytes * dram_energy + onchip_bytes * sram_energy
 (rate: the matrix engine for GEMM / BSR stages, else the vector units, at
 ``gather_efficiency`` on the irregular ones: SpMM, SDDMM, edge softmax; rates and MAC energy by
@@ -315,7 +318,15 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
     onchip_s = zero if hw.onchip_bw_bytes_per_s is None else onchip / hw.onchip_bw_bytes_per_s
     compute_j = stage.macs * mac_energy_pj(hw, stage.bits, hardened, matrix=stage.kind in MATRIX_KINDS) * PJ
     energy_j = compute_j + (dram * hw.dram_energy_pj_per_byte + onchip * hw.sram_energy_pj_per_byte) * PJ
-    latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + stage.launches * hw.stage_overhead_s
+    if stage.kind in MATRIX_KINDS:  # a BLAS that packs its operands: the copy beyond the buffer, a phase of its own
+        packed = jnp.asarray(stage.packed_bytes, jnp.float32)
+        compute_s = compute_s + packed * (1.0 - jnp.minimum(1.0, hw.onchip_buffer_bytes / jnp.maximum(packed, 1.0))) \
+            * hw.gemm_pack_byte_s
+    launches = jnp.asarray(stage.launches, jnp.float32)
+    if hw.parallel_stage_bytes is not None and stage.kind == "elementwise":  # small loops run on the calling thread
+        per_launch = (stage.compulsory_bytes + stage.reuse_bytes) / jnp.maximum(launches, 1e-30)
+        launches = launches * jnp.minimum(1.0, per_launch / hw.parallel_stage_bytes)
+    latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + launches * hw.stage_overhead_s
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
                      compute_j, zero, zero, zero)
 

@@ -196,7 +196,8 @@ def _check_array(v, owner: str, name: str, nonnegative, fractions) -> np.ndarray
 
 
 HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "output_accumulate_passes",
-                    "row_miss_overhead_s", "line_miss_overhead_s", "llc_bytes",
+                    "row_miss_overhead_s", "line_miss_overhead_s", "llc_bytes", "gemm_pack_byte_s",
+                    "parallel_stage_bytes",
                     "dram_energy_pj_per_byte",
                     "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
                     "mac_energy_fp32_pj", "matrix_mac_energy_fp32_pj", "static_power_w")
@@ -376,6 +377,17 @@ class HardwareSpec:
         streaming roof (scipy's CSR product on R-MAT 2^20 at width 64: 17.7 ns a gathered line, on
         csbm-products at width 100 about 28 ns, against 2 ns at the streaming rate; docs/hwmodel.md).
         Fitted for the measured `cpu` preset.
+      gemm_pack_byte_s: time per byte of a GEMM's operands (``Stage.packed_bytes``) that a
+        Goto-style BLAS copies into blocked panels before multiplying (Goto & van de Geijn, TOMS
+        2008), on the share of them beyond ``onchip_buffer_bytes``, added to the stage's compute
+        time (the copy is a phase of its own, not overlapped with the multiply), >= 0. The
+        `cpu_numpy` preset's (OpenBLAS on one core: [M, K] @ [K, n] costs about 0.5 ns per
+        element of a large A on top of its MACs at every n); 0 elsewhere (XLA's GEMM shows no
+        such cost on the grid). Fitted.
+      parallel_stage_bytes: an "elementwise" stage moving fewer bytes per launch than this pays
+        that share of ``stage_overhead_s`` (XLA:CPU splits a loop fusion over its thread pool only
+        above a cost threshold; a small loop runs on the calling thread); None: every launch pays
+        it in full (every preset but the measured `cpu`). Fitted.
       cores: the host cores whose sum the compute roofs are (the measured `cpu` preset: the VM's
         2 cores, as XLA's thread pool reaches them); a stage that runs as one serial loop
         (``Stage.serial``) gets ``1 / cores`` of the compute rates. 1 for datasheet presets
@@ -448,6 +460,8 @@ class HardwareSpec:
     row_miss_overhead_s: float = 0.0
     llc_bytes: Optional[float] = None
     line_miss_overhead_s: float = 0.0
+    gemm_pack_byte_s: float = 0.0
+    parallel_stage_bytes: Optional[float] = None
     cores: float = 1.0
     clock_hz: Optional[float] = None
     nmp: Optional[NearMemorySpec] = None

@@ -82,6 +82,9 @@ class Stage:
         kernel's result, still in registers, and its output is what the kernel writes, so only
         the other operands and outputs it has move (`elementwise_stage`); no launch of its own.
         None (the default): the stage does not fuse and is priced as a kernel of its own.
+      packed_bytes: bytes of a GEMM's operands that a Goto-style BLAS copies into blocked panels
+        (`gemm_stage`: both inputs), priced per byte beyond the on-chip buffer by
+        ``HardwareSpec.gemm_pack_byte_s`` (0 on executors that do not pack); 0 for other stages.
 
     Checked at construction (the stage builders' stages and hand-built ones alike), for concrete
     values -- Python / NumPy numbers and concrete JAX arrays; tracers under ``jit`` / ``grad`` /
@@ -117,6 +120,7 @@ class Stage:
     serial: bool = dataclasses.field(default=False, metadata=dict(static=True))
     weight_gemm: bool = dataclasses.field(default=False, metadata=dict(static=True))
     epilogue_bytes: Optional[jax.Array] = None
+    packed_bytes: jax.Array = 0.0
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
@@ -136,7 +140,7 @@ class Stage:
             self, macs=self.macs * factor, compulsory_bytes=self.compulsory_bytes * factor,
             reuse_bytes=self.reuse_bytes * factor, launches=self.launches * factor,
             gathered_rows=self.gathered_rows * factor, output_rows=self.output_rows * factor,
-            output_bytes=self.output_bytes * factor,
+            output_bytes=self.output_bytes * factor, packed_bytes=self.packed_bytes * factor,
             link_bytes=None if self.link_bytes is None else self.link_bytes * factor,
             epilogue_bytes=None if self.epilogue_bytes is None else self.epilogue_bytes * factor)
 
@@ -204,7 +208,7 @@ def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
     bits = jnp.maximum(_f32(a_bits), _f32(w_bits))
     compulsory = (m * k * a_bits + k * n * w_bits + m * n * out_bits) / 8.0
     zero = jnp.zeros((), jnp.float32)
-    return Stage("gemm", m * k * n, bits, compulsory, zero, zero)
+    return Stage("gemm", m * k * n, bits, compulsory, zero, zero, packed_bytes=(m * k * a_bits + k * n * w_bits) / 8.0)
 
 
 def input_gemm_stage(m, k, n, a_bits, w_bits, out_bits, a_nnz=None) -> Stage:
