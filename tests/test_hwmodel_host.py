@@ -95,8 +95,11 @@ def test_cpu_numpy_is_the_cpu_fit_on_one_core_with_its_call_cost():
     assert host.stage_overhead_s == fit["fitted"]["host_stage_overhead_s"]
     assert cpu.output_accumulate_passes == host.output_accumulate_passes == presets.CPU_OUTPUT_ACCUMULATE_PASSES
     assert not host.fuses_elementwise and cpu.fuses_elementwise  # numpy runs one loop per op
+    assert host.gemm_pack_byte_s == fit["fitted"]["gemm_pack_byte_s"] and cpu.gemm_pack_byte_s == 0.0
+    assert host.parallel_stage_bytes is None and cpu.parallel_stage_bytes == fit["fitted"]["parallel_stage_bytes"]
     assert dataclasses.replace(host, name="cpu", cores=cpu.cores, stage_overhead_s=cpu.stage_overhead_s,
-                               fuses_elementwise=True,
+                               fuses_elementwise=True, gemm_pack_byte_s=0.0,
+                               parallel_stage_bytes=cpu.parallel_stage_bytes,
                                matrix_fp32_macs_per_s=cpu.matrix_fp32_macs_per_s,
                                matrix_bf16_macs_per_s=cpu.matrix_bf16_macs_per_s,
                                matrix_int8_macs_per_s=cpu.matrix_int8_macs_per_s,
