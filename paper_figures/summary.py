@@ -206,8 +206,8 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
              "(features stored dense or CSR, whichever it runs cheaper, where the runs priced the CSR store: each "
              "panel says which stores were priced), and the measured CPU latency reduction of "
              "the deployed program against the dense FP32 program timed beside it (`codesign.deploy`; – where not "
-             "deployed), beside it the same two programs as the `cpu_numpy` preset prices them (the model's "
-             "prediction of that measurement).", ""]
+             "deployed), beside it the same two programs as the `cpu_numpy` preset priced them when they were "
+             "measured (`modeled_local`: the model's prediction of that measurement, with the fit of that day).", ""]
     for dataset, models in summary.items():
         for model, hws in models.items():
             for hw, entry in hws.items():
