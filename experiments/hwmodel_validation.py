@@ -487,7 +487,7 @@ def main(argv=None) -> dict:
     train_idx, test_idx = np.sort(order[: usable.size // 2]), np.sort(order[usable.size // 2:])
     nominal_ratio = base.matrix_bf16_macs_per_s / base.matrix_fp32_macs_per_s if base.matrix_bf16_macs_per_s else 1.0
     before = np.asarray(f(jnp.asarray([1.0, 1.0, 1.0, 0.0, nominal_ratio, 1.0, 16.0, 0.0, base.onchip_buffer_bytes,
-                                       0.0, 0.0, 0.0, 0.0, 0.0, float(llc or 1.0), 1.0], jnp.float32)))
+                                       0.0, 0.0, 0.0, 0.0, 0.0, 1.0], jnp.float32)))
     shipped = hwmodel.presets.get(hw_name)  # the preset as committed (its own roofs and factors), no fit
 
     def shipped_factors(bf16_ratio):
@@ -507,18 +507,15 @@ def main(argv=None) -> dict:
     # GPU: no stage with streaming vector arithmetic is timed, so vector_efficiency stays 1
     x0 = [0.5, 1.0 if gpu else 0.5, 0.5, 1e-5, nominal_ratio if gpu else 1.0, 0.5, 4.0, 1e-10,
           base.onchip_buffer_bytes if gpu else 4.0 * 1024**2, 0.0 if gpu else 1e-9, 1e-6, 1e-13 if gpu else 1e-9,
-          1e-13 if gpu else 1e-9, 1e-15 if gpu else 1e-10, float(llc or 65536.0), 1e6]
+          1e-13 if gpu else 1e-9, 1e-15 if gpu else 1e-10, 1e6]
     # row_overhead_s (9) is fitted where a kernel with a per-output-row loop is timed (scipy's CSR),
     # host_stage_overhead_s (10) where a numpy / scipy kernel is
     row_loop = any(p["kind"] in ("csr_scipy", "csr_features") for p in points)
     free = (0, 2, 3, 4, 5, 6, 7) if gpu else ((0, 1, 2, 3, 5, 6, 7, 8) + ((9,) if row_loop else ())
                                                + ((10,) if any(host) else ()) + (11,)
-                                               # llc_bytes (14) stays lscpu's L3: fitted (to ~6.4 MB) it took one graph
-                                               # out 18.3 -> 17.7 % but csbm-products' repriced programs 11.4 -> 18.0 %
-                                               # (the per-line DRAM cost is then extrapolated lower)
                                                + ((12,) if base.llc_bytes is not None else ())
                                                + ((13,) if any(p["kind"] == "gemm_numpy" for p in points) else ())
-                                               + (15,))
+                                               + (14,))
     theta = fit(f, measured, train_idx, x0=x0, free=free)
     after = np.asarray(f(jnp.asarray(theta, jnp.float32)))
     # the same fit on other random halves: how much the held-out error depends on the split

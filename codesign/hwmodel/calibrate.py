@@ -31,15 +31,14 @@ from codesign.hwmodel.spec import HardwareSpec
 
 FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "stage_overhead_s", "bf16_gemm_rate_ratio",
            "gather_efficiency", "overlap_exponent", "row_gather_overhead_s", "onchip_buffer_bytes", "row_overhead_s",
-           "host_stage_overhead_s", "row_miss_overhead_s", "line_miss_overhead_s", "gemm_pack_byte_s", "llc_bytes",
+           "host_stage_overhead_s", "row_miss_overhead_s", "line_miss_overhead_s", "gemm_pack_byte_s",
            "parallel_stage_bytes")
 """The host factors `fit` adjusts, in the order of its parameter vector. host_stage_overhead_s: the
 fixed cost of one numpy / scipy call in a deployed program (priced on `cpu_numpy`: one core), where
 stage_overhead_s is XLA's dispatch; onchip_buffer_bytes is fitted on the CPU: the cache a kernel
 effectively has on a shared VM is not the L3 that lscpu reports (that one is `HardwareSpec.llc_bytes`, not
 fitted: line_miss_overhead_s prices the gathered lines that miss it). gemm_pack_byte_s: numpy's (OpenBLAS's)
-operand packing, on the `cpu_numpy` side only; llc_bytes: the last-level cache a kernel effectively has, started
-at lscpu's L3 (a VM shares it with other tenants); parallel_stage_bytes: the size above which XLA:CPU runs an
+operand packing, on the `cpu_numpy` side only; parallel_stage_bytes: the size above which XLA:CPU runs an
 elementwise loop on its thread pool (fitted where ``base`` has one: not on a GPU)."""
 FIT_LOSS, FIT_SCALE = "soft_l1", 0.1
 
@@ -169,8 +168,7 @@ def latency_model(stages, base: HardwareSpec, host=None):
                                  row_gather_overhead_s=theta[7], onchip_buffer_bytes=theta[8],
                                  row_overhead_s=theta[9], row_miss_overhead_s=theta[11],
                                  line_miss_overhead_s=theta[12],
-                                 llc_bytes=None if base.llc_bytes is None else theta[14],
-                                 parallel_stage_bytes=None if base.parallel_stage_bytes is None else theta[15])
+                                 parallel_stage_bytes=None if base.parallel_stage_bytes is None else theta[14])
         one = dataclasses.replace(hw.single_core(), stage_overhead_s=theta[10], gemm_pack_byte_s=theta[13],
                                   parallel_stage_bytes=None)
         return jnp.stack([sum(stage_cost(s, one if h else hw).latency_s for s in kernel)
@@ -178,7 +176,7 @@ def latency_model(stages, base: HardwareSpec, host=None):
     return f
 
 
-def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)):
+def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)):
     """Robust least squares (`FIT_LOSS` with scale `FIT_SCALE`: scipy's ``soft_l1``,
     ``2 (sqrt(1 + (r/s)^2) - 1)``, quadratic below ~10 % and linear above, so that a few
     kernels timed through a shared L3 (this VM's 32 MiB L3 is not ours alone) do not pull the
@@ -187,15 +185,15 @@ def fit(f, measured, train_idx, x0, free=(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 
     in [1, 64], per-row gather overhead in [0.1 ps, 1 us], on-chip buffer in [64 KiB, 1 GiB],
     per-output-row overhead in [1 ps, 1 us], per numpy / scipy call in [1 ns, 1 ms], per missed
     row and per line missing the last-level cache in [0.1 ps, 1 us], per packed GEMM operand byte in
-    [1 fs, 1 us], the last-level cache in [64 KiB, 2 GiB], the thread-pool threshold of an elementwise
+    [1 fs, 1 us], the thread-pool threshold of an elementwise
     stage in [1 kB, 10 GB]; the order of `FACTORS`) from ``x0``;
     only the factors at the indices ``free`` are fitted, the others stay at ``x0``. The model is
     evaluated in float32, so the finite-difference step is set explicitly (1e-3 in log space)."""
     y = np.log(measured[train_idx])
     free = list(free)
     lo = np.log([1e-5, 1e-5, 1e-5, 1e-9, 1e-2, 1e-5, 1.0, 1e-13, 65536.0, 1e-12, 1e-9, 1e-13, 1e-13,
-                 1e-15, 65536.0, 1e3])
-    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6, 1e-6, 1e-6, 2.0**31, 1e10])
+                 1e-15, 1e3])
+    hi = np.log([1.0, 1.0, 1.0, 1e-3, 4.0, 1.0, 64.0, 1e-6, 2.0**30, 1e-6, 1e-3, 1e-6, 1e-6, 1e-6, 1e10])
     u0 = np.clip(np.log(np.maximum(np.asarray(x0, np.float64), 1e-300)), lo, hi)
 
     def full(u):

@@ -713,10 +713,10 @@ FIT_KEYS = ("host", "date", "fitted_date", "roofs", "fitted", "onchip_buffer_byt
 FIT_FACTORS = ("matrix_efficiency", "vector_efficiency", "dram_efficiency", "gather_efficiency", "overlap_exponent",
                "stage_overhead_s", "row_gather_overhead_s", "row_overhead_s", "row_miss_overhead_s",
                "line_miss_overhead_s")
-HOST_FIT_FACTORS = ("host_stage_overhead_s", "gemm_pack_byte_s", "llc_bytes", "parallel_stage_bytes")
+HOST_FIT_FACTORS = ("host_stage_overhead_s", "gemm_pack_byte_s", "parallel_stage_bytes")
 """Optional fitted factors (older fit records lack them): the `cpu_numpy` preset's cost of one numpy / scipy
-call and per packed GEMM operand byte (OpenBLAS), the effective last-level cache (else lscpu's L3,
-``host.l3_bytes``) and the `cpu` preset's thread-pool threshold of an elementwise stage (else none)."""
+call and per packed GEMM operand byte (OpenBLAS), and the `cpu` preset's thread-pool threshold of an
+elementwise stage (else none)."""
 ROOF_KEYS = ("matrix_macs_per_s", "vector_macs_per_s", "dram_bw_bytes_per_s")
 CPU_OUTPUT_ACCUMULATE_PASSES = 3.0
 """`HardwareSpec.output_accumulate_passes` of the CPU presets: a write-allocate cache (Intel SDM
@@ -806,7 +806,7 @@ def cpu() -> HardwareSpec:
         dram_bw_bytes_per_s=r["dram_bw_bytes_per_s"],
         dram_energy_pj_per_byte=HOROWITZ_DRAM_PJ_PER_BYTE,
         onchip_buffer_bytes=rec["onchip_buffer_bytes"],
-        llc_bytes=f.get("llc_bytes", rec["host"].get("l3_bytes")),
+        llc_bytes=rec["host"].get("l3_bytes"),
         parallel_stage_bytes=f.get("parallel_stage_bytes"),
         clock_hz=rec["clock_hz"],
         gather_granularity_bytes=CPU_LINE_BYTES,
@@ -829,9 +829,9 @@ def cpu_numpy() -> HardwareSpec:
       FileNotFoundError, ValueError: as `load_fit`.
     """
     host = cpu().single_core("cpu_numpy")
-    call = load_fit("cpu")["fitted"].get("host_stage_overhead_s", host.stage_overhead_s)
-    pack = load_fit("cpu")["fitted"].get("gemm_pack_byte_s", 0.0)
-    return host.replace(stage_overhead_s=float(call), fuses_elementwise=False, gemm_pack_byte_s=float(pack),
+    fitted = load_fit("cpu")["fitted"]
+    return host.replace(stage_overhead_s=float(fitted.get("host_stage_overhead_s", host.stage_overhead_s)),
+                        fuses_elementwise=False, gemm_pack_byte_s=float(fitted.get("gemm_pack_byte_s", 0.0)),
                         parallel_stage_bytes=None)
 
 
