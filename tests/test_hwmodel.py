@@ -750,6 +750,14 @@ def test_invalid_values_raise_naming_field(field, value):
         tiny_spec(**{field: value})
 
 
+@pytest.mark.parametrize("field", ["gemm_pack_byte_s", "parallel_stage_bytes"])
+@pytest.mark.parametrize("value", [-1.0, math.nan, math.inf])
+def test_packing_and_inline_loop_fields_refuse_bad_values_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"\.{field}: must be finite and >= 0, got"):
+        tiny_spec(**{field: value})
+    assert getattr(tiny_spec(**{field: 0.0}), field) == 0.0
+
+
 def test_valid_spec_constructs():
     hw = tiny_spec()
     assert hw.dram_bw_bytes_per_s == 1e9 and hw.name == "tiny"
