@@ -48,7 +48,9 @@ as ``codesign sweep --measure`` of experiments/realized_savings.py) and timed ne
 program on this CPU: ``measured``, ``dense_measured``, ``modeled_local``, ... (`MEASURED_METHODS_SKIP`
 are not). ``python -m paper_figures`` draws the fronts and writes results/summary.{md,json} from it.
 
-Datasets: Planetoid (cora, citeseer, pubmed) or ``wordnet`` (`codesign.data.load_wordnet`, 117,659 nodes).
+Datasets: Planetoid (cora, citeseer, pubmed), ``wordnet`` (`codesign.data.load_wordnet`, 117,659 nodes) or
+``wordnet-lsa`` (the same graph with 128 dense LSA features, `codesign.data.load_wordnet_lsa`; its host
+model, GraphSAGE-256, in `HOST_MODELS`: ``--models sage``).
 
 Parts (``--part K/N``): the plan is seed-major, so ``--part K/3`` of a 3-seed grid is seed K-1 of every
 (model, method, level): a finished part is a whole grid at one seed, and parts 1..K at K seeds.
@@ -102,7 +104,15 @@ from codesign.experiment import PAPER_METHODS as METHODS  # noqa: E402
 
 HWS = ("h100", "gnnear", "hygcn")
 MODELS = ("gcn", "gat", "sage")
-DATASETS = ("cora", "citeseer", "pubmed", "wordnet")
+DATASETS = ("cora", "citeseer", "pubmed", "wordnet", "wordnet-lsa")
+HOST_MODELS: dict[str, dict] = {
+    "wordnet-lsa/sage": dict(hidden=256, dropout=0.2, aggr="mean", lr=0.03, weight_decay=0.0)}
+"""Per ``"dataset/model"`` scope, the `TrainConfig` flat fields every method of that scope starts from
+(under the method's own overrides and its candidate): the host model chosen on validation accuracy for
+the dataset. ``wordnet-lsa/sage``: GraphSAGE-256 (mean aggregator), dropout 0.2, step 0.03, no weight
+decay, chosen over GraphSAGE 64 / 128, GCN-256 and GAT 8x8 / 8x32 on one seed each, then 5 seeds
+(docs/log/wordnet_lsa.md: with `MODEL_DEFAULTS`' decay 5e-4 and dropout 0.5 it underfits at 63.7 %).
+A scope not listed starts from `MODEL_DEFAULTS` (the Cora settings of each model's paper)."""
 COST_WEIGHTS = (0.1, 0.3, 1.0, 2.0, 2.5, 3.0, 5.0, 10.0)
 """The codesign family's cost weights: 0.1, 2 and 5 were added when the front between 1 and 10 had
 two points, 2.5 where Cora GCN's flagship front falls off between 2 and 3 (docs/results.md)."""
@@ -123,19 +133,23 @@ CANDIDATES: dict[str, tuple[dict, ...]] = {
                  dict(select="best_val", lr=0.01, weight_decay=5e-4, epochs=3200),
                  dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=1600),
                  dict(select="best_val", lr=0.01, weight_decay=5e-3, epochs=3200))
-              + tuple(dict(select="best_val", lr=0.01, weight_decay=0.0, epochs=e) for e in (800, 1600, 3200))),
+              + tuple(dict(select="best_val", lr=0.01, weight_decay=0.0, epochs=e) for e in (800, 1600, 3200))
+              + tuple(dict(select="best_val", lr=0.03, weight_decay=0.0, epochs=e) for e in (1600, 3200))),
     "ugs_int8": tuple(dict(lr=lr, weight_decay=wd) for lr in (0.008, 0.01) for wd in (8e-5, 5e-4)),
     **{m: tuple(dict(select="best_val", lr=lr, **d) for lr in (0.01, 0.005)
-                for d in ({}, DISTILL_BASELINE)) + (dict(select="best_val", lr=0.01, weight_decay=0.0),)
+                for d in ({}, DISTILL_BASELINE)) + (dict(select="best_val", lr=0.01, weight_decay=0.0),
+                                                    dict(select="best_val", lr=0.03, weight_decay=0.0))
        for m in ("int8", "int4", "degree_quant", "a2q", "random_edges", "dropedge")},
 }
 """Each baseline's own small search (issue 34: the same tuning treatment as the flagship), chosen on
-validation accuracy by ``paper_figures/summary.py``: 5 `TrainConfig` override sets per method, on
+validation accuracy by ``paper_figures/summary.py``: 6 `TrainConfig` override sets per method, on
 top of the method's own, every one with the epoch chosen on validation (``select="best_val"``, as
 the flagship). The dense FP32 reference tries two step sizes x two weight decays at the grid's
 epochs, then the step size 0.01 with both decays at 400, 800, 1600 and 3200 epochs, then without
 weight decay at 800, 1600 and 3200 (candidates 12-14: a one-seed WordNet probe without decay at 800
-epochs validated above the 3200-epoch reference with decay 5e-4; indices in
+epochs validated above the 3200-epoch reference with decay 5e-4), then the step size 0.03 without decay
+at 1600 and 3200 (candidates 15-16: WordNet's candidate 14 still kept epochs in the last tenth of
+3200; a larger step reaches the plateau in fewer epochs than doubling them would; indices in
 the order the candidates were added, so stored records keep theirs): each longer budget was added
 when the references' selected epochs sat at the end of the shorter one, and a reference whose
 seeds still keep an epoch in the last tenth of training is reported as not shown converged
@@ -144,7 +158,8 @@ results/dense_convergence_cora_gcn.json). So the reference may train up to 16x a
 other method: a stronger reference, never a weaker one; an explicit ``--epochs`` overrides it; the
 quantized and edge-dropping baselines two step sizes x with / without self-distillation from the dense model
 (``DISTILL_BASELINE``, the flagship's mechanism), then (candidate 4) the step size 0.01 without weight
-decay, the dense search's best setting on WordNet; UGS (its own trainer, best-validation epoch of each
+decay, the dense search's best setting on WordNet, and (candidate 5) the step size 0.03 without decay,
+the host model's setting on wordnet-lsa (`HOST_MODELS`), which every other candidate's step would undercut there; UGS (its own trainer, best-validation epoch of each
 round built in) UGS's Cora step size and weight decay (0.008, 8e-5) and this package's GCN defaults
 (0.01, 5e-4), crossed. Methods not listed (the co-design family: its cost weights are its levels,
 its settings chosen by experiments/select_flagship.py on 16 candidates) have one candidate."""
@@ -258,7 +273,8 @@ def job_keys(job: Job, dataset, epochs, budget_mode) -> list[str]:
 def train_config(job: Job, dataset: str, epochs, budget_mode: bool):
     """The `TrainConfig` of ``job`` on ``dataset`` (the method's `Method.overrides_for` it)."""
     from codesign.train import TrainConfig
-    over = {**METHODS[job.method].overrides_for(dataset, job.model), **candidates(job.method)[job.candidate]}
+    over = {**HOST_MODELS.get(f"{dataset}/{job.model}", {}), **METHODS[job.method].overrides_for(dataset, job.model),
+            **candidates(job.method)[job.candidate]}
     name = level_name(job.method, budget_mode)
     if name in ("cost_weight", "budget"):
         over[name] = job.level
@@ -408,7 +424,8 @@ def _names(text: str, allowed, name: str) -> list[str]:
 
 
 def load_graph(dataset: str):
-    """The `Graph` of ``dataset``: WordNet 3.0 (`codesign.data.load_wordnet`) or a Planetoid graph.
+    """The `Graph` of ``dataset`` (`codesign.data.load_dataset`): WordNet 3.0, with bag-of-words or LSA
+    features, or a Planetoid graph.
 
     Raises:
       SystemExit: ``dataset`` not in `DATASETS`.

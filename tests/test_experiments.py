@@ -263,14 +263,14 @@ def test_tradeoff_plan_is_seed_major_and_parts_split_it(monkeypatch):
     mod = load("tradeoff")
     levels = {"cost": [0.3, 1.0], "keep": [0.5], "round": 2}
     jobs = mod.plan(["gcn", "gat"], ["dense", "codesign", "random_edges", "ugs_int8"], ["h100", "gnnear"], 3, levels)
-    # per seed, x each method's search candidates (dense 15, random_edges 5, ugs_int8 4; codesign: its levels):
-    # gcn 15 + 4 + 5 + 4 = 28 jobs, gat 15 + 4 + 5 = 24 (ugs_int8 is GCN-only)
+    # per seed, x each method's search candidates (dense 17, random_edges 6, ugs_int8 4; codesign: its levels):
+    # gcn 17 + 4 + 6 + 4 = 31 jobs, gat 17 + 4 + 6 = 27 (ugs_int8 is GCN-only)
     assert {m: len(mod.candidates(m)) for m in ("dense", "codesign", "random_edges", "ugs_int8")} == {
-        "dense": 15, "codesign": 1, "random_edges": 5, "ugs_int8": 4}
-    assert len(jobs) == 3 * 52 and [j.seed for j in jobs] == [0] * 52 + [1] * 52 + [2] * 52
+        "dense": 17, "codesign": 1, "random_edges": 6, "ugs_int8": 4}
+    assert len(jobs) == 3 * 58 and [j.seed for j in jobs] == [0] * 58 + [1] * 58 + [2] * 58
     # a point's seeds are trained together: points_of groups every field but the seed
     pts = mod.points_of(jobs)
-    assert len(pts) == 52 and all([j.seed for j in p] == [0, 1, 2] for p in pts)
+    assert len(pts) == 58 and all([j.seed for j in p] == [0, 1, 2] for p in pts)
     # every baseline's candidate chooses its epoch on validation, as the flagship does
     for m in ("dense", "int8", "int4", "degree_quant", "dropedge", "random_edges"):
         cfgs = [mod.train_config(mod.Job("gcn", m, 0.5 if m == "random_edges" else None, 0, ("h100",), None, c),
