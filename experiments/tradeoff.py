@@ -43,7 +43,8 @@ records, a change of the cost model makes every key new (re-price the stored rec
 ``experiments/migrate_records.py`` instead of retraining). Each
 record holds test / validation accuracy, the modeled cost of the hardened model and of the dense FP32
 model on that target, and both per-stage breakdowns (`codesign.hwmodel.CostReport.breakdown`).
-With ``--measure`` every GCN trained on the full graph is also deployed (`codesign.deploy.measure_model`,
+With ``--measure`` every model trained on the full graph that `codesign.deploy` compiles (GCN; GraphSAGE-mean
+and GAT with fixed or no quantization) is also deployed (`codesign.deploy.measure_model`,
 as ``codesign sweep --measure`` of experiments/realized_savings.py) and timed next to the dense FP32
 program on this CPU: ``measured``, ``dense_measured``, ``modeled_local``, ... (`MEASURED_METHODS_SKIP`
 are not). ``python -m paper_figures`` draws the fronts and writes results/summary.{md,json} from it.
@@ -163,11 +164,23 @@ the host model's setting on wordnet-lsa (`HOST_MODELS`), which every other candi
 round built in) UGS's Cora step size and weight decay (0.008, 8e-5) and this package's GCN defaults
 (0.01, 5e-4), crossed. Methods not listed (the co-design family: its cost weights are its levels,
 its settings chosen by experiments/select_flagship.py on 16 candidates) have one candidate."""
-MEASURED_METHODS_SKIP = ("random_edges", "random_edges_distill", "ugs_int8", "degree_quant")
+MEASURED_METHODS_SKIP = ("random_edges", "random_edges_distill", "ugs_int8")
 """Methods whose records ``--measure`` leaves unmeasured: their models are not trained on the full
 graph by `codesign.train.train` (a random subgraph; UGS's own trainer), so `codesign.deploy.measure_model`
-has no hardened model of the full graph to deploy; or `codesign.deploy` cannot compile their
-quantizer (Degree-Quant's `DegreeQuant`: `deploy` raises NotImplementedError)."""
+has no hardened model of the full graph to deploy. A configuration `codesign.deploy` cannot compile
+(Degree-Quant's quantizer; GraphSAGE or GAT with learned bit-widths) is not measured either
+(`deployable`)."""
+
+
+def deployable(cfg, graph) -> bool:
+    """Whether `codesign.deploy` compiles the model ``cfg`` trains on ``graph``
+    (`codesign.deploy.check_deployable`, asked before training)."""
+    from codesign.deploy import NotDeployableError, check_deployable
+    try:
+        check_deployable(cfg, graph)
+    except NotDeployableError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,10 +313,10 @@ def run_job(job: Job, graph, dataset: str, epochs, budget_mode: bool,
             measure: Optional[dict] = None) -> list[tuple[Job, str, dict]]:
     """Trains ``job`` on ``graph`` (the graph of ``dataset``) and returns ``[(job of the point, hw name, result fields)]``.
 
-    ``measure``: ``{"reps", "locality"}`` to deploy a GCN trained on the full graph and time it next to the
-    dense FP32 program on this machine (`codesign.deploy.measure_model` with the ``cpu`` preset: the
-    fields ``measured``, ``dense_measured``, ``modeled_local``, ... of every record of the job); None, other
-    models and `MEASURED_METHODS_SKIP` are not measured."""
+    ``measure``: ``{"reps", "locality"}`` to deploy a model trained on the full graph and time it next to the
+    dense FP32 program on this machine (`codesign.deploy.measure_model`, priced by the ``cpu_numpy`` preset: the
+    fields ``measured``, ``dense_measured``, ``modeled_local``, ... of every record of the job); None,
+    `MEASURED_METHODS_SKIP` and configurations `deploy` cannot compile (`deployable`) are not measured."""
     from flax import nnx
 
     from codesign import hwmodel
@@ -361,7 +374,7 @@ def run_point(jobs: list[Job], graph, dataset: str, epochs, budget_mode: bool,
         return
     cfgs = [train_config(j, dataset, epochs, budget_mode) for j in jobs]
     targets = [presets.get(h) for h in job.hws]
-    measuring = measure is not None and job.model == "gcn" and job.method not in MEASURED_METHODS_SKIP
+    measuring = measure is not None and job.method not in MEASURED_METHODS_SKIP and deployable(cfgs[0], graph)
     for j, r in zip(jobs, train_seeds(graph, cfgs, targets[0], also_cost=targets[1:], return_model=measuring)):
         common = {**_accuracy_fields(r), "densities": r["densities"], "layer_bits": r["layer_bits"],
                   "tiles": r["tiles"], "multiplier": r["multiplier"], "selected_epoch": r["selected_epoch"],
@@ -457,7 +470,8 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--epochs", type=int, default=None, help="override every model's epochs")
     p.add_argument("--out", default="results")
     p.add_argument("--part", default=None, help="K/N: only the K-th of N contiguous slices of the seed-major plan")
-    p.add_argument("--measure", action="store_true", help="deploy every GCN trained on the full graph and time it "
+    p.add_argument("--measure", action="store_true", help="deploy every model trained on the full graph that "
+                   "codesign.deploy compiles and time it "
                    "next to the dense FP32 program on this CPU (codesign.deploy.measure_model)")
     p.add_argument("--reps", type=int, default=20, help="with --measure: timed inferences of each program")
     p.add_argument("--quick", action="store_true", help="smoke run: GCN; dense, codesign, ugs_int8 (round 0), "
