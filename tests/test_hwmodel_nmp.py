@@ -1,5 +1,6 @@
 """Near-memory mapping, measured locality, BSR/attention stages, presets, peak power."""
 
+import dataclasses
 import inspect
 
 import jax
@@ -251,3 +252,38 @@ def test_fp32_only_datapath_spends_fp32_energy_at_every_width():
     assert float(stage_cost(st, hy).compute_energy_j) == pytest.approx(float(stage_cost(st32, hy).compute_energy_j))
     assert float(stage_cost(st, hy).dram_bytes) < float(stage_cost(st32, hy).dram_bytes)
     assert jax.tree_util.tree_structure(hy) != jax.tree_util.tree_structure(h100)  # a static field
+
+
+def test_gemv_runs_in_place_only_on_units_that_run_gemvs():
+    """A GEMV (`gemv_stage`) on HBM-PIM's PCUs streams its matrix from the banks (internal bytes = the
+    matrix) and sends the vector and result once per broadcast group; on units that run no GEMVs
+    (gnnear's NMEs, hbm-pim without ``gemv_broadcast_units``) it stays on the host; no GNN stage is a
+    GEMV, so a GCN's cost on hbm-pim does not depend on the field."""
+    from codesign.hwmodel import gemv_stage, LayerWorkload, Workload, nmp_stage_cost
+    from codesign.hwmodel.estimate import runs_on_nmp
+    from codesign.models.gcn import GCN
+    from flax import nnx
+    pim = presets.get("hbm-pim")
+    plain = pim.replace(nmp=pim.nmp.replace(gemv_broadcast_units=None))
+    st = gemv_stage(1024, 4096, 16, 16, 16)
+    assert st.gemv and float(st.working_set_bytes) == 1024 * 4096 * 2 and float(st.link_bytes) == (1024 + 4096) * 2
+    assert runs_on_nmp(st, pim) and not runs_on_nmp(st, plain) and not runs_on_nmp(st, presets.get("gnnear"))
+    c = nmp_stage_cost(st, pim)
+    assert float(c.nmp_bytes) == pytest.approx(1024 * 4096 * 2)
+    assert float(c.link_bytes) == pytest.approx((1024 + 4096) * 2 * pim.nmp.units / 8.0)
+    assert float(c.nmp_s) == pytest.approx(1024 * 4096 * 2 / (pim.nmp.units * pim.nmp.internal_bw_bytes_per_s), rel=1e-5)
+    with pytest.raises(ValueError, match="nmp_stage_cost"):
+        nmp_stage_cost(st, plain)
+    wl = Workload((LayerWorkload("gemv", (st,), (st,), ()),))
+    on, off = estimate(wl, pim, overlap_units=False), estimate(wl, plain, overlap_units=False)
+    assert float(on.on_nmp["gemv"]) == 1.0 and float(off.on_nmp["gemv"]) == 0.0
+    # bounded by the bandwidth ratio: all PCUs' internal bandwidth over the host's
+    ceiling = pim.nmp.units * pim.nmp.internal_bw_bytes_per_s / pim.dram_bw_bytes_per_s
+    assert 3.0 < float(off.latency_s / on.latency_s) <= ceiling
+    gcn = GCN(1433, 16, 7, rngs=nnx.Rngs(0)).workload(2708, 10556)
+    a, b = estimate(gcn, pim), estimate(gcn, plain)
+    assert float(a.latency_s) == float(b.latency_s) and float(a.energy_j) == float(b.energy_j)
+    with pytest.raises(TypeError, match="Stage.gemv"):
+        dataclasses.replace(st, gemv="yes")
+    with pytest.raises(ValueError, match="gemv_broadcast_units"):
+        pim.nmp.replace(gemv_broadcast_units=2 * pim.nmp.units)

@@ -14,7 +14,7 @@ from codesign.hwmodel.validate import MAX_BITS, MIN_BITS, check_bits, check_coun
 from codesign.hwmodel.spec import (PRECISION_TIERS, HardwareSpec, NearMemorySpec, mac_energy_pj, matrix_macs_per_s,
                                    nmp_mac_energy_pj, nmp_macs_per_s, tier_bits, vector_macs_per_s)
 from codesign.hwmodel.workload import (ACTIVATION_MASK_BYTES, LayerWorkload, Stage, Workload, attention_stages, bsr_spmm_stage,
-                                       csr_chunk_spmm_stages, csr_gemm_stage, elementwise_stage, gemm_stage,
+                                       csr_chunk_spmm_stages, csr_gemm_stage, elementwise_stage, gemm_stage, gemv_stage,
                                        input_gemm_stage, message_passing_layer, segment_spmm_stages, spmm_stage,
                                        upcast_gemm_stages, autograd_training, reads_graph_input)
 
@@ -24,7 +24,7 @@ __all__ = ["presets", "peak_power_parts", "peak_power_w", "LocalityProfile", "me
            "nmp_macs_per_s", "tier_bits", "floored_row_bytes", "LayerWorkload", "Stage", "Workload",
            "attention_stages", "bsr_spmm_stage", "csr_chunk_spmm_stages", "csr_gemm_stage", "elementwise_stage",
            "input_gemm_stage",
-           "gemm_stage",
+           "gemm_stage", "gemv_stage",
            "message_passing_layer",
            "segment_spmm_stages", "spmm_stage", "upcast_gemm_stages", "autograd_training", "reads_graph_input", "MAX_BITS", "MIN_BITS",
            "check_bits", "check_count", "check_density", "resolve_densities", "ACTIVATION_MASK_BYTES",

@@ -58,6 +58,9 @@ receiver row over the units; N rows, nnz gathers, d = nnz / N):
   sources), so fewer units hold a partial of a destination (x is written D times for them)
   and the max-in-degree bound on the imbalance is dropped (a destination's edges are split over
   the units; GNNear deals high-degree sources' edges over a channel's DIMMs).
+  A GEMV (`Stage.gemv`) on units that run them (``gemv_broadcast_units`` G, HBM-PIM's PCUs):
+    internal = the matrix (each unit streams its share once per call), imbalance 1,
+    link     = (vector + result) * U / G  (written / read once per broadcast group)
   latency_s  = smooth_max(compute_s, nmp_s, link_s) + launches * stage_overhead_s
   energy_j   = macs * nmp_mac_energy(bits) + internal * internal_energy + link * link_energy
 Where the target fuses epilogues (``fuses_epilogue``) a layer's elementwise stages (bias,
@@ -331,23 +334,41 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
                      compute_j, zero, zero, zero)
 
 
+def runs_on_nmp(stage: Stage, hw: HardwareSpec) -> bool:
+    """Whether ``stage`` may be mapped onto ``hw.nmp``: an aggregation, or a GEMV (`Stage.gemv`) on
+    units that run GEMVs in place (``NearMemorySpec.gemv_broadcast_units``)."""
+    if hw.nmp is None:
+        return False
+    return stage.is_aggregation or (stage.gemv and hw.nmp.gemv_broadcast_units is not None)
+
+
 def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageCost:
-    """Cost of an aggregation stage mapped onto ``hw.nmp`` (see the module docstring; stages
-    without rows, SDDMM and softmax, keep the host's byte counts, no imbalance or replication).
+    """Cost of an aggregation stage, or a GEMV on units that run them, mapped onto ``hw.nmp`` (see
+    the module docstring; stages without rows, SDDMM and softmax, keep the host's byte counts, no
+    imbalance or replication). A GEMV (`workload.gemv_stage`, Lee et al. ISCA 2021's PIM GEMV):
+    each unit streams its share of the matrix from its banks once per call (internal = the stage's
+    ``compulsory_bytes - link_bytes``) at its MAC rate, the vector is written and the result read
+    once per broadcast group of ``gemv_broadcast_units`` units (link = ``link_bytes * units /
+    gemv_broadcast_units``; ASSUMPTION: the result too, as partial sums per group, an upper bound).
 
     Raises:
-      ValueError: ``hw`` has no near-memory units, or the stage is not an aggregation.
+      ValueError: ``hw`` has no near-memory units, or the stage may not run on them (`runs_on_nmp`).
     """
     nmp = hw.nmp
-    if nmp is None or not stage.is_aggregation:
-        raise ValueError(f"nmp_stage_cost: needs hw.nmp and an aggregation stage, got {hw.name!r} / {stage.kind!r}")
+    if nmp is None or not runs_on_nmp(stage, hw):
+        raise ValueError(f"nmp_stage_cost: needs hw.nmp and an aggregation stage (or a GEMV on units that run "
+                         f"them), got {hw.name!r} / {stage.kind!r}")
     zero = jnp.zeros((), jnp.float32)
     units = jnp.asarray(nmp.units, jnp.float32)
     rate = nmp_macs_per_s(nmp, stage.bits, hardened) * units
     floor = _floor_factor(stage, nmp.access_granularity_bytes, hardened)
     link = zero if stage.link_bytes is None else stage.link_bytes
     reduce_s = zero
-    if stage.working_set_rows is None or stage.link_bytes is None:
+    if stage.gemv:
+        imbalance = jnp.ones((), jnp.float32)
+        internal = jnp.maximum(stage.compulsory_bytes - link, 0.0)
+        link = link * units / nmp.gemv_broadcast_units
+    elif stage.working_set_rows is None or stage.link_bytes is None:
         imbalance = jnp.ones((), jnp.float32)
         internal = stage.compulsory_bytes + stage.reuse_bytes * floor * (1.0 - _hit(stage, nmp.buffer_bytes, floor))
     else:
@@ -391,10 +412,10 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> St
 
 
 def _candidate(stages, hw: HardwareSpec, use_nmp: bool, overlap_units: bool, hardened: bool):
-    costs = [nmp_stage_cost(s, hw, hardened) if use_nmp and s.is_aggregation else stage_cost(s, hw, hardened)
-             for s in stages]
-    host = sum(c.latency_s for c, s in zip(costs, stages) if not (use_nmp and s.is_aggregation))
-    near = sum(c.latency_s for c, s in zip(costs, stages) if use_nmp and s.is_aggregation)
+    near_memory = [use_nmp and runs_on_nmp(s, hw) for s in stages]
+    costs = [nmp_stage_cost(s, hw, hardened) if on else stage_cost(s, hw, hardened) for s, on in zip(stages, near_memory)]
+    host = sum(c.latency_s for c, on in zip(costs, near_memory) if not on)
+    near = sum(c.latency_s for c, on in zip(costs, near_memory) if on)
     if use_nmp and overlap_units:
         latency = smooth_max(jnp.asarray(host, jnp.float32), jnp.asarray(near, jnp.float32))
     else:
@@ -459,7 +480,8 @@ def estimate(workload: Workload, hw: HardwareSpec, *, allow_nmp: bool = True,
     Args:
       workload: a `Workload` (e.g. from ``model.workload(...)``).
       hw: a `HardwareSpec` (e.g. ``codesign.hwmodel.presets.get("h100")``).
-      allow_nmp: consider mapping aggregation onto ``hw.nmp`` (when the spec has one).
+      allow_nmp: consider mapping aggregation (and GEMVs, on units that run them: `runs_on_nmp`)
+        onto ``hw.nmp`` (when the spec has one).
       overlap_units: pipeline host and near-memory stages of a layer (smooth max, not sum).
       hardened: the cost the hardware charges (each operand at its precision tier, whole memory
         granules); the default relaxes both between tiers / granules (equal at them), which is

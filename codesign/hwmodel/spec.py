@@ -251,6 +251,10 @@ class NearMemorySpec:
         unit needs a private copy of the feature rows its edges gather, or the partial sums
         of a sender-partitioned SpMM are reduced on the host (`estimate.nmp_stage_cost`
         prices the cheaper of the two).
+      gemv_broadcast_units: the units run GEMVs in place (`workload.gemv_stage`: the matrix stays
+        in their banks, the host writes the input vector and reads the result), and one host
+        write of the vector reaches this many of them (HBM-PIM's all-bank mode: the PCUs of one
+        pseudo-channel); None (the default): the units run aggregations only.
 
     Numbers are checked as Python / NumPy numbers and as concrete JAX arrays (every element);
     tracers and JAX's rebuilt trees (gradients) are not (`validate_numbers`).
@@ -279,12 +283,15 @@ class NearMemorySpec:
     interval_rows: Optional[float] = None
     duplicate_fraction: float = 0.0
     group_units: float = 1.0
+    gemv_broadcast_units: Optional[float] = None
 
     def __post_init__(self):
         validate_numbers(self, "NearMemorySpec", nonnegative=NMP_NONNEGATIVE, fractions=("duplicate_fraction",),
                          check_arrays=True)
-        if isinstance(self.group_units, float) and isinstance(self.units, float) and self.group_units > self.units:
-            raise ValueError(f"NearMemorySpec.group_units: must be <= units ({self.units!r}), got {self.group_units!r}")
+        for name in ("group_units", "gemv_broadcast_units"):
+            v = getattr(self, name)
+            if isinstance(v, (int, float)) and isinstance(self.units, (int, float)) and v > self.units:
+                raise ValueError(f"NearMemorySpec.{name}: must be <= units ({self.units!r}), got {v!r}")
 
     def replace(self, **changes) -> "NearMemorySpec":
         """A copy with some fields replaced (validated again)."""

@@ -85,6 +85,9 @@ class Stage:
       packed_bytes: bytes of a GEMM's operands that a Goto-style BLAS copies into blocked panels
         (`gemm_stage`: both inputs), priced per byte beyond the on-chip buffer by
         ``HardwareSpec.gemm_pack_byte_s`` (0 on executors that do not pack); 0 for other stages.
+      gemv (static): a matrix-vector product whose matrix stays in memory (`gemv_stage`: its
+        ``working_set_bytes``), which near-memory units that run GEMVs may execute in place
+        (``NearMemorySpec.gemv_broadcast_units``; Samsung HBM-PIM's PCUs); False elsewhere.
 
     Checked at construction (the stage builders' stages and hand-built ones alike), for concrete
     values -- Python / NumPy numbers and concrete JAX arrays; tracers under ``jit`` / ``grad`` /
@@ -121,16 +124,17 @@ class Stage:
     weight_gemm: bool = dataclasses.field(default=False, metadata=dict(static=True))
     epilogue_bytes: Optional[jax.Array] = None
     packed_bytes: jax.Array = 0.0
+    gemv: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     def __post_init__(self):
         if self.kind not in STAGE_KINDS:
             raise ValueError(f"Stage.kind: unknown kind {self.kind!r}; known kinds: {', '.join(STAGE_KINDS)}")
-        for name in ("serial", "weight_gemm"):
+        for name in ("serial", "weight_gemm", "gemv"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"Stage.{name}: must be a bool, got {getattr(self, name)!r}")
         check_bits(self.bits, "Stage.bits")
         for f in dataclasses.fields(self):
-            if f.name not in ("kind", "serial", "weight_gemm", "bits") and (v := getattr(self, f.name)) is not None:
+            if f.name not in ("kind", "serial", "weight_gemm", "gemv", "bits") and (v := getattr(self, f.name)) is not None:
                 check_count(v, f"Stage.{f.name}")
 
     def scaled(self, factor: float) -> "Stage":
@@ -209,6 +213,18 @@ def gemm_stage(m, k, n, a_bits, w_bits, out_bits) -> Stage:
     compulsory = (m * k * a_bits + k * n * w_bits + m * n * out_bits) / 8.0
     zero = jnp.zeros((), jnp.float32)
     return Stage("gemm", m * k * n, bits, compulsory, zero, zero, packed_bytes=(m * k * a_bits + k * n * w_bits) / 8.0)
+
+
+def gemv_stage(k, n, x_bits, w_bits, out_bits) -> Stage:
+    """Matrix-vector product ``x[1, k] @ W[k, n]`` (batch 1: an RNN step, a GEMV benchmark): the
+    `gemm_stage` of one row, with ``working_set_bytes`` the matrix (``k * n * w_bits / 8``, what
+    stays in memory), ``link_bytes`` the vector in and the result out (what crosses to near-memory
+    units that run it in place) and ``Stage.gemv`` set. Raises as `gemm_stage`."""
+    _counts("gemv_stage", k=k, n=n)
+    _bits("gemv_stage", x_bits=x_bits, w_bits=w_bits, out_bits=out_bits)
+    k, n = _f32(k), _f32(n)
+    return dataclasses.replace(gemm_stage(1.0, k, n, x_bits, w_bits, out_bits), working_set_bytes=k * n * w_bits / 8.0,
+                               link_bytes=(k * x_bits + n * out_bits) / 8.0, gemv=True)
 
 
 def input_gemm_stage(m, k, n, a_bits, w_bits, out_bits, a_nnz=None) -> Stage:
