@@ -231,20 +231,29 @@ def test_tradeoff_quick_is_resumable_and_costs_every_target(tmp_path, cora):
 
 
 def test_tradeoff_measures_only_methods_deploy_can_compile(cora):
-    """Every GCN method of the grid that ``--measure`` times builds a model `codesign.deploy.deploy`
-    compiles (an unsupported quantizer would stop the grid mid-run); the skipped ones are named."""
+    """Every GCN method of the grid that ``--measure`` times (not skipped, `deployable`) builds a model
+    `codesign.deploy.deploy` compiles (an unsupported quantizer would stop the grid mid-run), and the
+    ones `deployable` refuses (Degree-Quant) are the ones deploy cannot compile."""
     import flax.nnx as nnx
 
     from codesign.deploy import deploy
     from codesign.train import TrainConfig
     from codesign.train.build import build_model
     tradeoff = load("tradeoff")
+    measured = []
     for method in tradeoff.GRID_METHODS:
         m = tradeoff.METHODS[method]
         if method in tradeoff.MEASURED_METHODS_SKIP or (m.models is not None and "gcn" not in m.models):
             continue
-        model = build_model(TrainConfig.for_model("gcn", **m.overrides), cora, nnx.Rngs(0))
-        assert deploy(model, cora) is not None, method
+        cfg = TrainConfig.for_model("gcn", **m.overrides)
+        model = build_model(cfg, cora, nnx.Rngs(0))
+        if tradeoff.deployable(cfg, cora):
+            measured.append(method)
+            assert deploy(model, cora) is not None, method
+        else:
+            with pytest.raises(NotImplementedError):
+                deploy(model, cora)
+    assert "degree_quant" not in measured and {"dense", "codesign", "int8", "int4"} <= set(measured)
     model = build_model(TrainConfig.for_model("gcn", **tradeoff.METHODS["degree_quant"].overrides), cora, nnx.Rngs(0))
     with pytest.raises(NotImplementedError, match="DegreeQuant"):
         deploy(model, cora)
