@@ -160,8 +160,9 @@ other method: a stronger reference, never a weaker one; an explicit ``--epochs``
 quantized and edge-dropping baselines two step sizes x with / without self-distillation from the dense model
 (``DISTILL_BASELINE``, the flagship's mechanism), then (candidate 4) the step size 0.01 without weight
 decay, the dense search's best setting on WordNet, and (candidate 5) the step size 0.03 without decay,
-the host model's setting on wordnet-lsa (`HOST_MODELS`), which every other candidate's step would undercut there; UGS (its own trainer, best-validation epoch of each
-round built in) UGS's Cora step size and weight decay (0.008, 8e-5) and this package's GCN defaults
+the host model's setting on wordnet-lsa (`HOST_MODELS`), which every other candidate's step would
+undercut there; UGS (its own trainer, best-validation epoch of each round built in) UGS's Cora step
+size and weight decay (0.008, 8e-5) and this package's GCN defaults
 (0.01, 5e-4), crossed. Methods not listed (the co-design family: its cost weights are its levels,
 its settings chosen by experiments/select_flagship.py on 16 candidates) have one candidate."""
 MEASURED_METHODS_SKIP = ("random_edges", "random_edges_distill", "ugs_int8")
