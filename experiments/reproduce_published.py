@@ -124,12 +124,16 @@ PIM_WORKLOADS = {("gemv", "miopen-1x1024x4096"): "fp16 GEMV (1x1024) * (1024x409
 (SAITPublic/PIMLibrary ``scripts/run_miopen_gemv_perf.sh``, ``run_miopen_lstm_perf.sh``)."""
 
 
-def pim_workload(model: str, dataset: str):
+def pim_workload(model: str, dataset: str, gate_ops: float = 3.0):
     """The `hwmodel.Workload` of a `PIM_WORKLOADS` entry: the GEMV as one `hwmodel.gemv_stage`; the
     LSTM as one layer per (layer, direction), each its input projection ``[50, in] @ [in, 4 H]``
     (one GEMM for all steps, as cuDNN / MIOpen run it) and 50 recurrent GEMVs ``h[1, H] @ [H, 4 H]``,
-    then per step the gates' elementwise work (ASSUMPTION: 3 operations per gate element:
-    nonlinearity, multiply, add); ``in`` = 2592 for the first layer, 2 H (both directions) after."""
+    then per step the gates' elementwise work, ``gate_ops`` operations per gate element (ASSUMPTION:
+    3, nonlinearity, multiply, add; `hbm_pim_sensitivity` varies it); ``in`` = 2592 for the first
+    layer, 2 H (both directions) after.
+
+    Raises:
+      ValueError: an unknown workload (the message lists `PIM_WORKLOADS`)."""
     from codesign.hwmodel import LayerWorkload, Workload, elementwise_stage, gemm_stage, gemv_stage
     if (model, dataset) == ("gemv", "miopen-1x1024x4096"):
         st = (gemv_stage(1024, 4096, 16, 16, 16),)
@@ -142,7 +146,7 @@ def pim_workload(model: str, dataset: str):
         for direction in ("forward", "backward"):
             st = (gemm_stage(steps, width, 4 * hidden, 16, 16, 16), gemv_stage(hidden, 4 * hidden, 16, 16, 16).scaled(steps))
             layers.append(LayerWorkload(f"lstm{layer}_{direction}", st, st,
-                                        (elementwise_stage(1, 4 * hidden, 16, ops=3.0).scaled(steps),)))
+                                        (elementwise_stage(1, 4 * hidden, 16, ops=gate_ops).scaled(steps),)))
     return Workload(tuple(layers))
 
 
@@ -279,12 +283,12 @@ def rows() -> list[dict]:
         key = (hw_name, model, dataset, training)
         if hw_name == "v100-published":
             return {"latency_s": V100_DGL_S_PER_EPOCH[(model, dataset)]}
-        if key not in cache and (model, dataset) in PIM_WORKLOADS:  # steps one after another
-            r = estimate(pim_workload(model, dataset), presets.get(hw_name), overlap_units=False)
-            cache[key] = {"latency_s": float(r.latency_s), "energy_j": float(r.energy_j)}
         if key not in cache:
-            wl = build(model, dataset, training)
-            r = estimate(pyg_workload(wl, model) if hw_name == "v100-pyg" else wl, presets.get(hw_name))
+            if (model, dataset) in PIM_WORKLOADS:  # steps one after another
+                r = estimate(pim_workload(model, dataset), presets.get(hw_name), overlap_units=False)
+            else:
+                wl = build(model, dataset, training)
+                r = estimate(pyg_workload(wl, model) if hw_name == "v100-pyg" else wl, presets.get(hw_name))
             cache[key] = {"latency_s": float(r.latency_s), "energy_j": float(r.energy_j)}
         return cache[key]
 
@@ -399,9 +403,7 @@ def hbm_pim_sensitivity() -> dict:
     operations per gate element instead of 3, and the host with the fitted H100's fixed cost per
     kernel (a GPU launches each step's GEMV and gate kernels, on both sides).
     ``{case: [speedup, energy reduction]}``."""
-    import dataclasses
-
-    from codesign.hwmodel import LayerWorkload, Workload, estimate, presets
+    from codesign.hwmodel import estimate, presets
     pim, host = presets.get("hbm-pim"), presets.host_of("hbm-pim")
     wl = pim_workload("lstm", "deepspeech2")
 
@@ -409,15 +411,12 @@ def hbm_pim_sensitivity() -> dict:
         a, b = estimate(w, h, overlap_units=overlap), estimate(w, p, overlap_units=overlap)
         return [round(float(a.latency_s / b.latency_s), 3), round(float(a.energy_j / b.energy_j), 3)]
 
-    def ops(n):  # the gates' elementwise stage with n operations per element
-        return Workload(tuple(LayerWorkload(layer.name, layer.aggregate_first, layer.combine_first, tuple(
-            dataclasses.replace(e, macs=e.macs * n / 3.0, passes=e.passes * n / 3.0) for e in layer.elementwise))
-            for layer in wl.layers))
     launch = presets.get("h100").stage_overhead_s
     return {"as costed": ratios(), "host and PCUs overlapping": ratios(overlap=True),
             "broadcast to 1 PCU": ratios(p=pim.replace(nmp=pim.nmp.replace(gemv_broadcast_units=1.0))),
             "broadcast to all PCUs": ratios(p=pim.replace(nmp=pim.nmp.replace(gemv_broadcast_units=pim.nmp.units))),
-            "1 op per gate element": ratios(w=ops(1.0)), "5 ops per gate element": ratios(w=ops(5.0)),
+            "1 op per gate element": ratios(w=pim_workload("lstm", "deepspeech2", gate_ops=1.0)),
+            "5 ops per gate element": ratios(w=pim_workload("lstm", "deepspeech2", gate_ops=5.0)),
             "h100's fixed cost per kernel": ratios(p=pim.replace(stage_overhead_s=launch),
                                                    h=host.replace(stage_overhead_s=launch))}
 

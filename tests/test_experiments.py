@@ -484,19 +484,12 @@ def test_csbm_products_ceiling_quick_times_each_shape_beside_the_reference(tmp_p
         mod.main(["--quick", "--shapes", "7/7/0.5", "--out", str(tmp_path)])
 
 
-def test_tradeoff_measures_what_deploy_compiles_and_scopes_start_from_their_host_model():
+def test_tradeoff_measures_what_deploy_compiles_and_scopes_start_from_their_host_model(cora):
     """``--measure`` asks `codesign.deploy` (not a model list): a GraphSAGE with fixed INT8 is measured,
     one with learned bit-widths (the flagship) or Degree-Quant's quantizer is not; wordnet-lsa's
     GraphSAGE starts every method from its host model, under the method's candidate."""
-    from codesign.graph import Graph
     mod = load("tradeoff")
-    rng = np.random.default_rng(0)
-    n = 40
-    s, r = rng.integers(0, n, 160), rng.integers(0, n, 160)
-    s, r = s[s != r], r[s != r]
-    g = Graph(x=rng.normal(size=(n, 8)).astype(np.float32), senders=s, receivers=r,
-              y=rng.integers(0, 3, n), train_mask=np.arange(n) < 20, val_mask=(np.arange(n) >= 20) & (np.arange(n) < 30),
-              test_mask=np.arange(n) >= 30, n_nodes=n)
+    g = cora
 
     def cfg(model, method, cand=0, level=None, dataset="cora"):
         return mod.train_config(mod.Job(model, method, level, 0, ("h100",), "h100" if level else None, cand),

@@ -355,7 +355,7 @@ def nmp_stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> St
       ValueError: ``hw`` has no near-memory units, or the stage may not run on them (`runs_on_nmp`).
     """
     nmp = hw.nmp
-    if nmp is None or not runs_on_nmp(stage, hw):
+    if not runs_on_nmp(stage, hw):
         raise ValueError(f"nmp_stage_cost: needs hw.nmp and an aggregation stage (or a GEMV on units that run "
                          f"them), got {hw.name!r} / {stage.kind!r}")
     zero = jnp.zeros((), jnp.float32)
