@@ -662,7 +662,7 @@ def deploy(model: GCN | GraphSAGE | GAT, graph: Graph, feature_store: str = "aut
     w0 = QuantizedMatrix(np.ascontiguousarray(w0[keep_f][:, keep_c]), s0, b0bits)
     qx = model.conv1.quant_x
     if isinstance(qx, FakeQuant):
-        x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), qx.bits)
+        x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), qx.bits, signed=qx.signed)
     else:  # the static features through the model's own input quantizer, once (per node rows: all columns)
         import jax.numpy as jnp
         x = np.ascontiguousarray(np.asarray(qx(jnp.asarray(x * z_f)), np.float32)[:, keep_f])
@@ -699,7 +699,8 @@ def _gat_program(model: GAT, senders: np.ndarray, receivers: np.ndarray, gate: n
         if len(cols):  # a head with every channel removed contributes nothing
             heads0.append((cols + k * f, QuantizedMatrix(np.ascontiguousarray(codes0[keep_f][:, cols + k * f]), s0, bits0),
                            a_src[k, cols].copy(), a_dst[k, cols].copy()))
-    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), None if fp32 else c0.quant_x.bits)
+    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), None if fp32 else c0.quant_x.bits,
+                             signed=c0.quant_x.signed)
     w_all = np.concatenate([h[1].dequantized() for h in heads0], 1) if heads0 else np.zeros((x.shape[1], 0), np.float32)
     return CompactGAT(senders=senders.astype(np.int32), receivers=receivers.astype(np.int32), gate=gate,
                       x=pick_feature_store(x, w_all, feature_store), heads0=tuple(heads0), channel_gate=z_c[keep_c],
@@ -725,7 +726,8 @@ def _sage_program(model: GraphSAGE, adj: sp.csr_matrix, x: np.ndarray, z_f: np.n
     first = lambda c: c[keep_f][:, keep_c]
     second = lambda c: c[keep_c]
     w0n, w0r = q(c0.quant_w_neigh, c0.kernel_neigh, first), q(c0.quant_w_root, c0.kernel_root, first)
-    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), c0.quant_x.bits)
+    x = _quantize_activation(np.ascontiguousarray(x[:, keep_f] * z_f[keep_f]), c0.quant_x.bits,
+                             signed=c0.quant_x.signed)
     both = np.concatenate([w0n.dequantized(), w0r.dequantized()], 1)  # the first product's weight, as it runs
     return CompactSAGE(adj=adj, x=pick_feature_store(x, both, feature_store), w0_neigh=w0n, w0_root=w0r,
                        w1_neigh=q(c1.quant_w_neigh, c1.kernel_neigh, second),

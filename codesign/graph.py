@@ -95,6 +95,13 @@ class Graph:
         """1 + the largest label."""
         return int(np.asarray(self.y).max()) + 1
 
+    @property
+    def signed_features(self) -> bool:
+        """Whether any feature is negative (LSA, embeddings, Gaussian features; not bag-of-words):
+        the models then quantize their input on a signed grid (``signed_input``), since an unsigned
+        one would clip every negative value to 0."""
+        return bool(np.asarray(self.x).min(initial=0.0) < 0)
+
     def replace(self, **changes) -> "Graph":
         """A copy with some fields replaced (validated again)."""
         return dataclasses.replace(self, **changes)

@@ -716,3 +716,30 @@ def test_fit_host_compares_the_fitted_cpu_with_this_one(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "fitted on" in err and "--peaks-only --save-preset" in err
     assert calibrate.fit_host("h100") is None  # a published preset has no host to match
+
+
+@pytest.mark.parametrize("arch", ["gcn", "sage", "gat"])
+def test_compact_program_of_signed_features_equals_the_int8_model(arch):
+    """Features with negative values (LSA-like): the deployed program quantizes them on the model's
+    signed grid once, so the logits are the INT8 model's (an unsigned grid in the program and a
+    signed one in the model would differ wherever a feature is negative)."""
+    g0 = _graph()
+    g = g0.replace(x=np.asarray(g0.x) - 0.3)  # a third to all of each row negative
+    assert g.signed_features
+    make = {"gcn": lambda: _hardened_gcn(g, 8), "sage": lambda: _hardened_sage(g, 8),
+            "gat": lambda: _hardened_gat(g, 8)}[arch]
+    m = make()
+    # the helpers build the model directly: the signed grid is the model's argument
+    assert not m.conv1.quant_x.signed
+    cls = type(m)
+    kw = dict(heads=2, out_heads=1) if arch == "gat" else {}
+    signed = cls(g.n_features, m.conv1.out_features if arch != "gat" else 4, 3, n_edges=g.n_edges, feature_mask=True,
+                 channel_mask=True, bits=8, signed_input=True, rngs=nnx.Rngs(0), **kw)
+    for mask in ("feature_mask", "channel_mask", "edge_mask"):
+        getattr(signed, mask).gate.log_alpha[...] = getattr(m, mask).gate.log_alpha[...]
+    signed.eval()
+    ref = np.asarray(signed(g.x, adjacency(g)))
+    assert np.abs(ref - np.asarray(m(g.x, adjacency(g)))).max() > 1e-3  # the grid matters on these features
+    c = deploy(signed, g)
+    assert (np.asarray(c.x.todense() if sp.issparse(c.x) else c.x) < 0).any()
+    np.testing.assert_allclose(c(), ref, rtol=1e-4, atol=1e-5 * float(np.abs(ref).max()))

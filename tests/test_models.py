@@ -163,3 +163,39 @@ def test_gcn_workload_tracks_densities_and_bits():
     assert float(gemm0.bits) == 4.0
     what_if = model.workload(30, 50, densities={"edge": 0.5, "feature": 0.25})
     np.testing.assert_allclose(what_if.layers[0].combine_first[0].macs, 30 * 25 * 16, rtol=1e-6)
+
+
+# --- signed input features: the first layer's input quantizer follows the data --------------------
+
+_FIRST_INPUT_QUANT = {"gcn": lambda m: m.conv1.quant_x, "sage": lambda m: m.conv1.quant_x,
+                      "gat": lambda m: m.conv1.quant_x, "gin": lambda m: m.conv1.lin1.quant_x,
+                      "appnp": lambda m: m.lin1.quant_x, "rgcn": lambda m: m.conv1.quant_x}
+
+
+def _toy_graph(x):
+    from codesign.graph import Graph
+    n = x.shape[0]
+    s = np.arange(n, dtype=np.int32)
+    return Graph(senders=s, receivers=(s + 1) % n, x=x, y=np.arange(n) % 3, train_mask=np.ones(n, bool),
+                 val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool), n_nodes=n)
+
+
+@pytest.mark.parametrize("model", sorted(_FIRST_INPUT_QUANT))
+def test_int8_models_keep_negative_input_features(model):
+    """Features with negative values (LSA, embeddings) are quantized on a signed grid by every
+    model `build_model` makes: an unsigned grid would clip them to 0 (wordnet-lsa's INT8 baseline
+    did, before). Non-negative features keep the unsigned grid, whose step is half as large."""
+    from codesign.models import MODELS
+    from codesign.train import TrainConfig, build_model
+    assert set(_FIRST_INPUT_QUANT) == set(MODELS)
+    x = np.random.default_rng(0).normal(size=(12, 6)).astype(np.float32)
+    for features, signed in ((x, True), (np.abs(x), False)):
+        g = _toy_graph(features)
+        assert g.signed_features is signed
+        m = build_model(TrainConfig.for_model(model, bits=8), g, nnx.Rngs(0))
+        q = _FIRST_INPUT_QUANT[model](m)
+        assert q.signed is signed
+        out = np.asarray(q(jnp.asarray(features)))
+        # within half a step of the input everywhere: nothing clipped
+        step = np.abs(features).max() / (127 if signed else 255)
+        assert np.abs(out - features).max() <= step / 2 + 1e-6

@@ -132,12 +132,12 @@ class UGSGCN(nnx.Module):
     """
 
     def __init__(self, n_features: int, hidden: int, n_classes: int, n_edges: int, *, dropout: float,
-                 bits: Optional[int] = None, net: str = "ugs", rngs: nnx.Rngs):
+                 bits: Optional[int] = None, signed_input: bool = False, net: str = "ugs", rngs: nnx.Rngs):
         if net not in NETS:
             raise ValueError(f"UGSGCN: net must be one of {NETS}, got {net!r}")
         self.net = net
         self.gcn = GCN(n_features, hidden, n_classes, edge_sparsifier=EdgeWeightMask(n_edges), dropout=dropout,
-                       input_dropout=net == "gcn", bits=bits, rngs=rngs)
+                       input_dropout=net == "gcn", bits=bits, signed_input=signed_input, rngs=rngs)
         if net == "ugs":  # torch nn.Linear(bias=False): U(-1/sqrt(fan_in), 1/sqrt(fan_in)); biases stay 0
             for conv in (self.gcn.conv1, self.gcn.conv2):
                 bound = 1.0 / math.sqrt(conv.in_features)
@@ -200,8 +200,8 @@ def build_ticket(graph: Graph, seed: int, edge_keep=None, weight_keeps: Optional
       ValueError: ``net`` unknown, ``mask_noise`` outside [0, 1).
     """
     _check_mask_noise(mask_noise)
-    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits, net=net,
-                   rngs=nnx.Rngs(params=seed, dropout=seed + 1))
+    model = UGSGCN(graph.n_features, hidden, graph.n_classes, graph.n_edges, dropout=dropout, bits=bits,
+                   signed_input=graph.signed_features, net=net, rngs=nnx.Rngs(params=seed, dropout=seed + 1))
     em = model.gcn.edge_mask
     if edge_keep is not None:
         em.keep[...] = jnp.asarray(edge_keep, bool)

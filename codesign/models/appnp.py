@@ -98,6 +98,10 @@ class APPNP(GNN):
       n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
       feature_mask: if True, a `FeatureMask` gating the input columns.
       bits: fake-quantization bit-width of the MLP's features and weights (None = fp32).
+      signed_input: quantize the input features on a signed grid (features that may be negative:
+        LSA, embeddings, Gaussian cSBM features); False: unsigned, for features >= 0 (bag-of-words),
+        where a negative value would be clipped to 0. `codesign.train.build_model` sets it from
+        the data (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each MLP layer's input (paper: 0.5).
       k_hops: K, propagation steps (paper: 10).
       alpha: teleport probability in [0, 1] (paper: 0.1).
@@ -115,8 +119,8 @@ class APPNP(GNN):
     FIRST_LAYER = "lin1"  # the paper's L2 regularization acts on this layer only
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
-                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", aggregate_fn: Callable = aggregate,
+                 feature_mask: bool = False, bits: Optional[int] = None, signed_input: bool = False,
+                 dropout: float = 0.5, k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", aggregate_fn: Callable = aggregate,
                  rngs: nnx.Rngs):
         check_widths("APPNP", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
@@ -128,7 +132,7 @@ class APPNP(GNN):
         self.edge_mask = EdgeMask(n_edges, rngs=rngs) if n_edges else None
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
-        self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
+        self.lin1 = QuantLinear(in_features, hidden, bits=bits, signed_input=signed_input, rngs=rngs)
         self.lin2 = QuantLinear(hidden, n_classes, bits=bits, rngs=rngs)  # ReLU outputs >= 0
         self.propagation = Propagation(n_classes, k_hops, alpha, impl=impl, aggregate_fn=aggregate_fn)
 

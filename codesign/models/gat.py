@@ -265,6 +265,10 @@ class GAT(GNN):
       bits: bit-width of features and weights (None = fp32); the initial one for learned kinds.
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
       in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
+      signed_input: quantize the input features on a signed grid (features that may be negative:
+        LSA, embeddings, Gaussian cSBM features); False: unsigned, for features >= 0 (bag-of-words),
+        where a negative value would be clipped to 0. `codesign.train.build_model` sets it from
+        the data (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each layer's input (paper: 0.6).
       heads: first-layer heads (paper: 8); out_heads: output-layer heads, averaged (paper: 1).
       attn_dropout: dropout on the attention coefficients; None = ``dropout`` (paper: 0.6 both).
@@ -288,7 +292,7 @@ class GAT(GNN):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
+                 in_degree=None, signed_input: bool = False, dropout: float = 0.6, heads: int = 8, out_heads: int = 1,
                  attn_dropout: Optional[float] = None, impl: str = "auto", aggregate_fn: Callable = aggregate,
                  rngs: nnx.Rngs):
         check_widths("GAT", in_features=in_features, hidden=hidden, n_classes=n_classes, heads=heads, out_heads=out_heads)
@@ -303,7 +307,7 @@ class GAT(GNN):
         self.dropout = HashDropout(dropout, rngs=rngs)
         q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, attn_dropout=attn, impl=impl,
                  aggregate_fn=aggregate_fn, rngs=rngs)
-        self.conv1 = GATConv(in_features, hidden, heads, concat=True, **q)
+        self.conv1 = GATConv(in_features, hidden, heads, concat=True, signed_input=signed_input, **q)
         self.conv2 = GATConv(heads * hidden, n_classes, out_heads, concat=False, signed_input=True, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:

@@ -52,7 +52,7 @@ class GCNConv(Layer):
     PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, out_features: int, *, bits: Optional[int] = None,
-                 quantizer: str = "fixed", in_degree=None, impl: str = "auto",
+                 quantizer: str = "fixed", in_degree=None, signed_input: bool = False, impl: str = "auto",
                  aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.in_features, self.out_features, self.impl = in_features, out_features, impl
         self.aggregate_fn = aggregate_fn
@@ -60,8 +60,10 @@ class GCNConv(Layer):
         init = jax.nn.initializers.glorot_uniform()
         self.kernel = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
-        # inputs are >= 0 (bag-of-words, ReLU): unsigned grid
-        self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
+        # unsigned grid for inputs >= 0 (bag-of-words, ReLU outputs); signed for raw features that
+        # may be negative (dense embeddings: an unsigned grid would clip every negative value to 0)
+        self.quant_x = make_quantizer(quantizer, bits, signed=signed_input, node_wise=True, in_degree=in_degree,
+                                      rngs=rngs)
         self.quant_w = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
     @property
@@ -139,6 +141,10 @@ class GCN(GNN):
       bits: bit-width of features and weights (None = fp32); the initial one for learned kinds.
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`).
       in_degree: int [N] in-degrees (self-loops included) for the "degree" / "a2q" quantizers.
+      signed_input: quantize the input features on a signed grid (features that may be negative:
+        LSA, embeddings, Gaussian cSBM features); False: unsigned, for features >= 0 (bag-of-words),
+        where a negative value would be clipped to 0. `codesign.train.build_model` sets it from
+        the data (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each layer's input (paper: 0.5).
       input_dropout: if False, dropout only on the hidden layer's input, not on the raw features
         (UGS's ``net_gcn``, Chen et al. ICML 2021).
@@ -153,8 +159,8 @@ class GCN(GNN):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.5, input_dropout: bool = True, impl: str = "auto",
-                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+                 in_degree=None, signed_input: bool = False, dropout: float = 0.5, input_dropout: bool = True,
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GCN", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         self.bits, self.input_dropout = bits, input_dropout
@@ -165,7 +171,7 @@ class GCN(GNN):
         self.channel_mask = ChannelMask(hidden, rngs=rngs) if channel_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
         q = dict(bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
-        self.conv1 = GCNConv(in_features, hidden, **q)
+        self.conv1 = GCNConv(in_features, hidden, signed_input=signed_input, **q)
         self.conv2 = GCNConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:

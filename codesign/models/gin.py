@@ -69,10 +69,10 @@ class GINConv(Layer):
     PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, hidden: int, out_features: int, *, bits: Optional[int] = None,
-                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+                 signed_input: bool = False, impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         self.impl, self.aggregate_fn = impl, aggregate_fn
         self.eps = nnx.Param(jnp.zeros((), jnp.float32))
-        self.lin1 = QuantLinear(in_features, hidden, bits=bits, rngs=rngs)  # inputs >= 0
+        self.lin1 = QuantLinear(in_features, hidden, bits=bits, signed_input=signed_input, rngs=rngs)
         self.lin2 = QuantLinear(hidden, out_features, bits=bits, rngs=rngs)  # ReLU outputs >= 0
         self.in_features, self.hidden, self.out_features = in_features, hidden, out_features
 
@@ -122,6 +122,10 @@ class GIN(GNN):
       n_edges: if given, an `EdgeMask` with one hard-concrete gate per edge (E, no self-loops).
       feature_mask: if True, a `FeatureMask` gating the input columns.
       bits: fake-quantization bit-width of features and weights (None = fp32).
+      signed_input: quantize the input features on a signed grid (features that may be negative:
+        LSA, embeddings, Gaussian cSBM features); False: unsigned, for features >= 0 (bag-of-words),
+        where a negative value would be clipped to 0. `codesign.train.build_model` sets it from
+        the data (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each layer's input.
       aggregate_fn: the aggregation both layers run (`GINConv`; default `codesign.kernels.aggregate`).
 
@@ -129,8 +133,8 @@ class GIN(GNN):
     """
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
-                 feature_mask: bool = False, bits: Optional[int] = None, dropout: float = 0.5,
-                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+                 feature_mask: bool = False, bits: Optional[int] = None, signed_input: bool = False,
+                 dropout: float = 0.5, impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GIN", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         self.bits = bits
@@ -138,7 +142,7 @@ class GIN(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
         conv = dict(bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
-        self.conv1 = GINConv(in_features, hidden, hidden, **conv)
+        self.conv1 = GINConv(in_features, hidden, hidden, signed_input=signed_input, **conv)
         self.conv2 = GINConv(hidden, hidden, n_classes, **conv)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:

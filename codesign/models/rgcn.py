@@ -250,8 +250,11 @@ class RGCN(GNN):
       n_edges: if given, an `EdgeMask` with one gate per edge (E, all relations, in the order of
         `relation_adjacencies`).
       feature_mask: if True, a `FeatureMask` gating the ``in_features`` input columns.
-      bits: fake-quantization bit-width of features and weights (None = fp32). The first layer's
-        input is quantized signed (raw features may be negative), the second's unsigned (ReLU).
+      bits: fake-quantization bit-width of features and weights (None = fp32). The second layer's
+        input is quantized unsigned (ReLU outputs).
+      signed_input: the first layer's input on a signed grid (the default: raw features may be
+        negative); `codesign.train.build_model` sets it from the data
+        (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each layer's input (paper: none).
       aggregate_fn: the aggregation of every relation in both layers (`RGCNConv`; default
         `codesign.kernels.aggregate`).
@@ -267,7 +270,7 @@ class RGCN(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_relations: int = 1,
                  n_bases: Optional[int] = None, n_edges: Optional[int] = None, feature_mask: bool = False,
-                 bits: Optional[int] = None, dropout: float = 0.0, impl: str = "auto",
+                 bits: Optional[int] = None, signed_input: bool = True, dropout: float = 0.0, impl: str = "auto",
                  aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("RGCN", in_features=in_features, hidden=hidden, n_classes=n_classes, n_relations=n_relations)
         self.in_features = in_features
@@ -279,7 +282,7 @@ class RGCN(GNN):
         self.feature_mask = FeatureMask(in_features, rngs=rngs) if feature_mask else None
         self.dropout = HashDropout(dropout, rngs=rngs)
         conv = dict(n_bases=n_bases, bits=bits, impl=impl, aggregate_fn=aggregate_fn, rngs=rngs)
-        self.conv1 = RGCNConv(in_features, hidden, self.n_relations, signed_input=True, **conv)
+        self.conv1 = RGCNConv(in_features, hidden, self.n_relations, signed_input=signed_input, **conv)
         self.conv2 = RGCNConv(hidden, n_classes, self.n_relations, signed_input=False, **conv)
 
     def _check(self, adjs: Adjacencies) -> tuple[CooAdjacency, ...]:

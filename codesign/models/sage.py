@@ -105,8 +105,10 @@ class SAGEConv(Layer):
       aggr: "mean" or "max".
       bits: bit-width of the input and both weights (None = fp32); initial for learned kinds.
       quantizer: `codesign.models.layers.QUANTIZERS` kind (see `make_quantizer`): the input
-        node-wise (unsigned: bag-of-words / ReLU inputs), ``W_root`` and ``W_neigh`` per tensor.
+        node-wise, ``W_root`` and ``W_neigh`` per tensor.
       in_degree: int [N] node in-degrees for the "degree" / "a2q" quantizers.
+      signed_input: quantize the input on a signed grid (raw features that may be negative); False:
+        unsigned (bag-of-words, ReLU outputs; a negative value would be clipped to 0).
       aggregate_fn: the mean aggregation's sum, ``aggregate_fn(adj, x, impl=...)`` over the
         row-normalized adjacency (default `codesign.kernels.aggregate`; injected as in `GCNConv`).
         ``aggr="max"`` does not use it (`max_aggregate`: a maximum is not a sum).
@@ -128,8 +130,8 @@ class SAGEConv(Layer):
     PROGRAM = vertex_layers.weighted_sum
 
     def __init__(self, in_features: int, out_features: int, *, aggr: str = "mean",
-                 bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, impl: str = "auto",
-                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+                 bits: Optional[int] = None, quantizer: str = "fixed", in_degree=None, signed_input: bool = False,
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         if aggr not in AGGREGATORS:
             raise ValueError(f"SAGEConv: aggr must be one of {AGGREGATORS}, got {aggr!r}")
         self.in_features, self.out_features, self.aggr, self.impl = in_features, out_features, aggr, impl
@@ -138,7 +140,8 @@ class SAGEConv(Layer):
         self.kernel_neigh = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.kernel_root = nnx.Param(init(rngs.params(), (in_features, out_features), jnp.float32))
         self.bias = nnx.Param(jnp.zeros((out_features,), jnp.float32))
-        self.quant_x = make_quantizer(quantizer, bits, signed=False, node_wise=True, in_degree=in_degree, rngs=rngs)
+        self.quant_x = make_quantizer(quantizer, bits, signed=signed_input, node_wise=True, in_degree=in_degree,
+                                      rngs=rngs)
         self.quant_w_neigh = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
         self.quant_w_root = make_quantizer(quantizer, bits, signed=True, node_wise=False, rngs=rngs)
 
@@ -253,6 +256,10 @@ class GraphSAGE(GNN):
       in_degree: int [N] in-degrees for the "degree" / "a2q" quantizers (`codesign.train` passes
         them with the self-loop counted, as for GCN; GraphSAGE aggregates none, so they are one
         high, which only shifts the degree ranking's values, not its order).
+      signed_input: quantize the input features on a signed grid (features that may be negative:
+        LSA, embeddings, Gaussian cSBM features); False: unsigned, for features >= 0 (bag-of-words),
+        where a negative value would be clipped to 0. `codesign.train.build_model` sets it from
+        the data (`codesign.graph.Graph.signed_features`).
       dropout: dropout rate on each layer's input.
       aggr: "mean" or "max" (see the module docstring).
       aggregate_fn: the aggregation both layers' mean runs (`SAGEConv`; default
@@ -273,8 +280,8 @@ class GraphSAGE(GNN):
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  edge_sparsifier: Optional[nnx.Module] = None, feature_mask: bool = False,
                  channel_mask: bool = False, bits: Optional[int] = None, quantizer: str = "fixed",
-                 in_degree=None, dropout: float = 0.5, aggr: str = "mean", impl: str = "auto",
-                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
+                 in_degree=None, signed_input: bool = False, dropout: float = 0.5, aggr: str = "mean",
+                 impl: str = "auto", aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("GraphSAGE", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if isinstance(edge_sparsifier, BlockEdgeMask) and edge_sparsifier.n_entries != edge_sparsifier.n_edges:
@@ -290,7 +297,7 @@ class GraphSAGE(GNN):
         self.dropout = HashDropout(dropout, rngs=rngs)
         q = dict(aggr=aggr, bits=bits, quantizer=quantizer, in_degree=in_degree, impl=impl,
                  aggregate_fn=aggregate_fn, rngs=rngs)
-        self.conv1 = SAGEConv(in_features, hidden, **q)
+        self.conv1 = SAGEConv(in_features, hidden, signed_input=signed_input, **q)
         self.conv2 = SAGEConv(hidden, n_classes, **q)
 
     def __call__(self, x: jax.Array, adj: CooAdjacency) -> jax.Array:

@@ -32,7 +32,8 @@ def build_model(cfg: TrainConfig, graph: Graph, rngs: nnx.Rngs, *, dense: bool =
         ``quantizer`` other than "fixed") that ``cfg.model.name`` does not take.
     """
     kw = dict(n_edges=None if dense or not cfg.uses_edge_mask else graph.n_edges,
-              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.quant.bits)
+              feature_mask=False if dense else cfg.uses_feature_mask, bits=None if dense else cfg.quant.bits,
+              signed_input=graph.signed_features)
     if not dense:
         if cfg.uses_edge_mask and cfg.masks.edge_sparsifier != "edge":
             kw["edge_sparsifier"] = _edge_sparsifier(cfg, graph, rngs)
