@@ -235,6 +235,11 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                     lines += [f"No method can pass {ceiling:.1f}x modeled energy reduction here under this cost model "
                               "(every gate closed, every tensor at 1 bit, FP32 logits: `experiments/reduction_bound.py`).",
                               ""]
+                if not entry["methods"]:
+                    lines += [f"No method other than the reference has a point here with >= {entry['min_seeds']} seeds.",
+                              ""]
+                    lines += _left_out(entry)
+                    continue
                 lines += ["| method | setting | val (%) | test (%) | n | modeled energy reduction "
                           "| modeled latency reduction | measured CPU latency reduction "
                           "| modeled CPU latency reduction |",

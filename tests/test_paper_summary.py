@@ -118,6 +118,15 @@ def test_a_method_another_target_ran_is_named_as_not_run_here(tmp_path):
             + ", ".join(built["hygcn"]["not_run"]) + ".") in text
 
 
+def test_a_panel_with_only_its_reference_says_so_instead_of_an_empty_table(tmp_path):
+    """A target where only the dense reference has run: one sentence, no table header without rows."""
+    path = tmp_path / "cora_tradeoff.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _record("dense", [0.80] * FIVE, [0.80] * FIVE, DENSE_J)))
+    text = "\n".join(summary.render_build(summary.build(fronts.load_tradeoff(path))))
+    assert "No method other than the reference has a point here with >= 5 seeds." in text
+    assert "| method | setting |" not in text
+
+
 def test_a_method_another_dataset_ran_is_named_as_not_run_here(tmp_path):
     """A baseline of the Cora GCN panels never trained on WordNet: WordNet's panel names it."""
     records = (RECORDS + _record("dense", [0.70] * FIVE, [0.70] * FIVE, DENSE_J, dataset="wordnet")
