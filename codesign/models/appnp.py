@@ -120,8 +120,8 @@ class APPNP(GNN):
 
     def __init__(self, in_features: int, hidden: int, n_classes: int, *, n_edges: Optional[int] = None,
                  feature_mask: bool = False, bits: Optional[int] = None, signed_input: bool = False,
-                 dropout: float = 0.5, k_hops: int = 10, alpha: float = 0.1, impl: str = "auto", aggregate_fn: Callable = aggregate,
-                 rngs: nnx.Rngs):
+                 dropout: float = 0.5, k_hops: int = 10, alpha: float = 0.1, impl: str = "auto",
+                 aggregate_fn: Callable = aggregate, rngs: nnx.Rngs):
         check_widths("APPNP", in_features=in_features, hidden=hidden, n_classes=n_classes)
         self.in_features = in_features
         if not (isinstance(k_hops, int) and k_hops >= 0):
