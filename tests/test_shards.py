@@ -211,7 +211,11 @@ def test_manifest_gives_the_layout_sizes_and_locality_of_the_whole(tmp_path, P):
         a, b = getattr(got, f.name), getattr(want, f.name)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f.name)
     assert json.dumps(got.summary()) == json.dumps(want.summary())
-    assert graph_sizes(out) == (graph.n_nodes, graph.n_edges, graph.n_features, graph.n_classes)
+    assert graph.signed_features  # normal features
+    assert graph_sizes(out) == (graph.n_nodes, graph.n_edges, graph.n_features, graph.n_classes, True)
+    # the input quantizer's grid follows the whole graph, the same in every process
+    _, _, out_abs = _write(tmp_path, P, graph.replace(x=np.abs(np.asarray(graph.x))), name="abs")
+    assert graph_sizes(out_abs).signed_features is False
     loc, ref = read_locality(out), measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     for f in dataclasses.fields(ref):
         a, b = getattr(loc, f.name), getattr(ref, f.name)
@@ -269,7 +273,7 @@ def test_a_format_1_folder_is_refused_in_one_line(tmp_path):
         del m[k]
     (out / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ShardError, match=r"manifest\.json: field 'format' is 'codesign-shards/1', this code reads "
-                                         r"'codesign-shards/3' \(write the folder again with codesign partition\)$"):
+                                         r"'codesign-shards/4' \(write the folder again with codesign partition\)$"):
         read_layout(out)
 
 

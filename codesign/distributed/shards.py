@@ -44,8 +44,9 @@ import numpy as np
 from codesign.distributed.partition import Partition, PartitionLayout
 from codesign.graph import Graph, feature_column_nnz
 
-FORMAT = "codesign-shards/3"
-"""Format name and version of a shard folder (manifest ``format``, each file's ``format``)."""
+FORMAT = "codesign-shards/4"
+"""Format name and version of a shard folder (manifest ``format``, each file's ``format``; 4: the
+manifest says whether any feature is negative, ``signed_features``)."""
 
 MANIFEST = "manifest.json"
 
@@ -120,12 +121,14 @@ class Shard:
 
 class GraphSizes(NamedTuple):
     """The sizes of a graph that a partitioned GCN reads (`codesign.train.build_model`), for a
-    process that never loads the graph (`graph_sizes`)."""
+    process that never loads the graph (`graph_sizes`), and whether any of its features is negative
+    (`codesign.graph.Graph.signed_features`: the input quantizer's grid, the same in every process)."""
 
     n_nodes: int
     n_edges: int
     n_features: int
     n_classes: int
+    signed_features: bool
 
 
 def part_file(part_id: int) -> str:
@@ -208,7 +211,8 @@ def write_shards(graph: Graph, part: Partition, out_dir, *, graph_name: str, see
     locality = measure_locality(graph.senders, graph.receivers, graph.n_nodes)
     manifest = dict(format=FORMAT, code_version=code_version(), graph=graph_name, graph_sha256=g_sha,
                     n_nodes=part.n_nodes, n_edges=part.n_edges, n_features=int(blocks["x"].shape[-1]),
-                    n_classes=int(graph.n_classes), n_parts=P, method=part.method, seed=seed,
+                    n_classes=int(graph.n_classes), signed_features=graph.signed_features, n_parts=P,
+                    method=part.method, seed=seed,
                     block_size=part.block_size, edge_offsets=[int(v) for v in part.edge_offsets],
                     edge_lengths=[int(v) for v in part.edge_lengths], halo_sizes=list(part.halo_sizes),
                     halo_counts=np.asarray(part.halo_counts, np.int64).tolist(),
@@ -222,7 +226,8 @@ def write_shards(graph: Graph, part: Partition, out_dir, *, graph_name: str, see
     return manifest
 
 
-_MANIFEST_FIELDS = ("format", "graph", "graph_sha256", "n_nodes", "n_edges", "n_features", "n_classes", "n_parts",
+_MANIFEST_FIELDS = ("format", "graph", "graph_sha256", "n_nodes", "n_edges", "n_features", "n_classes",
+                    "signed_features", "n_parts",
                     "method", "block_size", "edge_offsets", "edge_lengths", "halo_sizes", "halo_counts",
                     "edges_per_part", "edge_cut", "locality", "feature_nnz", "parts")
 
@@ -391,9 +396,9 @@ def read_layout(shard_dir) -> PartitionLayout:
 
 
 def graph_sizes(shard_dir) -> GraphSizes:
-    """N, E, F and classes of the graph a shard folder was cut from (`GraphSizes`)."""
+    """N, E, F, classes and feature sign of the graph a shard folder was cut from (`GraphSizes`)."""
     m = read_manifest(shard_dir)
-    return GraphSizes(m["n_nodes"], m["n_edges"], m["n_features"], m["n_classes"])
+    return GraphSizes(m["n_nodes"], m["n_edges"], m["n_features"], m["n_classes"], bool(m["signed_features"]))
 
 
 def read_locality(shard_dir):
