@@ -235,26 +235,27 @@ def render_build(summary: dict, loss_pts: float = 1.0, ceilings: dict | None = N
                     lines += [f"No method can pass {ceiling:.1f}x modeled energy reduction here under this cost model "
                               "(every gate closed, every tensor at 1 bit, FP32 logits: `experiments/reduction_bound.py`).",
                               ""]
-                if not entry["methods"]:
-                    lines += [f"No method other than the reference has a point here with >= {entry['min_seeds']} seeds.",
-                              ""]
-                    lines += _left_out(entry)
-                    continue
-                lines += ["| method | setting | val (%) | test (%) | n | modeled energy reduction "
-                          "| modeled latency reduction | measured CPU latency reduction "
-                          "| modeled CPU latency reduction |",
-                          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-                for m, v in entry["methods"].items():
-                    if v.get("selected", True) is None:
-                        lines.append(f"| {m} | {v['why']} | | | | | | | |")
-                        continue
-                    lines.append(f"| {m} | {v['setting']} | {v['val_accuracy']:.2f} | {v['test_accuracy']:.2f} ± "
-                                 f"{v['test_std']:.2f} | {v['n']} | {_x(v['modeled_energy_reduction'])} | "
-                                 f"{_x(v['modeled_latency_reduction'])} | {_x(v['measured_latency_reduction'])} | "
-                                 f"{_x(v.get('modeled_cpu_latency_reduction'))} |")
-                lines.append("")
+                lines += _method_table(entry) if entry["methods"] else [
+                    f"No method other than the reference has a point here with >= {entry['min_seeds']} seeds.", ""]
                 lines += _left_out(entry)
     return lines
+
+
+def _method_table(entry: dict) -> list[str]:
+    """A panel's table of its methods' chosen points (or why none was chosen), then a blank line."""
+    lines = ["| method | setting | val (%) | test (%) | n | modeled energy reduction "
+             "| modeled latency reduction | measured CPU latency reduction "
+             "| modeled CPU latency reduction |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m, v in entry["methods"].items():
+        if v.get("selected", True) is None:
+            lines.append(f"| {m} | {v['why']} | | | | | | | |")
+            continue
+        lines.append(f"| {m} | {v['setting']} | {v['val_accuracy']:.2f} | {v['test_accuracy']:.2f} ± "
+                     f"{v['test_std']:.2f} | {v['n']} | {_x(v['modeled_energy_reduction'])} | "
+                     f"{_x(v['modeled_latency_reduction'])} | {_x(v['measured_latency_reduction'])} | "
+                     f"{_x(v.get('modeled_cpu_latency_reduction'))} |")
+    return lines + [""]
 
 
 def _left_out(entry: dict) -> list[str]:
