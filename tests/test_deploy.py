@@ -35,9 +35,9 @@ def _graph(n=40, f=12, c=3, e=120, seed=0):
                  val_mask=np.zeros(n, bool), test_mask=np.zeros(n, bool), n_nodes=n)
 
 
-def _hardened_gcn(g, bits, seed=0, hidden=8):
+def _hardened_gcn(g, bits, seed=0, hidden=8, signed_input=False):
     m = GCN(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
-            channel_mask=True, bits=bits, rngs=nnx.Rngs(seed))
+            channel_mask=True, bits=bits, signed_input=signed_input, rngs=nnx.Rngs(seed))
     rng = np.random.default_rng(seed)
     for gate, n in ((m.feature_mask.gate, g.n_features), (m.channel_mask.gate, hidden), (m.edge_mask.gate, g.n_edges)):
         # a third of the gates closed (exact zeros), the rest open at values in (0, 1]
@@ -568,10 +568,10 @@ def test_any_single_byte_corruption_of_a_state_file_is_detected(saved_ck, data):
             load_model(ck, g)
 
 
-def _hardened_sage(g, bits, seed=0, hidden=8):
+def _hardened_sage(g, bits, seed=0, hidden=8, signed_input=False):
     """`_hardened_gcn`'s gates on a GraphSAGE (mean aggregator, fixed quantizer)."""
     m = GraphSAGE(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
-                  channel_mask=True, bits=bits, rngs=nnx.Rngs(seed))
+                  channel_mask=True, bits=bits, signed_input=signed_input, rngs=nnx.Rngs(seed))
     ref = _hardened_gcn(g, None, seed, hidden)
     for mask in ("feature_mask", "channel_mask", "edge_mask"):
         getattr(m, mask).gate.log_alpha[...] = getattr(ref, mask).gate.log_alpha[...]
@@ -647,11 +647,12 @@ def test_program_cost_is_how_measure_model_prices_the_compact_program():
         program_cost(model, g, hw, locality=None, feature_store="bsr")
 
 
-def _hardened_gat(g, bits, seed=0, hidden=4, heads=2, out_heads=1):
+def _hardened_gat(g, bits, seed=0, hidden=4, heads=2, out_heads=1, signed_input=False):
     """`_hardened_gcn`'s gates on a GAT: a third of the features, of the heads x hidden channels
     and of the edges closed (at least one of each), the rest open in (0, 1]."""
     m = GAT(g.n_features, hidden, int(np.asarray(g.y).max()) + 1, n_edges=g.n_edges, feature_mask=True,
-            channel_mask=True, bits=bits, heads=heads, out_heads=out_heads, rngs=nnx.Rngs(seed))
+            channel_mask=True, bits=bits, heads=heads, out_heads=out_heads, signed_input=signed_input,
+            rngs=nnx.Rngs(seed))
     rng = np.random.default_rng(seed)
     for gate, n in ((m.feature_mask.gate, g.n_features), (m.channel_mask.gate, heads * hidden),
                     (m.edge_mask.gate, g.n_edges)):
@@ -726,18 +727,10 @@ def test_compact_program_of_signed_features_equals_the_int8_model(arch):
     g0 = _graph()
     g = g0.replace(x=np.asarray(g0.x) - 0.3)  # a third to all of each row negative
     assert g.signed_features
-    make = {"gcn": lambda: _hardened_gcn(g, 8), "sage": lambda: _hardened_sage(g, 8),
-            "gat": lambda: _hardened_gat(g, 8)}[arch]
-    m = make()
+    make = {"gcn": _hardened_gcn, "sage": _hardened_sage, "gat": _hardened_gat}[arch]
     # the helpers build the model directly: the signed grid is the model's argument
-    assert not m.conv1.quant_x.signed
-    cls = type(m)
-    kw = dict(heads=2, out_heads=1) if arch == "gat" else {}
-    signed = cls(g.n_features, m.conv1.out_features if arch != "gat" else 4, 3, n_edges=g.n_edges, feature_mask=True,
-                 channel_mask=True, bits=8, signed_input=True, rngs=nnx.Rngs(0), **kw)
-    for mask in ("feature_mask", "channel_mask", "edge_mask"):
-        getattr(signed, mask).gate.log_alpha[...] = getattr(m, mask).gate.log_alpha[...]
-    signed.eval()
+    m, signed = make(g, 8), make(g, 8, signed_input=True)  # the same weights and gates
+    assert not m.conv1.quant_x.signed and signed.conv1.quant_x.signed
     ref = np.asarray(signed(g.x, adjacency(g)))
     assert np.abs(ref - np.asarray(m(g.x, adjacency(g)))).max() > 1e-3  # the grid matters on these features
     c = deploy(signed, g)
