@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in as few device calls as the 10-minute per-call limit allows.
 #
+#   bash experiments/gpu_session.sh all               # issue 39 in one call (~8 min): bench_csr, calibrate, tests_csr
+#   QUICK=1 bash experiments/gpu_session.sh all       # CPU dry run of the same stages (tiny sizes; tests collected only)
 #   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark (all impls, tile keep 1.0:
 #                                                     # the issue-19 "summary" incl. the Pallas CSR kernel, cuSPARSE)
 #   bash experiments/gpu_session.sh bench_learned     # the BSR / CSR rows at the learned BlockEdgeMask tile keeps
@@ -29,6 +31,16 @@ GPU_TAG=${GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/nu
   $PY -c "import jax, jaxlib, flax, optax; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
 } 2>&1 | tee "$OUT/env.txt"
 
+# Device loops (kernel_bench.device_loop) need XLA:GPU's while-loop unrolling off; set only where this
+# jaxlib knows the flag (an unknown XLA flag aborts every process)
+NO_UNROLL=--xla_gpu_enable_while_loop_unrolling=WHILE_LOOP_UNROLLING_NO_UNROLL
+if XLA_FLAGS="${XLA_FLAGS:-} $NO_UNROLL" $PY -c "import jax" 2>/dev/null; then
+  export XLA_FLAGS="${XLA_FLAGS:-} $NO_UNROLL"
+fi
+echo "XLA_FLAGS=${XLA_FLAGS:-}" | tee -a "$OUT/env.txt"
+# QUICK=1: every stage at tiny sizes with short limits (the CPU dry run in tests/test_csr_experiments.py)
+Q=${QUICK:+--quick}
+[ $# -eq 1 ] && [ "$1" = all ] && set -- bench_csr calibrate tests_csr
 for stage in "$@"; do
   echo "=== $stage $(date -u +%T)"
   case "$stage" in
@@ -36,6 +48,16 @@ for stage in "$@"; do
       timeout 270 $PY -m pytest -o addopts="" -q -p no:cacheprovider -k "Gpu or GPU or dispatch or aggregate or tf32" \
         ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_pallas_csr.py tests/test_kernels.py} \
         2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
+    bench_csr)  # issue 39's kernel table: R-MAT 2^20, segment_sum, cuSPARSE, Pallas CSR f32 / bf16 / int8, no BSR
+      timeout 180 $PY experiments/kernel_bench.py ${Q:---scale 20 --edges 8000000} --graphs rmat --tile-keep 1.0 \
+        --impls segment,bcsr,bcoo,pallas_csr,pallas_csr_bf16,pallas_csr_int8 --inner 10 \
+        --out "$OUT/kernel_bench_csr_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench_csr.log" | grep -v "it/s\]" | tail -30 ;;
+    calibrate)  # device-timed calibration grid + NVML energy for the h100 / h200 preset
+      timeout 170 $PY experiments/gpu_calibrate.py $Q --out "$OUT/gpu_calibration_$GPU_TAG.json" \
+        2>&1 | tee "$OUT/gpu_calibration.log" | tail -12 ;;
+    tests_csr)  # the Pallas CSR kernel's GPU classes, compiled (not interpreted), against references
+      timeout 90 $PY -m pytest -o addopts="" -q -p no:cacheprovider ${Q:+--collect-only} -k "Gpu or GPU" \
+        tests/test_pallas_csr.py 2>&1 | tee "$OUT/pytest_gpu_csr.log" | tail -15 ;;
     bench)
       timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --tile-keep 1.0 \
         --out "$OUT/kernel_bench_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench.log" | grep -v "it/s\]" | tail -40 ;;

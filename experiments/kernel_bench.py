@@ -56,31 +56,65 @@ from codesign.results import write_json_atomic
 NOMINAL_DRAM_BW = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12))
 CSR_IMPLS = ("pallas_csr", "pallas_csr_bf16", "pallas_csr_int8")
 CUSPARSE_IMPLS = ("bcsr", "bcoo")
+BSR_IMPLS = ("bsr_xla", "pallas", "pallas_int8")
 
 
 def median_ms(fn, *args, reps: int) -> float:
     return 1e3 * median_time_s(fn, *args, reps=reps)
 
 
-def _perturbed(x, s):
-    """``x`` (or the first array of a tuple) with element [0, 0] bumped by a value that depends on
-    the scalar ``s`` but is 0 in practice: makes each loop iteration depend on the previous one."""
+_SENTINEL = -1.2345e-33  # a value no output element takes in practice: the dependence below is never a change
+
+
+def _bumped(x, y):
+    """``x`` (or the first array of a tuple) with element [0, ..., 0] raised by 1 where the first
+    element of the first leaf of ``y`` equals `_SENTINEL` (never, in practice): each call's input
+    depends on the previous call's output, so no call can be hoisted out of the loop. A one-element
+    ``dynamic_update_slice`` of a loop carry, done in place (no copy of ``x``)."""
     first = x[0] if isinstance(x, tuple) else x
-    bump = (s == jnp.float32(-1.2345e-33)).astype(first.dtype)
-    first = lax.dynamic_update_slice(first, first[:1, :1] + bump, (0, 0))
+    y0 = jax.tree.leaves(y)[0].reshape(-1)[0]
+    bump = (y0 == jnp.asarray(_SENTINEL, y0.dtype)).astype(first.dtype)
+    idx = (0,) * first.ndim
+    first = lax.dynamic_update_slice(first, (first[tuple(slice(0, 1) for _ in idx)] + bump), idx)
     return (first, *x[1:]) if isinstance(x, tuple) else first
 
 
+def device_loop(fn, operand, x, calls: int):
+    """``run(operand, x)``: ``calls`` dependent calls of ``fn(operand, x)`` in one jitted loop
+    (a static trip count: XLA:GPU evaluates a dynamic loop condition on the host every iteration);
+    returns the last output, whole, so every call writes all of it (XLA fuses a slice into an
+    elementwise or reduce producer: reading one element of the output would shrink the call to that
+    element). ``gpu_session.sh`` turns XLA:GPU's loop unrolling off, under which the earlier calls'
+    outputs would again be read at one element only."""
+    y0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, operand, x))
+
+    def run(a, x):
+        def body(i, carry):
+            x, _ = carry
+            y = fn(a, x)
+            return _bumped(x, y), y
+        return lax.fori_loop(0, calls, body, (x, y0))[1]
+    return jax.jit(run)
+
+
 def device_loop_ms(fn, operand, x, *, inner: int, reps: int) -> float:
-    """Device time (ms) of one ``fn(operand, x)``: ``inner`` calls in one jitted ``fori_loop``
-    (median over ``reps`` host-timed loops, divided by ``inner``)."""
-    def loop(a, x):
-        def body(_, carry):
-            x, s = carry
-            y = fn(a, _perturbed(x, s))
-            return x, sum((v.reshape(-1)[0] + v.reshape(-1)[-1]).astype(jnp.float32) for v in jax.tree.leaves(y))
-        return lax.fori_loop(0, inner, body, (x, jnp.float32(0.0)))[1]
-    return median_ms(jax.jit(loop), operand, x, reps=reps) / inner
+    """Device time (ms) of one ``fn(operand, x)``: the median host time of loops of ``2 * inner``
+    calls minus that of loops of ``inner`` calls (`device_loop`; median over ``reps``, alternated),
+    over ``inner``: the loop's fixed costs (launch, the copy of ``x`` into the carry, the host
+    wait) cancel, and no call is host-timed alone."""
+    runs = {c: device_loop(fn, operand, x, c) for c in (inner, 2 * inner)}
+    for run in runs.values():  # compile and warm up
+        jax.block_until_ready(run(operand, x))
+    ts = {c: [] for c in runs}
+    for _ in range(reps):
+        for c, run in runs.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(run(operand, x))
+            ts[c].append(time.perf_counter() - t0)
+    per_call = (np.median(ts[2 * inner]) - np.median(ts[inner])) / inner
+    if per_call <= 0:  # the difference is lost in host noise (a call far below the timer's spread)
+        per_call = np.median(ts[2 * inner]) / (2 * inner)
+    return 1e3 * float(per_call)
 
 
 def nominal_dram_bw(device_kind: str, copy_gb_s: float) -> tuple[float, str]:
@@ -142,14 +176,20 @@ def copy_bandwidth_gb_s(reps: int) -> float:
 
 def load_graphs(args):
     graphs = {}
+    wanted = {g.strip() for g in args.graphs.split(",") if g.strip()}
+    if wanted - {"cora", "rmat"}:
+        raise ValueError(f"--graphs: unknown graph(s) {sorted(wanted - {'cora', 'rmat'})}; known: cora, rmat")
     try:
+        if "cora" not in wanted:
+            raise FileNotFoundError("not in --graphs")
         from codesign.data import load_planetoid
         g = load_planetoid("cora", root=args.data_root)
         graphs["cora"] = (np.asarray(g.senders), np.asarray(g.receivers), g.n_nodes)
     except (FileNotFoundError, RuntimeError) as e:
         print(f"skipping cora: {e}")
-    s, r = rmat_edges(args.scale, args.edges, seed=0)
-    graphs[f"rmat{args.scale}"] = (s, r, 1 << args.scale)
+    if "rmat" in wanted:
+        s, r = rmat_edges(args.scale, args.edges, seed=0)
+        graphs[f"rmat{args.scale}"] = (s, r, 1 << args.scale)
     return graphs
 
 
@@ -164,9 +204,10 @@ def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool, csr=None):
     are jit arguments, never closure constants (XLA would constant-fold the products). On a GPU
     ``bcsr`` and ``bcoo`` run cuSPARSE (``jax_bcoo_cusparse_lowering``, set in `main`)."""
     x = jax.random.normal(jax.random.key(0), (n, f), jnp.float32)
-    xp = bsr.permute_features(x)
-    out = {"segment": (lambda a, x: aggregate(a, x, impl="segment"), adj, x),
-           "bsr_xla": (lambda a, x: aggregate(a, x, impl="bsr_xla"), bsr, xp)}
+    out = {"segment": (lambda a, x: aggregate(a, x, impl="segment"), adj, x)}
+    if bsr is not None:
+        xp = bsr.permute_features(x)
+        out["bsr_xla"] = (lambda a, x: aggregate(a, x, impl="bsr_xla"), bsr, xp)
     coo = jsparse.BCOO((jnp.ones(adj.n_edges), jnp.stack([adj.receivers, adj.senders], 1)),
                        shape=(n, n)).sum_duplicates()
     m = jsparse.BCSR.from_bcoo(coo)
@@ -179,7 +220,7 @@ def impls(adj, bsr, n, f, on_gpu: bool, dense_ok: bool, csr=None):
         out["pallas_csr_int8"] = (lambda c, xs: csr_chunk_spmm_int8(c, xs[0], xs[1]), csr, int8_rows(x))
     if dense_ok:
         out["dense"] = (lambda a, x: a @ x, jnp.zeros((n, n), jnp.float32).at[adj.receivers, adj.senders].add(1.0), x)
-    if on_gpu:
+    if on_gpu and bsr is not None:
         out["pallas"] = (lambda a, x: aggregate(a, x, impl="pallas"), bsr, xp)
         # int8 features with per-node scales, dequantized inside the kernel (forward only)
         out["pallas_int8"] = (lambda a, xs: bsr_spmm_int8(a, xs[0], xs[1]), bsr, int8_rows(xp))
@@ -303,6 +344,59 @@ def _result(args, backend, copy_gb_s, formats, rows, failed, complete: bool) -> 
             "failed": failed, "pallas_timed": backend == "gpu", "complete": complete}
 
 
+def _time_feature(args, gname, adj, bsr, csr, n, f, keep, on_gpu, copy_gb_s, wanted, rows, failed):
+    """Times every wanted impl on one graph at width ``f`` (``bsr`` None: no BSR impls) and appends
+    a row per impl to ``rows`` (a failure to ``failed``)."""
+    nbytes = float(hwmodel.spmm_stage(n, adj.n_edges, f, 32.0, 32.0).compulsory_bytes)
+    bw, _ = nominal_dram_bw(getattr(jax.devices()[0], "device_kind", ""), copy_gb_s)
+    want = None
+    for name, (fn, operand, x) in impls(adj, bsr, n, f, on_gpu, n <= 8192, csr).items():
+        if wanted is not None and name not in wanted:
+            continue
+        try:
+            y = jax.jit(fn)(operand, x)
+            if name in ("bsr_xla", "pallas", "pallas_int8"):
+                y = bsr.unpermute(y)
+            if want is None:  # "segment" comes first: the full-scale reference
+                want = y.astype(jnp.float32)
+            err = float(jnp.linalg.norm(y.astype(jnp.float32) - want) / jnp.linalg.norm(want))
+            del y
+            fwd = device_loop_ms(fn, operand, x, inner=args.inner, reps=args.reps)
+            fwd_bwd_ms = None
+            if not name.endswith("int8"):  # int8 inputs have no gradient
+                ct = jax.random.normal(jax.random.key(1), jax.tree.leaves(x)[0].shape, jnp.float32)
+                fwd_bwd = (lambda a_ct, x, fn=fn: jax.value_and_grad(
+                    lambda x: jnp.vdot(fn(a_ct[0], x).astype(jnp.float32), a_ct[1]))(x))
+                fwd_bwd_ms = device_loop_ms(fwd_bwd, (operand, ct), x, inner=args.inner, reps=args.reps)
+            lowered = jax.jit(fn).lower(operand, x).as_text() if name in CUSPARSE_IMPLS else ""
+        except jax.errors.JaxRuntimeError as e:  # e.g. bsr_xla's [tiles, B, F] gather out of memory
+            failed.append({"graph": gname, "tile_keep": keep, "features": f, "impl": name,
+                           "error": str(e).splitlines()[0][:300]})
+            print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} failed: {failed[-1]['error']}")
+            continue
+        row = {"graph": gname, "edges": adj.n_edges, "tile_keep": keep, "tiles": None if bsr is None else bsr.nnz_blocks,
+               "features": f, "impl": name, "forward_ms": fwd, "forward_backward_ms": fwd_bwd_ms,
+               "gb_s": nbytes / (fwd * 1e-3) / 1e9}
+        row["copy_bw_fraction"] = row["gb_s"] / copy_gb_s
+        row["rel_err_vs_segment"] = err
+        if name in CUSPARSE_IMPLS:
+            row["cusparse_call"] = "cusparse" in lowered or "hipsparse" in lowered
+        if name in CSR_IMPLS:  # the kernel's own compulsory bytes (no edge values; int8: + scales)
+            bits = {"pallas_csr": 32.0, "pallas_csr_bf16": 16.0, "pallas_csr_int8": 8.0}[name]
+            st = work_item_stats(csr)
+            stages = hwmodel.csr_chunk_spmm_stages(n, adj.n_edges, f, bits, 32.0 if bits == 8 else bits,
+                                                   edge_values=False, node_scales=int(bits == 8.0),
+                                                   split_rows=st["split_rows"], slots=st["slots"])
+            row["compulsory_bytes"] = float(stages[0].compulsory_bytes)
+            row["compulsory_roofline_fraction"] = row["compulsory_bytes"] / bw / (fwd * 1e-3)
+            row["work_items"] = st
+        rows.append(row)
+        fb = "      n/a" if fwd_bwd_ms is None else f"{fwd_bwd_ms:9.3f}"
+        print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} fwd {fwd:9.3f} ms  fwd+bwd "
+              f"{fb} ms  {row['gb_s']:7.2f} GB/s "
+              f"({100 * row['copy_bw_fraction']:.0f}% of copy)")
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -313,6 +407,10 @@ def main(argv=None) -> dict:
                     help="comma-separated kept tile fractions; 'learned' = the BlockEdgeMask fractions of --learned-from")
     ap.add_argument("--learned-from", default="results/cora_gcn_sparsify_quant.jsonl")
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--graphs", default="cora,rmat", help="comma-separated: cora, rmat")
+    ap.add_argument("--impls", default=None,
+                    help="comma-separated impls to time (default: all that apply); without a BSR impl "
+                         "(bsr_xla, pallas, pallas_int8) the BSR tiles are not built and --tile-keep is 1.0")
     ap.add_argument("--reps", type=int, default=5, help="host-timed device loops per measurement (median)")
     ap.add_argument("--inner", type=int, default=20, help="products per device loop")
     ap.add_argument("--data-root", default=None)
@@ -334,8 +432,19 @@ def main(argv=None) -> dict:
     out_path = args.out or f"results/kernel_bench_{backend}{'_quick' if args.quick else ''}.json"
     copy_gb_s = copy_bandwidth_gb_s(args.reps)
     rows, formats, failed = [], {}, []
+    wanted = None if args.impls is None else {v.strip() for v in args.impls.split(",") if v.strip()}
+    if wanted is not None and "segment" not in wanted:
+        raise ValueError("--impls: must include segment (the reference every output is checked against)")
+    with_bsr = wanted is None or bool(wanted & set(BSR_IMPLS))
     for gname, (s, r, n) in load_graphs(args).items():
         adj0 = CooAdjacency(jnp.asarray(s, jnp.int32), jnp.asarray(r, jnp.int32), None, n)
+        if not with_bsr:  # no tiles: the graph as given (its edges are unique), tile keep 1.0
+            formats[gname] = {"nodes": n, "edges": int(s.size)}
+            csr = csr_chunks(adj0) if on_gpu else None
+            for f in [int(v) for v in args.features.split(",")]:
+                _time_feature(args, gname, adj0, None, csr, n, f, 1.0, on_gpu, copy_gb_s, wanted, rows, failed)
+            write_json_atomic(out_path, _result(args, backend, copy_gb_s, formats, rows, failed, complete=False))
+            continue
         full = BlockSparseAdjacency.from_coo(adj0, args.block_size, reorder="rcm")
         formats[gname] = {
             "nodes": n, "edges": int(s.size),
@@ -358,52 +467,7 @@ def main(argv=None) -> dict:
             adj = CooAdjacency(jnp.asarray(perm[cc[valid]], jnp.int32), jnp.asarray(perm[rr[valid]], jnp.int32), None, n)
             csr = csr_chunks(adj) if on_gpu else None  # the same edges for the CSR kernel (host-side plan)
             for f in [int(v) for v in args.features.split(",")]:
-                nbytes = float(hwmodel.spmm_stage(n, adj.n_edges, f, 32.0, 32.0).compulsory_bytes)
-                bw, _ = nominal_dram_bw(getattr(jax.devices()[0], "device_kind", ""), copy_gb_s)
-                want = None
-                for name, (fn, operand, x) in impls(adj, bsr, n, f, on_gpu, n <= 8192, csr).items():
-                    try:
-                        y = jax.jit(fn)(operand, x)
-                        if name in ("bsr_xla", "pallas", "pallas_int8"):
-                            y = bsr.unpermute(y)
-                        if want is None:  # "segment" comes first: the full-scale reference
-                            want = y.astype(jnp.float32)
-                        err = float(jnp.linalg.norm(y.astype(jnp.float32) - want) / jnp.linalg.norm(want))
-                        del y
-                        fwd = device_loop_ms(fn, operand, x, inner=args.inner, reps=args.reps)
-                        fwd_bwd_ms = None
-                        if not name.endswith("int8"):  # int8 inputs have no gradient
-                            ct = jax.random.normal(jax.random.key(1), jax.tree.leaves(x)[0].shape, jnp.float32)
-                            fwd_bwd = (lambda a_ct, x, fn=fn: jax.value_and_grad(
-                                lambda x: jnp.vdot(fn(a_ct[0], x).astype(jnp.float32), a_ct[1]))(x))
-                            fwd_bwd_ms = device_loop_ms(fwd_bwd, (operand, ct), x, inner=args.inner, reps=args.reps)
-                        lowered = jax.jit(fn).lower(operand, x).as_text() if name in CUSPARSE_IMPLS else ""
-                    except jax.errors.JaxRuntimeError as e:  # e.g. bsr_xla's [tiles, B, F] gather out of memory
-                        failed.append({"graph": gname, "tile_keep": keep, "features": f, "impl": name,
-                                       "error": str(e).splitlines()[0][:300]})
-                        print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} failed: {failed[-1]['error']}")
-                        continue
-                    row = {"graph": gname, "edges": adj.n_edges, "tile_keep": keep, "tiles": bsr.nnz_blocks,
-                           "features": f, "impl": name, "forward_ms": fwd, "forward_backward_ms": fwd_bwd_ms,
-                           "gb_s": nbytes / (fwd * 1e-3) / 1e9}
-                    row["copy_bw_fraction"] = row["gb_s"] / copy_gb_s
-                    row["rel_err_vs_segment"] = err
-                    if name in CUSPARSE_IMPLS:
-                        row["cusparse_call"] = "cusparse" in lowered or "hipsparse" in lowered
-                    if name in CSR_IMPLS:  # the kernel's own compulsory bytes (no edge values; int8: + scales)
-                        bits = {"pallas_csr": 32.0, "pallas_csr_bf16": 16.0, "pallas_csr_int8": 8.0}[name]
-                        st = work_item_stats(csr)
-                        stages = hwmodel.csr_chunk_spmm_stages(n, adj.n_edges, f, bits, 32.0 if bits == 8 else bits,
-                                                               edge_values=False, node_scales=int(bits == 8.0),
-                                                               split_rows=st["split_rows"], slots=st["slots"])
-                        row["compulsory_bytes"] = float(stages[0].compulsory_bytes)
-                        row["compulsory_roofline_fraction"] = row["compulsory_bytes"] / bw / (fwd * 1e-3)
-                        row["work_items"] = st
-                    rows.append(row)
-                    fb = "      n/a" if fwd_bwd_ms is None else f"{fwd_bwd_ms:9.3f}"
-                    print(f"{gname:8s} keep {keep:.2f} F={f:4d} {name:11s} fwd {fwd:9.3f} ms  fwd+bwd "
-                          f"{fb} ms  {row['gb_s']:7.2f} GB/s "
-                          f"({100 * row['copy_bw_fraction']:.0f}% of copy)")
+                _time_feature(args, gname, adj, bsr, csr, n, f, keep, on_gpu, copy_gb_s, wanted, rows, failed)
             # partial results after every kept fraction (a long GPU run cut by its time limit keeps them)
             write_json_atomic(out_path, _result(args, backend, copy_gb_s, formats, rows, failed, complete=False))
     result = _result(args, backend, copy_gb_s, formats, rows, failed, complete=True)

@@ -73,3 +73,79 @@ def test_csr_tune_quick(tmp_path):
     for r in out["rows"]:
         assert r["rel_err_vs_segment"] < 1e-5 and r["forward_ms"] > 0 and r["work_items"]["items"] > 0
     assert (tmp_path / "tune.json").exists()
+
+
+def test_device_loop_is_not_hoisted_or_shrunk():
+    """The loop's time grows with its call count (the call is not hoisted out of the loop), and a
+    call whose output is read at one element still computes all of it (the barrier)."""
+    import jax
+    kb = _load("kernel_bench")
+    x = jax.random.normal(jax.random.key(0), (1 << 20,), jnp.float32)
+    one = kb.device_loop_ms(lambda c, x: jnp.sin(x) * c, jnp.float32(1.0), x, inner=1, reps=3)
+    many = kb.device_loop_ms(lambda c, x: jnp.sin(x) * c, jnp.float32(1.0), x, inner=40, reps=3)
+    assert many > 0.2 * one  # per call: hoisting or shrinking would make it ~1/40 of one call or less
+    text = jax.jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, acc: acc + jax.lax.optimization_barrier(
+        jnp.sin(jax.lax.optimization_barrier((x, i))[0]))[0], 0.0)).lower(x).compile().as_text()
+    assert "while" in text
+
+
+def test_bench_impls_and_graphs_filter(tmp_path):
+    kb = _load("kernel_bench")
+    out = kb.main(["--quick", "--graphs", "rmat", "--impls", "segment,bcsr", "--out", str(tmp_path / "kb.json")])
+    assert {r["impl"] for r in out["rows"]} == {"segment", "bcsr"} and {r["graph"] for r in out["rows"]} == {"rmat11"}
+    assert all(r["rel_err_vs_segment"] < 1e-5 and r["tiles"] is None for r in out["rows"])
+    assert set(out["formats"]["rmat11"]) == {"nodes", "edges"}  # no BSR tiles built
+    with pytest.raises(ValueError, match="--impls"):
+        kb.main(["--quick", "--graphs", "rmat", "--impls", "bcsr", "--out", str(tmp_path / "x.json")])
+    with pytest.raises(ValueError, match="--graphs"):
+        kb.main(["--quick", "--graphs", "pubmed", "--out", str(tmp_path / "x.json")])
+
+
+def test_gpu_calibrate_quick_dry_run(tmp_path):
+    """The GPU calibration script's every kind on the CPU at tiny sizes (Pallas in interpret mode):
+    points recorded with their sizes and times; without NVML the energy section says why."""
+    cal = _load("gpu_calibrate")
+    out = cal.main(["--quick", "--out", str(tmp_path / "cal.json")])
+    assert out["complete"] and not out["failed"]
+    kinds = {p["kind"] for p in out["points"]}
+    assert kinds == {"launch", "copy", "gemm", "spmm", "sddmm", "pallas_csr"}
+    assert {p["dtype"] for p in out["points"] if p["kind"] == "gemm"} == set(cal.GEMM_DTYPES)
+    assert all(p["time_s"] > 0 for p in out["points"])
+    assert all(p["edges"] == cal.rmat_graph(p["scale"])[0].size for p in out["points"] if "scale" in p)
+    assert out["energy"]["available"] is (cal.Energy().error is None)
+
+
+def test_gpu_energy_loop_with_a_counter():
+    """`energy_loop` on the CPU with a stand-in counter (1 J per host second): J per call and mean
+    power follow from the counter and the loop's wall time."""
+    import time
+    cal = _load("gpu_calibrate")
+
+    class Meter:
+        def joules(self):
+            return time.perf_counter()
+
+        def state(self):
+            return {}
+
+    x = jnp.ones((256,), jnp.float32)
+    e = cal.energy_loop({"kind": "copy"}, lambda c, x: x * c, jnp.float32(1.0), x, 0.05, 1e-4, Meter())
+    assert e["calls"] == 500 and e["mean_power_w"] == pytest.approx(1.0, rel=0.05)
+    assert e["joules_per_call"] == pytest.approx(e["seconds_per_call"], rel=0.05)
+
+
+def test_gpu_session_all_dry_run(tmp_path):
+    """``QUICK=1 gpu_session.sh all`` on the CPU: every stage runs at tiny sizes and writes its file,
+    so a lent GPU is not spent on a typo."""
+    import os
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "QUICK": "1", "OUT": str(tmp_path), "PY": sys.executable, "GPU_TAG": "cpu"}
+    proc = subprocess.run(["bash", "experiments/gpu_session.sh", "all"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in ("env.txt", "kernel_bench_csr_cpu.json", "gpu_calibration_cpu.json", "pytest_gpu_csr.log"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert "unknown stage" not in proc.stdout and "Traceback" not in proc.stdout
+    assert "PallasCsrGpuTest" in (tmp_path / "pytest_gpu_csr.log").read_text()
