@@ -97,6 +97,19 @@ def device_loop(fn, operand, x, calls: int):
     return jax.jit(run)
 
 
+def device_loop_s(fn, operand, x, *, calls: int, reps: int) -> float:
+    """Median host seconds of ``reps`` runs of one compiled `device_loop` of ``calls`` calls (after
+    one warm-up run): the calls plus the loop's fixed cost, which the caller subtracts."""
+    run = device_loop(fn, operand, x, calls)
+    jax.block_until_ready(run(operand, x))
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(operand, x))
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
 def device_loop_ms(fn, operand, x, *, inner: int, reps: int) -> float:
     """Device time (ms) of one ``fn(operand, x)``: the median host time of loops of ``2 * inner``
     calls minus that of loops of ``inner`` calls (`device_loop`; median over ``reps``, alternated),
@@ -443,7 +456,7 @@ def main(argv=None) -> dict:
             csr = csr_chunks(adj0) if on_gpu else None
             for f in [int(v) for v in args.features.split(",")]:
                 _time_feature(args, gname, adj0, None, csr, n, f, 1.0, on_gpu, copy_gb_s, wanted, rows, failed)
-            write_json_atomic(out_path, _result(args, backend, copy_gb_s, formats, rows, failed, complete=False))
+                write_json_atomic(out_path, _result(args, backend, copy_gb_s, formats, rows, failed, complete=False))
             continue
         full = BlockSparseAdjacency.from_coo(adj0, args.block_size, reorder="rcm")
         formats[gname] = {
