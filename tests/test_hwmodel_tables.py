@@ -144,7 +144,7 @@ def test_every_preset_states_its_evidence():
         assert ev["level"] in presets.EVIDENCE_LEVELS and ev["checked_against"], name
     assert presets.evidence("h100")["level"] == "fitted on public device timings"
     assert presets.evidence("h100-datasheet")["level"] == "datasheet only"
-    assert presets.evidence("cpu")["level"] == "measured on this machine"
+    assert presets.evidence("cpu")["level"] == "measured on the device"
 
 
 def test_stored_h100_fit_meets_its_targets():
