@@ -336,10 +336,23 @@ def fit_energy(cal: dict, hw) -> dict:
                          "datasheet_ratio": float(datasheet / r["measured_j"]), "seconds": r["seconds"],
                          "mean_power_w": r["mean_power_w"], "sm_clock_mhz": r["sm_clock_mhz"]})
     pred = [r for r in out_rows if r["role"] == "predicted"]
-    from codesign.hwmodel.power import peak_power_w
-    capped = ds.replace(**{k: v for k, v in fitted.items() if k != "sram_energy_pj_per_byte"})
+    from codesign.hwmodel.power import peak_power_parts, peak_power_w
+    caps = {lp["state_before"].get("power_limit_w") for lp in loops if lp.get("state_before")}
+    if len(caps) != 1 or None in caps:
+        raise ValueError(f"NVML power limits of the energy loops: expected one, got {sorted(map(str, caps))}")
+    fitted["power_cap_w"] = float(caps.pop())
+    uncapped = ds.replace(**{k: v for k, v in fitted.items() if k not in ("sram_energy_pj_per_byte", "power_cap_w")})
+    # the preset as shipped (latency factors, these energies, the cap): whole-model energy per loop,
+    # its static energy over its own modeled latency
+    shipped = hw.replace(**{k: v for k, v in fitted.items() if k != "sram_energy_pj_per_byte"})
+    for r, lp in zip(out_rows, loops):
+        costs = [hwmodel.stage_cost(s, shipped) for s in point_stages(lp["point"])]
+        lat = sum(float(c.latency_s) for c in costs)
+        r["preset_modeled_j"] = sum(float(c.energy_j) for c in costs) + shipped.static_power_w * lat
+        r["preset_modeled_s"] = lat
+        r["preset_ratio"] = r["preset_modeled_j"] / r["measured_j"]
     return {"fields": fitted, "rows": out_rows,
-            "peak_power_w_with_fitted_energies": float(peak_power_w(capped)),
+            "peak_power_w_with_fitted_energies_uncapped": float(peak_power_parts(uncapped)["total"]),
             "peak_power_w_datasheet": float(peak_power_w(ds)),
             "predicted_max_abs_error": float(max(abs(r["ratio"] - 1) for r in pred)) if pred else None,
             "note": "energies at each loop's measured time: the GEMMs ran at the 700 W limit (SM clock 1410-1620 "
@@ -406,7 +419,11 @@ def main(argv=None) -> dict:
     for r in energy["rows"]:
         print(f"  energy {r['kind']:6s} {r['dtype']:9s} {r['role']:9s} measured {r['measured_j']:.4f} J "
               f"modeled {r['modeled_j']:.4f} J ratio {r['ratio']:.3f}; datasheet energies {r['datasheet_ratio']:.3f}")
-    print(f"peak power: {energy['peak_power_w_with_fitted_energies']:.0f} W with the NVML energies, "
+    for r in energy["rows"]:
+        print(f"  preset {r['kind']:6s} {r['dtype']:9s} modeled {r['preset_modeled_j']:.4f} J "
+              f"({1e3 * r['preset_modeled_s']:.3f} ms) / measured {r['measured_j']:.4f} J "
+              f"({1e3 * r['seconds']:.3f} ms): {r['preset_ratio']:.3f}")
+    print(f"peak power: {energy['peak_power_w_with_fitted_energies_uncapped']:.0f} W with the NVML energies uncapped, "
           f"{energy['peak_power_w_datasheet']:.0f} W with the datasheet's (cap 700 W)")
     print("public H100 table (cuSPARSE)", rec["public_h100_table"])
     if not args.no_save:

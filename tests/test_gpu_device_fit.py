@@ -72,11 +72,14 @@ def test_h200_preset_takes_the_device_fit_and_states_its_evidence():
     hw = presets.get("h200")
     for k in presets.H200_DEVICE_FIELDS:
         assert getattr(hw, k) == pytest.approx(rec["latency"]["preset_fields"][k])
+    for k in presets.H200_ENERGY_FIELDS:  # NVML's, and the board's power cap
+        assert getattr(hw, k) == pytest.approx(rec["energy"]["fields"][k])
     ds = presets.get("h200-datasheet")
     assert ds.dram_bw_bytes_per_s == 4.8e12 and hw.dram_bw_bytes_per_s == 4.8e12
-    assert hw.static_power_w == ds.static_power_w and hw.mac_energy_bf16_pj == ds.mac_energy_bf16_pj  # energies: datasheet
+    assert hw.power_cap_w == 700.0 and ds.power_cap_w is None
     ev = presets.evidence("h200")
     assert ev["level"] == "measured on the device" and ev["error"]["out_of_grid"]["n"] == 12
+    assert 0 < ev["error"]["energy_predicted_max_abs_error"] < 1
     assert presets.evidence("h200-datasheet")["level"] == "datasheet only"
 
 

@@ -158,3 +158,25 @@ def test_docs_power_table_is_current():
     from pathlib import Path
     docs = (Path(__file__).resolve().parent.parent / "docs" / "hwmodel.md").read_text()
     assert presets.power_limit_table() in docs, "docs/hwmodel.md: regenerate the table with presets.power_limit_table()"
+
+
+def test_power_cap_throttles_a_stage_and_bounds_peak_power():
+    """A stage whose dynamic energy over its roofline latency exceeds ``power_cap_w - static_power_w``
+    takes energy / (cap - static) instead; below the cap nothing changes; the peak power is at most
+    the cap; a cap at or below the static power is refused, naming the field."""
+    from codesign.hwmodel import gemm_stage, stage_cost
+    hot = presets.get("h200-datasheet").replace(mac_energy_bf16_pj=5.0, matrix_mac_energy_fp32_pj=8.0,
+                                                mac_energy_fp32_pj=8.0)
+    gemm = gemm_stage(8192, 8192, 8192, 16.0, 16.0, 16.0)
+    free = stage_cost(gemm, hot)
+    capped = stage_cost(gemm, hot.replace(power_cap_w=700.0))
+    assert float(capped.energy_j) == pytest.approx(float(free.energy_j))
+    assert float(free.energy_j) / float(free.latency_s) > 700.0 - hot.static_power_w  # over the cap unthrottled
+    assert float(capped.latency_s) == pytest.approx(float(free.energy_j) / (700.0 - hot.static_power_w), rel=1e-5)
+    cool = stage_cost(gemm_stage(64, 64, 64, 16.0, 16.0, 16.0), hot.replace(power_cap_w=700.0))
+    assert float(cool.latency_s) == pytest.approx(float(stage_cost(gemm_stage(64, 64, 64, 16.0, 16.0, 16.0),
+                                                                   hot).latency_s))
+    assert float(peak_power_parts(hot)["total"]) > 700.0
+    assert float(peak_power_w(hot.replace(power_cap_w=700.0))) == pytest.approx(700.0)
+    with pytest.raises(ValueError, match="power_cap_w"):
+        hot.replace(power_cap_w=hot.static_power_w)

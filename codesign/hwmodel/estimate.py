@@ -330,6 +330,8 @@ def stage_cost(stage: Stage, hw: HardwareSpec, hardened: bool = False) -> StageC
         per_launch = (stage.compulsory_bytes + stage.reuse_bytes) / jnp.maximum(launches, 1e-30)
         launches = launches * jnp.minimum(1.0, per_launch / hw.parallel_stage_bytes)
     latency = smooth_max(compute_s, memory_s, onchip_s, p=hw.overlap_exponent) + launches * hw.stage_overhead_s
+    if hw.power_cap_w is not None:  # a power-capped board throttles: no stage draws more than the cap
+        latency = jnp.maximum(latency, energy_j / (hw.power_cap_w - hw.static_power_w))
     return StageCost(latency, compute_s, memory_s, energy_j, dram, onchip, stage.macs, onchip_s, zero, zero,
                      compute_j, zero, zero, zero)
 

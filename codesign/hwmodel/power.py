@@ -59,11 +59,17 @@ def peak_power_parts(hw: HardwareSpec) -> dict:
                         + n.host_link_bw_bytes_per_s * n.host_link_energy_pj_per_byte) * PJ
     parts = {k: jnp.asarray(v, jnp.float32) for k, v in parts.items()}
     parts["total"] = sum(parts[k] for k in PEAK_POWER_PARTS)
+    if hw.power_cap_w is not None:  # `stage_cost` slows a stage down rather than charge more
+        parts["total"] = jnp.minimum(parts["total"], jnp.asarray(hw.power_cap_w, jnp.float32))
     return parts
 
 
 def peak_power_w(hw: HardwareSpec, parts=PEAK_POWER_PARTS) -> jnp.ndarray:
     """Peak power (W): the sum of `peak_power_parts` over ``parts`` (default all of them;
-    `CHIP_PARTS` for the compute chip alone, to compare with a chip's published power)."""
+    `CHIP_PARTS` for the compute chip alone, to compare with a chip's published power), at most
+    ``hw.power_cap_w`` where the board has one: `stage_cost` then slows a stage down instead."""
     p = peak_power_parts(hw)
-    return sum(p[k] for k in parts)
+    total = sum(p[k] for k in parts)
+    if hw.power_cap_w is not None:  # a power-capped board (`HardwareSpec.power_cap_w`) draws at most its cap
+        total = jnp.minimum(total, jnp.asarray(hw.power_cap_w, jnp.float32))
+    return total

@@ -330,6 +330,9 @@ notes, 2026-10-28). NVIDIA's H200 datasheet gives no L2 size."""
 H200_DEVICE_FIELDS = ("matrix_efficiency", "dram_efficiency", "gather_efficiency", "stage_overhead_s",
                       "matrix_bf16_macs_per_s", "overlap_exponent", "row_gather_overhead_s", "onchip_bw_bytes_per_s")
 """The `HardwareSpec` latency fields the `h200` preset takes from its device fit (``fits/h200.json``)."""
+H200_ENERGY_FIELDS = ("static_power_w", "dram_energy_pj_per_byte", "matrix_mac_energy_fp32_pj", "mac_energy_bf16_pj",
+                      "mac_energy_int8_pj", "mac_energy_fp32_pj", "power_cap_w")
+"""The energy fields (and the board's power cap) the `h200` preset takes from NVML (``fits/h200.json``)."""
 
 
 def h200_datasheet() -> HardwareSpec:
@@ -361,13 +364,15 @@ def h200_device() -> HardwareSpec:
     (`H200_DEVICE_FIELDS`: matrix / DRAM / gather efficiency, per-kernel cost, the bf16 GEMM rate,
     overlap, per-gathered-row cost) FITTED on kernels device-timed on a lent H200 (XLA GEMM at
     TF32 / bf16 / int8, copy, XLA segment_sum SpMM, SDDMM, the Pallas CSR kernel; R-MAT graphs of
-    2^10-2^20 nodes). Energies stay `h200_datasheet`'s: the record also holds energies fitted on
-    NVML's counter (static power, pJ per DRAM byte, pJ per MAC per precision), measured with the
-    GEMMs at the board's 700 W cap (SM clock 1410-1620 MHz); at the datasheet's peak rates they
-    would charge about twice the cap, and the model has no power cap to slow a stage down, so they
-    are reported (docs/hwmodel.md), not adopted. Evidence: `evidence("h200")` (held-out and
-    out-of-grid errors in the record). The per-kernel cost was fitted on kernels inside a device
-    loop, whose per-iteration cost it includes (an upper bound for a training step's kernels).
+    2^10-2^20 nodes), and its energies (`H200_ENERGY_FIELDS`) fitted on NVML's energy counter
+    around >= 1.2 s device loops: static power (the idle reading at full clocks), pJ per DRAM byte
+    (a 1 GiB copy; all-in: HBM3e, L2 and the SMs' share), pJ per MAC per precision (an 8192^3 GEMM
+    each, run at the board's 700 W cap), with ``power_cap_w`` the board's enforced limit as NVML
+    read it: at these energies the peak rates would draw about 2.2 kW, and the board throttles
+    instead (`HardwareSpec.power_cap_w`). Evidence: `evidence("h200")` (held-out and out-of-grid
+    latency errors; energy of the SpMM and SDDMM loops the fit did not see). The per-kernel cost
+    was fitted on kernels inside a device loop, whose per-iteration cost it includes (an upper
+    bound for a training step's kernels).
 
     Sources: `h200_datasheet`; the factors measured on the device (``results/gpu/h200/``,
     ``python experiments/fit_gpu_device.py``).
@@ -378,9 +383,9 @@ def h200_device() -> HardwareSpec:
     """
     import math
     rec = h200_fit_record()
-    vals = rec["latency"]["preset_fields"]
+    vals = {**rec["latency"]["preset_fields"], **rec["energy"]["fields"]}
     out = {}
-    for k in H200_DEVICE_FIELDS:
+    for k in H200_DEVICE_FIELDS + H200_ENERGY_FIELDS:
         v = vals.get(k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ValueError(f"hardware fit {FITS_DIR / 'h200.json'}: {k} must be a finite number >= 0, got {v!r}")
@@ -1000,12 +1005,12 @@ def evidence(name: str) -> dict:
         rec = h200_fit_record()
         lat = rec["latency"]
         return {"preset": key, "level": EVIDENCE_LEVELS[0],
-                "checked_against": f"kernel latencies device-timed on a lent {rec['device']} "
+                "checked_against": f"kernels device-timed and NVML energy on a lent {rec['device']} "
                                    f"({rec['source']}): random halves, leave one graph / kind out, and the R-MAT "
                                    "2^20 kernel table never fitted",
                 "error": {"held_out_random_halves_median_mape": lat["random_halves"]["median_mape"],
                           "out_of_grid": {k: lat["out_of_grid"][k] for k in ("n", "mape", "spearman")},
-                          "energy": "datasheet energies (the NVML fit is in the record, not adopted)"},
+                          "energy_predicted_max_abs_error": rec["energy"]["predicted_max_abs_error"]},
                 "date": rec.get("fitted_date")}
     if key in ("h100-datasheet", "a100-datasheet", "h200-datasheet"):
         return {"preset": key, "level": EVIDENCE_LEVELS[3],

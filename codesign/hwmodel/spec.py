@@ -200,7 +200,7 @@ HOST_NONNEGATIVE = ("stage_overhead_s", "row_gather_overhead_s", "row_overhead_s
                     "parallel_stage_bytes",
                     "dram_energy_pj_per_byte",
                     "onchip_buffer_bytes", "sram_energy_pj_per_byte", "mac_energy_int8_pj", "mac_energy_bf16_pj",
-                    "mac_energy_fp32_pj", "matrix_mac_energy_fp32_pj", "static_power_w")
+                    "mac_energy_fp32_pj", "matrix_mac_energy_fp32_pj", "static_power_w", "power_cap_w")
 """`HardwareSpec` fields that may be 0 (no overhead, a free access, no on-chip buffer); every other
 number must be > 0 (rates, bandwidths, clock) or in (0, 1] (efficiencies)."""
 NMP_NONNEGATIVE = ("mac_energy_pj", "int_mac_energy_pj", "bf16_mac_energy_pj", "internal_energy_pj_per_byte",
@@ -332,6 +332,11 @@ class HardwareSpec:
         sector; CPU: a 64-byte cache line); a row of fewer bytes still moves this many.
       static_power_w: power drawn whatever the work (leakage, idle clocks), charged over the
         latency: ``energy += static_power_w * latency_s``; 0 = not modeled.
+      power_cap_w: the board's enforced power limit (W), or None (no cap). A stage whose dynamic
+        energy over its latency would draw more than ``power_cap_w - static_power_w`` takes
+        ``energy / (power_cap_w - static_power_w)`` instead: the clocks throttle, as an H200's
+        did under dense GEMMs (results/gpu/h200/). ASSUMPTION: the energy per operation is the one
+        measured at the cap (what the `h200` preset's energies are), whatever the clock.
       onchip_bw_bytes_per_s: on-chip buffer bandwidth, a third roof on every stage's on-chip
         traffic; None = not a limit.
       matrix_efficiency, vector_efficiency, dram_efficiency: achieved fraction (0, 1] of the
@@ -452,6 +457,7 @@ class HardwareSpec:
     matrix_mac_energy_fp32_pj: Optional[float] = None
     gather_granularity_bytes: float = 32.0
     static_power_w: float = 0.0
+    power_cap_w: Optional[float] = None
     onchip_bw_bytes_per_s: Optional[float] = None
     vector_bf16_macs_per_s: Optional[float] = None
     vector_int8_macs_per_s: Optional[float] = None
@@ -485,6 +491,9 @@ class HardwareSpec:
             check_arrays=True)
         if "cores" in concrete and concrete["cores"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).cores: must be >= 1, got {concrete['cores']!r}")
+        if concrete.get("power_cap_w") is not None and concrete["power_cap_w"] <= concrete.get("static_power_w", 0.0):
+            raise ValueError(f"HardwareSpec({self.name!r}).power_cap_w: must exceed static_power_w "
+                             f"({concrete.get('static_power_w')!r} W), got {concrete['power_cap_w']!r}")
         if "overlap_exponent" in concrete and concrete["overlap_exponent"] < 1.0:
             raise ValueError(f"HardwareSpec({self.name!r}).overlap_exponent: must be >= 1 (1 = no overlap), "
                              f"got {concrete['overlap_exponent']!r}")
