@@ -98,3 +98,29 @@ def test_device_fit_reproduces_the_committed_record():
     pred = [r for r in rec["energy"]["rows"] if r["role"] == "predicted"]
     assert {r["kind"] for r in pred} == {"spmm", "sddmm"}
     assert np.all([r["datasheet_ratio"] < 1 for r in rec["energy"]["rows"]])  # the datasheet model under-charges
+
+
+def test_recost_presets_reproduces_the_stored_target_and_prices_another(tmp_path):
+    """Two stored Cora records trained for h100, re-priced on h100 (their stored reductions come
+    back) and on h200."""
+    spec = importlib.util.spec_from_file_location("recost_presets", ROOT / "experiments" / "recost_presets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    picked = {}
+    for line in (ROOT / "results" / "cora_tradeoff.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        c = r.get("config") or {}
+        if c.get("hw") == "h100" and c.get("model") == "gcn" and c.get("method") in ("int8", "dense") \
+                and c.get("method") not in picked and "versions" in r:
+            picked[c["method"]] = line
+        if len(picked) == 2:
+            break
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(picked.values()) + "\n")
+    out = mod.main(["--dataset", "cora", "--records", str(path), "--to", "h100,h200", "--out", str(tmp_path / "o.json")])
+    assert not out["dropped"] and len(out["runs"]) == 2
+    for key, runs in out["runs"].items():
+        stored = json.loads(picked[key.split(" / ")[0]])
+        want = stored["dense_modeled"]["energy_j"] / stored["modeled"]["energy_j"]
+        assert runs[0]["h100"]["energy_reduction"] == pytest.approx(want, rel=1e-3)
+        assert runs[0]["h200"]["energy_reduction"] > 0
