@@ -34,7 +34,7 @@ GPU_TAG=${GPU_TAG:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/nu
 # Device loops (kernel_bench.device_loop) need XLA:GPU's while-loop unrolling off; set only where this
 # jaxlib knows the flag (an unknown XLA flag aborts every process)
 NO_UNROLL=--xla_gpu_enable_while_loop_unrolling=WHILE_LOOP_UNROLLING_NO_UNROLL
-if XLA_FLAGS="${XLA_FLAGS:-} $NO_UNROLL" $PY -c "import jax" 2>/dev/null; then
+if XLA_FLAGS="${XLA_FLAGS:-} $NO_UNROLL" $PY -c "import jax; jax.devices()" >/dev/null 2>&1; then
   export XLA_FLAGS="${XLA_FLAGS:-} $NO_UNROLL"
 fi
 echo "XLA_FLAGS=${XLA_FLAGS:-}" | tee -a "$OUT/env.txt"
