@@ -52,6 +52,17 @@ def candidates(grid: dict) -> list[tuple[str, CsrBlockSizes]]:
     return out
 
 
+def _result(args, backend, n, edges, seg_ms, rows, complete: bool) -> dict:
+    device = jax.devices()[0]
+    best = min(rows, key=lambda r_: r_["forward_ms"])
+    return {"what": "Pallas CSR tile-size sweep (f32 forward)", "backend": backend,
+            "device": getattr(device, "device_kind", str(device)), "jax": jax.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "graph": f"rmat{args.scale}", "nodes": n, "edges": int(edges), "features": args.features,
+            "timed": backend == "gpu", "inner_reps": args.inner, "reps": args.reps, "segment_ms": seg_ms,
+            "best": best["candidate"], "rows": rows, "complete": complete}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=int, default=20)
@@ -74,6 +85,7 @@ def main(argv=None) -> dict:
     seg_ms = kb.device_loop_ms(segment_spmm, adj, x, inner=args.inner, reps=args.reps)
     print(f"rmat{args.scale} E={s.size} F={args.features} segment {seg_ms:.3f} ms")
     rows = []
+    out = args.out or f"results/csr_tune_{backend}{'_quick' if args.quick else ''}.json"
     grid = {"max_item_rows": (8,)} if args.quick else GRID
     for name, sizes in candidates(grid):
         chunks = csr_chunks(adj, sizes)
@@ -83,15 +95,11 @@ def main(argv=None) -> dict:
         rows.append({"candidate": name, "sizes": dataclasses.asdict(sizes), "work_items": work_item_stats(chunks),
                      "forward_ms": ms, "speedup_vs_segment": seg_ms / ms, "rel_err_vs_segment": err})
         print(f"{name:22s} {ms:9.3f} ms  {seg_ms / ms:6.2f}x segment  err {err:.1e}")
+        # after every candidate: a sweep cut by its time limit keeps the candidates it timed
+        result = _result(args, backend, n, s.size, seg_ms, rows, complete=False)
+        write_json_atomic(out, result)
+    result = _result(args, backend, n, s.size, seg_ms, rows, complete=True)
     best = min(rows, key=lambda r_: r_["forward_ms"])
-    device = jax.devices()[0]
-    result = {"what": "Pallas CSR tile-size sweep (f32 forward)", "backend": backend,
-              "device": getattr(device, "device_kind", str(device)), "jax": jax.__version__,
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "graph": f"rmat{args.scale}", "nodes": n, "edges": int(s.size), "features": args.features,
-              "timed": backend == "gpu", "inner_reps": args.inner, "reps": args.reps, "segment_ms": seg_ms,
-              "best": best["candidate"], "rows": rows}
-    out = args.out or f"results/csr_tune_{backend}{'_quick' if args.quick else ''}.json"
     write_json_atomic(out, result)
     print(f"best {best['candidate']} {best['forward_ms']:.3f} ms; wrote {out}")
     return result

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in as few device calls as the 10-minute per-call limit allows.
 #
-#   bash experiments/gpu_session.sh all               # issue 39 in one call (~8 min): bench_csr, calibrate, tests_csr
+#   bash experiments/gpu_session.sh all               # issue 39's next call (~8 min): tests_csr, bench_csr, csr_tune
+#                                                     # (the calibration grid is done: results/gpu/h200/; stage
+#                                                     # `calibrate` times only what that file lacks)
 #   QUICK=1 bash experiments/gpu_session.sh all       # CPU dry run of the same stages (tiny sizes; tests collected only)
 #   bash experiments/gpu_session.sh tests bench       # GPU test classes + kernel benchmark (all impls, tile keep 1.0:
 #                                                     # the issue-19 "summary" incl. the Pallas CSR kernel, cuSPARSE)
@@ -40,7 +42,7 @@ fi
 echo "XLA_FLAGS=${XLA_FLAGS:-}" | tee -a "$OUT/env.txt"
 # QUICK=1: every stage at tiny sizes with short limits (the CPU dry run in tests/test_csr_experiments.py)
 Q=${QUICK:+--quick}
-[ $# -eq 1 ] && [ "$1" = all ] && set -- bench_csr calibrate tests_csr
+[ $# -eq 1 ] && [ "$1" = all ] && set -- tests_csr bench_csr csr_tune
 for stage in "$@"; do
   echo "=== $stage $(date -u +%T)"
   case "$stage" in
@@ -49,11 +51,12 @@ for stage in "$@"; do
         ${TEST_FILES:-tests/test_pallas_spmm.py tests/test_pallas_condensed.py tests/test_pallas_gat.py tests/test_pallas_csr.py tests/test_kernels.py} \
         2>&1 | tee "$OUT/pytest_gpu.log" | tail -25 ;;
     bench_csr)  # issue 39's kernel table: R-MAT 2^20, segment_sum, cuSPARSE, Pallas CSR f32 / bf16 / int8, no BSR
-      timeout 180 $PY experiments/kernel_bench.py ${Q:---scale 20 --edges 8000000} --graphs rmat --tile-keep 1.0 \
-        --impls segment,bcsr,bcoo,pallas_csr,pallas_csr_bf16,pallas_csr_int8 --inner 10 \
+      timeout 200 $PY experiments/kernel_bench.py ${Q:---scale 20 --edges 8000000} --graphs rmat --tile-keep 1.0 \
+        --impls segment,bcsr,pallas_csr,pallas_csr_bf16,pallas_csr_int8 --inner 10 --reps 3 \
         --out "$OUT/kernel_bench_csr_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench_csr.log" | grep -v "it/s\]" | tail -30 ;;
     calibrate)  # device-timed calibration grid + NVML energy for the h100 / h200 preset
-      timeout 170 $PY experiments/gpu_calibrate.py $Q --out "$OUT/gpu_calibration_$GPU_TAG.json" \
+      timeout 170 $PY experiments/gpu_calibrate.py $Q ${Q:---resume results/gpu/h200/gpu_calibration.json} \
+        --out "$OUT/gpu_calibration_$GPU_TAG.json" \
         2>&1 | tee "$OUT/gpu_calibration.log" | tail -12 ;;
     tests_csr)  # the Pallas CSR kernel's GPU classes, compiled (not interpreted), against references
       timeout 90 $PY -m pytest -o addopts="" -q -p no:cacheprovider ${Q:+--collect-only} -k "Gpu or GPU" \
@@ -64,8 +67,8 @@ for stage in "$@"; do
     bench_learned)
       timeout 300 $PY experiments/kernel_bench.py --scale 20 --edges 8000000 --tile-keep learned \
         --out "$OUT/kernel_bench_learned_$GPU_TAG.json" 2>&1 | tee "$OUT/kernel_bench_learned.log" | grep -v "it/s\]" | tail -40 ;;
-    csr_tune)
-      timeout 300 $PY experiments/csr_tune.py --out "$OUT/csr_tune_$GPU_TAG.json" \
+    csr_tune)  # writes after every candidate
+      timeout 200 $PY experiments/csr_tune.py $Q --inner 10 --reps 3 --out "$OUT/csr_tune_$GPU_TAG.json" \
         2>&1 | tee "$OUT/csr_tune.log" | tail -20 ;;
     validate)
       timeout 350 $PY experiments/hwmodel_validation.py --hw h100 --max-work 1.5e8 --reps 10 --out "$OUT/hwmodel_validation_h100.json" \

@@ -145,7 +145,10 @@ def test_gpu_session_all_dry_run(tmp_path):
     proc = subprocess.run(["bash", "experiments/gpu_session.sh", "all"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for name in ("env.txt", "kernel_bench_csr_cpu.json", "gpu_calibration_cpu.json", "pytest_gpu_csr.log"):
+    for name in ("env.txt", "kernel_bench_csr_cpu.json", "csr_tune_cpu.json", "pytest_gpu_csr.log"):
         assert (tmp_path / name).stat().st_size > 0, name
     assert "unknown stage" not in proc.stdout and "Traceback" not in proc.stdout
     assert "PallasCsrGpuTest" in (tmp_path / "pytest_gpu_csr.log").read_text()
+    proc = subprocess.run(["bash", "experiments/gpu_session.sh", "calibrate"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and (tmp_path / "gpu_calibration_cpu.json").stat().st_size > 0, proc.stderr[-2000:]
