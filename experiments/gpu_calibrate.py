@@ -1,10 +1,13 @@
 """Device-timed calibration grid and NVML energy for the GPU presets (issue 39).
 
-    python experiments/gpu_calibrate.py --out results/gpu/gpu_calibration_h200.json   # on a GPU, ~2.5 min
+    python experiments/gpu_calibrate.py --out results/gpu/h200/gpu_calibration.json   # on a GPU, ~4 min
     python experiments/gpu_calibrate.py --quick --out /tmp/cal.json                   # CPU dry run (tiny sizes)
 
-Times, device-side (`kernel_bench.device_loop_ms`: ``--inner`` calls in one jitted ``fori_loop``,
-median of ``--reps`` loops), the kernels the `h100` / `h200` presets price:
+Times, device-side, the kernels the `h100` / `h200` presets price: ``--inner`` dependent calls in
+one jitted XLA loop (`kernel_bench.device_loop`; 10x as many for points under 64 MB), median of
+``--reps`` loops. The ``launch`` point takes two loop lengths and differences them
+(`kernel_bench.device_loop_ms`), which also gives the loop's fixed cost; every other point compiles
+one loop length and subtracts that fixed cost (`kernel_bench.device_loop_s`), one compile a point.
 
 * ``launch``: the same loop around an 8-element kernel (the fixed cost each timed call carries);
 * ``copy``: ``y = x * c`` over 1 MiB .. 1 GiB of f32 (bytes read + written);
@@ -255,7 +258,8 @@ def main(argv=None) -> dict:
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "device": getattr(dev, "device_kind", str(dev)), "backend": jax.default_backend(),
               "jax": jax.__version__, "platform": platform.platform(), "reps": args.reps, "inner": args.inner,
-              "timing": "device loop: --inner calls in one jitted fori_loop, median of --reps loops / --inner",
+              "timing": "device loop (kernel_bench.device_loop): launch point two loop lengths differenced; "
+                        "others one loop length less the launch point's fixed cost, over the calls",
               "rmat": {"degree": RMAT_DEGREE, "draws": "degree * 2^scale / 2", "seed": "scale"},
               "points": [], "failed": [], "energy": {}, "complete": False}
     pts = grid(args.quick, on_gpu)
