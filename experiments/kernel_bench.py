@@ -102,14 +102,7 @@ def device_loop(fn, operand, x, calls: int):
 def device_loop_s(fn, operand, x, *, calls: int, reps: int) -> float:
     """Median host seconds of ``reps`` runs of one compiled `device_loop` of ``calls`` calls (after
     one warm-up run): the calls plus the loop's fixed cost, which the caller subtracts."""
-    run = device_loop(fn, operand, x, calls)
-    jax.block_until_ready(run(operand, x))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(operand, x))
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return median_time_s(device_loop(fn, operand, x, calls), operand, x, reps=reps)
 
 
 def device_loop_ms(fn, operand, x, *, inner: int, reps: int) -> float:

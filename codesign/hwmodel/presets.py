@@ -246,7 +246,6 @@ def load_gpu_fit(path=None) -> dict:
       FileNotFoundError: no record.
       ValueError: a key missing or a factor not a finite number >= 0 (naming the file and key).
     """
-    import math
     p = Path(path) if path is not None else FITS_DIR / "h100.json"
     rec = gpu_fit_record(p)
     try:
@@ -255,11 +254,20 @@ def load_gpu_fit(path=None) -> dict:
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"hardware fit {p}: missing key {e} (preset_kernel / tables.<kind>.kernels.<kernel>.factors)") \
             from None
+    return _checked_fields(factors, GPU_FIT_FACTORS, f"hardware fit {p}: factors.")
+
+
+def _checked_fields(values: dict, keys, prefix: str) -> dict:
+    """``{key: float}`` of ``values`` for each of ``keys``, each a finite number >= 0.
+
+    Raises:
+      ValueError: ``"{prefix}{key} must be a finite number >= 0, got ..."`` for the first that is not."""
+    import math
     out = {}
-    for k in GPU_FIT_FACTORS:
-        v = factors.get(k)
+    for k in keys:
+        v = values.get(k)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"hardware fit {p}: factors.{k} must be a finite number >= 0, got {v!r}")
+            raise ValueError(f"{prefix}{k} must be a finite number >= 0, got {v!r}")
         out[k] = float(v)
     return out
 
@@ -381,15 +389,9 @@ def h200_device() -> HardwareSpec:
       FileNotFoundError: no ``fits/h200.json``.
       ValueError: a field missing or not a finite number >= 0 (naming the file and field).
     """
-    import math
     rec = h200_fit_record()
     vals = {**rec["latency"]["preset_fields"], **rec["energy"]["fields"]}
-    out = {}
-    for k in H200_DEVICE_FIELDS + H200_ENERGY_FIELDS:
-        v = vals.get(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"hardware fit {FITS_DIR / 'h200.json'}: {k} must be a finite number >= 0, got {v!r}")
-        out[k] = float(v)
+    out = _checked_fields(vals, H200_DEVICE_FIELDS + H200_ENERGY_FIELDS, f"hardware fit {FITS_DIR / 'h200.json'}: ")
     return h200_datasheet().replace(name="h200", **out)
 
 
