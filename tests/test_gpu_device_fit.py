@@ -128,3 +128,12 @@ def test_recost_presets_reproduces_the_stored_target_and_prices_another(tmp_path
         want = stored["dense_modeled"]["energy_j"] / stored["modeled"]["energy_j"]
         assert runs[0]["h100"]["energy_reduction"] == pytest.approx(want, rel=1e-3)
         assert runs[0]["h200"]["energy_reduction"] > 0
+
+
+def test_h200_preset_refuses_a_bad_record_naming_the_field(tmp_path, monkeypatch):
+    rec = json.loads((presets.FITS_DIR / "h200.json").read_text())
+    rec["energy"]["fields"]["power_cap_w"] = float("nan")
+    (tmp_path / "h200.json").write_text(json.dumps(rec))
+    monkeypatch.setattr(presets, "FITS_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"h200\.json: power_cap_w must be a finite number >= 0, got nan"):
+        presets.get("h200")
